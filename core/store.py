@@ -1,0 +1,459 @@
+"""The store: Cairn's SQLite database of tasks, workspaces, revisions, snapshots, runs and more.
+
+Owns the schema, its migrations and every read and write of rows; file contents live in the vault.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any, Iterator, TypeVar
+
+from core.errors import CairnError, NotFound
+from core.models import Revision, Snapshot, Source, Task, Workspace
+
+T = TypeVar("T")
+
+# Each migration moves the schema from version N-1 to N. Never edit a released one: append.
+MIGRATIONS: list[str] = [
+    # 1: the workspace engine
+    """
+    CREATE TABLE sources (
+        id TEXT PRIMARY KEY,
+        path TEXT NOT NULL UNIQUE,
+        kind TEXT NOT NULL,
+        vault_path TEXT NOT NULL,
+        created_at REAL NOT NULL
+    );
+    CREATE TABLE workspaces (
+        id TEXT PRIMARY KEY,
+        source_id TEXT NOT NULL REFERENCES sources(id),
+        root TEXT NOT NULL,
+        base_revision TEXT NOT NULL,
+        head_commit TEXT,
+        branch TEXT NOT NULL,
+        current_revision TEXT,
+        state TEXT NOT NULL,
+        policy TEXT NOT NULL DEFAULT '{}',
+        mounts TEXT NOT NULL DEFAULT '[]',
+        quota_bytes INTEGER,
+        expires_at REAL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    CREATE TABLE tasks (
+        id TEXT PRIMARY KEY,
+        title TEXT NOT NULL,
+        source_id TEXT NOT NULL REFERENCES sources(id),
+        workspace_id TEXT REFERENCES workspaces(id),
+        engine TEXT NOT NULL,
+        instructions TEXT NOT NULL DEFAULT '',
+        parent_task_id TEXT REFERENCES tasks(id),
+        source TEXT NOT NULL,
+        from_revision TEXT,
+        created_at REAL NOT NULL
+    );
+    CREATE INDEX tasks_parent ON tasks(parent_task_id);
+    CREATE TABLE revisions (
+        id TEXT NOT NULL,
+        workspace_id TEXT NOT NULL REFERENCES workspaces(id),
+        seq INTEGER NOT NULL,
+        parent_id TEXT,
+        tree TEXT NOT NULL,
+        trigger TEXT NOT NULL,
+        run_id TEXT,
+        files_changed INTEGER NOT NULL,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (workspace_id, id)
+    );
+    CREATE UNIQUE INDEX revisions_seq ON revisions(workspace_id, seq);
+    CREATE TABLE snapshots (
+        id TEXT PRIMARY KEY,
+        workspace_id TEXT NOT NULL REFERENCES workspaces(id),
+        revision_id TEXT NOT NULL,
+        tree TEXT NOT NULL,
+        state TEXT NOT NULL,
+        image_digest TEXT,
+        setup_command TEXT,
+        engine_home_archive TEXT,
+        created_at REAL NOT NULL
+    );
+    CREATE INDEX snapshots_workspace ON snapshots(workspace_id);
+    CREATE TABLE events (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        kind TEXT NOT NULL,
+        subject TEXT,
+        payload TEXT NOT NULL DEFAULT '{}',
+        created_at REAL NOT NULL
+    );
+    """,
+    # 2: sandboxes, runs, checkpoints, credentials, approvals, artifacts
+    """
+    CREATE TABLE runs (
+        id TEXT PRIMARY KEY,
+        task_id TEXT NOT NULL REFERENCES tasks(id),
+        state TEXT NOT NULL,
+        state_version INTEGER NOT NULL DEFAULT 0,
+        engine TEXT NOT NULL,
+        spec TEXT NOT NULL DEFAULT '{}',
+        engine_session_id TEXT,
+        exit_code INTEGER,
+        note TEXT,
+        output_offset INTEGER NOT NULL DEFAULT 0,
+        created_at REAL NOT NULL,
+        started_at REAL,
+        ended_at REAL
+    );
+    CREATE INDEX runs_task ON runs(task_id);
+    CREATE TABLE checkpoints (
+        id TEXT PRIMARY KEY,
+        run_id TEXT NOT NULL REFERENCES runs(id),
+        run_state_version INTEGER NOT NULL,
+        workspace_ref TEXT NOT NULL,
+        tree TEXT NOT NULL,
+        snapshot_id TEXT NOT NULL REFERENCES snapshots(id),
+        pending_step TEXT,
+        engine_session_id TEXT,
+        tool_contract TEXT NOT NULL DEFAULT '{}',
+        policy_version INTEGER NOT NULL,
+        created_at REAL NOT NULL
+    );
+    CREATE INDEX checkpoints_run ON checkpoints(run_id, run_state_version);
+    CREATE TABLE session_states (
+        id TEXT PRIMARY KEY,
+        workspace_id TEXT NOT NULL REFERENCES workspaces(id),
+        backend TEXT NOT NULL,
+        container_id TEXT,
+        container_name TEXT,
+        image_digest TEXT,
+        mounts TEXT NOT NULL DEFAULT '[]',
+        generation INTEGER NOT NULL DEFAULT 0,
+        snapshot_id TEXT,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    CREATE TABLE credential_grants (
+        id TEXT PRIMARY KEY,
+        task_id TEXT NOT NULL REFERENCES tasks(id),
+        secret_name TEXT NOT NULL,
+        env_var TEXT NOT NULL,
+        scope TEXT NOT NULL DEFAULT 'lineage',
+        created_at REAL NOT NULL,
+        revoked_at REAL
+    );
+    CREATE TABLE approvals (
+        id TEXT PRIMARY KEY,
+        run_id TEXT NOT NULL REFERENCES runs(id),
+        command TEXT NOT NULL,
+        rule TEXT,
+        reason TEXT,
+        state TEXT NOT NULL,
+        decided_by TEXT,
+        decided_at REAL,
+        policy_version INTEGER,
+        created_at REAL NOT NULL,
+        timeout_at REAL
+    );
+    CREATE TABLE artifacts (
+        id TEXT PRIMARY KEY,
+        task_id TEXT NOT NULL REFERENCES tasks(id),
+        run_id TEXT,
+        revision_id TEXT,
+        path TEXT,
+        sha256 TEXT NOT NULL,
+        provenance TEXT NOT NULL DEFAULT '{}',
+        created_at REAL NOT NULL
+    );
+    CREATE TABLE leases (
+        lineage_id TEXT PRIMARY KEY,
+        holder TEXT NOT NULL,
+        token INTEGER NOT NULL,
+        acquired_at REAL NOT NULL,
+        heartbeat_at REAL NOT NULL
+    );
+    """,
+]
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+_JSON_FIELDS = {"policy", "mounts"}
+
+
+def _row_to(cls: type[T], row: sqlite3.Row) -> T:
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    values: dict[str, Any] = {}
+    for key in row.keys():
+        if key in names:
+            value = row[key]
+            if key in _JSON_FIELDS and isinstance(value, str):
+                value = json.loads(value)
+            values[key] = value
+    return cls(**values)
+
+
+def _to_row(obj: Any) -> dict[str, Any]:
+    data = asdict(obj)
+    for key in _JSON_FIELDS & data.keys():
+        data[key] = json.dumps(data[key], sort_keys=True)
+    return data
+
+
+class Store:
+    """One SQLite database in WAL mode, shared by the GUI, the recorder threads and `cairnctl`.
+
+    Each thread gets its own connection; writes run in `transaction()` and are serialised
+    within the process (SQLite serialises across processes).
+    """
+
+    def __init__(self, path: Path, *, migrate_to: int | None = None):
+        self.path = Path(path)
+        self._local = threading.local()
+        self._write_lock = threading.RLock()
+        self._migrate(SCHEMA_VERSION if migrate_to is None else migrate_to)
+
+    # -- connections -------------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            try:
+                conn = sqlite3.connect(self.path, timeout=30, isolation_level=None,
+                                       check_same_thread=False)
+                conn.row_factory = sqlite3.Row
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.execute("PRAGMA foreign_keys=ON")
+                conn.execute("PRAGMA busy_timeout=30000")
+            except sqlite3.DatabaseError as exc:
+                raise CairnError(f"cannot open the database {self.path}: {exc}") from exc
+            self._local.conn = conn
+        return conn
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction: all or nothing, serialised against other writers."""
+        conn = self._connect()
+        with self._write_lock:
+            if conn.in_transaction:  # nested: join the outer transaction
+                yield conn
+                return
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            else:
+                conn.execute("COMMIT")
+
+    def query(self, sql: str, params: tuple | dict = ()) -> list[sqlite3.Row]:
+        return self._connect().execute(sql, params).fetchall()
+
+    def query_one(self, sql: str, params: tuple | dict = ()) -> sqlite3.Row | None:
+        return self._connect().execute(sql, params).fetchone()
+
+    # -- schema ------------------------------------------------------------------------------
+
+    @property
+    def schema_version(self) -> int:
+        return self._connect().execute("PRAGMA user_version").fetchone()[0]
+
+    def _migrate(self, target: int) -> None:
+        conn = self._connect()
+        with self._write_lock:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                current = conn.execute("PRAGMA user_version").fetchone()[0]
+                if current > SCHEMA_VERSION:
+                    raise CairnError(
+                        f"the database {self.path} was written by a newer Cairn "
+                        f"(schema {current}, this one knows {SCHEMA_VERSION})")
+                for version in range(current + 1, target + 1):
+                    for statement in _split_sql(MIGRATIONS[version - 1]):
+                        conn.execute(statement)
+                    conn.execute(f"PRAGMA user_version={version}")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    # -- generic helpers ---------------------------------------------------------------------
+
+    def _insert(self, table: str, obj: Any) -> None:
+        data = _to_row(obj)
+        cols = ", ".join(data)
+        marks = ", ".join(f":{k}" for k in data)
+        with self.transaction() as conn:
+            conn.execute(f"INSERT INTO {table} ({cols}) VALUES ({marks})", data)
+
+    def _get(self, cls: type[T], table: str, ident: str, what: str) -> T:
+        row = self.query_one(f"SELECT * FROM {table} WHERE id = ?", (ident,))
+        if row is None:
+            raise NotFound(f"no {what} with id {ident!r}")
+        return _row_to(cls, row)
+
+    def _update(self, table: str, ident: str, **changes: Any) -> None:
+        for key in _JSON_FIELDS & changes.keys():
+            changes[key] = json.dumps(changes[key], sort_keys=True)
+        sets = ", ".join(f"{k} = :{k}" for k in changes)
+        with self.transaction() as conn:
+            conn.execute(f"UPDATE {table} SET {sets} WHERE id = :_id", {**changes, "_id": ident})
+
+    # -- sources -----------------------------------------------------------------------------
+
+    def add_source(self, source: Source) -> None:
+        self._insert("sources", source)
+
+    def source_by_path(self, path: str) -> Source | None:
+        row = self.query_one("SELECT * FROM sources WHERE path = ?", (path,))
+        return _row_to(Source, row) if row else None
+
+    def get_source(self, source_id: str) -> Source:
+        return self._get(Source, "sources", source_id, "source folder")
+
+    def list_sources(self) -> list[Source]:
+        return [_row_to(Source, r) for r in self.query("SELECT * FROM sources ORDER BY created_at")]
+
+    # -- workspaces --------------------------------------------------------------------------
+
+    def add_workspace(self, ws: Workspace) -> None:
+        self._insert("workspaces", ws)
+
+    def get_workspace(self, workspace_id: str) -> Workspace:
+        return self._get(Workspace, "workspaces", workspace_id, "workspace")
+
+    def list_workspaces(self, *, states: tuple[str, ...] | None = None) -> list[Workspace]:
+        rows = self.query("SELECT * FROM workspaces ORDER BY created_at")
+        out = [_row_to(Workspace, r) for r in rows]
+        return [w for w in out if states is None or w.state in states]
+
+    def update_workspace(self, workspace_id: str, **changes: Any) -> None:
+        changes.setdefault("updated_at", time.time())
+        self._update("workspaces", workspace_id, **changes)
+
+    def delete_workspace_rows(self, workspace_id: str) -> None:
+        """Forget a workspace that never became usable (a failed creation)."""
+        with self.transaction() as conn:
+            conn.execute("DELETE FROM revisions WHERE workspace_id = ?", (workspace_id,))
+            conn.execute("DELETE FROM snapshots WHERE workspace_id = ?", (workspace_id,))
+            conn.execute("DELETE FROM workspaces WHERE id = ?", (workspace_id,))
+
+    # -- tasks -------------------------------------------------------------------------------
+
+    def add_task(self, task: Task) -> None:
+        self._insert("tasks", task)
+
+    def get_task(self, task_id: str) -> Task:
+        return self._get(Task, "tasks", task_id, "task")
+
+    def find_task(self, prefix: str) -> Task:
+        """A task by its id or an unambiguous prefix of it."""
+        rows = self.query("SELECT * FROM tasks WHERE id = ? OR id LIKE ? ORDER BY id",
+                          (prefix, prefix.replace("%", "") + "%"))
+        exact = [r for r in rows if r["id"] == prefix]
+        if exact:
+            return _row_to(Task, exact[0])
+        if len(rows) == 1:
+            return _row_to(Task, rows[0])
+        if not rows:
+            raise NotFound(f"no task with id {prefix!r}")
+        raise NotFound(f"the id {prefix!r} matches {len(rows)} tasks; give more of it")
+
+    def list_tasks(self) -> list[Task]:
+        return [_row_to(Task, r) for r in self.query("SELECT * FROM tasks ORDER BY created_at")]
+
+    def update_task(self, task_id: str, **changes: Any) -> None:
+        self._update("tasks", task_id, **changes)
+
+    def delete_task(self, task_id: str) -> None:
+        with self.transaction() as conn:
+            conn.execute("DELETE FROM tasks WHERE id = ?", (task_id,))
+
+    # -- revisions ---------------------------------------------------------------------------
+
+    def add_revision(self, rev: Revision) -> Revision:
+        """Append a revision to its workspace's sequence; a known revision is not added twice."""
+        with self.transaction() as conn:
+            known = conn.execute("SELECT seq FROM revisions WHERE workspace_id = ? AND id = ?",
+                                 (rev.workspace_id, rev.id)).fetchone()
+            if known is not None:
+                rev.seq = known[0]
+                return rev
+            last = conn.execute("SELECT MAX(seq) FROM revisions WHERE workspace_id = ?",
+                                (rev.workspace_id,)).fetchone()[0]
+            rev.seq = (last or 0) + 1
+            data = _to_row(rev)
+            cols = ", ".join(data)
+            conn.execute(f"INSERT INTO revisions ({cols}) VALUES ({', '.join(':' + k for k in data)})",
+                         data)
+            conn.execute("UPDATE workspaces SET current_revision = ?, updated_at = ? WHERE id = ?",
+                         (rev.id, time.time(), rev.workspace_id))
+        return rev
+
+    def list_revisions(self, workspace_id: str) -> list[Revision]:
+        rows = self.query("SELECT * FROM revisions WHERE workspace_id = ? ORDER BY seq",
+                          (workspace_id,))
+        return [_row_to(Revision, r) for r in rows]
+
+    def get_revision(self, workspace_id: str, revision_id: str) -> Revision:
+        rows = self.query("SELECT * FROM revisions WHERE workspace_id = ? AND (id = ? OR id LIKE ?)",
+                          (workspace_id, revision_id, revision_id + "%"))
+        if len(rows) == 1:
+            return _row_to(Revision, rows[0])
+        if not rows:
+            raise NotFound(f"no revision {revision_id!r} in workspace {workspace_id}")
+        raise NotFound(f"the revision id {revision_id!r} is ambiguous; give more of it")
+
+    def latest_revision(self, workspace_id: str) -> Revision | None:
+        row = self.query_one("SELECT * FROM revisions WHERE workspace_id = ? ORDER BY seq DESC LIMIT 1",
+                             (workspace_id,))
+        return _row_to(Revision, row) if row else None
+
+    # -- snapshots ---------------------------------------------------------------------------
+
+    def add_snapshot(self, snap: Snapshot) -> None:
+        self._insert("snapshots", snap)
+
+    def get_snapshot(self, snapshot_id: str) -> Snapshot:
+        return self._get(Snapshot, "snapshots", snapshot_id, "snapshot")
+
+    def list_snapshots(self, workspace_id: str | None = None) -> list[Snapshot]:
+        if workspace_id is None:
+            rows = self.query("SELECT * FROM snapshots ORDER BY created_at")
+        else:
+            rows = self.query("SELECT * FROM snapshots WHERE workspace_id = ? ORDER BY created_at",
+                              (workspace_id,))
+        return [_row_to(Snapshot, r) for r in rows]
+
+    def update_snapshot(self, snapshot_id: str, **changes: Any) -> None:
+        self._update("snapshots", snapshot_id, **changes)
+
+    # -- events ------------------------------------------------------------------------------
+
+    def append_event(self, kind: str, subject: str | None, payload: dict) -> int:
+        with self.transaction() as conn:
+            cur = conn.execute("INSERT INTO events (kind, subject, payload, created_at) "
+                               "VALUES (?, ?, ?, ?)",
+                               (kind, subject, json.dumps(payload, sort_keys=True), time.time()))
+            return int(cur.lastrowid)
+
+    def events_since(self, seq: int, limit: int = 1000) -> list[dict]:
+        rows = self.query("SELECT * FROM events WHERE seq > ? ORDER BY seq LIMIT ?", (seq, limit))
+        return [{"seq": r["seq"], "kind": r["kind"], "subject": r["subject"],
+                 "payload": json.loads(r["payload"]), "created_at": r["created_at"]} for r in rows]
+
+
+def _split_sql(script: str) -> list[str]:
+    return [s.strip() for s in script.split(";") if s.strip()]
+

@@ -1,0 +1,397 @@
+"""Git objects in a vault, written and read directly: blobs, trees, commits and refs.
+
+Owns the byte format of git objects and the atomic writes of loose objects and refs. It knows
+nothing of workspaces or revisions; the recorder and importer build on it. Packed objects are
+read through one long-lived `git cat-file --batch` process per store.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import re
+import subprocess
+import threading
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.errors import VaultError
+
+MODE_FILE = "100644"
+MODE_EXEC = "100755"
+MODE_LINK = "120000"
+MODE_TREE = "40000"
+MODE_GITLINK = "160000"
+
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+_SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+_LARGE_FILE = 64 * 1024 * 1024  # above this a blob is streamed instead of read whole
+
+# Git without the user's or system's configuration: a byte-exact, predictable tool.
+GIT_ENV = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_OPTIONAL_LOCKS": "0",
+    "LC_ALL": "C",
+}
+
+
+def git_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_ENV)
+    env.update(extra)
+    return env
+
+
+def run_git(args: list[str], *, cwd: str | os.PathLike[str] | None = None, input: bytes | None = None,
+            env: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    """Run git with Cairn's clean environment; raise VaultError with git's own words on failure."""
+    proc = subprocess.run(["git", *args], cwd=cwd, input=input, capture_output=True,
+                          env=env or git_env())
+    if check and proc.returncode != 0:
+        err = proc.stderr.decode(errors="replace").strip().splitlines()
+        raise VaultError(f"git {args[0]} failed: {err[-1] if err else 'exit ' + str(proc.returncode)}")
+    return proc
+
+
+@dataclass(frozen=True)
+class TreeEntry:
+    mode: str
+    name: bytes
+    sha: str
+
+    @property
+    def is_tree(self) -> bool:
+        return self.mode == MODE_TREE
+
+
+@dataclass(frozen=True)
+class Commit:
+    sha: str
+    tree: str
+    parents: tuple[str, ...]
+    timestamp: int
+    message: str
+
+    def trailer(self, key: str) -> str | None:
+        prefix = f"{key}: "
+        for line in self.message.splitlines():
+            if line.startswith(prefix):
+                return line[len(prefix):].strip()
+        return None
+
+
+def object_id(kind: str, data: bytes) -> str:
+    h = hashlib.sha1(f"{kind} {len(data)}\0".encode())
+    h.update(data)
+    return h.hexdigest()
+
+
+def _tree_sort_key(entry: TreeEntry) -> bytes:
+    return entry.name + b"/" if entry.mode == MODE_TREE else entry.name
+
+
+def encode_tree(entries: list[TreeEntry]) -> bytes:
+    out = bytearray()
+    for e in sorted(entries, key=_tree_sort_key):
+        out += e.mode.encode() + b" " + e.name + b"\0" + bytes.fromhex(e.sha)
+    return bytes(out)
+
+
+def decode_tree(data: bytes) -> list[TreeEntry]:
+    entries = []
+    i, n = 0, len(data)
+    while i < n:
+        sp = data.index(b" ", i)
+        nul = data.index(b"\0", sp)
+        mode = data[i:sp].decode()
+        entries.append(TreeEntry(mode, data[sp + 1:nul], data[nul + 1:nul + 21].hex()))
+        i = nul + 21
+    return entries
+
+
+def _syncfs(path: Path) -> None:
+    """Flush the filesystem holding `path` (syncfs(2)); fall back to a global sync."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            if libc.syncfs(fd) == 0:
+                return
+        finally:
+            os.close(fd)
+    except (OSError, AttributeError):
+        pass
+    os.sync()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class ObjectStore:
+    """The object database and refs of one bare vault repository."""
+
+    def __init__(self, git_dir: Path):
+        self.git_dir = Path(git_dir)
+        self.objects_dir = self.git_dir / "objects"
+        self._lock = threading.Lock()
+        self._batch: subprocess.Popen | None = None
+        self._batch_check: subprocess.Popen | None = None
+        self._known_dirs: set[str] = set()
+
+    # -- plumbing processes ------------------------------------------------------------------
+
+    def _popen(self, mode: str) -> subprocess.Popen:
+        return subprocess.Popen(["git", "--git-dir", str(self.git_dir), "cat-file", mode],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, env=git_env())
+
+    def close(self) -> None:
+        with self._lock:
+            for proc in (self._batch, self._batch_check):
+                if proc is not None:
+                    try:
+                        proc.stdin.close()  # type: ignore[union-attr]
+                        proc.wait(timeout=5)
+                    except (OSError, subprocess.TimeoutExpired):
+                        proc.kill()
+            self._batch = self._batch_check = None
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _ask(self, which: str, sha: str) -> tuple[bytes, subprocess.Popen]:
+        proc = self._batch if which == "--batch" else self._batch_check
+        if proc is None or proc.poll() is not None:
+            proc = self._popen(which)
+            if which == "--batch":
+                self._batch = proc
+            else:
+                self._batch_check = proc
+        assert proc.stdin and proc.stdout
+        proc.stdin.write(sha.encode() + b"\n")
+        proc.stdin.flush()
+        return proc.stdout.readline(), proc
+
+    # -- objects -----------------------------------------------------------------------------
+
+    def _loose_path(self, sha: str) -> Path:
+        return self.objects_dir / sha[:2] / sha[2:]
+
+    def has_object(self, sha: str) -> bool:
+        if self._loose_path(sha).exists():
+            return True
+        with self._lock:
+            header, _ = self._ask("--batch-check", sha)
+        return not header.endswith(b"missing\n") and bool(header)
+
+    def write_object(self, kind: str, data: bytes, *, sha: str | None = None) -> str:
+        sha = sha or object_id(kind, data)
+        path = self._loose_path(sha)
+        if path.exists() or self.has_object(sha):
+            return sha
+        raw = f"{kind} {len(data)}\0".encode() + data
+        self._write_loose(path, zlib.compress(raw, 1))
+        return sha
+
+    def _write_loose(self, path: Path, compressed: bytes) -> None:
+        folder = path.parent
+        if folder.name not in self._known_dirs:
+            folder.mkdir(exist_ok=True)
+            self._known_dirs.add(folder.name)
+        tmp = folder / f"tmp_obj_{os.getpid()}_{threading.get_ident()}"
+        with open(tmp, "wb") as f:
+            f.write(compressed)
+        os.chmod(tmp, 0o444)
+        os.replace(tmp, path)
+
+    def write_blob(self, data: bytes) -> str:
+        return self.write_object("blob", data)
+
+    def write_blob_from_path(self, path: str | os.PathLike[str], st: os.stat_result) -> str:
+        """Store the file (or the link's target text) at `path`; returns the blob id."""
+        import stat as statmod
+        if statmod.S_ISLNK(st.st_mode):
+            return self.write_blob(os.fsencode(os.readlink(path)))
+        if st.st_size <= _LARGE_FILE:
+            with open(path, "rb") as f:
+                return self.write_blob(f.read())
+        return self._write_large_blob(path)
+
+    def _write_large_blob(self, path: str | os.PathLike[str]) -> str:
+        # Hash first (the size must lead the header), then compress in a second pass; a file that
+        # changed between passes is hashed again.
+        for _ in range(3):
+            size = os.stat(path).st_size
+            h = hashlib.sha1(f"blob {size}\0".encode())
+            with open(path, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+            sha = h.hexdigest()
+            if self.has_object(sha):
+                return sha
+            target = self._loose_path(sha)
+            target.parent.mkdir(exist_ok=True)
+            tmp = target.parent / f"tmp_obj_{os.getpid()}_{threading.get_ident()}"
+            comp = zlib.compressobj(1)
+            check = hashlib.sha1(f"blob {size}\0".encode())
+            seen = 0
+            with open(path, "rb") as src, open(tmp, "wb") as dst:
+                dst.write(comp.compress(f"blob {size}\0".encode()))
+                for chunk in iter(lambda: src.read(1 << 20), b""):
+                    seen += len(chunk)
+                    check.update(chunk)
+                    dst.write(comp.compress(chunk))
+                dst.write(comp.flush())
+            if seen == size and check.hexdigest() == sha:
+                os.chmod(tmp, 0o444)
+                os.replace(tmp, target)
+                return sha
+            os.unlink(tmp)
+        raise VaultError(f"{path} kept changing while it was being recorded")
+
+    def read_object(self, sha: str) -> tuple[str, bytes]:
+        """Read and verify an object: its content must hash to its id."""
+        path = self._loose_path(sha)
+        try:
+            with open(path, "rb") as f:
+                raw = zlib.decompress(f.read())
+            header, _, data = raw.partition(b"\0")
+            kind, _, size = header.decode().partition(" ")
+            if int(size) != len(data):
+                raise VaultError(f"object {sha} is truncated")
+        except FileNotFoundError:
+            kind, data = self._read_packed(sha)
+        except (zlib.error, ValueError, UnicodeDecodeError) as exc:
+            raise VaultError(f"object {sha} is corrupt ({exc})") from exc
+        if object_id(kind, data) != sha:
+            raise VaultError(f"object {sha} is corrupt (its content does not match its id)")
+        return kind, data
+
+    def _read_packed(self, sha: str) -> tuple[str, bytes]:
+        with self._lock:
+            header, proc = self._ask("--batch", sha)
+            parts = header.split()
+            if len(parts) != 3:
+                raise VaultError(f"object {sha} is missing from the vault")
+            size = int(parts[2])
+            assert proc.stdout
+            data = proc.stdout.read(size)
+            proc.stdout.read(1)
+        return parts[1].decode(), data
+
+    def read_blob(self, sha: str) -> bytes:
+        kind, data = self.read_object(sha)
+        if kind != "blob":
+            raise VaultError(f"object {sha} is a {kind}, not a blob")
+        return data
+
+    def write_tree(self, entries: list[TreeEntry]) -> str:
+        return self.write_object("tree", encode_tree(entries))
+
+    def read_tree(self, sha: str) -> list[TreeEntry]:
+        if sha == EMPTY_TREE:
+            return []
+        kind, data = self.read_object(sha)
+        if kind != "tree":
+            raise VaultError(f"object {sha} is a {kind}, not a tree")
+        return decode_tree(data)
+
+    def write_commit(self, tree: str, parents: list[str], message: str, *,
+                     timestamp: float | None = None) -> str:
+        ts = int(timestamp if timestamp is not None else time.time())
+        who = f"Cairn <cairn@localhost> {ts} +0000"
+        lines = [f"tree {tree}"] + [f"parent {p}" for p in parents]
+        lines += [f"author {who}", f"committer {who}", "", message.rstrip("\n"), ""]
+        return self.write_object("commit", "\n".join(lines).encode())
+
+    def read_commit(self, sha: str) -> Commit:
+        kind, data = self.read_object(sha)
+        if kind != "commit":
+            raise VaultError(f"object {sha} is a {kind}, not a commit")
+        head, _, message = data.decode(errors="replace").partition("\n\n")
+        tree, parents, ts = "", [], 0
+        for line in head.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "tree":
+                tree = value
+            elif key == "parent":
+                parents.append(value)
+            elif key == "committer":
+                ts = int(value.rsplit(" ", 2)[-2])
+        return Commit(sha, tree, tuple(parents), ts, message)
+
+    # -- refs --------------------------------------------------------------------------------
+
+    def read_ref(self, name: str) -> str | None:
+        path = self.git_dir / name
+        try:
+            value = path.read_text().strip()
+            if _SHA_RE.match(value):
+                return value
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            pass
+        packed = self.git_dir / "packed-refs"
+        if packed.exists():
+            for line in packed.read_text().splitlines():
+                if line.endswith(" " + name) and _SHA_RE.match(line[:40]):
+                    return line[:40]
+        return None
+
+    def update_ref(self, name: str, new: str, *, old: str | None = None, durable: bool = False) -> None:
+        """Point `name` at `new`, atomically; when `old` is given the ref must still hold it."""
+        if not name.startswith("refs/"):
+            raise VaultError(f"refusing to write the ref {name!r}")
+        path = self.git_dir / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = path.with_name(path.name + ".lock")
+        try:
+            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError as exc:
+            raise VaultError(f"the ref {name} is being updated by someone else") from exc
+        try:
+            current = self.read_ref(name)
+            if old is not None and current != old:
+                raise VaultError(f"the ref {name} moved (expected {old[:12]}, found "
+                                 f"{(current or 'nothing')[:12]})")
+            os.write(fd, new.encode() + b"\n")
+            if durable:
+                os.fsync(fd)
+            os.close(fd)
+            fd = -1
+            os.replace(lock, path)
+            if durable:
+                _fsync_dir(path.parent)
+        finally:
+            if fd >= 0:
+                os.close(fd)
+            if lock.exists():
+                lock.unlink()
+
+    def delete_ref(self, name: str) -> None:
+        run_git(["--git-dir", str(self.git_dir), "update-ref", "-d", name])
+
+    def list_refs(self, prefix: str) -> dict[str, str]:
+        proc = run_git(["--git-dir", str(self.git_dir), "for-each-ref",
+                        "--format=%(objectname) %(refname)", prefix])
+        out = {}
+        for line in proc.stdout.decode().splitlines():
+            sha, _, ref = line.partition(" ")
+            out[ref] = sha
+        return out
+
+    def sync(self) -> None:
+        """Make every object written so far durable (one syncfs of the vault's filesystem)."""
+        _syncfs(self.git_dir)
