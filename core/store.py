@@ -453,6 +453,57 @@ class Store:
         return [{"seq": r["seq"], "kind": r["kind"], "subject": r["subject"],
                  "payload": json.loads(r["payload"]), "created_at": r["created_at"]} for r in rows]
 
+    # -- credential grants ---------------------------------------------------------------------
+    # Rows hold secret NAMES and environment variable names only; values live in the OS keyring
+    # (core.credentials owns the rules: lineage, revocation, resolution).
+
+    def task_ancestry(self, task_id: str) -> list[str]:
+        """The task's id, then its parent's, up to the lineage root (nearest first)."""
+        rows = self.query(
+            """
+            WITH RECURSIVE chain(id, parent, depth) AS (
+                SELECT id, parent_task_id, 0 FROM tasks WHERE id = ?
+                UNION ALL
+                SELECT t.id, t.parent_task_id, chain.depth + 1
+                FROM tasks t JOIN chain ON t.id = chain.parent
+                WHERE chain.depth < 10000
+            )
+            SELECT id FROM chain ORDER BY depth
+            """, (task_id,))
+        if not rows:
+            raise NotFound(f"no task with id {task_id!r}")
+        seen: list[str] = []
+        for row in rows:
+            if row["id"] in seen:  # a cycle in damaged data: stop at the first repeat
+                break
+            seen.append(row["id"])
+        return seen
+
+    def add_grant_row(self, row: dict[str, Any]) -> None:
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT INTO credential_grants (id, task_id, secret_name, env_var, scope, "
+                "created_at, revoked_at) VALUES (:id, :task_id, :secret_name, :env_var, :scope, "
+                ":created_at, :revoked_at)", row)
+
+    def grant_rows_for_tasks(self, task_ids: list[str]) -> list[dict[str, Any]]:
+        """Every grant row (revoked ones too) on any of the tasks, oldest first."""
+        if not task_ids:
+            return []
+        marks = ", ".join("?" for _ in task_ids)
+        rows = self.query(f"SELECT * FROM credential_grants WHERE task_id IN ({marks}) "
+                          "ORDER BY created_at, id", tuple(task_ids))
+        return [dict(r) for r in rows]
+
+    def revoke_grant_rows(self, task_id: str, secret_name: str, revoked_at: float) -> int:
+        """Mark the task's active grants of the secret revoked; the number of rows changed."""
+        with self.transaction() as conn:
+            cur = conn.execute(
+                "UPDATE credential_grants SET revoked_at = ? "
+                "WHERE task_id = ? AND secret_name = ? AND revoked_at IS NULL",
+                (revoked_at, task_id, secret_name))
+            return cur.rowcount
+
 
 def _split_sql(script: str) -> list[str]:
     return [s.strip() for s in script.split(";") if s.strip()]
