@@ -1,0 +1,62 @@
+"""The event stream: what happened in core (a task created, a revision recorded...), in order.
+
+Owns publishing (persisted in the store, then handed to in-process listeners); it does not
+choose threads: listeners are called on the publishing thread and the GUI re-posts to its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+log = logging.getLogger(__name__)
+
+TASK_CREATED = "task.created"
+REVISION_RECORDED = "revision.recorded"
+SNAPSHOT_CREATED = "snapshot.created"
+WORKSPACE_STATE = "workspace.state"
+WORKSPACE_PROBLEM = "workspace.problem"
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: str
+    subject: str | None
+    payload: dict[str, Any] = field(default_factory=dict)
+    seq: int = 0
+    created_at: float = 0.0
+
+
+Listener = Callable[[Event], None]
+
+
+class EventBus:
+    def __init__(self, persist: Callable[[str, str | None, dict], int] | None = None):
+        self._persist = persist
+        self._listeners: list[Listener] = []
+        self._lock = threading.Lock()
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        with self._lock:
+            self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if listener in self._listeners:
+                    self._listeners.remove(listener)
+        return unsubscribe
+
+    def publish(self, kind: str, subject: str | None = None, **payload: Any) -> Event:
+        seq = self._persist(kind, subject, payload) if self._persist else 0
+        event = Event(kind, subject, payload, seq, time.time())
+        with self._lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            try:
+                listener(event)
+            except Exception:  # a broken listener must not break the publisher
+                log.exception("event listener failed for %s", kind)
+        return event

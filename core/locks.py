@@ -1,0 +1,73 @@
+"""Named locks between Cairn processes (the GUI, `cairnctl`, a crashed one): flock on files
+under the data folder's `locks/`, released by the kernel when a holder dies.
+
+Owns acquiring and releasing; callers choose names and what a held lock means to a user.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from core.errors import Conflict
+
+
+class FileLock:
+    def __init__(self, path: Path):
+        self.path = path
+        self._fd: int | None = None
+
+    def try_acquire(self) -> bool:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+        return True
+
+    def holder_pid(self) -> int | None:
+        try:
+            return int(self.path.read_text().strip() or 0) or None
+        except (OSError, ValueError):
+            return None
+
+    def is_held_elsewhere(self) -> bool:
+        if self._fd is not None:
+            return False
+        if self.try_acquire():
+            self.release()
+            return False
+        return True
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+def lock_path(locks_root: Path, kind: str, key: str) -> Path:
+    digest = hashlib.sha1(key.encode("utf-8", "surrogateescape")).hexdigest()[:20]
+    return locks_root / f"{kind}-{digest}.lock"
+
+
+@contextmanager
+def held(locks_root: Path, kind: str, key: str, busy_message: str) -> Iterator[FileLock]:
+    """Hold the named lock for the block, or raise Conflict(busy_message) when it is taken."""
+    lock = FileLock(lock_path(locks_root, kind, key))
+    if not lock.try_acquire():
+        pid = lock.holder_pid()
+        raise Conflict(busy_message + (f" (process {pid})" if pid else ""))
+    try:
+        yield lock
+    finally:
+        lock.release()
