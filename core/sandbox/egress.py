@@ -1,0 +1,1232 @@
+"""The `allowlist` network policy's egress proxy: a host process serving one sandbox's unix socket
+that connects only to allowlisted host:port pairs and logs every decision as one JSON line.
+
+Owns destination matching, the socket protocol spoken by the in-sandbox forwarder
+(resources/sandbox/egress-forward.py), and the detached proxy process (start, find, reload, stop).
+Leaves the allowlist's contents to the policy, and mounts and launch specs to the sandbox backends.
+Standard library only: start_detached runs this file as a script, so it must not import core.
+
+Layout, per sandbox session (`egress/<session>/` under the data folder):
+
+    egress/<session>/                 0700, never mounted: egress.pid (flock held while serving),
+                                      egress-policy.json, egress.stderr
+    egress/<session>/sandbox/         0755, bind-mounted read-only at /cairn/egress
+    egress/<session>/sandbox/egress.sock   0666, so the sandbox user (another uid) can connect
+
+Only the socket is visible to the sandbox: with the sandbox user's uid equal to the host user's, file
+modes protect nothing, so the policy and pid files live outside the mount. The folder, not the
+socket file, is mounted, so a restarted proxy's new socket is what the running sandbox sees.
+
+Protocol on the socket: the first line names what the connection is for, then bytes follow.
+    FORWARD <host>:<port>\\n   relay to that destination if allowed; closed without a reply if not
+    PROXY\\n                   an HTTP proxy request follows: `CONNECT host:port` or an absolute-form
+                              `GET http://host[:port]/...`; refusals get an HTTP 403
+A connection that closes before sending a byte is a liveness probe and is not logged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as _dt
+import fcntl
+import ipaddress
+import json
+import os
+import re
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+SANDBOX_EGRESS_DIR = "/cairn/egress"
+SOCKET_NAME = "egress.sock"
+SANDBOX_SOCKET = f"{SANDBOX_EGRESS_DIR}/{SOCKET_NAME}"
+FORWARDER_SCRIPT = Path(__file__).resolve().parents[2] / "resources" / "sandbox" / "egress-forward.py"
+# Addresses that always mean "the sandbox itself", so a proxied client must reach them directly.
+LOCAL_NAMES = ("127.0.0.1", "localhost", "::1")
+
+POLICY_FORMAT = 1
+HEADER_LIMIT = 1024  # the FORWARD/PROXY line
+HTTP_HEAD_LIMIT = 64 * 1024  # request line and headers of a proxy request
+HEADER_TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_S = 10.0
+MAX_CONNECTIONS = 256
+RELAY_CHUNK = 64 * 1024
+START_TIMEOUT_S = 15.0
+STOP_TIMEOUT_S = 5.0
+_UNIX_PATH_MAX = 107  # sun_path is 108 bytes including the terminating NUL
+
+
+class EgressError(Exception):
+    """The egress proxy could not be started, found, reconfigured or stopped."""
+
+
+class EgressAlreadyRunning(EgressError):
+    """Another proxy holds this socket's pid file."""
+
+
+class DestinationError(ValueError):
+    """A destination that is not a well-formed host:port (refused, never resolved)."""
+
+
+# --- Destinations -----------------------------------------------------------------------------
+
+_LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
+_NUMERIC_LABEL = re.compile(r"[0-9]+|0x[0-9a-z]*")
+_PORT = re.compile(r"[0-9]{1,5}")
+_HEX_PART = re.compile(r"0x[0-9a-f]+")
+_OCTAL_PART = re.compile(r"0[0-7]*")
+_DECIMAL_PART = re.compile(r"[1-9][0-9]*")
+
+
+@dataclass(frozen=True, order=True)
+class Destination:
+    """A normalised host (lower-case name, dotted-quad IPv4 or compressed IPv6) and a port."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    @property
+    def is_ip(self) -> bool:
+        try:
+            ipaddress.ip_address(self.host)
+        except ValueError:
+            return False
+        return True
+
+
+def normalize_host(raw: str) -> str:
+    """The canonical form of a host as a resolver would read it, or DestinationError.
+
+    Names are lower-cased and lose one trailing dot. Anything a resolver would take as an IPv4
+    literal (`127.1`, `0x7f000001`, `017700000001`, `2130706433`) becomes its dotted quad, and
+    IPv6 literals become compressed form, with IPv4-mapped ones (`::ffff:127.0.0.1`) turned into
+    the IPv4 address they reach. So `127.1` matches only an entry for `127.0.0.1`, and a name
+    matches only the same name. Non-ASCII names are refused: clients send the xn-- form.
+    """
+    if not isinstance(raw, str) or not raw:
+        raise DestinationError("empty host")
+    if not raw.isascii():
+        raise DestinationError(f"non-ASCII host {raw!r}: use its xn-- form")
+    host = raw.lower()
+    if host.startswith("[") or host.endswith("]"):
+        if not (host.startswith("[") and host.endswith("]")):
+            raise DestinationError(f"unbalanced brackets in host {raw!r}")
+        return _normalize_ipv6(host[1:-1], raw)
+    if ":" in host:
+        return _normalize_ipv6(host, raw)
+    if host.endswith("."):
+        host = host[:-1]
+    if not host:
+        raise DestinationError(f"invalid host {raw!r}")
+    labels = host.split(".")
+    # A name whose last label is a number is an IPv4 literal to the resolver (inet_aton rules),
+    # so it is parsed as one, strictly, and refused when it is not a valid one.
+    if _NUMERIC_LABEL.fullmatch(labels[-1]):
+        return _normalize_ipv4(labels, raw)
+    if len(host) > 253 or not all(_LABEL.fullmatch(label) for label in labels):
+        raise DestinationError(f"invalid host name {raw!r}")
+    return host
+
+
+def _normalize_ipv4(parts: list[str], raw: str) -> str:
+    if len(parts) > 4:
+        raise DestinationError(f"invalid IPv4 literal {raw!r}")
+    values = []
+    for part in parts:
+        # Explicit patterns: int() alone would also take spaces, signs and underscores.
+        if _HEX_PART.fullmatch(part):
+            values.append(int(part[2:], 16))
+        elif _OCTAL_PART.fullmatch(part):
+            values.append(int(part, 8))
+        elif _DECIMAL_PART.fullmatch(part):
+            values.append(int(part, 10))
+        else:
+            raise DestinationError(f"invalid IPv4 literal {raw!r}")
+    # inet_aton: every part but the last is one byte; the last fills the remaining bytes.
+    *leading, last = values
+    if any(value > 0xFF for value in leading) or last >= 256 ** (4 - len(leading)):
+        raise DestinationError(f"invalid IPv4 literal {raw!r}")
+    number = last
+    for index, value in enumerate(leading):
+        number |= value << (8 * (3 - index))
+    return str(ipaddress.IPv4Address(number))
+
+
+def _normalize_ipv6(text: str, raw: str) -> str:
+    if "%" in text:
+        raise DestinationError(f"IPv6 zone ids are not allowed: {raw!r}")
+    try:
+        address = ipaddress.IPv6Address(text)
+    except ValueError:
+        raise DestinationError(f"invalid IPv6 literal {raw!r}") from None
+    mapped = address.ipv4_mapped
+    return str(mapped) if mapped is not None else address.compressed
+
+
+def parse_port(text: str) -> int:
+    if not _PORT.fullmatch(text or "") or not 0 < int(text) < 65536:
+        raise DestinationError(f"invalid port {text!r}")
+    return int(text)
+
+
+def parse_destination(text: str, default_port: int | None = None) -> Destination:
+    """`host:port` (IPv6 hosts in brackets) as a normalised Destination, or DestinationError."""
+    if not isinstance(text, str) or not text:
+        raise DestinationError("empty destination")
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0:
+            raise DestinationError(f"unbalanced brackets in {text!r}")
+        host, rest = text[: end + 1], text[end + 1 :]
+        if rest and not rest.startswith(":"):
+            raise DestinationError(f"invalid destination {text!r}")
+        port_text = rest[1:] if rest else None
+    else:
+        if text.count(":") > 1:
+            raise DestinationError(f"IPv6 literals need brackets: {text!r}")
+        host, sep, port_text = text.partition(":")
+        port_text = port_text if sep else None
+    if port_text is None:
+        if default_port is None:
+            raise DestinationError(f"no port in {text!r}")
+        port = default_port
+    else:
+        port = parse_port(port_text)
+    return Destination(normalize_host(host), port)
+
+
+class Allowlist:
+    """The set of destinations a proxy may connect to: exact host and port after normalisation."""
+
+    def __init__(self, entries: Iterable[str] = ()):
+        if isinstance(entries, str):
+            raise TypeError("entries must be a list of host:port strings, not one string")
+        destinations = set()
+        for entry in entries:
+            destination = parse_destination(entry)
+            if destination.is_ip and ipaddress.ip_address(destination.host).is_unspecified:
+                raise DestinationError(f"{entry!r} is not a destination (it means any address)")
+            destinations.add(destination)
+        self._destinations = frozenset(destinations)
+
+    @property
+    def entries(self) -> list[str]:
+        return [str(destination) for destination in sorted(self._destinations)]
+
+    def allows(self, destination: Destination) -> bool:
+        return destination in self._destinations
+
+    def __len__(self) -> int:
+        return len(self._destinations)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Allowlist) and other._destinations == self._destinations
+
+    def __repr__(self) -> str:
+        return f"Allowlist({self.entries!r})"
+
+
+@dataclass(frozen=True)
+class ProxyRequest:
+    """What an HTTP proxy request asks for: a tunnel (CONNECT) or one absolute-form request."""
+
+    kind: str  # "connect" or "http"
+    destination: Destination
+    requested: str  # the authority exactly as the client wrote it
+    head: bytes  # for "http": the request head to send upstream; for "connect": b""
+
+
+class ProxyRequestError(ValueError):
+    """A proxy request that is malformed or names an invalid destination (answered with a 4xx)."""
+
+    def __init__(self, status: int, message: str, requested: str = ""):
+        super().__init__(message)
+        self.status = status
+        self.requested = requested
+
+
+_HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate"}
+
+
+def parse_proxy_request(head: bytes) -> ProxyRequest:
+    """Parse a proxy request head (request line and headers, up to the blank line).
+
+    An absolute-form request is rewritten to origin form with `Connection: close`, so that one
+    client connection reaches exactly one destination.
+    """
+    try:
+        text = head.decode("ascii")
+    except UnicodeDecodeError:
+        raise ProxyRequestError(400, "request head is not ASCII") from None
+    lines = text.split("\r\n")
+    while lines and lines[-1] == "":
+        lines.pop()
+    if not lines:
+        raise ProxyRequestError(400, "empty request")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or not parts[0].isalpha():
+        raise ProxyRequestError(400, f"malformed request line {lines[0][:200]!r}")
+    method, target, version = parts
+    headers: list[tuple[str, str]] = []
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if not sep or not name or name != name.strip() or line[0] in " \t":
+            raise ProxyRequestError(400, f"malformed header line {line[:200]!r}")
+        headers.append((name, value.strip()))
+
+    if method.upper() == "CONNECT":
+        if "@" in target or "/" in target:
+            raise ProxyRequestError(400, "CONNECT needs host:port", target)
+        return ProxyRequest("connect", _destination_or_400(target, None), target, b"")
+
+    scheme, sep, rest = target.partition("://")
+    if not sep:
+        raise ProxyRequestError(400, "not a proxy request (use an absolute http:// URL or CONNECT)", target)
+    if scheme.lower() != "http":
+        raise ProxyRequestError(400, f"{scheme}:// needs CONNECT", target)
+    split = min((rest.find(c) for c in "/?#" if c in rest), default=len(rest))
+    authority, path = rest[:split], rest[split:]
+    if "@" in authority:
+        raise ProxyRequestError(400, "user information in the URL is not allowed", authority)
+    destination = _destination_or_400(authority, 80)
+    path = path.split("#", 1)[0]
+    if not path.startswith("/"):
+        path = "/" + path
+
+    named_by_connection = {
+        token.strip().lower()
+        for name, value in headers
+        if name.lower() == "connection"
+        for token in value.split(",")
+    }
+    dropped = _HOP_BY_HOP | named_by_connection | {"host"}
+    # The Host header is replaced by the URL's authority (as RFC 9112 asks of a proxy), so a
+    # request to an allowed address cannot name another virtual host served at that address.
+    kept = [("Host", authority)] + [(n, v) for n, v in headers if n.lower() not in dropped]
+    kept.append(("Connection", "close"))
+    upstream = [f"{method} {path} {version}"] + [f"{n}: {v}" for n, v in kept]
+    return ProxyRequest("http", destination, authority, ("\r\n".join(upstream) + "\r\n\r\n").encode("ascii"))
+
+
+def _destination_or_400(text: str, default_port: int | None) -> Destination:
+    try:
+        return parse_destination(text, default_port)
+    except DestinationError as exc:
+        raise ProxyRequestError(400, str(exc), text) from None
+
+
+# --- Files beside the socket --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EgressPaths:
+    """Where one proxy's files live, all derived from its socket path (see the module docstring)."""
+
+    socket: Path
+
+    @classmethod
+    def for_session(cls, egress_root: os.PathLike | str, session: str) -> EgressPaths:
+        if not session or "/" in session or session in (".", ".."):
+            raise ValueError(f"invalid session name {session!r}")
+        return cls(Path(egress_root) / session / "sandbox" / SOCKET_NAME)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "socket", Path(os.path.abspath(self.socket)))
+
+    @property
+    def sandbox_dir(self) -> Path:
+        """The folder to bind-mount (read-only) at SANDBOX_EGRESS_DIR: it holds the socket only."""
+        return self.socket.parent
+
+    @property
+    def state_dir(self) -> Path:
+        return self.socket.parent.parent
+
+    @property
+    def pid_file(self) -> Path:
+        return self.state_dir / f"{self.socket.stem}.pid"
+
+    @property
+    def policy_file(self) -> Path:
+        return self.state_dir / f"{self.socket.stem}-policy.json"
+
+    @property
+    def stderr_file(self) -> Path:
+        return self.state_dir / f"{self.socket.stem}.stderr"
+
+    def make_dirs(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.state_dir, 0o700)
+        self.sandbox_dir.mkdir(exist_ok=True)
+        # The sandbox user is another uid: it must be able to reach the socket in this folder.
+        os.chmod(self.sandbox_dir, 0o755)
+
+
+def read_policy(path: os.PathLike | str) -> tuple[Allowlist, str | None]:
+    """The allowlist and session name in a policy file; ValueError/OSError when unusable."""
+    with open(path, encoding="utf-8") as handle:
+        data = json.load(handle)
+    if not isinstance(data, dict) or not isinstance(data.get("allow"), list):
+        raise ValueError(f"{path}: expected an object with an 'allow' list")
+    if not all(isinstance(entry, str) for entry in data["allow"]):
+        raise ValueError(f"{path}: 'allow' must hold host:port strings")
+    session = data.get("session")
+    return Allowlist(data["allow"]), session if isinstance(session, str) else None
+
+
+def write_policy(path: os.PathLike | str, allow: Iterable[str], session: str | None = None) -> Allowlist:
+    """Validate `allow` and replace the policy file atomically (a reader sees old or new, whole)."""
+    allowlist = Allowlist(allow)
+    path = Path(path)
+    document = {"format": POLICY_FORMAT, "session": session, "allow": allowlist.entries}
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    with open(temporary, "w", encoding="utf-8") as handle:
+        json.dump(document, handle, indent=2)
+        handle.write("\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+    return allowlist
+
+
+# --- The proxy --------------------------------------------------------------------------------
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class _EventLog:
+    """Appends one JSON object per line; reopened on reload so the file can be rotated."""
+
+    def __init__(self, path: os.PathLike | str | None, session: str):
+        self.path = Path(path) if path is not None else None
+        self.session = session
+        self._handle = None
+        self._lock = threading.Lock()
+        self.reopen()
+
+    def reopen(self) -> None:
+        with self._lock:
+            if self._handle is not None:
+                self._handle.close()
+                self._handle = None
+            if self.path is not None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._handle = open(self.path, "a", encoding="utf-8")
+
+    def write(self, event: str, **fields: object) -> None:
+        record = {"time": _now(), "session": self.session, "event": event, **fields}
+        line = json.dumps(record, separators=(",", ":"), sort_keys=False) + "\n"
+        with self._lock:
+            if self._handle is not None:
+                self._handle.write(line)
+                self._handle.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._handle is not None:
+                self._handle.close()
+                self._handle = None
+
+
+class _Connection:
+    def __init__(self, kind: str):
+        self.kind = kind
+        self.started = time.monotonic()
+        self.destination: Destination | None = None
+        self.requested: str | None = None
+        self.bytes_up = 0
+        self.bytes_down = 0
+        self.relay: asyncio.Task | None = None
+        self.revoked = False
+
+
+class _Refused(Exception):
+    def __init__(self, reason: str, status: int = 403):
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
+
+
+def _unix_path(path: Path, dir_fd: int | None) -> str:
+    """A path to use for bind/connect: through /proc/self/fd when the real one is too long."""
+    text = str(path)
+    if len(os.fsencode(text)) <= _UNIX_PATH_MAX or dir_fd is None:
+        return text
+    return f"/proc/self/fd/{dir_fd}/{path.name}"
+
+
+def _connect_unix(path: Path, timeout: float) -> socket.socket:
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(_unix_path(path, dir_fd))
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    finally:
+        os.close(dir_fd)
+
+
+class EgressProxy:
+    """Serves one socket; connects only to destinations its allowlist holds.
+
+    With `policy_path`, the allowlist is that file: it is re-read when `reload()` is called (SIGHUP
+    in the detached process) and whenever the file has changed at the start of a connection, so a
+    tightened policy applies to every connection opened after the file is replaced. A policy file
+    that cannot be read refuses everything. A reload also cuts live connections the new policy no
+    longer allows. Without `policy_path`, the allowlist is `allow`, changed by `set_allowlist`.
+    """
+
+    def __init__(
+        self,
+        socket_path: os.PathLike | str,
+        allow: Iterable[str] | None = None,
+        *,
+        policy_path: os.PathLike | str | None = None,
+        log_path: os.PathLike | str | None = None,
+        session: str | None = None,
+        connect_timeout: float = CONNECT_TIMEOUT_S,
+        max_connections: int = MAX_CONNECTIONS,
+    ):
+        self.paths = EgressPaths(Path(socket_path))
+        self.policy_path = Path(policy_path) if policy_path is not None else None
+        self.connect_timeout = connect_timeout
+        self.max_connections = max_connections
+        self._policy_stamp: tuple | None = None
+        self._policy_session: str | None = None
+        if self.policy_path is not None:
+            if allow is not None:
+                write_policy(self.policy_path, allow, session)
+            self._allowlist = self._read_policy_file(fail_closed=False)
+        else:
+            self._allowlist = Allowlist(allow or ())
+        self.session = session or self._policy_session or self.paths.state_dir.name
+        self.log = _EventLog(log_path, self.session)
+        self._listener: socket.socket | None = None
+        self._socket_inode: tuple[int, int] | None = None
+        self._connections: set[_Connection] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._thread: threading.Thread | None = None
+        self._thread_error: BaseException | None = None
+
+    # Policy -------------------------------------------------------------------------------------
+
+    @property
+    def allowlist(self) -> Allowlist:
+        return self._allowlist
+
+    def _stamp(self) -> tuple | None:
+        try:
+            st = os.stat(self.policy_path)
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def _read_policy_file(self, *, fail_closed: bool) -> Allowlist:
+        stamp = self._stamp()
+        try:
+            allowlist, session = read_policy(self.policy_path)
+        except (OSError, ValueError) as exc:
+            if not fail_closed:
+                raise EgressError(f"cannot read the egress policy {self.policy_path}: {exc}") from None
+            self._policy_stamp = stamp
+            self.log.write("policy_error", error=str(exc), allow=[])
+            return Allowlist()
+        self._policy_stamp = stamp
+        self._policy_session = session
+        return allowlist
+
+    def _refresh_if_changed(self) -> None:
+        if self.policy_path is not None and self._stamp() != self._policy_stamp:
+            self._apply(self._read_policy_file(fail_closed=True), reason="policy file changed")
+
+    def _apply(self, allowlist: Allowlist, *, reason: str) -> None:
+        changed = allowlist != self._allowlist
+        self._allowlist = allowlist
+        if changed:
+            self.log.write("policy", reason=reason, allow=allowlist.entries)
+        for connection in list(self._connections):
+            if connection.destination is not None and not allowlist.allows(connection.destination):
+                connection.revoked = True
+                if connection.relay is not None:
+                    connection.relay.cancel()
+
+    def reload(self) -> None:
+        """Re-read the policy file (and reopen the log); safe to call from any thread."""
+
+        def do_reload() -> None:
+            self.log.reopen()
+            if self.policy_path is not None:
+                self._apply(self._read_policy_file(fail_closed=True), reason="reload")
+
+        self._call_in_loop(do_reload)
+
+    def set_allowlist(self, allow: Iterable[str]) -> None:
+        """Replace the allowlist (through the policy file when there is one); any thread."""
+        allowlist = Allowlist(allow)
+        if self.policy_path is not None:
+            write_policy(self.policy_path, allowlist.entries, self.session)
+            self.reload()
+        else:
+            self._call_in_loop(lambda: self._apply(allowlist, reason="set"))
+
+    def _call_in_loop(self, function) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            function()
+            return
+        if _running_loop() is loop:
+            function()
+            return
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                function()
+            finally:
+                done.set()
+
+        loop.call_soon_threadsafe(run)
+        done.wait(5.0)
+
+    # Listening ----------------------------------------------------------------------------------
+
+    def bind(self) -> None:
+        """Create the listening socket (replacing a stale one), connectable by any uid."""
+        self.paths.make_dirs()
+        path = self.paths.socket
+        try:
+            existing = os.lstat(path)
+        except FileNotFoundError:
+            existing = None
+        if existing is not None:
+            if not stat.S_ISSOCK(existing.st_mode):
+                raise EgressError(f"{path} exists and is not a socket")
+            os.unlink(path)
+        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(_unix_path(path, dir_fd))
+            os.chmod(path, 0o666)
+            listener.listen(64)
+            listener.setblocking(False)
+        except BaseException:
+            listener.close()
+            raise
+        finally:
+            os.close(dir_fd)
+        st = os.lstat(path)
+        self._socket_inode = (st.st_dev, st.st_ino)
+        self._listener = listener
+
+    def _unlink_own_socket(self) -> None:
+        try:
+            st = os.lstat(self.paths.socket)
+        except FileNotFoundError:
+            return
+        if (st.st_dev, st.st_ino) == self._socket_inode:
+            os.unlink(self.paths.socket)
+
+    async def serve(self, *, handle_signals: bool = False, ready=None) -> None:
+        """Serve until `close()` (or SIGTERM/SIGINT with handle_signals; SIGHUP then reloads).
+        `ready()` is called once connections are accepted and the signal handlers are in place."""
+        if self._listener is None:
+            self.bind()
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        if handle_signals:
+            self._loop.add_signal_handler(signal.SIGHUP, self.reload)
+            self._loop.add_signal_handler(signal.SIGTERM, self._stopping.set)
+            self._loop.add_signal_handler(signal.SIGINT, self._stopping.set)
+        server = await asyncio.start_unix_server(self._handle, sock=self._listener, limit=HTTP_HEAD_LIMIT)
+        self.log.write("start", pid=os.getpid(), socket=str(self.paths.socket), allow=self._allowlist.entries)
+        if ready is not None:
+            ready()
+        try:
+            await self._stopping.wait()
+        finally:
+            server.close()
+            for connection in list(self._connections):
+                if connection.relay is not None:
+                    connection.relay.cancel()
+            await server.wait_closed()
+            self._unlink_own_socket()
+            self.log.write("stop", pid=os.getpid())
+            self._listener = None
+
+    def start(self) -> EgressProxy:
+        """Serve from a background thread of this process; returns once the socket listens."""
+        ready = threading.Event()
+
+        def run() -> None:
+            try:
+                asyncio.run(self.serve(ready=ready.set))
+            except BaseException as exc:  # reported to the caller of start()
+                self._thread_error = exc
+                ready.set()
+
+        self.bind()
+        self._thread = threading.Thread(target=run, name=f"egress-proxy-{self.session}", daemon=True)
+        self._thread.start()
+        ready.wait(START_TIMEOUT_S)
+        if self._thread_error is not None:
+            raise EgressError(f"egress proxy failed to start: {self._thread_error}")
+        return self
+
+    def close(self) -> None:
+        """Stop serving (from another thread than the proxy's), remove the socket, close the log."""
+        loop, stopping = self._loop, self._stopping
+        if loop is not None and stopping is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(stopping.set)
+            except RuntimeError:
+                pass  # the loop has just finished
+        if self._thread is not None:
+            self._thread.join(STOP_TIMEOUT_S)
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+            self._unlink_own_socket()
+        self.log.close()
+
+    def __enter__(self) -> EgressProxy:
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    # Connections --------------------------------------------------------------------------------
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connection = _Connection("unknown")
+        upstream: asyncio.StreamWriter | None = None
+        decision, reason, error = None, None, None
+        try:
+            try:
+                line = await asyncio.wait_for(reader.readline(), HEADER_TIMEOUT_S)
+            except (TimeoutError, ValueError, ConnectionError):
+                line = b"?"  # a stalled or oversized header is refused like a malformed one
+            if not line:
+                return  # a liveness probe
+            if len(self._connections) >= self.max_connections:
+                raise _Refused("too many connections", 503)
+            text = line.rstrip(b"\r\n")
+            if len(line) > HEADER_LIMIT or not line.endswith(b"\n"):
+                raise _Refused("malformed header line")
+            if text.startswith(b"FORWARD "):
+                connection.kind = "forward"
+                requested = text[len(b"FORWARD ") :].decode("ascii", "replace")
+                connection.requested = requested
+                try:
+                    connection.destination = parse_destination(requested)
+                except DestinationError as exc:
+                    raise _Refused(f"invalid destination: {exc}") from None
+                self._check(connection.destination)
+                upstream_reader, upstream = await self._open_upstream(connection)
+                self._check(connection.destination)  # the policy may have changed while connecting
+                first = b""
+            elif text == b"PROXY":
+                connection.kind = "proxy"
+                request = await self._read_proxy_request(reader, connection)
+                connection.kind = request.kind
+                connection.destination = request.destination
+                self._check(request.destination)
+                upstream_reader, upstream = await self._open_upstream(connection, http=True, writer=writer)
+                self._check(request.destination)
+                if request.kind == "connect":
+                    writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    first = b""
+                else:
+                    first = request.head
+            else:
+                connection.requested = text[:200].decode("ascii", "replace")
+                raise _Refused("malformed header line")
+
+            decision = "allowed"
+            self._connections.add(connection)
+            if first:
+                upstream.write(first)
+                connection.bytes_up += len(first)
+            connection.relay = asyncio.ensure_future(
+                self._relay(reader, writer, upstream_reader, upstream, connection)
+            )
+            try:
+                await connection.relay
+            except asyncio.CancelledError:
+                if not connection.revoked:
+                    raise
+            except (ConnectionError, OSError) as exc:
+                error = f"{type(exc).__name__}: {exc}"
+        except _Refused as refusal:
+            decision, reason = "refused", refusal.reason
+            if connection.kind in ("proxy", "connect", "http"):
+                await _send_refusal(writer, refusal.status, refusal.reason)
+        except _UpstreamFailed as failure:
+            decision, error = "allowed", failure.message
+        except (ConnectionError, OSError) as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            decision = decision or "refused"
+            reason = reason or "client connection failed"
+        finally:
+            self._connections.discard(connection)
+            for stream in (upstream, writer):
+                if stream is not None:
+                    stream.close()
+            if decision is not None:
+                self._log_connection(connection, decision, reason, error)
+
+    def _check(self, destination: Destination) -> None:
+        self._refresh_if_changed()
+        if not self._allowlist.allows(destination):
+            raise _Refused("not in allowlist")
+
+    async def _read_proxy_request(
+        self, reader: asyncio.StreamReader, connection: _Connection
+    ) -> ProxyRequest:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEADER_TIMEOUT_S)
+        except asyncio.LimitOverrunError:
+            raise _Refused("request head too large", 431) from None
+        except (TimeoutError, asyncio.IncompleteReadError):
+            raise _Refused("incomplete request head", 400) from None
+        try:
+            request = parse_proxy_request(head)
+        except ProxyRequestError as exc:
+            connection.requested = exc.requested or None
+            raise _Refused(f"bad request: {exc}", exc.status) from None
+        connection.requested = request.requested
+        return request
+
+    async def _open_upstream(self, connection: _Connection, *, http: bool = False, writer=None):
+        destination = connection.destination
+        try:
+            # The checked, normalised host is what gets resolved and connected, never the raw text.
+            return await asyncio.wait_for(
+                asyncio.open_connection(destination.host, destination.port, limit=RELAY_CHUNK),
+                self.connect_timeout,
+            )
+        except (TimeoutError, OSError) as exc:
+            message = f"connect failed: {type(exc).__name__}: {exc}".rstrip(": ")
+            if http and writer is not None:
+                await _send_refusal(writer, 502, message, refused=False)
+            raise _UpstreamFailed(message) from None
+
+    async def _relay(
+        self, client_reader, client_writer, upstream_reader, upstream_writer, connection
+    ) -> None:
+        async def pump(reader, writer, counter: str) -> None:
+            while True:
+                data = await reader.read(RELAY_CHUNK)
+                if not data:
+                    break
+                writer.write(data)
+                setattr(connection, counter, getattr(connection, counter) + len(data))
+                await writer.drain()
+            if writer.can_write_eof() and not writer.is_closing():
+                try:
+                    writer.write_eof()
+                except OSError:
+                    pass
+
+        up = asyncio.ensure_future(pump(client_reader, upstream_writer, "bytes_up"))
+        down = asyncio.ensure_future(pump(upstream_reader, client_writer, "bytes_down"))
+        try:
+            # Half-closes pass through; a failure on either side ends both.
+            done, pending = await asyncio.wait({up, down}, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                if task.exception() is not None:
+                    raise task.exception()
+        finally:
+            for task in (up, down):
+                task.cancel()
+            await asyncio.gather(up, down, return_exceptions=True)
+
+    def _log_connection(
+        self, connection: _Connection, decision: str, reason: str | None, error: str | None
+    ) -> None:
+        destination = str(connection.destination) if connection.destination is not None else None
+        # `destination` is the normalised pair that was checked (null when the request named none
+        # that parses); `requested` is the text as the client wrote it, when it differs.
+        fields: dict[str, object] = {
+            "kind": connection.kind,
+            "destination": destination,
+            "decision": decision,
+        }
+        if connection.requested is not None and connection.requested != destination:
+            fields["requested"] = connection.requested[:300]
+        if reason:
+            fields["reason"] = reason
+        if error:
+            fields["error"] = error
+        if connection.revoked:
+            fields["ended"] = "revoked by policy"
+        fields["bytes_up"] = connection.bytes_up
+        fields["bytes_down"] = connection.bytes_down
+        fields["duration_ms"] = round((time.monotonic() - connection.started) * 1000)
+        self.log.write("connection", **fields)
+
+
+class _UpstreamFailed(Exception):
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+async def _send_refusal(
+    writer: asyncio.StreamWriter, status: int, reason: str, *, refused: bool = True
+) -> None:
+    titles = {
+        400: "Bad Request",
+        403: "Forbidden",
+        431: "Request Header Fields Too Large",
+        502: "Bad Gateway",
+        503: "Service Unavailable",
+    }
+    body = f"cairn egress: {reason}\n".encode("utf-8", "replace")
+    head = (
+        f"HTTP/1.1 {status} {titles.get(status, 'Error')}\r\n"
+        "Content-Type: text/plain; charset=utf-8\r\n"
+        f"Content-Length: {len(body)}\r\n"
+        "Connection: close\r\n"
+        f"X-Cairn-Egress: {'refused' if refused else 'failed'}\r\n\r\n"
+    ).encode("ascii")
+    try:
+        writer.write(head + body)
+        await asyncio.wait_for(writer.drain(), 5.0)
+    except (TimeoutError, OSError):
+        pass
+
+
+# --- The detached process -----------------------------------------------------------------------
+
+
+def running_pid(socket_path: os.PathLike | str) -> int | None:
+    """The pid of the proxy serving this socket, or None when none is (a stale pid file is none).
+
+    Liveness is the pid file's flock, held by the proxy for as long as it runs: unlike a pid,
+    it cannot be fooled by a recycled pid or a zombie.
+    """
+    pid_file = EgressPaths(Path(socket_path)).pid_file
+    try:
+        fd = os.open(pid_file, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pass
+        else:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        for _ in range(50):  # the lock is taken a moment before the pid is written
+            text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            if text.isdigit():
+                return int(text)
+            time.sleep(0.01)
+        return None
+    finally:
+        os.close(fd)
+
+
+def _socket_answers(socket_path: Path, timeout: float = 2.0) -> bool:
+    try:
+        _connect_unix(socket_path, timeout).close()
+    except OSError:
+        return False
+    return True
+
+
+def start_detached(
+    socket_path: os.PathLike | str,
+    allow: Iterable[str],
+    log_path: os.PathLike | str,
+    *,
+    session: str | None = None,
+    python: str | None = None,
+    timeout: float = START_TIMEOUT_S,
+) -> int:
+    """Start a proxy for `socket_path` in its own session, detached from this process, and
+    return its pid once the socket accepts connections. It keeps serving after this process
+    (the GUI) exits. Its stdout/stderr go to `<socket stem>.stderr` beside the pid file; its
+    connection log is `log_path`. Raises EgressAlreadyRunning if one serves the socket already.
+    """
+    paths = EgressPaths(Path(socket_path))
+    paths.make_dirs()
+    pid = running_pid(paths.socket)
+    if pid is not None:
+        raise EgressAlreadyRunning(f"an egress proxy (pid {pid}) already serves {paths.socket}")
+    write_policy(paths.policy_file, allow, session)
+    argv = [
+        python or sys.executable, "-u", os.path.abspath(__file__),
+        "--socket", str(paths.socket),
+        "--policy", str(paths.policy_file),
+        "--pid-file", str(paths.pid_file),
+        "--log", os.path.abspath(log_path),
+        "--detach",
+    ]  # fmt: skip
+    if session:
+        argv += ["--session", session]
+    with open(paths.stderr_file, "ab") as output:
+        try:
+            # The child forks the server and exits when it listens (or has failed): no zombie is
+            # left behind for this process to reap, and no pipe stays open to wait on.
+            result = subprocess.run(
+                argv, stdin=subprocess.DEVNULL, stdout=output, stderr=output, cwd="/", timeout=timeout
+            )
+        except subprocess.TimeoutExpired:
+            stop(paths.socket)  # in case the server got as far as serving after all
+            raise EgressError(
+                f"the egress proxy did not start within {timeout:g} s ({_tail(paths.stderr_file)})"
+            ) from None
+    if result.returncode == 3:
+        raise EgressAlreadyRunning(f"an egress proxy already serves {paths.socket}")
+    if result.returncode != 0:
+        raise EgressError(f"the egress proxy failed to start: {_tail(paths.stderr_file)}")
+    pid = running_pid(paths.socket)
+    if pid is None:
+        raise EgressError(f"the egress proxy exited right after starting: {_tail(paths.stderr_file)}")
+    return pid
+
+
+def ensure_running(
+    socket_path: os.PathLike | str,
+    allow: Iterable[str],
+    log_path: os.PathLike | str,
+    *,
+    session: str | None = None,
+    python: str | None = None,
+) -> int:
+    """The pid of a proxy serving `socket_path` with exactly `allow`: the running one (its policy
+    replaced by `allow`, as current settings always win) or a new one when the pid file is stale
+    or the socket does not answer."""
+    paths = EgressPaths(Path(socket_path))
+    pid = running_pid(paths.socket)
+    if pid is not None and _socket_answers(paths.socket):
+        set_allowlist(paths.socket, allow, session=session)
+        return pid
+    if pid is not None:
+        stop(paths.socket)
+    try:
+        return start_detached(paths.socket, allow, log_path, session=session, python=python)
+    except EgressAlreadyRunning:
+        # Another caller won the race to start it; use that one, with this policy.
+        set_allowlist(paths.socket, allow, session=session)
+        pid = running_pid(paths.socket)
+        if pid is None:
+            raise
+        return pid
+
+
+def set_allowlist(
+    socket_path: os.PathLike | str, allow: Iterable[str], *, session: str | None = None
+) -> Allowlist:
+    """Replace the policy file and tell the running proxy (SIGHUP). Connections opened after this
+    returns see the new allowlist even before the signal is handled (the proxy checks the file
+    at each connection); the signal also cuts live connections it no longer allows."""
+    paths = EgressPaths(Path(socket_path))
+    if session is None and paths.policy_file.exists():
+        try:
+            session = read_policy(paths.policy_file)[1]
+        except (OSError, ValueError):
+            session = None
+    paths.make_dirs()
+    allowlist = write_policy(paths.policy_file, allow, session)
+    pid = running_pid(paths.socket)
+    if pid is not None:
+        try:
+            os.kill(pid, signal.SIGHUP)
+        except ProcessLookupError:
+            pass
+    return allowlist
+
+
+def stop(socket_path: os.PathLike | str, timeout: float = STOP_TIMEOUT_S) -> bool:
+    """Stop the proxy serving `socket_path` (SIGTERM, then SIGKILL); True if one was running."""
+    paths = EgressPaths(Path(socket_path))
+    pid = running_pid(paths.socket)
+    if pid is None:
+        return False
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return True
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if running_pid(paths.socket) is None:
+                return True
+            time.sleep(0.02)
+    raise EgressError(f"egress proxy pid {pid} did not stop")
+
+
+def _tail(path: Path, limit: int = 800) -> str:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - limit))
+            text = handle.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return "no output"
+    return text.replace("\n", " | ") or "no output"
+
+
+# --- Launch-spec helpers -----------------------------------------------------------------------
+
+
+def forwarder_argv(
+    script: str,
+    *,
+    proxy_port: int | None = None,
+    forwards: Mapping[int, str] | None = None,
+    socket_path: str = SANDBOX_SOCKET,
+    python: str = "python3",
+) -> list[str]:
+    """The in-sandbox command that runs the forwarder: an HTTP proxy port and/or fixed forwards
+    `{local port: "host:port"}` (each checked here so a typo fails before the sandbox starts)."""
+    argv = [python, script, "--socket", socket_path]
+    if proxy_port is not None:
+        argv += ["--proxy", str(int(proxy_port))]
+    for local_port, destination in sorted((forwards or {}).items()):
+        argv += ["--forward", f"{int(local_port)}={parse_destination(destination)}"]
+    return argv
+
+
+def proxy_environment(proxy_port: int) -> dict[str, str]:
+    """Variables that send proxy-aware clients in the sandbox through the forwarder's proxy port.
+    Loopback stays direct: there it means the sandbox itself (and its fixed forwards)."""
+    url = f"http://127.0.0.1:{int(proxy_port)}"
+    no_proxy = ",".join(LOCAL_NAMES)
+    return {
+        "HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url,
+        "NO_PROXY": no_proxy, "no_proxy": no_proxy,
+    }  # fmt: skip
+
+
+# --- Command line -------------------------------------------------------------------------------
+
+
+def _acquire_pid_file(path: Path) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    # running_pid() takes a shared lock for a moment to look: retry briefly before giving up.
+    for _ in range(50):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            time.sleep(0.02)
+    os.close(fd)
+    raise EgressAlreadyRunning(f"another egress proxy holds {path}")
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m core.sandbox.egress",
+        description="Serve a sandbox's egress socket, connecting only to allowlisted host:port pairs.",
+    )
+    parser.add_argument("--socket", required=True, help="the unix socket to serve")
+    parser.add_argument(
+        "--allow",
+        action="append",
+        metavar="HOST:PORT",
+        help="an allowed destination (repeatable); written to the policy file",
+    )
+    parser.add_argument(
+        "--policy", help="the JSON policy file, re-read on SIGHUP (default: beside the socket's folder)"
+    )
+    parser.add_argument("--log", required=True, help="the JSON-lines connection log")
+    parser.add_argument("--session", help="the session name written in each log line")
+    parser.add_argument("--pid-file", help="held locked while serving (default: beside the socket's folder)")
+    parser.add_argument("--detach", action="store_true", help="fork into a new session; exit once listening")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
+    paths = EgressPaths(Path(args.socket))
+    policy = Path(os.path.abspath(args.policy)) if args.policy else paths.policy_file
+    pid_file = Path(os.path.abspath(args.pid_file)) if args.pid_file else paths.pid_file
+    log_path = os.path.abspath(args.log)
+
+    ready_fd = None
+    if args.detach:
+        read_end, ready_fd = os.pipe()
+        if os.fork() > 0:
+            os.close(ready_fd)
+            with os.fdopen(read_end, "rb") as pipe:
+                message = pipe.read().decode("utf-8", "replace")
+            if message.startswith("ready"):
+                return 0
+            print(message.strip() or "egress proxy exited before it was ready", file=sys.stderr)
+            return 3 if message.startswith("running") else 1
+        os.close(read_end)
+        os.setsid()
+        os.chdir("/")
+
+    def report(text: str) -> None:
+        if ready_fd is not None:
+            os.write(ready_fd, text.encode("utf-8", "replace"))
+
+    try:
+        paths.make_dirs()
+        pid_fd = _acquire_pid_file(pid_file)
+    except EgressAlreadyRunning as exc:
+        report(f"running: {exc}")
+        print(exc, file=sys.stderr)
+        return 3
+    # Until serve() installs its handler, a reload request must not kill the process.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        proxy = EgressProxy(
+            paths.socket, args.allow, policy_path=policy, log_path=log_path, session=args.session
+        )
+        proxy.bind()
+    except (EgressError, OSError, ValueError) as exc:
+        report(f"error: {exc}")
+        print(f"egress proxy: {exc}", file=sys.stderr)
+        return 1
+
+    def ready() -> None:
+        # The pid is written only now, so whoever finds it can signal a process that handles it.
+        os.ftruncate(pid_fd, 0)
+        os.pwrite(pid_fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        if ready_fd is not None:
+            report("ready")
+            os.close(ready_fd)
+
+    try:
+        asyncio.run(proxy.serve(handle_signals=True, ready=ready))
+    finally:
+        proxy.log.close()
+        os.close(pid_fd)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
