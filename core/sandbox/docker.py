@@ -1,0 +1,636 @@
+"""The Docker sandbox backend: one hardened container per workspace session, found again by label.
+
+Owns container creation, attach checks and execs through docker-py; leaves secrets (each exec's env),
+the egress proxy behind /cairn/egress, and the decision to recreate after Gone/Mismatch to others.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from core.errors import Conflict
+from core.sandbox.base import (
+    CONTAINER_HOME,
+    CONTAINER_RUNS,
+    CONTAINER_WORKSPACE,
+    DETACHED_WRAPPER,
+    NETWORK_MODES,
+    Attached,
+    AttachResult,
+    Capabilities,
+    DetachedProcess,
+    ExecResult,
+    ExecStream,
+    ExecTimeout,
+    Gone,
+    ImageMissing,
+    LiveSession,
+    Mismatch,
+    MountSpec,
+    OutputChunk,
+    SandboxBackend,
+    SandboxError,
+    SandboxSpec,
+    SandboxUnavailable,
+    SessionState,
+    SessionSummary,
+    check_env,
+    check_run_id,
+    next_generation,
+    prepare_host_dirs,
+    read_pid,
+    reset_run_dir,
+)
+
+LABEL_MANAGED = "cairn.managed"
+LABEL_WORKSPACE = "cairn.workspace"
+LABEL_SESSION = "cairn.session"
+LABEL_SNAPSHOT = "cairn.snapshot"
+LABEL_GENERATION = "cairn.generation"
+LABEL_DATA_DIR = "cairn.data_dir"
+RESERVED_LABELS = frozenset({LABEL_MANAGED, LABEL_WORKSPACE, LABEL_SESSION, LABEL_SNAPSHOT,
+                             LABEL_GENERATION, LABEL_DATA_DIR})
+
+DEFAULT_SOCKET = "/var/run/docker.sock"
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+CONNECT_TIMEOUT_S = 10
+API_TIMEOUT_S = 120
+DETACHED_START_TIMEOUT_S = 15
+STOP_TIMEOUT_S = 5
+RUN_TMPFS_OPTIONS = "rw,nosuid,nodev,noexec,size=16m"
+
+
+def container_name_for(session_id: str) -> str:
+    return f"cairn-{session_id}"
+
+
+class DockerBackend(SandboxBackend):
+    """Sandboxes as local Docker containers, hardened by default (see DESIGN.md, "Sandbox defaults")."""
+
+    name = "docker"
+    capabilities = Capabilities(
+        reattach=True,
+        recreate_from_snapshot=True,
+        per_exec_env=True,
+        network_modes=NETWORK_MODES,
+        isolated=True,
+    )
+
+    def __init__(self, data_dir: str | os.PathLike[str], *, base_url: str | None = None, client: Any = None):
+        """`data_dir` is the Cairn data folder: its sandboxes carry it as a label, so two data folders
+        never adopt each other's containers. `base_url` overrides DOCKER_HOST; `client` is a ready
+        docker.DockerClient to use instead of connecting."""
+        self.data_dir = str(Path(data_dir).expanduser().resolve())
+        self._base_url = base_url
+        self._client = client
+        self._lock = threading.Lock()
+
+    # --- connection -------------------------------------------------------------------------
+
+    def _where(self) -> str:
+        return self._base_url or os.environ.get("DOCKER_HOST") or f"unix://{DEFAULT_SOCKET}"
+
+    @property
+    def api(self):
+        """The low-level docker-py API client, connecting on first use."""
+        with self._lock:
+            if self._client is None:
+                self._client = self._connect()
+            return self._client.api
+
+    def _connect(self):
+        import docker
+
+        try:
+            if self._base_url:
+                client = docker.DockerClient(base_url=self._base_url, timeout=CONNECT_TIMEOUT_S)
+            else:
+                client = docker.from_env(timeout=CONNECT_TIMEOUT_S)
+            client.api.timeout = API_TIMEOUT_S
+            return client
+        except Exception as exc:  # docker-py wraps every transport failure differently
+            raise self._unavailable(exc) from exc
+
+    def _unavailable(self, exc: BaseException) -> SandboxUnavailable:
+        where = self._where()
+        socket_path = where[len("unix://"):] if where.startswith("unix://") else None
+        chain = _exception_chain(exc)
+        text = " ".join(str(e) for e in chain)
+        if any(isinstance(e, PermissionError) for e in chain) or "Permission denied" in text:
+            return SandboxUnavailable.permission_denied(socket_path or where)
+        missing_socket = socket_path is not None and not os.path.exists(socket_path)
+        if (missing_socket and socket_path == DEFAULT_SOCKET
+                and shutil.which("dockerd") is None and shutil.which("docker") is None):
+            return SandboxUnavailable.not_installed()
+        refused = any(isinstance(e, (FileNotFoundError, ConnectionRefusedError)) for e in chain)
+        if missing_socket or refused or "Connection refused" in text or "No such file" in text:
+            return SandboxUnavailable.not_running(where)
+        return SandboxUnavailable(f"Docker at {where} did not answer ({_first_line(text)})",
+                                  hint="check that the daemon runs: docker info")
+
+    def check(self) -> None:
+        try:
+            self.api.ping()
+        except SandboxUnavailable:
+            raise
+        except Exception as exc:
+            raise self._unavailable(exc) from exc
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+    # --- create -----------------------------------------------------------------------------
+
+    def resolve_image(self, image: str) -> dict[str, Any]:
+        """The local image's inspect data; ImageMissing when it is not here (never pulls)."""
+        import docker.errors
+
+        try:
+            return self.api.inspect_image(image)
+        except docker.errors.ImageNotFound as exc:
+            raise ImageMissing(image) from exc
+        except docker.errors.NotFound as exc:
+            raise ImageMissing(image) from exc
+
+    def labels_for(self, spec: SandboxSpec, generation: int, snapshot_id: str | None) -> dict[str, str]:
+        clash = RESERVED_LABELS & set(spec.labels)
+        if clash:
+            raise ValueError(f"labels {sorted(clash)} are Cairn's own and cannot be given in a spec")
+        return {
+            **spec.labels,
+            LABEL_MANAGED: "1",
+            LABEL_WORKSPACE: spec.workspace_id,
+            LABEL_SESSION: spec.session_id,
+            LABEL_SNAPSHOT: snapshot_id or "",
+            LABEL_GENERATION: str(generation),
+            LABEL_DATA_DIR: self.data_dir,
+        }
+
+    def create(self, spec: SandboxSpec, *, previous: SessionState | None = None
+               ) -> tuple[SessionState, LiveSession]:
+        import docker.errors
+        import docker.types
+
+        api = self.api
+        generation = next_generation(spec, previous)
+        image = self.resolve_image(spec.image)
+        image_id = image["Id"]
+        prepare_host_dirs(spec)
+        uid, gid = spec.user
+        mounts = spec.mounts()
+        limits = spec.limits
+        cpus = min(float(limits.cpus), float(os.cpu_count() or 1))
+        host_config = api.create_host_config(
+            mounts=[docker.types.Mount(m.target, m.source, type="bind", read_only=m.read_only) for m in mounts],
+            tmpfs={"/tmp": f"rw,nosuid,nodev,size={limits.tmp_bytes}", "/run": RUN_TMPFS_OPTIONS},
+            read_only=True,
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            pids_limit=limits.pids,
+            mem_limit=limits.memory_bytes,
+            memswap_limit=limits.memory_bytes,
+            nano_cpus=int(cpus * 1e9),
+            network_mode="bridge" if spec.network == "open" else "none",
+            init=True,
+        )
+        # Only fixed, non-secret values: Docker writes the create config to disk. Secrets go into
+        # each exec's environment.
+        environment = {"HOME": CONTAINER_HOME, "PATH": _image_path(image), "LANG": "C.UTF-8"}
+        name = container_name_for(spec.session_id)
+        try:
+            created = api.create_container(
+                image=image_id,
+                command=["sleep", "infinity"],
+                user=f"{uid}:{gid}",
+                environment=environment,
+                working_dir=CONTAINER_WORKSPACE,
+                labels=self.labels_for(spec, generation, spec.snapshot_id),
+                name=name,
+                hostname="cairn",
+                host_config=host_config,
+            )
+        except docker.errors.APIError as exc:
+            if exc.status_code == 409:
+                raise Conflict(f"a sandbox named {name} already exists",
+                               hint="attach to it, or remove it before creating a new one") from exc
+            if exc.status_code == 404:
+                raise ImageMissing(spec.image) from exc
+            raise SandboxError(f"Docker refused to create {name}: {_api_message(exc)}") from exc
+        container_id = created["Id"]
+        try:
+            api.start(container_id)
+            info = api.inspect_container(container_id)
+            if not info["State"]["Running"]:
+                error = info["State"].get("Error") or "no error given"
+                raise SandboxError(f"{name} stopped right after it started: {error}")
+        except Exception as exc:
+            # The container is ours and half made; nothing else refers to it yet.
+            try:
+                api.remove_container(container_id, force=True)
+            except docker.errors.APIError:
+                pass
+            if isinstance(exc, SandboxError):
+                raise
+            raise SandboxError(f"{name} could not be started: {_api_message(exc)}") from exc
+        state = SessionState(
+            backend=self.name,
+            container_id=container_id,
+            container_name=name,
+            image_digest=image_id,
+            mounts=mounts,
+            generation=generation,
+            snapshot_id=spec.snapshot_id,
+        )
+        return state, DockerLiveSession(self, state, spec, container_id)
+
+    # --- attach -----------------------------------------------------------------------------
+
+    def attach(self, state: SessionState, spec: SandboxSpec) -> AttachResult:
+        import docker.errors
+
+        if state.backend != self.name:
+            return Mismatch([f"the session state belongs to the {state.backend} backend"])
+        api = self.api
+        ref = state.container_id or state.container_name
+        if not ref:
+            return Gone("the session state names no container")
+        try:
+            info = api.inspect_container(ref)
+        except docker.errors.NotFound:
+            replaced = self._replacement(state)
+            if replaced is not None:
+                return Mismatch([f"container {state.container_name} was replaced by another one ({replaced[:12]})"])
+            return Gone(f"container {state.container_name or ref} ({(state.container_id or '')[:12]}) no longer exists")
+        reasons = self.compare(info, state, spec)
+        if reasons:
+            return Mismatch(reasons)
+        if not info["State"]["Running"]:
+            api.start(info["Id"])
+            info = api.inspect_container(info["Id"])
+            if not info["State"]["Running"]:
+                raise SandboxError(f"{state.container_name} did not stay up after a restart: "
+                                   f"{info['State'].get('Error') or 'exit code ' + str(info['State'].get('ExitCode'))}")
+        return Attached(DockerLiveSession(self, state, spec, info["Id"]))
+
+    def _replacement(self, state: SessionState) -> str | None:
+        import docker.errors
+
+        if not state.container_name or not state.container_id:
+            return None
+        try:
+            other = self.api.inspect_container(state.container_name)
+        except docker.errors.NotFound:
+            return None
+        return other["Id"] if other["Id"] != state.container_id else None
+
+    def compare(self, info: Mapping[str, Any], state: SessionState, spec: SandboxSpec) -> list[str]:
+        """Why the inspected container is not the sandbox `state` and `spec` describe ([] if it is)."""
+        reasons: list[str] = []
+        actual_image = info.get("Image")
+        if actual_image != state.image_digest:
+            reasons.append(f"image differs: container runs {actual_image}, the state records {state.image_digest}")
+        if spec.image.startswith("sha256:") and spec.image != actual_image:
+            reasons.append(f"image differs: container runs {actual_image}, the spec asks for {spec.image}")
+        if spec.snapshot_id != state.snapshot_id:
+            reasons.append(f"snapshot differs: the state carries {state.snapshot_id}, the spec {spec.snapshot_id}")
+        actual_labels = (info.get("Config") or {}).get("Labels") or {}
+        for key, want in self.labels_for(spec, state.generation, state.snapshot_id).items():
+            have = actual_labels.get(key)
+            if have != want:
+                reasons.append(f"label {key} is {have!r}, expected {want!r}")
+        actual_mounts = {
+            MountSpec(m.get("Source", ""), m.get("Destination", ""), not m.get("RW", True))
+            for m in info.get("Mounts") or []
+            if m.get("Type") == "bind"
+        }
+        for label, expected in (("state", set(state.mounts)), ("spec", set(spec.mounts()))):
+            for m in sorted(expected - actual_mounts, key=lambda m: m.target):
+                reasons.append(f"mount {m.source} -> {m.target} ({'ro' if m.read_only else 'rw'}) "
+                               f"from the {label} is not on the container")
+            for m in sorted(actual_mounts - expected, key=lambda m: m.target):
+                reasons.append(f"mount {m.source} -> {m.target} ({'ro' if m.read_only else 'rw'}) "
+                               f"on the container is not in the {label}")
+        uid, gid = spec.user
+        actual_user = (info.get("Config") or {}).get("User")
+        if actual_user != f"{uid}:{gid}":
+            reasons.append(f"user differs: container runs as {actual_user!r}, the spec asks for {uid}:{gid}")
+        want_network = "bridge" if spec.network == "open" else "none"
+        actual_network = (info.get("HostConfig") or {}).get("NetworkMode")
+        if actual_network != want_network:
+            reasons.append(f"network differs: container has {actual_network!r}, the spec asks for "
+                           f"{spec.network!r} ({want_network})")
+        return list(dict.fromkeys(reasons))
+
+    # --- listing and removal ----------------------------------------------------------------
+
+    def _filters(self) -> dict[str, Any]:
+        return {"label": [f"{LABEL_MANAGED}=1", f"{LABEL_DATA_DIR}={self.data_dir}"]}
+
+    def list_sessions(self) -> list[SessionSummary]:
+        out = []
+        for c in self.api.containers(all=True, filters=self._filters()):
+            labels = c.get("Labels") or {}
+            generation = labels.get(LABEL_GENERATION)
+            out.append(SessionSummary(
+                container_id=c["Id"],
+                container_name=(c.get("Names") or ["/"])[0].lstrip("/"),
+                workspace_id=labels.get(LABEL_WORKSPACE),
+                session_id=labels.get(LABEL_SESSION),
+                snapshot_id=labels.get(LABEL_SNAPSHOT) or None,
+                generation=int(generation) if generation and generation.isdigit() else None,
+                status=c.get("State") or "unknown",
+                image=c.get("ImageID") or c.get("Image") or "",
+                created=datetime.fromtimestamp(c.get("Created", 0), tz=timezone.utc),
+            ))
+        return sorted(out, key=lambda s: s.created)
+
+    def remove(self, container_id_or_name: str) -> bool:
+        import docker.errors
+
+        try:
+            info = self.api.inspect_container(container_id_or_name)
+        except docker.errors.NotFound:
+            return False
+        labels = (info.get("Config") or {}).get("Labels") or {}
+        if labels.get(LABEL_MANAGED) != "1" or labels.get(LABEL_DATA_DIR) != self.data_dir:
+            raise SandboxError(f"{container_id_or_name} is not a sandbox of this Cairn data folder; "
+                               "Cairn leaves it alone")
+        try:
+            self.api.remove_container(info["Id"], force=True)
+        except docker.errors.NotFound:
+            return False
+        return True
+
+
+class DockerExecStream(ExecStream):
+    def __init__(self, api: Any, exec_id: str):
+        self._api = api
+        self.exec_id = exec_id
+        self._gen = None
+
+    def __iter__(self) -> Iterator[OutputChunk]:
+        self._gen = self._api.exec_start(self.exec_id, stream=True, demux=True)
+        try:
+            for out, err in self._gen:
+                if out:
+                    yield OutputChunk("stdout", out)
+                if err:
+                    yield OutputChunk("stderr", err)
+        finally:
+            self._gen.close()
+        self.exit_code = _exec_exit_code(self._api, self.exec_id)
+
+    def close(self) -> None:
+        if self._gen is not None:
+            self._gen.close()
+
+
+class DockerLiveSession(LiveSession):
+    """A running container of this backend."""
+
+    def __init__(self, backend: DockerBackend, state: SessionState, spec: SandboxSpec, container_id: str):
+        super().__init__(state, spec)
+        self.backend = backend
+        self.container_id = container_id
+
+    @property
+    def _api(self):
+        return self.backend.api
+
+    def _user(self) -> str:
+        uid, gid = self.spec.user
+        return f"{uid}:{gid}"
+
+    def _exec_create(self, argv: Sequence[str], env: Mapping[str, str] | None, cwd: str) -> str:
+        if not argv:
+            raise ValueError("an exec needs a command")
+        created = self._api.exec_create(
+            self.container_id, cmd=[str(a) for a in argv], stdout=True, stderr=True, stdin=False, tty=False,
+            user=self._user(), environment=check_env(env), workdir=cwd,
+        )
+        return created["Id"]
+
+    def exec_detached(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+                      cwd: str = CONTAINER_WORKSPACE, run_id: str) -> DetachedProcess:
+        check_run_id(run_id)
+        run_dir = self.spec.run_dir(run_id)
+        uid, gid = self.spec.user
+        reset_run_dir(run_dir, uid, gid)
+        wrapped = ["sh", "-c", DETACHED_WRAPPER, "cairn-run", f"{CONTAINER_RUNS}/{run_id}", *argv]
+        exec_id = self._exec_create(wrapped, env, cwd)
+        self._api.exec_start(exec_id, detach=True)
+        deadline = time.monotonic() + DETACHED_START_TIMEOUT_S
+        next_inspect = time.monotonic() + 0.1
+        while True:
+            pid = read_pid(run_dir)
+            if pid is not None:
+                return DetachedProcess(run_id=run_id, pid=pid, run_dir=run_dir)
+            now = time.monotonic()
+            if now >= next_inspect:
+                # An exec that cannot start at all (no such cwd, no sh) never writes its pid file.
+                info = self._api.exec_inspect(exec_id)
+                if not info.get("Running") and info.get("ExitCode") is not None and read_pid(run_dir) is None:
+                    raise SandboxError(f"run {run_id} could not start in {self.state.container_name} "
+                                       f"(exit code {info.get('ExitCode')}; is {cwd} there?)")
+                next_inspect = now + 0.2
+            if now >= deadline:
+                raise SandboxError(f"run {run_id} did not start within {DETACHED_START_TIMEOUT_S} s")
+            time.sleep(0.005)
+
+    def exec_stream(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+                    cwd: str = CONTAINER_WORKSPACE) -> ExecStream:
+        return DockerExecStream(self._api, self._exec_create(argv, env, cwd))
+
+    def exec(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+             cwd: str = CONTAINER_WORKSPACE, timeout: float = 60.0) -> ExecResult:
+        stream = DockerExecStream(self._api, self._exec_create(argv, env, cwd))
+        out: list[bytes] = []
+        err: list[bytes] = []
+        failure: list[BaseException] = []
+
+        def pump() -> None:
+            try:
+                for chunk in stream:
+                    (out if chunk.stream == "stdout" else err).append(chunk.data)
+            except BaseException as exc:  # noqa: BLE001 - handed to the calling thread
+                failure.append(exc)
+
+        reader = threading.Thread(target=pump, name="cairn-exec", daemon=True)
+        reader.start()
+        reader.join(timeout)
+        if reader.is_alive():
+            self._kill_exec(stream.exec_id)
+            reader.join(5)
+            raise ExecTimeout(argv, timeout, stdout=_text(out), stderr=_text(err))
+        if failure:
+            raise failure[0]
+        return ExecResult(stream.exit_code if stream.exit_code is not None else -1, _text(out), _text(err))
+
+    def _kill_exec(self, exec_id: str) -> None:
+        """Kill a timed-out exec and its process group (each exec leads its own session)."""
+        host_pid = int(self._api.exec_inspect(exec_id).get("Pid") or 0)
+        if host_pid <= 0:
+            return
+        ns_pid = _namespaced_pid(host_pid)
+        if ns_pid is not None:
+            self._quiet_exec(["sh", "-c", 'kill -s KILL -- "-$1" 2>/dev/null || kill -s KILL "$1"', "sh", str(ns_pid)])
+            return
+        try:
+            os.kill(host_pid, 9)
+        except OSError:
+            pass
+
+    def _quiet_exec(self, argv: Sequence[str]) -> int:
+        exec_id = self._exec_create(argv, None, "/")
+        self._api.exec_start(exec_id)
+        return _exec_exit_code(self._api, exec_id)
+
+    def process_alive(self, pid: int, *, run_id: str | None = None) -> bool:
+        if pid <= 0:
+            return False
+        script = (
+            'read -r line < "/proc/$1/stat" 2>/dev/null || exit 1; '
+            's=${line##*) }; [ "${s%% *}" != Z ] || exit 1; '
+            '[ -z "$2" ] && exit 0; '
+            'tr "\\000" " " < "/proc/$1/cmdline" | grep -qF -- "$2"'
+        )
+        marker = f"{CONTAINER_RUNS}/{check_run_id(run_id)}" if run_id else ""
+        return self._quiet_exec(["sh", "-c", script, "sh", str(pid), marker]) == 0
+
+    def signal_process(self, pid: int, signal_name: str = "TERM") -> bool:
+        if pid <= 0 or not signal_name.isalnum():
+            raise ValueError(f"bad pid or signal: {pid} {signal_name}")
+        script = 'kill -s "$1" -- "-$2" 2>/dev/null || kill -s "$1" "$2" 2>/dev/null'
+        return self._quiet_exec(["sh", "-c", script, "sh", signal_name, str(pid)]) == 0
+
+    def stats(self) -> dict[str, Any]:
+        info = self._api.inspect_container(self.container_id)
+        started = _parse_docker_time(info["State"].get("StartedAt"))
+        running = bool(info["State"].get("Running"))
+        out: dict[str, Any] = {
+            "running": running,
+            "uptime_s": (datetime.now(timezone.utc) - started).total_seconds() if running and started else None,
+            "cpu_percent": None,
+            "memory_bytes": None,
+            "memory_limit_bytes": (info.get("HostConfig") or {}).get("Memory") or None,
+            "pids": None,
+        }
+        if not running:
+            return out
+        # Docker takes two samples for the cpu figure: this call lasts about a second.
+        raw = self._api.stats(self.container_id, stream=False)
+        cpu, pre = raw.get("cpu_stats") or {}, raw.get("precpu_stats") or {}
+        cpu_delta = ((cpu.get("cpu_usage") or {}).get("total_usage", 0)
+                     - (pre.get("cpu_usage") or {}).get("total_usage", 0))
+        system_delta = cpu.get("system_cpu_usage", 0) - pre.get("system_cpu_usage", 0)
+        online = cpu.get("online_cpus") or len((cpu.get("cpu_usage") or {}).get("percpu_usage") or []) or 1
+        if system_delta > 0 and cpu_delta >= 0:
+            out["cpu_percent"] = round(cpu_delta / system_delta * online * 100.0, 2)
+        mem = raw.get("memory_stats") or {}
+        if "usage" in mem:
+            details = mem.get("stats") or {}
+            cache = details.get("total_inactive_file", details.get("inactive_file", details.get("cache", 0)))
+            out["memory_bytes"] = max(0, int(mem["usage"]) - int(cache or 0))
+        out["pids"] = (raw.get("pids_stats") or {}).get("current")
+        return out
+
+    def stop(self) -> None:
+        import docker.errors
+
+        try:
+            self._api.stop(self.container_id, timeout=STOP_TIMEOUT_S)
+        except docker.errors.NotFound:
+            pass
+
+    def destroy(self) -> None:
+        import docker.errors
+
+        try:
+            self._api.remove_container(self.container_id, force=True)
+        except docker.errors.NotFound:
+            pass
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+def _exec_exit_code(api: Any, exec_id: str, wait_s: float = 5.0) -> int:
+    # The output stream can close a moment before Docker marks the exec finished.
+    deadline = time.monotonic() + wait_s
+    while True:
+        info = api.exec_inspect(exec_id)
+        if not info.get("Running") and info.get("ExitCode") is not None:
+            return int(info["ExitCode"])
+        if time.monotonic() >= deadline:
+            raise SandboxError(f"Docker did not report an exit code for exec {exec_id[:12]}")
+        time.sleep(0.01)
+
+
+def _namespaced_pid(host_pid: int) -> int | None:
+    """The pid a host process has inside its container (from /proc/<pid>/status NSpid)."""
+    try:
+        with open(f"/proc/{host_pid}/status") as fh:
+            for line in fh:
+                if line.startswith("NSpid:"):
+                    return int(line.split()[-1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _image_path(image: Mapping[str, Any]) -> str:
+    for item in (image.get("Config") or {}).get("Env") or []:
+        if item.startswith("PATH="):
+            return item[len("PATH="):]
+    return DEFAULT_PATH
+
+
+def _text(parts: list[bytes]) -> str:
+    return b"".join(parts).decode("utf-8", errors="replace")
+
+
+def _exception_chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    stack = [exc]
+    while stack:
+        e = stack.pop()
+        if e is None or any(e is s for s in seen):
+            continue
+        seen.append(e)
+        stack.extend([e.__cause__, e.__context__])
+        stack.extend(a for a in getattr(e, "args", ()) if isinstance(a, BaseException))
+    return seen
+
+
+def _first_line(text: str) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else "no detail"
+    return line if len(line) <= 200 else line[:199] + "…"
+
+
+def _api_message(exc: BaseException) -> str:
+    explanation = getattr(exc, "explanation", None)
+    return _first_line(str(explanation or exc))
+
+
+def _parse_docker_time(value: str | None) -> datetime | None:
+    if not value or value.startswith("0001-"):
+        return None
+    text = value.rstrip("Z")
+    if "." in text:
+        head, frac = text.split(".", 1)
+        text = f"{head}.{frac[:6]}"
+    try:
+        return datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
+
