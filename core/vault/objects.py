@@ -147,6 +147,8 @@ class ObjectStore:
         self._batch: subprocess.Popen | None = None
         self._batch_check: subprocess.Popen | None = None
         self._known_dirs: set[str] = set()
+        self._elsewhere_key: tuple | None = None  # see _may_hold_elsewhere
+        self._elsewhere = True
 
     # -- plumbing processes ------------------------------------------------------------------
 
@@ -190,9 +192,35 @@ class ObjectStore:
     def _loose_path(self, sha: str) -> Path:
         return self.objects_dir / sha[:2] / sha[2:]
 
+    def _may_hold_elsewhere(self) -> bool:
+        """Whether objects may live outside the loose files (packs or alternates).
+
+        A vault that only has loose objects needs no round trip to git to know an object is
+        missing. Cached on the pack folder's and the alternates file's change times; a stale answer
+        can only cause a duplicate loose copy of a packed object, which git tolerates.
+        """
+        key = []
+        for path in (self.objects_dir / "pack", self.objects_dir / "info" / "alternates"):
+            try:
+                st = os.stat(path)
+                key.append((st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino))
+            except FileNotFoundError:
+                key.append(None)
+        if tuple(key) != self._elsewhere_key:
+            try:
+                packs = key[0] is not None and any(
+                    name.endswith(".pack") for name in os.listdir(self.objects_dir / "pack"))
+            except OSError:
+                packs = True
+            self._elsewhere = packs or key[1] is not None
+            self._elsewhere_key = tuple(key)
+        return self._elsewhere
+
     def has_object(self, sha: str) -> bool:
         if self._loose_path(sha).exists():
             return True
+        if not self._may_hold_elsewhere():
+            return False
         with self._lock:
             header, _ = self._ask("--batch-check", sha)
         return not header.endswith(b"missing\n") and bool(header)

@@ -1,0 +1,925 @@
+"""The revision recorder: watches one workspace and records its files as revisions in the vault.
+
+Owns when and what to capture (debounced watched paths, overflow and catch-up full captures, the
+fallback scans) and the stat cache; hashing is the tree index's job, commits are the vault's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import hashlib
+import io
+import logging
+import os
+import pickle
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from watchdog.events import (DirCreatedEvent, DirDeletedEvent, DirMovedEvent, FileAttribEvent,
+                             FileClosedEvent, FileCreatedEvent, FileDeletedEvent, FileModifiedEvent,
+                             FileMovedEvent, FileSystemEvent, FileSystemEventHandler)
+
+from core.errors import CairnError, Conflict, NotFound, VaultError
+from core.vault import Vault
+from core.vault.ignore import IgnoreRules
+from core.vault.objects import (MODE_EXEC, MODE_FILE, MODE_GITLINK, MODE_LINK, MODE_TREE, TreeEntry,
+                                encode_tree, object_id)
+from core.vault.tree_index import FileRecord, ScanProblem, TreeIndex
+
+log = logging.getLogger(__name__)
+
+# What the observer delivers. Without a filter, open/close-nowrite events overflow inotify on large
+# trees. FileAttribEvent is here because `chmod +x` arrives only as an attribute change; it adds
+# nothing to the inotify mask (FileModifiedEvent already asks for IN_ATTRIB).
+WATCHED_EVENTS: list[type[FileSystemEvent]] = [
+    FileCreatedEvent, FileModifiedEvent, FileDeletedEvent, FileMovedEvent,
+    DirCreatedEvent, DirDeletedEvent, DirMovedEvent, FileClosedEvent, FileAttribEvent,
+]
+
+_SETTLE_SECONDS = 0.05       # wait_idle: how long "nothing in flight" must hold
+_DRAIN_SECONDS = 0.2         # capture(): at most this long for in-flight events to arrive
+_SAFETY_NET_SECONDS = 60.0   # full captures when queue overflows cannot be detected
+_OVERFLOW_REPORT_SECONDS = 30.0
+_WATCH_LIMIT_ERRNOS = (errno.ENOSPC, errno.EMFILE, errno.ENOMEM)
+
+
+@dataclass(frozen=True)
+class CapturedRevision:
+    """A revision the recorder just wrote."""
+
+    commit: str
+    parent: str | None
+    tree: str
+    trigger: str
+    run_id: str | None
+    files_changed: int
+    created_at: float
+    full: bool
+
+
+# -- the observer --------------------------------------------------------------------------------
+#
+# watchdog 7 handles an inotify queue overflow inside InotifyWatchGroup.on_queue_overflow (it
+# rebuilds its watches) and never tells the event handler, and it silently skips sub-folders it
+# could not watch (the watch limit). The three small subclasses below report both. They lean on
+# watchdog internals; when those differ, `_make_observer` falls back to the stock observer and the
+# recorder adds periodic full captures as a safety net.
+
+try:
+    import dataclasses as _dc
+
+    from watchdog.observers.inotify import InotifyEmitter, InotifyObserver, InotifyWatchGroup
+
+    @_dc.dataclass
+    class _ReportingWatchGroup(InotifyWatchGroup):
+        on_overflow: Callable[[], None] | None = None
+        on_watch_limit: Callable[[bytes], None] | None = None
+
+        def on_queue_overflow(self) -> None:
+            super().on_queue_overflow()
+            if self.on_overflow is not None:
+                self.on_overflow()
+
+        def _add_callback(self, path: bytes) -> None:
+            super()._add_callback(path)
+            if path not in self._active_callbacks_by_path and self.on_watch_limit is not None:
+                # watchdog swallowed the failure; ctypes still holds the errno of the failed call.
+                if ctypes.get_errno() in _WATCH_LIMIT_ERRNOS and os.path.isdir(path):
+                    self.on_watch_limit(path)
+
+    class _ReportingEmitter(InotifyEmitter):
+        def __init__(self, event_queue, watch, *, on_overflow=None, on_watch_limit=None, **kwargs):
+            super().__init__(event_queue, watch, **kwargs)
+            self._on_overflow = on_overflow
+            self._on_watch_limit = on_watch_limit
+            self.reports_overflow = False
+
+        def on_thread_start(self) -> None:
+            try:
+                group = _ReportingWatchGroup(
+                    self._inotify_fd, os.fsencode(self.watch.path),
+                    is_recursive=self.watch.is_recursive,
+                    event_mask=self.get_event_mask_from_filter(),
+                    follow_symlink=self.watch.follow_symlink,
+                    on_overflow=self._on_overflow, on_watch_limit=self._on_watch_limit)
+            except (TypeError, AttributeError):  # watchdog's internals changed
+                log.warning("cannot hook inotify overflow reports; relying on periodic full captures")
+                super().on_thread_start()
+                return
+            self._inotify = group
+            self.reports_overflow = True
+
+        def buffered_events(self) -> int:
+            """Events read from the kernel but not yet handed on (moves wait here to be paired)."""
+            group = self._inotify
+            try:
+                return len(group._move_event_grouper._queue._queue) if group is not None else 0
+            except AttributeError:
+                return 0
+
+    class _RecorderObserver(InotifyObserver):
+        def __init__(self, *, on_overflow: Callable[[], None],
+                     on_watch_limit: Callable[[bytes], None]) -> None:
+            super().__init__()
+            try:
+                self._emitter_class = _ReportingEmitter
+                self._emitter_kwargs.update(on_overflow=on_overflow, on_watch_limit=on_watch_limit)
+            except AttributeError:
+                self.stop()  # closes the inotify instance the base class opened
+                raise
+
+        def unread_bytes(self) -> int:
+            """Bytes of events the kernel holds that nobody has read yet."""
+            import fcntl
+            import struct
+            import termios
+            buf = fcntl.ioctl(self._inotify_fd._inotify_fd, termios.FIONREAD, b"\0\0\0\0")
+            return struct.unpack("i", buf)[0]
+
+    _HAVE_INOTIFY = True
+except Exception:  # pragma: no cover - not Linux, or a watchdog without these classes
+    _HAVE_INOTIFY = False
+
+
+def _make_observer(on_overflow: Callable[[], None], on_watch_limit: Callable[[bytes], None]):
+    """A started-able observer; may raise OSError when inotify has no instance left."""
+    if _HAVE_INOTIFY:
+        try:
+            return _RecorderObserver(on_overflow=on_overflow, on_watch_limit=on_watch_limit)
+        except (AttributeError, TypeError):  # pragma: no cover - watchdog's internals changed
+            pass
+    from watchdog.observers import Observer
+    return Observer()
+
+
+def _reports_overflow(observer) -> bool:
+    return bool(observer.emitters) and all(getattr(e, "reports_overflow", False)
+                                           for e in observer.emitters)
+
+
+def _events_in_flight(observer) -> int:
+    """Best effort: events somewhere between the kernel and our handler."""
+    count = 0
+    try:
+        count += observer.unread_bytes()
+    except (AttributeError, OSError, ValueError):
+        pass
+    count += getattr(observer.event_queue, "unfinished_tasks", 0)
+    for emitter in list(observer.emitters):
+        count += getattr(emitter, "buffered_events", lambda: 0)()
+    return count
+
+
+class _EventCollector(FileSystemEventHandler):
+    """Runs on the observer's thread: turns events into workspace paths, nothing more."""
+
+    def __init__(self, recorder: "Recorder") -> None:
+        self._recorder = recorder
+
+    def dispatch(self, event: FileSystemEvent) -> None:
+        try:
+            self._recorder._on_event(event)
+        except Exception:  # an exception here would end the observer's thread: capture it all
+            log.exception("cannot handle %r", event)
+            self._recorder._want_full()
+
+
+# -- the stat cache ------------------------------------------------------------------------------
+#
+# One file per workspace: a magic line, the SHA-256 of the payload, and the payload (a pickle of
+# plain built-in values only, loaded without resolving any global). It is trusted only when its
+# records rebuild exactly the head revision's tree; anything else costs a rehash, never a wrong
+# revision.
+
+_CACHE_MAGIC = b"CAIRN-STAT-CACHE 1\n"
+_MODES = {m: m for m in (MODE_FILE, MODE_EXEC, MODE_LINK, MODE_GITLINK)}
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):  # noqa: D401 - refuse every global
+        raise pickle.UnpicklingError(f"unexpected object {module}.{name} in a stat cache")
+
+
+def _encode_stat_cache(workspace_id: str, head: str, index: TreeIndex) -> bytes:
+    dirs = {}
+    for folder, children in index.dirs.items():
+        dirs[folder] = {name: None if rec is None else
+                        (rec.mode, bytes.fromhex(rec.sha), rec.stat, rec.seen_at)
+                        for name, rec in children.items()}
+    payload = pickle.dumps({"workspace": workspace_id, "head": head, "dirs": dirs},
+                           protocol=pickle.HIGHEST_PROTOCOL)
+    return _CACHE_MAGIC + hashlib.sha256(payload).digest() + payload
+
+
+def _decode_stat_cache(data: bytes, workspace_id: str, head: str, head_tree: str) -> TreeIndex | None:
+    """The index the cache describes, or None when it is not exactly the head's tree."""
+    if not data.startswith(_CACHE_MAGIC):
+        return None
+    digest, payload = data[len(_CACHE_MAGIC):len(_CACHE_MAGIC) + 32], data[len(_CACHE_MAGIC) + 32:]
+    if hashlib.sha256(payload).digest() != digest:
+        return None
+    try:
+        doc = _PlainUnpickler(io.BytesIO(payload)).load()
+        if doc["workspace"] != workspace_id or doc["head"] != head:
+            return None
+        raw_dirs = doc["dirs"]
+        dirs: dict[str, dict[str, FileRecord | None]] = {}
+        for folder, children in raw_dirs.items():
+            out: dict[str, FileRecord | None] = {}
+            for name, rec in children.items():
+                if not isinstance(name, str) or not name or "/" in name:
+                    return None
+                if rec is None:
+                    out[name] = None
+                    continue
+                mode, sha, stat, seen_at = rec
+                if mode not in _MODES or len(sha) != 20:
+                    return None
+                if stat is not None and (len(stat) != 4 or not all(isinstance(v, int) for v in stat)):
+                    return None
+                out[name] = FileRecord(_MODES[mode], sha.hex(), tuple(stat) if stat else None,
+                                       float(seen_at))
+            dirs[folder] = out
+        if "" not in dirs:
+            return None
+        tree_ids = _tree_ids(dirs)
+    except Exception:  # any damage at all: not ours to trust
+        return None
+    if tree_ids is None or tree_ids[""] != head_tree:
+        return None
+    index = TreeIndex()
+    index.dirs = dirs
+    index.tree_ids = tree_ids
+    index.dirty = set()
+    return index
+
+
+def _tree_ids(dirs: dict[str, dict[str, FileRecord | None]]) -> dict[str, str] | None:
+    """Every folder's tree id, computed in memory (nothing written); None if inconsistent."""
+    subfolders = sum(1 for c in dirs.values() for r in c.values() if r is None)
+    if subfolders != len(dirs) - 1:
+        return None
+    ids: dict[str, str] = {}
+    for folder in sorted(dirs, key=lambda f: f.count("/") + (1 if f else 0), reverse=True):
+        entries = []
+        for name, rec in dirs[folder].items():
+            if rec is None:
+                sub = ids.get(f"{folder}/{name}" if folder else name)
+                if sub is None:
+                    return None
+                entries.append(TreeEntry(MODE_TREE, os.fsencode(name), sub))
+            else:
+                entries.append(TreeEntry(rec.mode, os.fsencode(name), rec.sha))
+        ids[folder] = object_id("tree", encode_tree(entries))
+    return ids
+
+
+# -- the recorder --------------------------------------------------------------------------------
+
+
+class _RootGone(Exception):
+    pass
+
+
+class Recorder:
+    """Records one workspace's files as revisions: watched paths after a quiet period, everything
+    on start, on overflow and on demand.
+
+    Threads: the observer's thread only collects paths; one worker thread captures; `capture()`
+    may be called from any thread and waits for a capture in progress. Callbacks run on the
+    thread that captured (the worker, or the caller of `capture`/`start`/`stop`) or, for some
+    problems, on the observer's thread.
+    """
+
+    def __init__(self, vault: Vault, workspace_id: str, root: Path, *,
+                 on_revision: Callable[[CapturedRevision], None] | None = None,
+                 on_problem: Callable[[str], None] | None = None,
+                 quiet_period: float = 0.25, max_interval: float = 3.0,
+                 run_id: Callable[[], str | None] = lambda: None,
+                 stat_cache: Path | None = None) -> None:
+        self.vault = vault
+        self.workspace_id = workspace_id
+        self.root = Path(root)
+        self._root = os.path.abspath(os.fspath(root))
+        self._prefix = self._root.rstrip(os.sep) + os.sep
+        self._on_revision = on_revision
+        self._on_problem = on_problem
+        self.quiet_period = quiet_period
+        self.max_interval = max_interval
+        self._current_run = run_id
+        self._stat_cache = Path(stat_cache) if stat_cache is not None else None
+
+        # The index, the head and commits: one capture at a time.
+        self._lock = threading.Lock()
+        self._index: TreeIndex | None = None
+        self._head: str | None = None
+        self._head_tree: str | None = None
+        self._index_matches_head = False
+        self._cache_dirty = False  # the index learnt something the stat cache file does not hold
+        self._cache_lock = threading.Lock()
+        self._ignore = IgnoreRules(self._root)         # used under _lock only
+        self._event_ignore = IgnoreRules(self._root)   # used on the observer's thread only
+
+        # What is waiting to be captured, and the worker's schedule.
+        self._cond = threading.Condition()
+        self._pending: set[str] = set()
+        self._full_wanted = False
+        self._first_event: float | None = None
+        self._last_event = 0.0
+        self._not_before = 0.0
+        self._capturing = False
+        self._stopping = False
+        self._root_event = False
+        self._poll_interval: float | None = None
+        self._last_full_done = time.monotonic()
+        self._fulls_started = 0        # full captures begun, and the number of the last finished
+        self._last_full_finished = 0
+
+        self._observer = None
+        self._worker: threading.Thread | None = None
+        self._mode = "stopped"  # watching | scanning (no watcher) | stopped
+        self._reported: set[str] = set()
+        self._notes: list[str] = []  # problems found under _lock, told once it is released
+        self._overflow_told = -_OVERFLOW_REPORT_SECONDS
+        self._stats = {"captures": 0, "full_captures": 0, "overflows": 0, "last_capture_ms": 0.0,
+                       "last_full_capture_ms": 0.0, "last_files_changed": 0, "stat_cache_used": False}
+
+    # -- public ------------------------------------------------------------------------------
+
+    @property
+    def head(self) -> str | None:
+        return self._head
+
+    @property
+    def mode(self) -> str:
+        """'watching', 'scanning' (no usable watcher: periodic full captures), 'lost' (the
+        workspace folder was deleted) or 'stopped'."""
+        return self._mode
+
+    @property
+    def stats(self) -> dict:
+        with self._cond:
+            out = dict(self._stats)
+            out["pending"] = len(self._pending)
+            out["mode"] = self._mode
+        return out
+
+    def start(self, trigger: str = "watch") -> CapturedRevision | None:
+        """Load the head's index, start watching, then capture whatever changed while nobody
+        watched (a full capture). Returns that revision, or None when nothing changed."""
+        if self._mode not in ("stopped", "lost"):
+            raise Conflict(f"workspace {self.workspace_id} is already being recorded")
+        if not os.path.isdir(self._root):
+            raise NotFound(f"workspace folder {self._root} does not exist")
+        with self._lock:
+            self._load_index()
+        with self._cond:
+            self._stopping = False
+            self._root_event = False
+            self._pending.clear()
+            self._full_wanted = False
+            self._first_event = None
+            self._last_full_done = time.monotonic()
+            self._poll_interval = None
+            self._mode = "stopped"
+        self._event_ignore.reset()
+        self._start_observer()
+        self._worker = threading.Thread(target=self._work, name=f"cairn-recorder-{self.workspace_id}",
+                                        daemon=True)
+        self._worker.start()
+        try:
+            return self.capture(trigger, full=True)
+        except BaseException:
+            self._halt()
+            self._mode = "stopped"
+            raise
+
+    def stop(self) -> None:
+        """Capture what is pending, stop watching, save the stat cache."""
+        self._halt()
+        lost = self._mode == "lost"
+        self._mode = "stopped"
+        with self._cond:
+            outstanding = bool(self._pending or self._full_wanted)
+        if outstanding and not lost:
+            try:
+                self._capture_now("watch", full=False, run_id=None)
+            except (CairnError, OSError) as exc:
+                self._problem(f"the last changes of workspace {self.workspace_id} could not be "
+                              f"recorded: {exc}")
+        if not lost:
+            self._save_stat_cache()
+
+    def capture(self, trigger: str = "manual", *, full: bool = False,
+                run_id: str | None = None) -> CapturedRevision | None:
+        """Record the workspace now (watched paths, or everything when `full`); None when the
+        tree did not change. Thread-safe; waits for a capture in progress."""
+        if not full and self._observer is not None:
+            self._drain(_DRAIN_SECONDS)
+        if self._observer is None or self._mode == "scanning":
+            full = True  # nothing collects paths: only a full capture sees the changes
+        return self._capture_now(trigger, full=full, run_id=run_id)
+
+    def _halt(self) -> None:
+        """Stop the observer, then the worker (after the capture it may be running)."""
+        self._stop_observer()
+        worker = self._worker
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if worker is not None and worker is not threading.current_thread():
+            worker.join()
+        self._worker = None
+
+    def _capture_now(self, trigger: str, *, full: bool,
+                     run_id: str | None) -> CapturedRevision | None:
+        try:
+            captured, was_full = self._capture(trigger, full=full, run_id=run_id)
+        except _RootGone:
+            self._lose_root()
+            raise NotFound(f"workspace folder {self._root} is gone; nothing was recorded") from None
+        finally:
+            self._tell_notes()
+        if was_full:
+            self._save_stat_cache()
+        self._announce(captured)
+        return captured
+
+    def wait_idle(self, timeout: float) -> bool:
+        """True once everything written before the call is recorded (or found unchanged)."""
+        deadline = time.monotonic() + timeout
+        if self._mode == "scanning":
+            with self._cond:
+                begun = self._fulls_started  # a full capture that begins after this call
+                while self._last_full_finished <= begun:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or self._mode != "scanning":
+                        return self._last_full_finished > begun
+                    self._cond.wait(left)
+            return True
+        quiet_since: float | None = None
+        while True:
+            now = time.monotonic()
+            if self._busy():
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = now
+            elif now - quiet_since >= _SETTLE_SECONDS:
+                return True
+            if now >= deadline:
+                return False
+            time.sleep(0.01)
+
+    # -- events (observer thread) --------------------------------------------------------------
+
+    def _on_event(self, event: FileSystemEvent) -> None:
+        paths = [event.src_path]
+        dest = getattr(event, "dest_path", "")
+        if dest:
+            paths.append(dest)
+        added = False
+        full = False
+        for raw in paths:
+            path = os.fsdecode(raw)
+            if path == self._root:
+                if isinstance(event, DirDeletedEvent):
+                    with self._cond:
+                        self._root_event = True
+                        self._cond.notify_all()
+                continue
+            if not path.startswith(self._prefix):
+                continue
+            rel = path[len(self._prefix):]
+            if os.sep != "/":  # pragma: no cover - Linux only today
+                rel = rel.replace(os.sep, "/")
+            if rel == ".git" or rel.startswith(".git/") or "/.git/" in rel or rel.endswith("/.git"):
+                continue
+            if rel in self._pending:
+                added = True
+                continue
+            if self._event_ignore.is_ignored(rel, event.is_directory):
+                index = self._index
+                if index is None or not index.contains(rel):  # tracked stays tracked
+                    continue
+            if rel == ".gitignore" or rel.endswith("/.gitignore"):
+                self._event_ignore.reset()
+                full = True
+            with self._cond:
+                self._pending.add(rel)
+            added = True
+        if added or full:
+            now = time.monotonic()
+            with self._cond:
+                if full:
+                    self._full_wanted = True
+                if self._first_event is None:
+                    self._first_event = now
+                self._last_event = now
+                self._cond.notify_all()
+
+    def _want_full(self) -> None:
+        now = time.monotonic()
+        with self._cond:
+            self._full_wanted = True
+            if self._first_event is None:
+                self._first_event = now
+            self._last_event = now
+            self._cond.notify_all()
+
+    def _on_overflow(self) -> None:
+        now = time.monotonic()
+        with self._cond:
+            self._stats["overflows"] += 1
+            self._full_wanted = True
+            if self._first_event is None:
+                self._first_event = now
+            self._last_event = now
+            self._cond.notify_all()
+            tell = now - self._overflow_told > _OVERFLOW_REPORT_SECONDS
+            if tell:
+                self._overflow_told = now
+        if tell:  # a burst overflows many times; say it once
+            self._problem(f"too many changes at once in workspace {self.workspace_id} (the inotify "
+                          f"queue overflowed); recording everything with a full capture",
+                          dedupe=False)
+
+    def _on_watch_limit(self, path: bytes) -> None:
+        with self._cond:
+            if self._poll_interval is not None and self._mode == "scanning":
+                return
+            self._mode = "scanning"
+            self._poll_interval = self._scan_interval()
+            self._cond.notify_all()
+        self._problem(f"cannot watch {os.fsdecode(path)}: the inotify watch limit is reached "
+                      f"(raise fs.inotify.max_user_watches); workspace {self.workspace_id} is "
+                      f"now recorded by periodic full captures")
+
+    # -- the worker ----------------------------------------------------------------------------
+
+    def _due(self, now: float) -> float | None:
+        due = None
+        if self._pending or self._full_wanted:
+            first = self._first_event if self._first_event is not None else now
+            due = min(self._last_event + self.quiet_period, first + self.max_interval)
+        if self._poll_interval is not None:
+            poll = self._last_full_done + self._poll_interval
+            due = poll if due is None else min(due, poll)
+        if due is not None:
+            due = max(due, self._not_before)
+        return due
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    if self._stopping:
+                        return
+                    if self._root_event:
+                        self._root_event = False
+                        job = "root"
+                        break
+                    now = time.monotonic()
+                    due = self._due(now)
+                    if due is not None and due <= now:
+                        if (self._poll_interval is not None
+                                and now >= self._last_full_done + self._poll_interval):
+                            self._full_wanted = True
+                        job = "capture"
+                        break
+                    self._cond.wait(None if due is None else due - now)
+            if job == "root":
+                if not self._root_present():
+                    self._lose_root()
+                    return
+                self._rewatch()
+                continue
+            try:
+                captured, was_full = self._capture("watch", full=False, run_id=None)
+            except _RootGone:
+                self._tell_notes()
+                self._lose_root()
+                return
+            except Exception as exc:  # keep recording; retry everything a little later
+                log.exception("capture of workspace %s failed", self.workspace_id)
+                self._tell_notes()
+                with self._cond:
+                    self._full_wanted = True
+                    self._not_before = time.monotonic() + self.max_interval
+                self._problem(f"recording a revision of workspace {self.workspace_id} failed: {exc}",
+                              dedupe=False)
+                continue
+            self._tell_notes()
+            with self._cond:
+                self._not_before = 0.0
+            if captured is not None and was_full:
+                self._save_stat_cache()
+            self._announce(captured)
+
+    def _capture(self, trigger: str, *, full: bool,
+                 run_id: str | None) -> tuple[CapturedRevision | None, bool]:
+        """One capture under the lock; returns the revision (None: unchanged) and whether it
+        was a full one."""
+        objects = self.vault.objects
+        t0 = time.perf_counter()
+        with self._lock:
+            with self._cond:
+                paths = self._pending
+                self._pending = set()
+                full = full or self._full_wanted
+                self._full_wanted = False
+                self._first_event = None
+                self._capturing = True
+                if full:
+                    self._fulls_started += 1
+                    full_id = self._fulls_started
+            try:
+                if self._index is None:
+                    self._load_index()
+                index = self._index
+                assert index is not None
+                if not self._root_present():
+                    raise _RootGone()
+                problems: list[ScanProblem] = []
+                if full:
+                    self._ignore.reset()
+                    changed = index.record_path(objects, self._root, "", self._ignore, problems)
+                else:
+                    changed = 0
+                    for rel in _outermost(paths):
+                        changed += index.record_path(objects, self._root, rel, self._ignore, problems)
+                tree = index.flush(objects)
+                if not self._root_present():
+                    # The folder vanished while we looked: what we saw is not the workspace.
+                    self._index = None
+                    raise _RootGone()
+                for p in problems:
+                    self._notes.append(f"{p.path}: {p.reason} (left as it was in the last revision)")
+                if self._head is not None and tree == self._head_tree:
+                    self._index_matches_head = True
+                    self._note_capture(t0, full, 0)
+                    return None, full
+                run = run_id if run_id is not None else \
+                    (self._run_in_flight() if trigger == "watch" else None)
+                created = time.time()
+                commit = self._commit(tree, trigger, run, changed, created)
+                if commit is None:  # the ref moved to a revision with this very tree
+                    self._note_capture(t0, full, 0)
+                    return None, full
+                # self._head is the parent actually used (it moves if someone else wrote one).
+                captured = CapturedRevision(commit, self._head, tree, trigger, run, changed,
+                                            created, full)
+                self._head, self._head_tree = commit, tree
+                self._index_matches_head = True
+                self._note_capture(t0, full, changed)
+                return captured, full
+            except _RootGone:
+                self._index_matches_head = False
+                raise
+            except BaseException:
+                # What was pending is consumed; the next capture looks at everything.
+                self._index_matches_head = False
+                with self._cond:
+                    self._full_wanted = True
+                raise
+            finally:
+                with self._cond:
+                    self._capturing = False
+                    if full:
+                        self._last_full_done = time.monotonic()
+                        self._last_full_finished = full_id
+                    self._cond.notify_all()
+
+    def _commit(self, tree: str, trigger: str, run: str | None, changed: int,
+                created: float) -> str | None:
+        try:
+            return self.vault.commit_revision(self.workspace_id, tree, self._head, trigger=trigger,
+                                              run_id=run, files_changed=changed, timestamp=created)
+        except VaultError:
+            current = self.vault.revision_head(self.workspace_id)
+            if current == self._head:
+                raise
+        # Someone else wrote a revision (a restore, another process): record on top of theirs.
+        self._notes.append(f"the revisions of workspace {self.workspace_id} moved to "
+                           f"{(current or 'nothing')[:12]} behind the recorder; recording on top")
+        self._head = current
+        self._head_tree = self.vault.tree_of(current) if current else None
+        if current is not None and tree == self._head_tree:
+            return None
+        return self.vault.commit_revision(self.workspace_id, tree, current, trigger=trigger,
+                                          run_id=run, files_changed=changed, timestamp=created)
+
+    def _run_in_flight(self) -> str | None:
+        try:
+            return self._current_run()
+        except Exception:
+            log.exception("the run_id callback failed; recording without a run")
+            return None
+
+    def _note_capture(self, t0: float, full: bool, changed: int) -> None:
+        ms = (time.perf_counter() - t0) * 1000.0
+        self._cache_dirty = True
+        with self._cond:
+            self._stats["captures"] += 1
+            self._stats["last_capture_ms"] = ms
+            self._stats["last_files_changed"] = changed
+            if full:
+                self._stats["full_captures"] += 1
+                self._stats["last_full_capture_ms"] = ms
+                if self._mode == "scanning":
+                    self._poll_interval = self._scan_interval()
+
+    def _announce(self, captured: CapturedRevision | None) -> None:
+        if captured is None or self._on_revision is None:
+            return
+        try:
+            self._on_revision(captured)
+        except Exception:
+            log.exception("on_revision failed for %s", captured.commit)
+
+    # -- index and stat cache ------------------------------------------------------------------
+
+    def _load_index(self) -> None:
+        """Under _lock: the head revision and its index (from the stat cache when it matches)."""
+        self._head = self.vault.revision_head(self.workspace_id)
+        self._head_tree = self.vault.tree_of(self._head) if self._head else None
+        self._index_matches_head = True
+        self._stats["stat_cache_used"] = False
+        if self._head is None:
+            self._index = TreeIndex()
+            return
+        assert self._head_tree is not None
+        if self._stat_cache is not None:
+            try:
+                data = self._stat_cache.read_bytes()
+            except OSError:
+                data = b""
+            index = _decode_stat_cache(data, self.workspace_id, self._head, self._head_tree) \
+                if data else None
+            if index is not None:
+                self._index = index
+                self._stats["stat_cache_used"] = True
+                return
+        self._index = TreeIndex.from_tree(self.vault.objects, self._head_tree)
+
+    def _save_stat_cache(self) -> None:
+        if self._stat_cache is None:
+            return
+        with self._cache_lock:  # saves land in the order their pictures were taken
+            with self._lock:
+                if (self._index is None or self._head is None or not self._index_matches_head
+                        or not self._cache_dirty):
+                    return
+                data = _encode_stat_cache(self.workspace_id, self._head, self._index)
+                self._cache_dirty = False
+            self._write_stat_cache(data)
+
+    def _write_stat_cache(self, data: bytes) -> None:
+        path = self._stat_cache
+        assert path is not None
+        tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except OSError as exc:
+            self._cache_dirty = True
+            self._problem(f"cannot save the stat cache {path}: {exc.strerror or exc}")
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+    # -- the observer and the workspace folder -------------------------------------------------
+
+    def _start_observer(self) -> None:
+        try:
+            observer = _make_observer(self._on_overflow, self._on_watch_limit)
+            try:
+                observer.schedule(_EventCollector(self), self._root, recursive=True,
+                                  event_filter=WATCHED_EVENTS)
+                observer.start()
+            except BaseException:
+                observer.stop()
+                raise
+        except OSError as exc:
+            why = "the inotify watch limit is reached (raise fs.inotify.max_user_watches)" \
+                if exc.errno == errno.ENOSPC else \
+                "no inotify instance is left (raise fs.inotify.max_user_instances)" \
+                if exc.errno == errno.EMFILE else f"the watcher failed ({exc})"
+            with self._cond:
+                self._mode = "scanning"
+                self._poll_interval = self._scan_interval()
+            self._problem(f"cannot watch workspace {self.workspace_id}: {why}; recording it by "
+                          f"periodic full captures instead")
+            return
+        self._observer = observer
+        with self._cond:
+            if self._mode != "scanning":  # the watch limit may already have been reported
+                self._mode = "watching"
+                self._poll_interval = None if _reports_overflow(observer) else _SAFETY_NET_SECONDS
+
+    def _rewatch(self) -> None:
+        """The folder was replaced by another one at the same path: the old watches died with
+        the old folder. Watch the new one and capture it whole."""
+        self._problem(f"workspace folder {self._root} was replaced; watching the new one",
+                      dedupe=False)
+        self._stop_observer()
+        self._start_observer()
+        now = time.monotonic()
+        with self._cond:
+            self._full_wanted = True
+            self._first_event = self._first_event or now
+            self._last_event = now
+            self._cond.notify_all()
+
+    def _stop_observer(self) -> None:
+        observer, self._observer = self._observer, None
+        if observer is not None:
+            observer.stop()
+            if observer is not threading.current_thread():
+                observer.join(timeout=10)
+
+    def _scan_interval(self) -> float:
+        # Every few seconds, but slow enough that scanning takes at most a fifth of the time.
+        return max(self.max_interval, 2.0, 5.0 * self._stats["last_full_capture_ms"] / 1000.0)
+
+    def _root_present(self) -> bool:
+        try:
+            return os.path.isdir(self._root)
+        except OSError:
+            return False
+
+    def _lose_root(self) -> None:
+        """The workspace folder is gone: say so, stop watching, write nothing."""
+        with self._cond:
+            if self._mode == "lost":
+                return
+        self._stop_observer()
+        with self._cond:
+            self._mode = "lost"
+            self._pending.clear()
+            self._full_wanted = False
+            self._stopping = True
+            self._cond.notify_all()
+        self._problem(f"workspace folder {self._root} was deleted; recording of workspace "
+                      f"{self.workspace_id} stopped (no revision was written for the deletion)",
+                      dedupe=False)
+
+    def _tell_notes(self) -> None:
+        while self._notes:
+            try:
+                message = self._notes.pop(0)
+            except IndexError:  # another thread told it
+                return
+            self._problem(message)
+
+    def _problem(self, message: str, *, dedupe: bool = True) -> None:
+        if dedupe:
+            if message in self._reported:
+                return
+            self._reported.add(message)
+        log.warning("%s", message)
+        if self._on_problem is not None:
+            try:
+                self._on_problem(message)
+            except Exception:
+                log.exception("on_problem failed")
+
+    # -- idleness ------------------------------------------------------------------------------
+
+    def _busy(self) -> bool:
+        with self._cond:
+            if self._pending or self._full_wanted or self._capturing or self._root_event:
+                return True
+        observer = self._observer
+        return observer is not None and _events_in_flight(observer) > 0
+
+    def _drain(self, timeout: float) -> None:
+        """Give events already in the kernel a moment to reach the pending set."""
+        observer = self._observer
+        deadline = time.monotonic() + timeout
+        while observer is not None and time.monotonic() < deadline:
+            if _events_in_flight(observer) == 0:
+                return
+            time.sleep(0.005)
+
+
+def _outermost(paths: set[str]) -> list[str]:
+    """The pending paths without those under another pending path (a folder is scanned whole)."""
+    chosen: set[str] = set()
+    out = []
+    for rel in sorted(paths, key=lambda p: (p.count("/"), p)):
+        parts = rel.split("/")
+        if any("/".join(parts[:i]) in chosen for i in range(1, len(parts))):
+            continue
+        chosen.add(rel)
+        out.append(rel)
+    return out
+
+
+__all__ = ["CapturedRevision", "Recorder", "WATCHED_EVENTS"]
