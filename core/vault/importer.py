@@ -1,0 +1,413 @@
+"""Bringing a dropped folder into its vault: the user's HEAD (for a git repository) plus a base
+commit of the folder's files as they are on disk, tracked or not, ignored ones left out.
+
+Owns reading the user's folder without ever writing to it, and the base commit. It does not name
+the base (the caller records it under the workspace's base ref) nor create workspaces.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import stat as statmod
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core.datadir import DataDir
+from core.errors import InputError, VaultError
+from core.vault import Vault
+from core.vault.ignore import IgnoreRules
+from core.vault.objects import MODE_GITLINK, MODE_LINK, MODE_TREE, ObjectStore, git_env, run_git
+from core.vault.tree_index import FileRecord, TreeIndex, mode_of
+
+IMPORTS_PREFIX = "refs/cairn/imports/"
+_NAMED_PROBLEMS = 3  # how many unreadable paths an error names before it only counts
+_GIT_WARNING = re.compile(rb"^warning: could not open directory '(.*)': (.*)$", re.M)
+
+
+@dataclass
+class ImportResult:
+    kind: str                 # "git" | "plain"
+    head_commit: str | None   # the user's HEAD commit (None for a plain folder or an unborn branch)
+    head_branch: str | None   # the user's current branch, if any
+    base_commit: str          # a Cairn commit whose tree is the folder as imported
+    base_tree: str
+    files: int
+
+
+# -- validating the dropped path -------------------------------------------------------------------
+
+def check_importable(folder: Path, data_dir: DataDir) -> Path:
+    """Resolve `folder` and make sure Cairn can import it; raise InputError (one line) if not."""
+    path = _resolve_folder(Path(folder))
+    data_root = data_dir.root.resolve()
+    if path == data_root:
+        raise InputError(f"{path} is Cairn's own data folder, not a project folder")
+    if data_root in path.parents:
+        raise InputError(f"{path} is inside Cairn's data folder ({data_root})")
+    if path in data_root.parents:
+        raise InputError(f"{path} contains Cairn's data folder ({data_root}); choose a folder that "
+                         "does not")
+    return path
+
+
+def _resolve_folder(folder: Path) -> Path:
+    shown = folder.expanduser()
+    try:
+        path = shown.resolve()
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        raise InputError(f"{shown} does not exist") from None
+    except PermissionError:
+        raise InputError(f"no permission to reach {shown}") from None
+    except (RuntimeError, OSError) as exc:  # a symlink loop, a name too long...
+        reason = getattr(exc, "strerror", None) or exc
+        raise InputError(f"{shown} cannot be opened: {reason}") from None
+    if not statmod.S_ISDIR(st.st_mode):
+        kind = "a file" if statmod.S_ISREG(st.st_mode) else "not a regular file"
+        raise InputError(f"{shown} is {kind}, not a folder")
+    try:
+        with os.scandir(path) as it:
+            next(it, None)
+    except PermissionError:
+        raise InputError(f"no permission to read the folder {shown}") from None
+    return path
+
+
+# -- importing -------------------------------------------------------------------------------------
+
+def import_folder(vault: Vault, folder: Path) -> ImportResult:
+    """Record `folder` in `vault` and return its base commit; the folder is only ever read.
+
+    Unreadable files or folders fail the import before anything is written to the vault. On
+    return the base's objects are durable (synced), so the caller may point a ref at it; no ref
+    is left behind by the import itself.
+    """
+    path = _resolve_folder(Path(folder))
+    if os.path.lexists(path / ".git"):
+        return _import_git(vault, path)
+    return _import_plain(vault, path)
+
+
+@dataclass
+class _Listing:
+    """What will go into the base, found before anything is written."""
+
+    files: dict[str, tuple[str, os.stat_result | None, str | None]] = field(default_factory=dict)
+    # rel → (mode, lstat for files read from disk, blob/commit id for index-only entries)
+    dirs: set[str] = field(default_factory=set)       # folders to keep even when empty
+    nested: list[str] = field(default_factory=list)   # untracked repositories: scanned as files
+    problems: list[str] = field(default_factory=list)
+
+
+def _import_plain(vault: Vault, folder: Path) -> ImportResult:
+    ignore = IgnoreRules(folder)
+    problems = _unreadable_below(folder, "", ignore)
+    _raise_unreadable(folder, problems)
+    result = TreeIndex().scan(vault.objects, folder, ignore)
+    _raise_unreadable(folder, [p.path for p in result.problems])
+    commit = _write_base(vault, result.tree, None, kind="plain", branch=None, files=result.files)
+    return ImportResult("plain", None, None, commit, result.tree, result.files)
+
+
+def _import_git(vault: Vault, folder: Path) -> ImportResult:
+    repo = _UserRepo(folder)
+    repo.check_top()
+    head = repo.head_commit()
+    branch = repo.head_branch()
+    listing = _list_work_tree(repo)
+    for rel in listing.nested:
+        listing.problems += _unreadable_below(folder / rel, rel, IgnoreRules(folder / rel))
+    _raise_unreadable(folder, listing.problems)
+
+    # Nothing has been written so far; from here on only the vault is.
+    objects = vault.objects
+    if head is not None:
+        _fetch_head(vault, folder, head)
+    index = TreeIndex()
+    for rel in sorted(listing.dirs):
+        index.ensure_dir(rel)
+    missing_blobs: list[tuple[str, str, str]] = []
+    problems: list[str] = []
+    for rel, (mode, st, sha) in listing.files.items():
+        if st is None:
+            assert sha is not None
+            if mode == MODE_GITLINK or objects.has_object(sha):
+                index.set_file(rel, FileRecord(mode, sha))
+            else:
+                missing_blobs.append((rel, mode, sha))
+            continue
+        try:
+            blob = objects.write_blob_from_path(os.path.join(folder, rel), st)
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # deleted since it was listed: as if it had been deleted before
+        except PermissionError:
+            problems.append(rel)
+            continue
+        index.set_file(rel, FileRecord(mode, blob))
+    for rel, mode, sha in missing_blobs:
+        index.set_file(rel, FileRecord(mode, objects.write_blob(repo.read_blob(sha))))
+    for rel in listing.nested:
+        _graft_scan(index, objects, folder, rel, problems)
+    _raise_unreadable(folder, problems)
+    tree = index.flush(objects)
+    files = index.file_count()
+    commit = _write_base(vault, tree, head, kind="git", branch=branch, files=files)
+    return ImportResult("git", head, branch, commit, tree, files)
+
+
+def _graft_scan(index: TreeIndex, objects: ObjectStore, folder: Path, rel: str,
+                problems: list[str]) -> None:
+    """Record an untracked repository inside the folder as plain files, under its own ignore
+    rules (the way the workspace's recorder will see it: its `.git` left out)."""
+    sub = TreeIndex()
+    result = sub.scan(objects, folder / rel, IgnoreRules(folder / rel))
+    problems += [f"{rel}/{p.path}" for p in result.problems]
+    for sub_dir in sub.dirs:
+        index.ensure_dir(f"{rel}/{sub_dir}" if sub_dir else rel)
+    for sub_rel, record in sub.files().items():
+        index.set_file(f"{rel}/{sub_rel}", FileRecord(record.mode, record.sha))
+
+
+def _write_base(vault: Vault, tree: str, head: str | None, *, kind: str, branch: str | None,
+                files: int) -> str:
+    message = (f"Cairn base ({kind} import)\n\n"
+               f"Cairn-Trigger: base\n"
+               f"Cairn-Run: -\n"
+               f"Cairn-Import: {kind}\n"
+               f"Cairn-Head: {head or '-'}\n"
+               f"Cairn-Branch: {branch or '-'}\n"
+               f"Cairn-Files: {files}\n")
+    commit = vault.objects.write_commit(tree, [head] if head else [], message)
+    vault.objects.sync()
+    return commit
+
+
+def _fetch_head(vault: Vault, folder: Path, head: str) -> None:
+    """Copy the objects of the user's HEAD into the vault, through a ref that is dropped again."""
+    temp_ref = f"{IMPORTS_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
+    try:
+        run_git(["--git-dir", str(vault.git_dir), "-c", "maintenance.auto=false", "fetch",
+                 "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules", "--quiet",
+                 "--update-shallow", str(folder), f"+{head}:{temp_ref}"],
+                env=git_env(GIT_PROTOCOL="version=2"))
+    except VaultError as exc:
+        raise InputError(f"the history of {folder} cannot be read: {exc}") from None
+    finally:
+        if vault.objects.read_ref(temp_ref) is not None:
+            vault.objects.delete_ref(temp_ref)
+        _remove_empty_ref_dirs(vault, temp_ref)
+
+
+def _remove_empty_ref_dirs(vault: Vault, ref: str) -> None:
+    folder = (vault.git_dir / ref).parent
+    while folder != vault.git_dir / "refs" and folder.is_dir():
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        folder = folder.parent
+
+
+# -- reading the user's repository ---------------------------------------------------------------
+
+def _user_env() -> dict[str, str]:
+    """The person's own git setup (their excludes apply), minus anything that could write."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0", LC_ALL="C")
+    return env
+
+
+class _UserRepo:
+    """Read-only git commands against the person's repository: none of them writes to it."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.env = _user_env()
+
+    def git(self, args: list[str], *, input: bytes | None = None,
+            ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess:
+        proc = subprocess.run(["git", "-C", str(self.folder), "-c", "core.fsmonitor=false", *args],
+                              input=input, capture_output=True, env=self.env)
+        if proc.returncode not in ok:
+            err = proc.stderr.decode(errors="replace").strip().splitlines()
+            said = [line for line in err if line.startswith(("fatal:", "error:"))] or err
+            reason = said[0] if said else f"git {args[0]} exited {proc.returncode}"
+            raise InputError(f"{self.folder} is a git repository that git cannot read: {reason}")
+        return proc
+
+    def check_top(self) -> None:
+        """The folder must be the top of its own work tree (a stray `.git` could make git
+        answer for a repository further up)."""
+        top = self.git(["rev-parse", "--show-toplevel"]).stdout.decode().strip()
+        if not top or Path(top).resolve() != self.folder:
+            raise InputError(f"{self.folder}/.git is not a usable git repository")
+
+    def head_commit(self) -> str | None:
+        proc = self.git(["rev-parse", "--verify", "--quiet", "--end-of-options", "HEAD^{commit}"],
+                        ok=(0, 1))
+        return (proc.stdout.decode().strip() or None) if proc.returncode == 0 else None
+
+    def head_branch(self) -> str | None:
+        proc = self.git(["symbolic-ref", "--quiet", "--short", "HEAD"], ok=(0, 1))
+        return (proc.stdout.decode().strip() or None) if proc.returncode == 0 else None
+
+    def ls_files(self, args: list[str]) -> tuple[list[bytes], bytes]:
+        proc = self.git(["ls-files", "-z", *args])
+        return [p for p in proc.stdout.split(b"\0") if p], proc.stderr
+
+    def ignored(self, paths: list[str]) -> set[str]:
+        if not paths:
+            return set()
+        data = b"\0".join(os.fsencode(p) for p in paths) + b"\0"
+        proc = self.git(["check-ignore", "-z", "--stdin", "--no-index"], input=data, ok=(0, 1))
+        return {os.fsdecode(p) for p in proc.stdout.split(b"\0") if p}
+
+    def read_blob(self, sha: str) -> bytes:
+        return self.git(["cat-file", "blob", sha]).stdout
+
+
+def _list_work_tree(repo: _UserRepo) -> _Listing:
+    """The work tree as `git status` sees it: index entries present on disk (with their disk
+    content), untracked files that are not ignored, and empty folders that are not ignored."""
+    folder = repo.folder
+    listing = _Listing()
+    real_dirs: dict[str, bool] = {"": True}
+
+    def is_real_dir(rel: str) -> bool:
+        # Every folder above a path must be a folder, not a link to one: links are never followed.
+        known = real_dirs.get(rel)
+        if known is None:
+            parent = rel.rpartition("/")[0]
+            try:
+                known = is_real_dir(parent) and statmod.S_ISDIR(os.lstat(folder / rel).st_mode)
+            except (FileNotFoundError, NotADirectoryError):
+                known = False
+            except PermissionError:
+                listing.problems.append(rel + "/")
+                known = False
+            real_dirs[rel] = known
+        return known
+
+    def add_from_disk(rel: str) -> bool:
+        if not is_real_dir(rel.rpartition("/")[0]):
+            return False
+        try:
+            st = os.lstat(folder / rel)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        except PermissionError:
+            listing.problems.append(rel)
+            return False
+        mode = mode_of(st)
+        if mode is None or mode == MODE_TREE:
+            return False
+        if mode != MODE_LINK and not os.access(folder / rel, os.R_OK):
+            listing.problems.append(rel)
+            return False
+        listing.files[rel] = (mode, st, None)
+        return True
+
+    tracked, _ = repo.ls_files(["--stage", "-t"])
+    for line in tracked:
+        meta, _, raw_path = line.partition(b"\t")
+        tag, mode, sha, _stage = meta.decode().split(" ")
+        rel = os.fsdecode(raw_path)
+        if rel in listing.files:
+            continue  # a conflicted path has several stages; the disk decides
+        if mode == MODE_GITLINK:
+            if is_real_dir(rel.rpartition("/")[0]) and os.path.isdir(folder / rel) \
+                    and not os.path.islink(folder / rel):
+                listing.files[rel] = (MODE_GITLINK, None, sha)
+            continue
+        if not add_from_disk(rel) and tag == "S" and not os.path.lexists(folder / rel):
+            # Left out by a sparse checkout: git status takes the index's content as it is.
+            listing.files[rel] = (mode, None, sha)
+
+    untracked, stderr = repo.ls_files(["--others", "--exclude-standard"])
+    for raw in untracked:
+        rel = os.fsdecode(raw)
+        if rel.endswith("/"):  # an untracked repository inside the folder
+            listing.nested.append(rel.rstrip("/"))
+        else:
+            add_from_disk(rel)
+    listing.problems += [os.fsdecode(m.group(1)) for m in _GIT_WARNING.finditer(stderr)]
+
+    # Folders holding no listed file: git names the topmost untracked one of each group; the
+    # folders below it are walked here, asking git which ones it ignores.
+    collapsed, stderr = repo.ls_files(["--others", "--exclude-standard", "--directory"])
+    listing.problems += [os.fsdecode(m.group(1)) for m in _GIT_WARNING.finditer(stderr)]
+    nested = set(listing.nested)
+    level = [os.fsdecode(p).rstrip("/") for p in collapsed if p.endswith(b"/")]
+    level = [rel for rel in level if rel not in nested and is_real_dir(rel)]
+    while level:
+        listing.dirs.update(level)
+        below: list[str] = []
+        for rel in level:
+            try:
+                with os.scandir(folder / rel) as it:
+                    below += [f"{rel}/{e.name}" for e in it
+                              if e.name != ".git" and e.is_dir(follow_symlinks=False)]
+            except PermissionError:
+                listing.problems.append(rel + "/")
+            except (FileNotFoundError, NotADirectoryError):
+                pass
+        below = [rel for rel in below if rel not in nested]
+        ignored = repo.ignored(below)
+        level = [rel for rel in below if rel not in ignored]
+    listing.problems = sorted(set(listing.problems))
+    return listing
+
+
+# -- readability -----------------------------------------------------------------------------------
+
+def _unreadable_below(root: Path, prefix: str, ignore: IgnoreRules) -> list[str]:
+    """Paths a scan of `root` would need but cannot read (the scan's own walk and ignore rules),
+    found before anything is written."""
+    problems: list[str] = []
+    stack = [""]
+    while stack:
+        rel = stack.pop()
+        shown = f"{prefix}/{rel}" if prefix and rel else (rel or prefix)
+        try:
+            with os.scandir(root / rel if rel else root) as it:
+                entries = list(it)
+        except PermissionError:
+            problems.append((shown or ".") + "/")
+            continue
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for entry in entries:
+            child = f"{rel}/{entry.name}" if rel else entry.name
+            child_shown = f"{prefix}/{child}" if prefix else child
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except PermissionError:
+                problems.append(child_shown)
+                continue
+            except FileNotFoundError:
+                continue
+            mode = mode_of(st)
+            if mode is None or ignore.matches(child, mode == MODE_TREE):
+                continue
+            if mode == MODE_TREE:
+                stack.append(child)
+            elif mode != MODE_LINK and not os.access(entry.path, os.R_OK):
+                problems.append(child_shown)
+    return sorted(problems)
+
+
+def _raise_unreadable(folder: Path, problems: list[str]) -> None:
+    if not problems:
+        return
+    named = ", ".join(problems[:_NAMED_PROBLEMS])
+    more = len(problems) - _NAMED_PROBLEMS
+    tail = f" and {more} more" if more > 0 else ""
+    what = "item" if len(problems) == 1 else "items"
+    raise InputError(f"cannot import {folder}: {len(problems)} {what} cannot be read "
+                     f"(permission denied): {named}{tail}")
+
+
+__all__ = ["ImportResult", "check_importable", "import_folder"]

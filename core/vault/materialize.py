@@ -1,0 +1,473 @@
+"""Writing a recorded tree out as a new folder, verified, all or nothing.
+
+Owns turning a commit or tree of the vault into files on disk (restoring a snapshot, forking from a
+revision). It never writes into an existing folder: deciding where a tree goes, and what to do
+with a folder someone edited, belongs to the workspace and resume logic.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import hashlib
+import os
+import queue
+import secrets
+import shutil
+import subprocess
+import threading
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from core.errors import CairnError, Conflict, CorruptSnapshot, InputError, VaultError
+from core.vault import Vault
+from core.vault.objects import (EMPTY_TREE, MODE_EXEC, MODE_FILE, MODE_GITLINK, MODE_LINK,
+                                MODE_TREE, ObjectStore, TreeEntry, decode_tree, encode_tree,
+                                git_env, object_id)
+
+_STREAM_ABOVE = 64 * 1024 * 1024  # blobs larger than this are streamed to disk in chunks
+_CHUNK = 1 << 20
+_FEED_BATCH = 1024                # blob ids sent to git per write
+_LOOSE_READ = 1 << 16             # one read takes a whole small loose object
+_LOOSE_BATCH = 256                # loose blobs per writer task
+_WRITERS = min(4, os.cpu_count() or 2)  # threads creating files and folders
+_PARALLEL_DIRS = 64               # fewer folders than this are made on the calling thread
+_WRITE_BATCH = 64                 # files handed to a writer at once...
+_WRITE_BATCH_BYTES = 4 << 20      # ...or this many bytes
+_UNSAFE_NAMES = {b"", b".", b"..", b".git"}
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
+_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def materialize(vault: Vault, commit_or_tree: str, dest: Path, *, label: str) -> str:
+    """Write the tree of `commit_or_tree` into the new folder `dest`; return the tree id.
+
+    The files appear at `dest` all at once (a temporary sibling renamed into place) and only after
+    every object was verified. A missing or corrupt object raises CorruptSnapshot naming `label`
+    and leaves nothing behind.
+    """
+    dest = Path(dest)
+    if os.path.lexists(dest):
+        raise Conflict(f"cannot restore {label}: {dest} already exists")
+    if not dest.parent.is_dir():
+        raise InputError(f"cannot restore {label}: the folder {dest.parent} does not exist")
+    objects = vault.objects
+    tree = _tree_of(objects, commit_or_tree, label)
+    plan = _Plan.read(objects, tree, label)
+
+    temp = dest.parent / f".{dest.name}.restoring-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        os.mkdir(temp)
+    except OSError as exc:
+        raise CairnError(f"cannot restore {label} into {dest}: {exc.strerror}") from None
+    try:
+        root = os.fsencode(temp)
+        _make_dirs(root, plan.dirs)
+        written = _write_blobs(objects, plan, root, label)
+        rebuilt = plan.rebuild(written)
+        if rebuilt != tree:
+            raise CorruptSnapshot(f"{label} cannot be restored: the files written make tree "
+                                  f"{rebuilt[:12]}, not {tree[:12]}")
+        if not _rename_noreplace(temp, dest):
+            raise Conflict(f"cannot restore {label}: {dest} already exists")
+    except BaseException as exc:
+        shutil.rmtree(temp, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise CairnError(f"cannot restore {label} into {dest}: "
+                             f"{exc.strerror or exc}") from None
+        raise
+    return tree
+
+
+def _tree_of(objects: ObjectStore, commit_or_tree: str, label: str) -> str:
+    sha = commit_or_tree
+    if sha.startswith("refs/"):
+        ref = objects.read_ref(sha)
+        if ref is None:
+            raise CorruptSnapshot(f"{label} cannot be restored: {sha} does not exist in the vault")
+        sha = ref
+    if sha == EMPTY_TREE:
+        return sha
+    try:
+        kind, data = objects.read_object(sha)
+    except VaultError as exc:
+        raise _object_error(objects, label, sha, "the commit", exc) from None
+    if kind == "tree":
+        return sha
+    if kind != "commit":
+        raise CorruptSnapshot(f"{label} cannot be restored: object {sha[:12]} is a {kind}, not "
+                              "a commit or a tree")
+    try:
+        return objects.read_commit(sha).tree
+    except VaultError as exc:
+        raise _object_error(objects, label, sha, "the commit", exc) from None
+
+
+def _object_error(objects: ObjectStore, label: str, sha: str, where: str,
+                  exc: Exception | None = None) -> CorruptSnapshot:
+    """One line saying which object is wrong, where in the tree it is, and whether it is missing."""
+    loose = objects.objects_dir / sha[:2] / sha[2:]
+    missing = exc is not None and "missing" in str(exc) and not loose.exists()
+    state = "is missing" if missing else "is corrupt"
+    return CorruptSnapshot(f"{label} cannot be restored: object {sha[:12]} ({where}) {state}")
+
+
+def _shown(rel: bytes) -> str:
+    return os.fsdecode(rel) if rel else "the top folder"
+
+
+@dataclass
+class _Plan:
+    """Everything a tree holds, read and verified before anything is written."""
+
+    dirs: list[bytes] = field(default_factory=list)  # parents before children
+    blobs: dict[str, list[tuple[bytes, str]]] = field(default_factory=dict)  # id → (path, mode)
+    trees: list[tuple[bytes, str, list[TreeEntry]]] = field(default_factory=list)
+
+    @classmethod
+    def read(cls, objects: ObjectStore, tree: str, label: str) -> "_Plan":
+        plan = cls()
+        objects_dir = os.fsencode(objects.objects_dir) + b"/"
+        stack = [(b"", tree)]
+        while stack:
+            folder, sha = stack.pop()
+            data = b"" if sha == EMPTY_TREE else \
+                _read_loose(objects_dir + f"{sha[:2]}/{sha[2:]}".encode(), sha, b"tree")
+            if data is False:
+                raise _object_error(objects, label, sha, _shown(folder))
+            try:
+                entries = decode_tree(data) if data is not None else objects.read_tree(sha)
+            except (VaultError, ValueError) as exc:
+                raise _object_error(objects, label, sha, _shown(folder), exc) from None
+            plan.trees.append((folder, sha, entries))
+            if len({entry.name for entry in entries}) != len(entries):
+                raise CorruptSnapshot(f"{label} cannot be restored: tree {sha[:12]} "
+                                      f"({_shown(folder)}) names an entry twice")
+            for entry in entries:
+                name = entry.name
+                rel = folder + b"/" + name if folder else name
+                if name in _UNSAFE_NAMES or b"/" in name or b"\0" in name:
+                    raise CorruptSnapshot(f"{label} cannot be restored: tree {sha[:12]} "
+                                          f"({_shown(folder)}) holds the unsafe name {name!r}")
+                if entry.mode == MODE_TREE:
+                    plan.dirs.append(rel)
+                    stack.append((rel, entry.sha))
+                elif entry.mode in (MODE_FILE, MODE_EXEC, MODE_LINK):
+                    plan.blobs.setdefault(entry.sha, []).append((rel, entry.mode))
+                elif entry.mode == MODE_GITLINK:
+                    plan.dirs.append(rel)  # a submodule's place: an empty folder, like git's
+                else:
+                    raise CorruptSnapshot(f"{label} cannot be restored: tree {sha[:12]} "
+                                          f"({_shown(folder)}) holds the unknown mode {entry.mode}")
+        return plan
+
+    def rebuild(self, written: dict[bytes, tuple[str, str]]) -> str:
+        """The root tree id of what was written, computed from the written entries."""
+        ids: dict[bytes, str] = {}
+        for folder, _sha, entries in reversed(self.trees):  # children were read after parents
+            rebuilt = []
+            for entry in entries:
+                rel = folder + b"/" + entry.name if folder else entry.name
+                if entry.mode == MODE_TREE:
+                    rebuilt.append(TreeEntry(MODE_TREE, entry.name, ids.get(rel, "")))
+                elif entry.mode == MODE_GITLINK:
+                    rebuilt.append(entry)
+                else:
+                    mode, sha = written.get(rel, ("", ""))
+                    rebuilt.append(TreeEntry(mode, entry.name, sha))
+            ids[folder] = object_id("tree", encode_tree(rebuilt)) if rebuilt else EMPTY_TREE
+        return ids[b""]
+
+
+def _write_blobs(objects: ObjectStore, plan: _Plan, root: bytes,
+                 label: str) -> dict[bytes, tuple[str, str]]:
+    """Write every file of the plan, each blob checked against its id first; returns what was
+    written (path → mode, blob id).
+
+    Loose objects (what the recorder writes) are read, inflated and hashed by the writer threads
+    themselves: fewer system calls than git's own loose-object reading, and zlib, hashlib and the
+    file writes let the threads overlap. Packed and very large objects then stream from one
+    `git cat-file --batch`.
+    """
+    written: dict[bytes, tuple[str, str]] = {}
+    rest = _write_loose(objects, plan, root, label, written)
+    if rest:
+        _write_streamed(objects, plan, rest, root, label, written)
+    return written
+
+
+def _write_loose(objects: ObjectStore, plan: _Plan, root: bytes, label: str,
+                 written: dict[bytes, tuple[str, str]]) -> list[str]:
+    """Write the blobs stored as loose objects; returns the ids left for git (packed or large)."""
+    order = list(plan.blobs)
+    objects_dir = os.fsencode(objects.objects_dir) + b"/"
+    stop = threading.Event()
+
+    def work(shas: list[str]) -> list[str]:
+        left = []
+        for sha in shas:
+            if stop.is_set():
+                break
+            data = _read_loose(objects_dir + f"{sha[:2]}/{sha[2:]}".encode(), sha, b"blob")
+            if data is None:
+                left.append(sha)
+                continue
+            if data is False:
+                raise _object_error(objects, label, sha, _shown(plan.blobs[sha][0][0]))
+            for rel, mode in plan.blobs[sha]:
+                _write_file(root + b"/" + rel, mode, data)
+                written[rel] = (mode, sha)
+        return left
+
+    step = max(1, min(_LOOSE_BATCH, len(order) // _WRITERS + 1))
+    with ThreadPoolExecutor(_WRITERS, thread_name_prefix="materialize-write") as pool:
+        futures = [pool.submit(work, order[i:i + step]) for i in range(0, len(order), step)]
+        try:
+            return [sha for future in futures for sha in future.result()]
+        finally:
+            stop.set()
+
+
+def _read_loose(path: bytes, sha: str, kind: bytes) -> bytes | None | Literal[False]:
+    """A loose object's content, verified; None when it is not stored loose (or is too large to
+    read whole), False when it is corrupt or not of the `kind` expected."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        compressed = os.read(fd, _LOOSE_READ)
+        if len(compressed) == _LOOSE_READ:  # a short read means the end of a regular file
+            if os.fstat(fd).st_size > _STREAM_ABOVE:
+                return None  # too large to hold in memory: git streams it
+            parts = [compressed]
+            while chunk := os.read(fd, _CHUNK):
+                parts.append(chunk)
+            compressed = b"".join(parts)
+    finally:
+        os.close(fd)
+    try:
+        inflate = zlib.decompressobj()
+        limit = _STREAM_ABOVE + 64  # the content and its header
+        raw = inflate.decompress(compressed, limit)
+        if inflate.unconsumed_tail or len(raw) >= limit:
+            return None  # too large to hold in memory: git streams it
+        nul = raw.index(b"\0", 0, 64)
+        found, _, size_text = raw[:nul].partition(b" ")
+        if found != kind or not inflate.eof or len(raw) != nul + 1 + int(size_text):
+            return False
+    except (zlib.error, ValueError):
+        return False
+    if hashlib.sha1(raw).hexdigest() != sha:
+        return False
+    return raw[nul + 1:]
+
+
+def _write_streamed(objects: ObjectStore, plan: _Plan, order: list[str], root: bytes, label: str,
+                    written: dict[bytes, tuple[str, str]]) -> None:
+    """Stream the given blobs from one `git cat-file --batch`, check each id, write the files."""
+    proc = subprocess.Popen(["git", "--git-dir", str(objects.git_dir), "cat-file", "--batch",
+                             "--buffer"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, env=git_env())
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def feed() -> None:
+        try:
+            for i in range(0, len(order), _FEED_BATCH):
+                proc.stdin.write(("\n".join(order[i:i + _FEED_BATCH]) + "\n").encode())
+            proc.stdin.close()
+        except (BrokenPipeError, OSError, ValueError):
+            pass  # git stopped early; the reader reports why
+
+    feeder = threading.Thread(target=feed, name="materialize-feed", daemon=True)
+    feeder.start()
+    writers = _Writers(root, written)
+    out = proc.stdout
+    failed = True
+    try:
+        for sha in order:
+            targets = plan.blobs[sha]
+            header = out.readline()
+            parts = header.split()
+            if len(parts) != 3 or parts[0].decode() != sha or parts[1] != b"blob":
+                raise _object_error(objects, label, sha, _shown(targets[0][0]),
+                                    VaultError("missing" if header.endswith(b" missing\n")
+                                               else "unreadable"))
+            size = int(parts[2])
+            if size > _STREAM_ABOVE:
+                writers.drain()
+                ok = _stream_large(out, size, sha, root, targets)
+                if ok:
+                    for rel, mode in targets:
+                        written[rel] = (mode, sha)
+            else:
+                data = out.read(size)
+                out.read(1)
+                check = hashlib.sha1(b"blob %d\0" % size)
+                check.update(data)
+                ok = len(data) == size and check.hexdigest() == sha
+                if ok:
+                    writers.add(sha, data, targets)
+            if not ok:
+                raise _object_error(objects, label, sha, _shown(targets[0][0]))
+        writers.drain()
+        failed = False
+    finally:
+        if failed:
+            proc.kill()
+        writers.stop()
+        out.close()
+        proc.wait()
+        feeder.join()
+
+
+class _Writers:
+    """A few threads writing verified blobs to their files, in batches, with bounded memory."""
+
+    def __init__(self, root: bytes, written: dict[bytes, tuple[str, str]]):
+        self.root = root
+        self.written = written
+        self.error: BaseException | None = None
+        self.queue: queue.Queue = queue.Queue(maxsize=_WRITERS * 4)
+        self.batch: list[tuple[str, bytes, list[tuple[bytes, str]]]] = []
+        self.batch_bytes = 0
+        self.threads = [threading.Thread(target=self._work, name=f"materialize-write-{i}",
+                                         daemon=True) for i in range(_WRITERS)]
+        for thread in self.threads:
+            thread.start()
+
+    def add(self, sha: str, data: bytes, targets: list[tuple[bytes, str]]) -> None:
+        self.batch.append((sha, data, targets))
+        self.batch_bytes += len(data)
+        if len(self.batch) >= _WRITE_BATCH or self.batch_bytes >= _WRITE_BATCH_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.error is not None:
+            raise self.error
+        if self.batch:
+            self.queue.put(self.batch)
+            self.batch, self.batch_bytes = [], 0
+
+    def drain(self) -> None:
+        """Wait until everything handed over so far is on disk; raise the first write error."""
+        self._flush()
+        self.queue.join()
+        if self.error is not None:
+            raise self.error
+
+    def stop(self) -> None:
+        self.batch = []
+        for _ in self.threads:
+            self.queue.put(None)
+        for thread in self.threads:
+            thread.join()
+
+    def _work(self) -> None:
+        while True:
+            batch = self.queue.get()
+            try:
+                if batch is None:
+                    return
+                if self.error is not None:
+                    continue  # already failing: only empty the queue
+                for sha, data, targets in batch:
+                    for rel, mode in targets:
+                        _write_file(self.root + b"/" + rel, mode, data)
+                        self.written[rel] = (mode, sha)
+            except BaseException as exc:  # handed to the reader, which raises it
+                self.error = exc
+            finally:
+                self.queue.task_done()
+
+
+def _make_dirs(root: bytes, dirs: list[bytes]) -> None:
+    """Create the folders, a depth at a time, on the writer threads."""
+    by_depth: dict[int, list[bytes]] = {}
+    for rel in dirs:
+        by_depth.setdefault(rel.count(b"/"), []).append(root + b"/" + rel)
+
+    def make(paths: list[bytes]) -> None:
+        for path in paths:
+            os.mkdir(path)
+
+    if len(dirs) < _PARALLEL_DIRS:
+        make([root + b"/" + rel for rel in dirs])
+        return
+
+    with ThreadPoolExecutor(_WRITERS, thread_name_prefix="materialize-mkdir") as pool:
+        for depth in sorted(by_depth):
+            paths = by_depth[depth]
+            step = max(1, min(256, len(paths) // _WRITERS + 1))
+            for future in [pool.submit(make, paths[i:i + step])
+                           for i in range(0, len(paths), step)]:
+                future.result()
+
+
+def _write_file(path: bytes, mode: str, data: bytes) -> None:
+    if mode == MODE_LINK:
+        os.symlink(data, path)
+        return
+    # Created with 0666/0777 and the process umask applied, as git does on checkout.
+    fd = os.open(path, _FILE_FLAGS, 0o777 if mode == MODE_EXEC else 0o666)
+    try:
+        if data:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
+def _stream_large(out, size: int, sha: str, root: bytes, targets: list[tuple[bytes, str]]) -> bool:
+    """Copy a large blob to its files chunk by chunk, hashing as it goes; False if it is wrong."""
+    fds = [os.open(root + b"/" + rel, _FILE_FLAGS, 0o777 if mode == MODE_EXEC else 0o666)
+           for rel, mode in targets]
+    try:
+        check = hashlib.sha1(b"blob %d\0" % size)
+        left = size
+        while left:
+            chunk = out.read(min(_CHUNK, left))
+            if not chunk:
+                return False
+            left -= len(chunk)
+            check.update(chunk)
+            for fd in fds:
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view):]
+        out.read(1)
+        return check.hexdigest() == sha
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _rename_noreplace(src: Path, dst: Path) -> bool:
+    """Rename `src` to `dst`; False (and nothing renamed) if `dst` appeared meanwhile."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        renameat2 = None
+    if renameat2 is not None:
+        if renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst),
+                     _RENAME_NOREPLACE) == 0:
+            return True
+        err = ctypes.get_errno()
+        if err == errno.EEXIST:
+            return False
+        if err not in (errno.EINVAL, errno.ENOSYS):
+            raise OSError(err, os.strerror(err), str(dst))
+    if os.path.lexists(dst):  # a filesystem without renameat2: check, then rename
+        return False
+    os.rename(src, dst)
+    return True
+
+
+__all__ = ["materialize"]

@@ -1,0 +1,513 @@
+"""Importing a dropped folder: git repositories (HEAD + base of the work tree), plain folders,
+and the inputs that must be refused; the user's repository is never written."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from core.datadir import DataDir
+from core.errors import InputError
+from core.vault import Vault
+from core.vault.importer import check_importable, import_folder
+from core.vault.objects import EMPTY_TREE, MODE_EXEC, MODE_FILE, MODE_GITLINK, MODE_LINK
+from core.vault.tree_index import TreeIndex
+
+ROOT = Path(__file__).resolve().parents[2]
+NOBODY = 65534
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_CONFIG_GLOBAL="/dev/null", GIT_CONFIG_NOSYSTEM="1", GIT_OPTIONAL_LOCKS="0",
+               GIT_AUTHOR_NAME="T", GIT_AUTHOR_EMAIL="t@example.com", GIT_COMMITTER_NAME="T",
+               GIT_COMMITTER_EMAIL="t@example.com")
+    proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, check=True)
+    return proc.stdout.decode()
+
+
+def write(path: Path, text: str | bytes, mode: int | None = None) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(text.encode() if isinstance(text, str) else text)
+    if mode is not None:
+        path.chmod(mode)
+    return path
+
+
+@pytest.fixture
+def vault(tmp_path: Path) -> Vault:
+    v = Vault.open_or_create(tmp_path / "vault" / "src.git")
+    yield v
+    v.close()
+
+
+def vault_refs(vault: Vault) -> list[str]:
+    refs = [str(p.relative_to(vault.git_dir)) for p in (vault.git_dir / "refs").rglob("*")
+            if p.is_file()]
+    packed = vault.git_dir / "packed-refs"
+    if packed.exists():
+        refs += [line for line in packed.read_text().splitlines() if not line.startswith("#")]
+    return refs
+
+
+def base_entries(vault: Vault, tree: str) -> tuple[dict[str, tuple[str, bytes]], set[str]]:
+    """path → (mode, content or link target) for every file; and every folder."""
+    index = TreeIndex.from_tree(vault.objects, tree)
+    files = {}
+    for rel, rec in index.files().items():
+        content = b"" if rec.mode == MODE_GITLINK else vault.objects.read_blob(rec.sha)
+        files[rel] = (rec.mode, content)
+    return files, {d for d in index.dirs if d}
+
+
+def fingerprint(folder: Path) -> dict[str, tuple]:
+    """Every path below `folder` (work tree and .git alike): kind, mode, content, the mtime of
+    every folder (a lock file made and removed again changes its folder's mtime) and of the
+    index."""
+    out: dict[str, tuple] = {}
+    for dirpath, dirnames, filenames in os.walk(folder):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            rel = os.path.relpath(path, folder)
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = ("link", os.readlink(path))
+            elif stat.S_ISDIR(st.st_mode):
+                out[rel] = ("dir", st.st_mode, st.st_mtime_ns)
+            else:
+                with open(path, "rb") as f:
+                    out[rel] = ("file", st.st_mode, hashlib.sha256(f.read()).hexdigest())
+                if name == "index":  # git's index, of the repository or of a linked worktree
+                    out[rel] += (st.st_mtime_ns,)
+    out["<top>"] = ("dir", os.stat(folder).st_mtime_ns)
+    return out
+
+
+def status(folder: Path) -> str:
+    return git(folder, "status", "--porcelain=v2", "--branch", "--untracked-files=all")
+
+
+# -- a repository with every kind of change ----------------------------------------------------
+
+@pytest.fixture
+def busy_repo(tmp_path: Path) -> Path:
+    repo = tmp_path / "project"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    write(repo / ".gitignore", "*.log\nbuild/\n")
+    write(repo / "README.md", "v1\n")
+    write(repo / "src" / "app.py", "print('v1')\n")
+    write(repo / "src" / "old.py", "gone soon\n")
+    write(repo / "tool.sh", "#!/bin/sh\necho tool\n", 0o755)
+    write(repo / "nested" / ".gitignore", "*.tmp\n")
+    write(repo / "nested" / "keep.txt", "keep\n")
+    os.symlink("README.md", repo / "link_in")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "first")
+
+    write(repo / "README.md", "v2 staged\n")
+    write(repo / "src" / "staged.py", "staged = True\n")
+    git(repo, "add", "README.md", "src/staged.py")
+    write(repo / "README.md", "v3 on disk\n")                  # staged, then changed again
+    write(repo / "src" / "app.py", "print('unstaged')\n")       # unstaged change
+    (repo / "src" / "old.py").unlink()                          # tracked, deleted on disk
+    write(repo / "notes.txt", "untracked\n")
+    write(repo / "run.sh", "#!/bin/sh\n", 0o755)                # untracked executable
+    write(repo / "nested" / "inner" / "new.txt", "nested untracked\n")
+    write(repo / "newpkg" / "a.txt", "a\n")
+    (repo / "newpkg" / "sub" / "deeper").mkdir(parents=True)    # empty, below an untracked folder
+    (repo / "empty").mkdir()
+    write(tmp_path / "outside.txt", "outside\n")
+    os.symlink(tmp_path / "outside.txt", repo / "escape")       # points outside the folder
+    os.symlink("../outside.txt", repo / "escape_rel")
+    write(repo / "debug.log", "ignored\n")
+    write(repo / "build" / "out.bin", b"\0ignored")
+    (repo / "build" / "emptyignored").mkdir()
+    write(repo / "nested" / "x.tmp", "ignored by nested rule\n")
+    (repo / "nested" / "cache").mkdir()
+    write(repo / "nested" / "cache" / "y.tmp", "ignored\n")     # holds only ignored files
+    return repo
+
+
+def test_git_import_records_working_tree_as_git_status_sees_it(vault, busy_repo):
+    head = git(busy_repo, "rev-parse", "HEAD").strip()
+    result = import_folder(vault, busy_repo)
+
+    assert result.kind == "git"
+    assert result.head_commit == head
+    assert result.head_branch == "main"
+    commit = vault.objects.read_commit(result.base_commit)
+    assert commit.parents == (head,)
+    assert commit.tree == result.base_tree
+    assert commit.trailer("Cairn-Trigger") == "base"
+    assert vault.objects.read_commit(head).sha == head  # HEAD's objects are in the vault
+
+    files, dirs = base_entries(vault, result.base_tree)
+    assert files == {
+        ".gitignore": (MODE_FILE, b"*.log\nbuild/\n"),
+        "README.md": (MODE_FILE, b"v3 on disk\n"),
+        "src/app.py": (MODE_FILE, b"print('unstaged')\n"),
+        "src/staged.py": (MODE_FILE, b"staged = True\n"),
+        "tool.sh": (MODE_EXEC, b"#!/bin/sh\necho tool\n"),
+        "nested/.gitignore": (MODE_FILE, b"*.tmp\n"),
+        "nested/keep.txt": (MODE_FILE, b"keep\n"),
+        "nested/inner/new.txt": (MODE_FILE, b"nested untracked\n"),
+        "link_in": (MODE_LINK, b"README.md"),
+        "escape": (MODE_LINK, os.fsencode(busy_repo.parent / "outside.txt")),
+        "escape_rel": (MODE_LINK, b"../outside.txt"),
+        "notes.txt": (MODE_FILE, b"untracked\n"),
+        "run.sh": (MODE_EXEC, b"#!/bin/sh\n"),
+        "newpkg/a.txt": (MODE_FILE, b"a\n"),
+    }
+    assert dirs == {"src", "nested", "nested/inner", "nested/cache", "newpkg", "newpkg/sub",
+                    "newpkg/sub/deeper", "empty"}
+    assert result.files == len(files)
+
+
+def test_git_import_agrees_with_git_add_all_on_a_copy(vault, busy_repo, tmp_path):
+    """An independent oracle: `git add -A` in a copy stages exactly the files the base holds."""
+    result = import_folder(vault, busy_repo)
+    copy = tmp_path / "copy"
+    shutil.copytree(busy_repo, copy, symlinks=True)
+    git(copy, "add", "-A")
+    expected = {}
+    for line in git(copy, "ls-files", "-s").splitlines():
+        meta, path = line.split("\t", 1)
+        mode, sha, _ = meta.split()
+        expected[path] = (mode, sha)
+    index = TreeIndex.from_tree(vault.objects, result.base_tree)
+    assert {rel: (rec.mode, rec.sha) for rel, rec in index.files().items()} == expected
+
+
+def test_git_import_never_writes_to_the_users_repository(vault, busy_repo):
+    status_before = status(busy_repo)
+    before = fingerprint(busy_repo)
+    import_folder(vault, busy_repo)
+    import_folder(vault, busy_repo)  # again, now that the vault holds HEAD already
+    assert fingerprint(busy_repo) == before
+    assert status(busy_repo) == status_before
+
+
+def test_git_import_leaves_no_ref_behind(vault, busy_repo):
+    import_folder(vault, busy_repo)
+    assert vault_refs(vault) == []
+    assert not (vault.git_dir / "FETCH_HEAD").exists()
+
+
+def test_unborn_branch_imports_without_parent(vault, tmp_path):
+    repo = tmp_path / "fresh"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "trunk")
+    write(repo / "staged.txt", "staged\n")
+    git(repo, "add", "staged.txt")
+    write(repo / "loose.txt", "untracked\n")
+    before = fingerprint(repo)
+
+    result = import_folder(vault, repo)
+
+    assert (result.kind, result.head_commit, result.head_branch) == ("git", None, "trunk")
+    commit = vault.objects.read_commit(result.base_commit)
+    assert commit.parents == ()
+    files, _ = base_entries(vault, result.base_tree)
+    assert files == {"staged.txt": (MODE_FILE, b"staged\n"),
+                     "loose.txt": (MODE_FILE, b"untracked\n")}
+    assert fingerprint(repo) == before
+    assert vault_refs(vault) == []
+
+
+def test_detached_head_has_no_branch(vault, busy_repo):
+    head = git(busy_repo, "rev-parse", "HEAD").strip()
+    git(busy_repo, "checkout", "-q", "--detach")
+    result = import_folder(vault, busy_repo)
+    assert (result.head_commit, result.head_branch) == (head, None)
+
+
+def test_linked_worktree_with_a_gitfile_imports_and_main_repo_is_untouched(vault, busy_repo,
+                                                                          tmp_path):
+    worktree = tmp_path / "wt"
+    git(busy_repo, "worktree", "add", "-q", "-b", "side", str(worktree))
+    write(worktree / "side.txt", "side\n")
+    assert (worktree / ".git").is_file()
+    before_main, before_wt = fingerprint(busy_repo), fingerprint(worktree)
+
+    result = import_folder(vault, worktree)
+
+    assert result.kind == "git" and result.head_branch == "side"
+    assert result.head_commit == git(worktree, "rev-parse", "HEAD").strip()
+    files, _ = base_entries(vault, result.base_tree)
+    assert files["side.txt"] == (MODE_FILE, b"side\n")
+    assert files["README.md"] == (MODE_FILE, b"v1\n")
+    assert fingerprint(busy_repo) == before_main
+    assert fingerprint(worktree) == before_wt
+
+
+def test_submodule_kept_as_gitlink_and_untracked_repository_as_files(vault, tmp_path):
+    repo = tmp_path / "super"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    write(repo / "a.txt", "a\n")
+    git(repo, "add", "a.txt")
+    git(repo, "commit", "-q", "-m", "a")
+    pinned = "1234567890abcdef1234567890abcdef12345678"
+    (repo / "lib").mkdir()
+    git(repo, "update-index", "--add", "--cacheinfo", f"160000,{pinned},lib")
+    inner = repo / "inner"
+    inner.mkdir()
+    git(inner, "init", "-q")
+    write(inner / "code.py", "x = 1\n")
+    write(inner / ".gitignore", "*.pyc\n")
+    write(inner / "code.pyc", b"\0")
+
+    result = import_folder(vault, repo)
+
+    index = TreeIndex.from_tree(vault.objects, result.base_tree)
+    recs = index.files()
+    assert recs["lib"].mode == MODE_GITLINK and recs["lib"].sha == pinned
+    assert set(recs) == {"a.txt", "lib", "inner/code.py", "inner/.gitignore"}
+
+
+def test_plain_folder_import(vault, tmp_path):
+    folder = tmp_path / "plain"
+    write(folder / "main.c", "int main;\n")
+    write(folder / "bin" / "run", "#!/bin/sh\n", 0o755)
+    write(folder / ".gitignore", "*.o\n")
+    write(folder / "main.o", b"\0\1")
+    os.symlink("/nonexistent/target", folder / "dangling")
+    (folder / "docs" / "empty").mkdir(parents=True)
+
+    result = import_folder(vault, folder)
+
+    assert (result.kind, result.head_commit, result.head_branch) == ("plain", None, None)
+    commit = vault.objects.read_commit(result.base_commit)
+    assert commit.parents == () and commit.trailer("Cairn-Trigger") == "base"
+    files, dirs = base_entries(vault, result.base_tree)
+    assert files == {"main.c": (MODE_FILE, b"int main;\n"), "bin/run": (MODE_EXEC, b"#!/bin/sh\n"),
+                     ".gitignore": (MODE_FILE, b"*.o\n"),
+                     "dangling": (MODE_LINK, b"/nonexistent/target")}
+    assert dirs == {"bin", "docs", "docs/empty"}
+    assert result.files == 4
+    assert vault_refs(vault) == []
+
+
+def test_empty_folder_import(vault, tmp_path):
+    folder = tmp_path / "nothing"
+    folder.mkdir()
+    result = import_folder(vault, folder)
+    assert result.kind == "plain" and result.files == 0
+    assert result.base_tree == EMPTY_TREE
+    assert vault.objects.read_commit(result.base_commit).tree == EMPTY_TREE
+
+
+# -- refused inputs ----------------------------------------------------------------------------
+
+def assert_one_line(exc: pytest.ExceptionInfo, *fragments: str) -> None:
+    message = str(exc.value)
+    assert "\n" not in message
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+def test_refuses_missing_path_and_file(vault, tmp_path):
+    data = DataDir(tmp_path / "data").ensure()
+    with pytest.raises(InputError) as exc:
+        check_importable(tmp_path / "nope", data)
+    assert_one_line(exc, "does not exist")
+    write(tmp_path / "file.txt", "x")
+    with pytest.raises(InputError) as exc:
+        check_importable(tmp_path / "file.txt", data)
+    assert_one_line(exc, "is a file, not a folder")
+    with pytest.raises(InputError) as exc:
+        import_folder(vault, tmp_path / "nope")
+    assert_one_line(exc, "does not exist")
+    assert vault_refs(vault) == []
+
+
+def test_refuses_the_data_folder_and_anything_around_it(tmp_path):
+    data = DataDir(tmp_path / "home" / "cairn-data").ensure()
+    with pytest.raises(InputError) as exc:
+        check_importable(data.root, data)
+    assert_one_line(exc, "is Cairn's own data folder")
+    with pytest.raises(InputError) as exc:
+        check_importable(data.workspaces_root, data)
+    assert_one_line(exc, "is inside Cairn's data folder")
+    with pytest.raises(InputError) as exc:
+        check_importable(tmp_path / "home", data)
+    assert_one_line(exc, "contains Cairn's data folder")
+    os.symlink(data.vault_root, tmp_path / "sneaky")
+    with pytest.raises(InputError) as exc:
+        check_importable(tmp_path / "sneaky", data)
+    assert_one_line(exc, "is inside Cairn's data folder")
+
+
+def test_accepts_a_sibling_of_the_data_folder(tmp_path):
+    data = DataDir(tmp_path / "data").ensure()
+    (tmp_path / "data-project").mkdir()  # shares a name prefix, not a path
+    project = tmp_path / "data-project"
+    assert check_importable(project, data) == project.resolve()
+
+
+# -- unreadable content, as an unprivileged user (root reads everything) -------------------------
+
+_IMPORT_SNIPPET = """
+import json, sys
+from pathlib import Path
+from core.datadir import DataDir
+from core.errors import InputError
+from core.vault import Vault
+from core.vault.importer import check_importable, import_folder
+vault = Vault.open_or_create(Path(sys.argv[2]))
+try:
+    if sys.argv[3] == "check":
+        check_importable(Path(sys.argv[1]), DataDir(Path(sys.argv[2]).parent / "data"))
+    result = import_folder(vault, Path(sys.argv[1]))
+    print(json.dumps({"ok": result.base_commit}))
+except InputError as exc:
+    print(json.dumps({"error": str(exc)}))
+"""
+
+
+@pytest.fixture
+def unprivileged_dir():
+    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) is needed to run as an unprivileged user")
+    base = Path(tempfile.mkdtemp(prefix="cairn-unreadable-", dir="/tmp"))
+    base.chmod(0o777)
+    yield base
+    for dirpath, dirnames, _ in os.walk(base):
+        for name in dirnames:
+            os.chmod(os.path.join(dirpath, name), 0o755)
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def import_as_nobody(base: Path, folder: Path, *, check: bool = False) -> tuple[dict, Path]:
+    vault_dir = base / "vault.git"
+    shutil.rmtree(vault_dir, ignore_errors=True)
+    if os.geteuid() == 0:
+        for dirpath, dirnames, filenames in os.walk(base):
+            for name in [dirpath] + [os.path.join(dirpath, n) for n in dirnames + filenames]:
+                os.lchown(name, NOBODY, NOBODY)
+        prefix = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+    else:
+        prefix = []
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(base),
+           "PYTHONPATH": str(ROOT), "LC_ALL": "C"}
+    proc = subprocess.run([*prefix, sys.executable, "-c", _IMPORT_SNIPPET, str(folder),
+                           str(vault_dir), "check" if check else "import"],
+                          cwd=base, env=env, capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode()
+    return json.loads(proc.stdout.decode().strip().splitlines()[-1]), vault_dir
+
+
+def vault_leftovers(vault_dir: Path) -> list[str]:
+    """Refs and objects in a vault (a fresh vault holds neither)."""
+    found = [str(p.relative_to(vault_dir)) for p in (vault_dir / "refs").rglob("*") if p.is_file()]
+    found += [str(p.relative_to(vault_dir)) for p in (vault_dir / "objects").rglob("*")
+              if p.is_file()]
+    if (vault_dir / "packed-refs").exists():
+        found.append("packed-refs")
+    return found
+
+
+@pytest.mark.parametrize("kind", ["plain", "git"])
+def test_unreadable_files_fail_the_import_naming_them(unprivileged_dir, kind):
+    base = unprivileged_dir
+    src = base / "src"
+    write(src / "ok.txt", "fine\n")
+    write(src / "a_secret.txt", "secret\n")
+    write(src / "sub" / "b_hidden.txt", "hidden\n")
+    write(src / "c_locked" / "inside.txt", "inside\n")
+    write(src / "d_more.txt", "more\n")
+    write(src / "e_more.txt", "more\n")
+    if kind == "git":
+        git(src, "init", "-q", "-b", "main")
+        git(src, "add", "ok.txt", "a_secret.txt", "sub/b_hidden.txt")
+        git(src, "commit", "-q", "-m", "tracked")
+
+    # The harness itself works: everything readable imports fine as the same user.
+    outcome, vault_dir = import_as_nobody(base, src)
+    assert "ok" in outcome, outcome
+
+    for name in ("a_secret.txt", "sub/b_hidden.txt", "d_more.txt", "e_more.txt"):
+        (src / name).chmod(0)
+    (src / "c_locked").chmod(0)
+    outcome, vault_dir = import_as_nobody(base, src)
+
+    assert "error" in outcome, outcome
+    message = outcome["error"]
+    assert "\n" not in message
+    assert "5 items cannot be read" in message, message
+    assert "a_secret.txt" in message and "c_locked" in message and "d_more.txt" in message
+    assert "and 2 more" in message
+    assert vault_leftovers(vault_dir) == []
+
+
+def test_a_stray_git_folder_is_refused(vault, tmp_path):
+    outer = tmp_path / "outer"
+    outer.mkdir()
+    git(outer, "init", "-q")
+    inner = outer / "inner"
+    (inner / ".git").mkdir(parents=True)  # not a repository: git would answer for `outer`
+    write(inner / "a.txt", "a\n")
+    with pytest.raises(InputError) as exc:
+        import_folder(vault, inner)
+    assert_one_line(exc, "is not a usable git repository")
+    assert vault_refs(vault) == []
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_unreadable_folder_is_refused(unprivileged_dir, check):
+    base = unprivileged_dir
+    src = base / "src"
+    write(src / "a.txt", "a\n")
+    outcome, vault_dir = import_as_nobody(base, src, check=check)
+    assert "ok" in outcome, outcome
+    src.chmod(0o300)  # can enter, cannot list
+    outcome, vault_dir = import_as_nobody(base, src, check=check)
+    assert outcome == {"error": f"no permission to read the folder {src}"}
+    assert vault_leftovers(vault_dir) == []
+
+
+def test_shallow_clone_imports(vault, busy_repo, tmp_path):
+    git(busy_repo, "commit", "-q", "-m", "second")
+    clone = tmp_path / "shallow"
+    git(tmp_path, "clone", "-q", "--depth", "1", f"file://{busy_repo}", str(clone))
+    write(clone / "local.txt", "local\n")
+    before = fingerprint(clone)
+
+    result = import_folder(vault, clone)
+
+    assert result.head_commit == git(clone, "rev-parse", "HEAD").strip()
+    assert vault.objects.read_commit(result.base_commit).parents == (result.head_commit,)
+    files, _ = base_entries(vault, result.base_tree)
+    assert files["local.txt"] == (MODE_FILE, b"local\n")
+    assert fingerprint(clone) == before
+    assert vault_refs(vault) == []
+
+
+def test_file_bytes_are_recorded_without_filters(vault, tmp_path):
+    repo = tmp_path / "crlf"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "core.autocrlf", "true")
+    write(repo / ".gitattributes", "*.txt text eol=crlf\n*.dat filter=upper\n")
+    git(repo, "config", "filter.upper.clean", "tr a-z A-Z")
+    write(repo / "lines.txt", b"one\r\ntwo\r\n")
+    write(repo / "data.dat", b"lower\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "normalized in the commit")
+    assert git(repo, "show", "HEAD:lines.txt") == "one\ntwo\n"  # git converted it
+
+    result = import_folder(vault, repo)
+
+    files, _ = base_entries(vault, result.base_tree)
+    assert files["lines.txt"] == (MODE_FILE, b"one\r\ntwo\r\n")
+    assert files["data.dat"] == (MODE_FILE, b"lower\n")

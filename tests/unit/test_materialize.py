@@ -1,0 +1,309 @@
+"""Materializing a recorded tree into a new folder: byte-identical round trips, and all-or-nothing
+failure with a clear CorruptSnapshot when an object is missing or corrupt."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import zlib
+from pathlib import Path
+
+import pytest
+
+import core.vault.materialize as materialize_module
+from core.errors import Conflict, CorruptSnapshot, InputError
+from core.vault import Vault
+from core.vault.importer import import_folder
+from core.vault.materialize import materialize
+from core.vault.objects import (EMPTY_TREE, MODE_FILE, MODE_GITLINK, MODE_TREE, TreeEntry,
+                                git_env)
+from core.vault.tree_index import TreeIndex
+
+
+def write(path: Path, data: str | bytes, mode: int | None = None) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+    if mode is not None:
+        path.chmod(mode)
+    return path
+
+
+def walk(folder: Path) -> dict[str, tuple]:
+    """Everything below `folder`: kind, whether executable (the bit git records, whatever the
+    umask), and content or link target."""
+    out: dict[str, tuple] = {}
+    for dirpath, dirnames, filenames in os.walk(folder):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            rel = os.path.relpath(path, folder)
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = ("link", os.readlink(path))
+            elif stat.S_ISDIR(st.st_mode):
+                out[rel] = ("dir",)
+            else:
+                out[rel] = ("file", bool(st.st_mode & 0o100), Path(path).read_bytes())
+    return out
+
+
+@pytest.fixture
+def vault(tmp_path: Path) -> Vault:
+    v = Vault.open_or_create(tmp_path / "vault.git")
+    yield v
+    v.close()
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Path:
+    src = tmp_path / "source"
+    write(src / "README.md", "hello\n")
+    write(src / "src" / "app.py", "print('app')\n")
+    write(src / "src" / "deep" / "er" / "mod.py", "x = 1\n")
+    write(src / "bin" / "run.sh", "#!/bin/sh\necho run\n", 0o755)
+    write(src / "data.bin", bytes(range(256)) * 40 + b"\r\n\0")
+    write(src / "empty.txt", b"")
+    write(src / "copy_of_readme.md", "hello\n")  # same blob twice
+    write(src / "name with spaces é.txt", "unicode\n")
+    os.symlink("README.md", src / "link_rel")
+    os.symlink("/etc/hostname", src / "link_abs")
+    os.symlink("does/not/exist", src / "link_dangling")
+    os.symlink("src", src / "link_dir")
+    (src / "empty_dir").mkdir()
+    (src / "src" / "nested_empty" / "inner_empty").mkdir(parents=True)
+    return src
+
+
+def siblings(folder: Path) -> set[str]:
+    return {p.name for p in folder.iterdir()}
+
+
+def test_round_trip_is_identical(vault, source, tmp_path):
+    result = import_folder(vault, source)
+    dest = tmp_path / "restored"
+
+    tree = materialize(vault, result.base_commit, dest, label="snapshot snap_1")
+
+    assert tree == result.base_tree
+    assert walk(dest) == walk(source)
+    assert siblings(tmp_path) == {"source", "vault.git", "restored"}
+
+
+def test_accepts_a_tree_id_and_writes_the_empty_tree(vault, source, tmp_path):
+    result = import_folder(vault, source)
+    assert materialize(vault, result.base_tree, tmp_path / "by_tree", label="t") == result.base_tree
+    assert walk(tmp_path / "by_tree") == walk(source)
+    assert materialize(vault, EMPTY_TREE, tmp_path / "nothing", label="t") == EMPTY_TREE
+    assert list((tmp_path / "nothing").iterdir()) == []
+
+
+def test_modes_honour_the_umask(vault, source, tmp_path):
+    result = import_folder(vault, source)
+    old = os.umask(0o027)
+    try:
+        materialize(vault, result.base_commit, tmp_path / "restored", label="s")
+    finally:
+        os.umask(old)
+    dest = tmp_path / "restored"
+    assert stat.S_IMODE(os.stat(dest / "README.md").st_mode) == 0o640
+    assert stat.S_IMODE(os.stat(dest / "bin" / "run.sh").st_mode) == 0o750
+    assert stat.S_IMODE(os.stat(dest / "src").st_mode) == 0o750
+
+
+def test_packed_objects_materialize_too(vault, source, tmp_path):
+    result = import_folder(vault, source)
+    subprocess.run(["git", "--git-dir", str(vault.git_dir), "repack", "-a", "-d", "-q"],
+                   check=True, env=git_env())
+    subprocess.run(["git", "--git-dir", str(vault.git_dir), "prune-packed"], check=True,
+                   env=git_env())
+    materialize(vault, result.base_commit, tmp_path / "restored", label="s")
+    assert walk(tmp_path / "restored") == walk(source)
+
+
+def test_large_blobs_are_streamed(vault, source, tmp_path, monkeypatch):
+    monkeypatch.setattr(materialize_module, "_STREAM_ABOVE", 100)
+    monkeypatch.setattr(materialize_module, "_CHUNK", 64)
+    result = import_folder(vault, source)
+    materialize(vault, result.base_commit, tmp_path / "restored", label="s")
+    assert walk(tmp_path / "restored") == walk(source)
+
+
+def test_gitlink_becomes_an_empty_folder(vault, tmp_path):
+    objects = vault.objects
+    blob = objects.write_blob(b"a\n")
+    tree = objects.write_tree([TreeEntry(MODE_FILE, b"a.txt", blob),
+                               TreeEntry(MODE_GITLINK, b"lib", "12" * 20)])
+    assert materialize(vault, tree, tmp_path / "out", label="s") == tree
+    assert walk(tmp_path / "out") == {"a.txt": ("file", False, b"a\n"), "lib": ("dir",)}
+
+
+def test_existing_destination_is_refused(vault, source, tmp_path):
+    result = import_folder(vault, source)
+    dest = tmp_path / "taken"
+    dest.mkdir()
+    write(dest / "mine.txt", "keep me\n")
+    with pytest.raises(Conflict) as exc:
+        materialize(vault, result.base_commit, dest, label="snapshot snap_2")
+    assert "already exists" in str(exc.value) and "snapshot snap_2" in str(exc.value)
+    assert walk(dest) == {"mine.txt": ("file", False, b"keep me\n")}
+    with pytest.raises(InputError) as exc:
+        materialize(vault, result.base_commit, tmp_path / "no" / "parent", label="s")
+    assert "does not exist" in str(exc.value)
+
+
+# -- damaged vaults ------------------------------------------------------------------------------
+
+def blob_of(vault: Vault, tree: str, rel: str) -> str:
+    return TreeIndex.from_tree(vault.objects, tree).get(rel).sha
+
+
+def loose(vault: Vault, sha: str) -> Path:
+    return vault.git_dir / "objects" / sha[:2] / sha[2:]
+
+
+def overwrite(path: Path, data: bytes) -> None:
+    path.chmod(0o644)
+    path.write_bytes(data)
+
+
+def assert_nothing_left(tmp_path: Path, dest: Path) -> None:
+    assert not os.path.lexists(dest)
+    assert siblings(tmp_path) == {"source", "vault.git"}
+
+
+@pytest.mark.parametrize("damage", ["garbage", "wrong content", "truncated"])
+def test_corrupt_blob_fails_naming_label_and_path(vault, source, tmp_path, damage):
+    result = import_folder(vault, source)
+    sha = blob_of(vault, result.base_tree, "src/app.py")
+    path = loose(vault, sha)
+    if damage == "garbage":
+        overwrite(path, b"this is not zlib")
+    elif damage == "wrong content":
+        overwrite(path, zlib.compress(b"blob 13\0print('bad')\n"))
+    else:
+        overwrite(path, path.read_bytes()[:8])
+    dest = tmp_path / "restored"
+
+    with pytest.raises(CorruptSnapshot) as exc:
+        materialize(vault, result.base_commit, dest, label="snapshot snap_3")
+
+    message = str(exc.value)
+    assert "\n" not in message
+    assert message.startswith("snapshot snap_3 cannot be restored")
+    assert sha[:12] in message and "src/app.py" in message and "is corrupt" in message
+    assert_nothing_left(tmp_path, dest)
+
+
+def test_missing_blob_fails_naming_label_and_path(vault, source, tmp_path):
+    result = import_folder(vault, source)
+    sha = blob_of(vault, result.base_tree, "bin/run.sh")
+    loose(vault, sha).unlink()
+    dest = tmp_path / "restored"
+    with pytest.raises(CorruptSnapshot) as exc:
+        materialize(vault, result.base_commit, dest, label="snapshot snap_4")
+    message = str(exc.value)
+    assert message.startswith("snapshot snap_4 cannot be restored")
+    assert sha[:12] in message and "bin/run.sh" in message and "is missing" in message
+    assert_nothing_left(tmp_path, dest)
+
+
+def test_missing_or_corrupt_tree_fails_before_writing(vault, source, tmp_path):
+    result = import_folder(vault, source)
+    index = TreeIndex.from_tree(vault.objects, result.base_tree)
+    deep = index.tree_ids["src/deep"]
+    loose(vault, deep).unlink()
+    dest = tmp_path / "restored"
+    with pytest.raises(CorruptSnapshot) as exc:
+        materialize(vault, result.base_commit, dest, label="snapshot snap_5")
+    assert deep[:12] in str(exc.value) and "src/deep" in str(exc.value)
+    assert "is missing" in str(exc.value)
+    assert_nothing_left(tmp_path, dest)
+
+    overwrite(loose(vault, result.base_commit), b"junk")
+    with pytest.raises(CorruptSnapshot) as exc:
+        materialize(vault, result.base_commit, dest, label="snapshot snap_5")
+    assert "is corrupt" in str(exc.value)
+    assert_nothing_left(tmp_path, dest)
+
+
+def test_corrupt_packed_blob_is_caught(vault, source, tmp_path):
+    result = import_folder(vault, source)
+    sha = blob_of(vault, result.base_tree, "README.md")
+    # Replace the stored object by different content under the same name, then pack it.
+    overwrite(loose(vault, sha), zlib.compress(b"blob 6\0HELLO\n"))
+    subprocess.run(["git", "--git-dir", str(vault.git_dir), "repack", "-a", "-d", "-q"],
+                   check=True, env=git_env(), capture_output=True)
+    subprocess.run(["git", "--git-dir", str(vault.git_dir), "prune-packed"], check=True,
+                   env=git_env())
+    dest = tmp_path / "restored"
+    with pytest.raises(CorruptSnapshot) as exc:
+        materialize(vault, result.base_commit, dest, label="snapshot snap_6")
+    assert sha[:12] in str(exc.value)
+    assert_nothing_left(tmp_path, dest)
+
+
+def test_corrupt_large_blob_is_caught_while_streaming(vault, source, tmp_path, monkeypatch):
+    monkeypatch.setattr(materialize_module, "_STREAM_ABOVE", 100)
+    result = import_folder(vault, source)
+    sha = blob_of(vault, result.base_tree, "data.bin")
+    size = 256 * 40 + 3
+    overwrite(loose(vault, sha), zlib.compress(b"blob %d\0" % size + b"\1" * size))
+    dest = tmp_path / "restored"
+    with pytest.raises(CorruptSnapshot) as exc:
+        materialize(vault, result.base_commit, dest, label="snapshot snap_7")
+    assert "data.bin" in str(exc.value) and "is corrupt" in str(exc.value)
+    assert_nothing_left(tmp_path, dest)
+
+
+@pytest.mark.parametrize("name", [b"..", b".git", b"a/b"])
+def test_unsafe_names_are_refused(vault, tmp_path, name):
+    objects = vault.objects
+    blob = objects.write_blob(b"x")
+    inner = objects.write_tree([TreeEntry(MODE_FILE, b"escaped", blob)])
+    tree = objects.write_tree([TreeEntry(MODE_TREE, name, inner)])
+    with pytest.raises(CorruptSnapshot) as exc:
+        materialize(vault, tree, tmp_path / "out", label="snapshot snap_8")
+    assert "unsafe name" in str(exc.value)
+    assert not os.path.lexists(tmp_path / "out") and not (tmp_path / "escaped").exists()
+    assert siblings(tmp_path) == {"vault.git"}
+
+
+def test_destination_appearing_during_restore_is_not_overwritten(vault, source, tmp_path,
+                                                                 monkeypatch):
+    result = import_folder(vault, source)
+    dest = tmp_path / "restored"
+    real_write_blobs = materialize_module._write_blobs
+
+    def someone_else_creates_dest(*args, **kwargs):
+        written = real_write_blobs(*args, **kwargs)
+        dest.mkdir()  # an empty folder: a plain rename would silently replace it
+        return written
+
+    monkeypatch.setattr(materialize_module, "_write_blobs", someone_else_creates_dest)
+    with pytest.raises(Conflict):
+        materialize(vault, result.base_commit, dest, label="snapshot snap_9")
+    assert list(dest.iterdir()) == []
+    assert siblings(tmp_path) == {"source", "vault.git", "restored"}
+
+
+def test_tree_naming_an_entry_twice_is_refused(vault, tmp_path):
+    objects = vault.objects
+    blob = objects.write_blob(b"x")
+    data = b"".join(b"100644 twice\0" + bytes.fromhex(blob) for _ in range(2))
+    tree = objects.write_object("tree", data)
+    with pytest.raises(CorruptSnapshot) as exc:
+        materialize(vault, tree, tmp_path / "out", label="snapshot snap_10")
+    assert "names an entry twice" in str(exc.value)
+    assert siblings(tmp_path) == {"vault.git"}
+
+
+@pytest.mark.parametrize("stream_above", [None, 100_000])
+def test_loose_objects_larger_than_one_read(vault, tmp_path, monkeypatch, stream_above):
+    if stream_above:  # the compressed file alone is over the limit: git streams it
+        monkeypatch.setattr(materialize_module, "_STREAM_ABOVE", stream_above)
+    src = tmp_path / "source"
+    write(src / "random.bin", os.urandom(300_000))  # incompressible: several reads
+    write(src / "small.txt", "small\n")
+    result = import_folder(vault, src)
+    materialize(vault, result.base_commit, tmp_path / "restored", label="s")
+    assert walk(tmp_path / "restored") == walk(src)
