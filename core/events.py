@@ -19,6 +19,9 @@ REVISION_RECORDED = "revision.recorded"
 SNAPSHOT_CREATED = "snapshot.created"
 WORKSPACE_STATE = "workspace.state"
 WORKSPACE_PROBLEM = "workspace.problem"
+RUN_STATE = "run.state"
+RUN_RESUMED = "run.resumed"
+POLICY_CHANGED = "policy.changed"
 
 
 @dataclass(frozen=True)

@@ -114,3 +114,65 @@ class Snapshot:
     setup_command: str | None = None
     engine_home_archive: str | None = None
     created_at: float = 0.0
+
+
+@dataclass
+class Run:
+    id: str
+    task_id: str
+    state: str  # RunState value
+    state_version: int
+    engine: str
+    spec: dict = field(default_factory=dict)
+    engine_session_id: str | None = None
+    exit_code: int | None = None
+    note: str | None = None
+    output_offset: int = 0
+    stderr_offset: int = 0
+    attempt: int = 0
+    workspace_id: str | None = None
+    resume_report: dict | None = None
+    created_at: float = 0.0
+    started_at: float | None = None
+    ended_at: float | None = None
+
+    @property
+    def exec_id(self) -> str:
+        """The name of the current attempt's folder under the session's runs folder."""
+        return f"{self.id}.{self.attempt}"
+
+
+@dataclass
+class Checkpoint:
+    id: str
+    run_id: str
+    run_state_version: int
+    workspace_ref: str  # git:<ref>@<sha>
+    tree: str
+    snapshot_id: str
+    pending_step: str | None
+    engine_session_id: str | None
+    tool_contract: dict
+    policy_version: int
+    created_at: float
+
+
+@dataclass
+class SessionRecord:
+    """A sandbox session's persisted state (DESIGN: "Sandbox session state"): no secrets."""
+
+    id: str
+    workspace_id: str
+    backend: str
+    container_id: str | None
+    container_name: str | None
+    image_digest: str | None
+    mounts: list = field(default_factory=list)
+    generation: int = 0
+    snapshot_id: str | None = None
+    status: str = "live"  # live | stopped | gone
+    policy_version: int | None = None
+    launch_specs: list = field(default_factory=list)
+    policy: dict = field(default_factory=dict)  # the policy the sandbox was made under
+    created_at: float = 0.0
+    updated_at: float = 0.0

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Iterator, TypeVar
 
 from core.errors import CairnError, NotFound
-from core.models import Revision, Snapshot, Source, Task, Workspace
+from core.models import (Checkpoint, Revision, Run, SessionRecord, Snapshot, Source, Task,
+                         Workspace)
 
 T = TypeVar("T")
 
@@ -177,11 +178,23 @@ MIGRATIONS: list[str] = [
         heartbeat_at REAL NOT NULL
     );
     """,
+    # 3: run attempts, resume reports, session status and launch specs
+    """
+    ALTER TABLE runs ADD COLUMN stderr_offset INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE runs ADD COLUMN attempt INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE runs ADD COLUMN workspace_id TEXT;
+    ALTER TABLE runs ADD COLUMN resume_report TEXT;
+    ALTER TABLE session_states ADD COLUMN status TEXT NOT NULL DEFAULT 'live';
+    ALTER TABLE session_states ADD COLUMN policy_version INTEGER;
+    ALTER TABLE session_states ADD COLUMN launch_specs TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE session_states ADD COLUMN policy TEXT NOT NULL DEFAULT '{}';
+    CREATE INDEX session_states_workspace ON session_states(workspace_id);
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
 
-_JSON_FIELDS = {"policy", "mounts"}
+_JSON_FIELDS = {"policy", "mounts", "spec", "tool_contract", "resume_report", "launch_specs"}
 
 
 def _row_to(cls: type[T], row: sqlite3.Row) -> T:
@@ -438,6 +451,98 @@ class Store:
 
     def update_snapshot(self, snapshot_id: str, **changes: Any) -> None:
         self._update("snapshots", snapshot_id, **changes)
+
+    # -- runs --------------------------------------------------------------------------------
+
+    def add_run(self, run: Run) -> None:
+        self._insert("runs", run)
+
+    def get_run(self, run_id: str) -> Run:
+        return self._get(Run, "runs", run_id, "run")
+
+    def runs_of(self, task_ids: list[str]) -> list[Run]:
+        if not task_ids:
+            return []
+        marks = ",".join("?" * len(task_ids))
+        rows = self.query(f"SELECT * FROM runs WHERE task_id IN ({marks}) ORDER BY created_at",
+                          tuple(task_ids))
+        return [_row_to(Run, r) for r in rows]
+
+    def list_runs(self, *, states: tuple[str, ...] | None = None) -> list[Run]:
+        rows = self.query("SELECT * FROM runs ORDER BY created_at")
+        runs = [_row_to(Run, r) for r in rows]
+        return [r for r in runs if states is None or r.state in states]
+
+    def transition_run(self, run_id: str, allowed_from: tuple[str, ...], to: str,
+                       **changes: Any) -> Run:
+        """Move a run to `to` when it is in one of `allowed_from`, bumping its state version.
+
+        The check and the write are one statement, so two processes cannot both make a move
+        from the same state. Raises IllegalTransition (with the state found) otherwise."""
+        from core.errors import IllegalTransition
+        for key in _JSON_FIELDS & changes.keys():
+            changes[key] = json.dumps(changes[key], sort_keys=True)
+        sets = "".join(f", {k} = :{k}" for k in changes)
+        marks = ",".join(f":_from{i}" for i in range(len(allowed_from)))
+        params = {**changes, "_id": run_id, "_to": to,
+                  **{f"_from{i}": s for i, s in enumerate(allowed_from)}}
+        with self.transaction() as conn:
+            cur = conn.execute(f"UPDATE runs SET state = :_to, state_version = state_version + 1"
+                               f"{sets} WHERE id = :_id AND state IN ({marks})", params)
+            if cur.rowcount != 1:
+                row = conn.execute("SELECT state FROM runs WHERE id = ?", (run_id,)).fetchone()
+                if row is None:
+                    raise NotFound(f"no run with id {run_id!r}")
+                raise IllegalTransition(f"run {run_id} is {row[0]}; it cannot become {to}")
+        return self.get_run(run_id)
+
+    def update_run(self, run_id: str, **changes: Any) -> None:
+        self._update("runs", run_id, **changes)
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    def add_checkpoint(self, ck: Checkpoint) -> None:
+        self._insert("checkpoints", ck)
+
+    def latest_checkpoint(self, run_ids: list[str]) -> Checkpoint | None:
+        if not run_ids:
+            return None
+        marks = ",".join("?" * len(run_ids))
+        row = self.query_one(f"SELECT * FROM checkpoints WHERE run_id IN ({marks}) "
+                             "ORDER BY created_at DESC, run_state_version DESC LIMIT 1",
+                             tuple(run_ids))
+        return _row_to(Checkpoint, row) if row else None
+
+    def list_checkpoints(self, run_id: str | None = None) -> list[Checkpoint]:
+        if run_id is None:
+            rows = self.query("SELECT * FROM checkpoints ORDER BY created_at")
+        else:
+            rows = self.query("SELECT * FROM checkpoints WHERE run_id = ? ORDER BY created_at",
+                              (run_id,))
+        return [_row_to(Checkpoint, r) for r in rows]
+
+    # -- sandbox session states ------------------------------------------------------------------
+
+    def put_session(self, rec: SessionRecord) -> None:
+        rec.updated_at = time.time()
+        data = _to_row(rec)
+        cols = ", ".join(data)
+        with self.transaction() as conn:
+            conn.execute(f"INSERT OR REPLACE INTO session_states ({cols}) VALUES "
+                         f"({', '.join(':' + k for k in data)})", data)
+
+    def session_for(self, workspace_id: str) -> SessionRecord | None:
+        row = self.query_one("SELECT * FROM session_states WHERE workspace_id = ? "
+                             "ORDER BY updated_at DESC LIMIT 1", (workspace_id,))
+        return _row_to(SessionRecord, row) if row else None
+
+    def list_sessions(self) -> list[SessionRecord]:
+        return [_row_to(SessionRecord, r)
+                for r in self.query("SELECT * FROM session_states ORDER BY created_at")]
+
+    def update_session(self, session_id: str, **changes: Any) -> None:
+        changes.setdefault("updated_at", time.time())
+        self._update("session_states", session_id, **changes)
 
     # -- events ------------------------------------------------------------------------------
 

@@ -1,0 +1,482 @@
+"""`cairnctl`: Cairn on the command line, for scripts and checks, over the same facade as the GUI.
+
+Owns argument parsing and output (plain text, or one JSON object with --json); every decision
+is the facade's. Errors exit 2 with one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+from core.app import Cairn, revision_json, snapshot_json
+from core.diffs import diff_to_json, render_unified
+from core.errors import CairnError
+from core.redact import install_log_redaction, redact_exception
+from core.workspaces import human_size
+
+EXIT_ERROR = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # usage errors: one line, exit 2
+        sys.stderr.write(f"cairnctl: {message}\n")
+        raise SystemExit(EXIT_ERROR)
+
+
+def _common(p: argparse.ArgumentParser, *, top: bool) -> None:
+    default = None if top else argparse.SUPPRESS
+    p.add_argument("--data-dir", default=default, help="Cairn's data folder (or CAIRN_DATA_DIR)")
+    p.add_argument("--json", action="store_true", default=False if top else argparse.SUPPRESS,
+                   help="print one JSON object")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="cairnctl", description="Cairn on the command line.")
+    _common(parser, top=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def add(name: str, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        _common(p, top=False)
+        return p
+
+    p = add("new", "import a folder and start a task on a new workspace")
+    p.add_argument("path")
+    p.add_argument("--title")
+    p.add_argument("--engine", default="shell")
+    p.add_argument("-m", "--message", default="", help="the task's instructions")
+    p.add_argument("--quota", type=_size, help="disk quota of the workspace, e.g. 2G")
+    p.add_argument("--expires-in", type=_duration, help="expiry of the workspace, e.g. 30d or 12h")
+    add("tasks", "list tasks")
+    p = add("show", "show a task, its workspace, revisions and snapshots")
+    p.add_argument("task")
+    p = add("revisions", "list a task's revisions")
+    p.add_argument("task")
+    p = add("capture", "record the workspace's files now (a full, verifying capture)")
+    p.add_argument("task")
+    p = add("watch", "record every change of a task's workspace until interrupted")
+    p.add_argument("task")
+    p = add("diff", "diff two revisions (default: base to latest); REV may be TASK:REV")
+    p.add_argument("task")
+    p.add_argument("rev_a", nargs="?")
+    p.add_argument("rev_b", nargs="?")
+    p.add_argument("--max-bytes", type=int, default=2_000_000)
+    p = add("snapshot", "make a durable snapshot of a task's workspace")
+    p.add_argument("task")
+    p = add("materialize", "restore a snapshot's files into a new folder")
+    p.add_argument("snapshot")
+    p.add_argument("dir")
+
+    p = add("run", "run commands in the task's sandbox (the shell engine): run TASK -- CMD...")
+    p.add_argument("task")
+    p.add_argument("--detach", action="store_true", help="start the run and return")
+    p.add_argument("--step", action="append", default=[],
+                   help="one command of a multi-step run (repeatable) instead of -- CMD")
+    p.add_argument("argv", nargs="*", metavar="CMD", help="the command, after --")
+    p = add("checkpoint", "write a checkpoint of the task's run now")
+    p.add_argument("task")
+    p = add("follow", "observe the task's run in flight until it ends")
+    p.add_argument("task")
+    add("status", "every sandbox session and snapshot: state, image, age, size")
+    p = add("stop", "cancel the task's run in flight and stop its sandbox")
+    p.add_argument("task")
+    p = add("resume", "resume the task's interrupted run (the resume ladder)")
+    p.add_argument("task")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--on-top", action="store_true",
+                   help="keep edits made outside Cairn and continue on top of them")
+    g.add_argument("--restore-into-new", action="store_true",
+                   help="restore the last checkpoint into a new workspace (the edited one is kept)")
+    p.add_argument("--accept-tool-change", action="store_true")
+    p.add_argument("--detach", action="store_true", help="resume and return")
+    add("reconcile", "match containers and runs with the store; list orphans (deletes nothing)")
+    p = add("secret", "keep a secret in the OS keyring (the value is read from stdin)")
+    p.add_argument("action", choices=["set", "rm", "list"])
+    p.add_argument("name", nargs="?")
+    p = add("grant", "give a task's lineage a keyring secret as an environment variable")
+    p.add_argument("task")
+    p.add_argument("name")
+    p.add_argument("--env", required=True, dest="env_var")
+    p = add("revoke", "take a secret back from a task's lineage")
+    p.add_argument("task")
+    p.add_argument("name")
+    p = add("policy", "show or tighten/loosen the task's sandbox policy (a new version)")
+    p.add_argument("task")
+    p.add_argument("--network", choices=["none", "allowlist", "open"])
+    p.add_argument("--allow", action="append", help="host:port reachable under allowlist")
+    p.add_argument("--secrets", help="comma-separated secret names the sandbox may receive "
+                                     "('*' for every granted one)")
+    p.add_argument("--pids", type=int)
+    p.add_argument("--memory", type=_size)
+    return parser
+
+
+def _size(text: str) -> int:
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    num, unit = (t[:-1], t[-1]) if t and t[-1] in units else (t, "")
+    try:
+        value = int(float(num) * units[unit])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 500M or 2G)") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"a quota must be positive: {text!r}")
+    return value
+
+
+def _duration(text: str) -> float:
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+    t = text.strip().lower()
+    try:
+        value = float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
+    except (ValueError, KeyError):
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (try 12h or 30d)") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"a duration must be positive: {text!r}")
+    return value
+
+
+def _emit(args: argparse.Namespace, obj: dict, text: str | Callable[[], str]) -> None:
+    if args.json:
+        sys.stdout.write(json.dumps(obj, sort_keys=True) + "\n")
+    else:
+        sys.stdout.write((text() if callable(text) else text).rstrip("\n") + "\n")
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def cmd_new(app: Cairn, args: argparse.Namespace) -> None:
+    made = app.new_task(args.path, title=args.title, engine=args.engine, instructions=args.message,
+                        quota_bytes=args.quota, expires_in=args.expires_in)
+    obj = {"task_id": made.task.id, "workspace_id": made.workspace.id,
+           "workspace_root": made.workspace.root, "base_revision": made.base_revision}
+    _emit(args, obj, f"task {made.task.id} ({made.task.title})\n"
+                     f"workspace {made.workspace.id} at {made.workspace.root}\n"
+                     f"base revision {made.base_revision}")
+
+
+def cmd_tasks(app: Cairn, args: argparse.Namespace) -> None:
+    rows = []
+    for t in app.tasks():
+        ws = app.store.get_workspace(t.workspace_id) if t.workspace_id else None
+        rows.append({"task_id": t.id, "title": t.title, "engine": t.engine, "source": t.source,
+                     "parent_task_id": t.parent_task_id, "workspace_id": t.workspace_id,
+                     "state": ws.state if ws else None, "created_at": t.created_at})
+    _emit(args, {"tasks": rows}, lambda: "\n".join(
+        f"{r['task_id']}  {r['state'] or '-':9}  {r['title']}" for r in rows) or "no tasks")
+
+
+def cmd_show(app: Cairn, args: argparse.Namespace) -> None:
+    d = app.task_details(args.task)
+
+    def text() -> str:
+        lines = [f"task       {d['task_id']}  {d['title']}",
+                 f"engine     {d['engine']}",
+                 f"source     {d['source_path']}",
+                 f"workspace  {d['workspace_id']}  {d['state']}  {d['workspace_root']}"
+                 + ("" if d["workspace_present"] else "  (missing on disk)"),
+                 f"branch     {d['branch']}",
+                 f"revisions  {len(d['revisions'])}, latest {(d['current_revision'] or '-')[:12]}",
+                 f"snapshots  {len(d['snapshots'])}"]
+        return "\n".join(lines)
+    _emit(args, d, text)
+
+
+def cmd_revisions(app: Cairn, args: argparse.Namespace) -> None:
+    revs = [revision_json(r) for r in app.revisions(args.task)]
+    _emit(args, {"revisions": revs}, lambda: "\n".join(
+        f"{r['seq']:>4}  {r['id'][:12]}  {_when(r['created_at'])}  {r['trigger']:10}  "
+        f"{r['files_changed']} file(s)" + (f"  run {r['run_id']}" if r["run_id"] else "")
+        for r in revs))
+
+
+def cmd_capture(app: Cairn, args: argparse.Namespace) -> None:
+    rev, changed = app.capture(args.task)
+    _emit(args, {"revision": rev.id, "changed": changed, "files_changed": rev.files_changed if changed else 0},
+          f"{rev.id}" + ("" if changed else "  (no change since the last revision)"))
+
+
+def cmd_watch(app: Cairn, args: argparse.Namespace) -> None:
+    recorded: list[dict] = []
+    stop = threading.Event()
+
+    def on_event(event: Any) -> None:
+        if event.kind == "revision.recorded":
+            recorded.append({"id": event.payload["revision"], "trigger": event.payload["trigger"],
+                             "files_changed": event.payload["files_changed"]})
+            if not args.json:
+                print(f"{event.payload['revision'][:12]}  {event.payload['trigger']}  "
+                      f"{event.payload['files_changed']} file(s)", flush=True)
+
+    app.events.subscribe(on_event)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    task = app.task(args.task)
+    app.watch(task.id)
+    if not args.json:
+        print(f"watching {app.workspace_of(task).root} (Ctrl-C to stop)", flush=True)
+    while not stop.wait(0.2):
+        pass
+    app.stop_watching(task.workspace_id or "")
+    if args.json:
+        _emit(args, {"task_id": task.id, "revisions": recorded}, "")
+
+
+def cmd_diff(app: Cairn, args: argparse.Namespace) -> None:
+    diff = app.diff(args.task, args.rev_a, args.rev_b, max_bytes=args.max_bytes)
+    _emit(args, diff_to_json(diff), lambda: render_unified(diff))
+
+
+def cmd_snapshot(app: Cairn, args: argparse.Namespace) -> None:
+    snap = app.snapshot(args.task)
+    _emit(args, {"snapshot_id": snap.id, "revision": snap.revision_id, **{
+        k: v for k, v in snapshot_json(snap).items() if k not in ("snapshot_id", "revision")}},
+        f"snapshot {snap.id} of revision {snap.revision_id}")
+
+
+def cmd_materialize(app: Cairn, args: argparse.Namespace) -> None:
+    root, tree = app.materialize(args.snapshot, args.dir)
+    _emit(args, {"root": str(root), "tree": tree}, f"restored into {root} (tree {tree})")
+
+
+def _print_output(stream: str, text: str) -> None:
+    target = sys.stdout if stream == "stdout" else sys.stderr
+    target.write(text)
+    target.flush()
+
+
+def _follow(app: Cairn, args: argparse.Namespace, run_id: str) -> dict:
+    """Observe until the run ends; Ctrl-C stops observing, never the run."""
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    run = app.store.get_run(run_id)
+    ws_id = run.workspace_id
+    watching = False
+    try:
+        app.watch(run.task_id)
+        watching = True
+    except CairnError:
+        pass  # another Cairn process records this workspace
+    try:
+        run = app.follow(run_id, on_output=None if args.json else _print_output,
+                         should_stop=stop.is_set)
+    finally:
+        if watching and ws_id:
+            app.stop_watching(ws_id)
+    return _run_json(run)
+
+
+def _run_json(run: Any) -> dict:
+    return {"run_id": run.id, "task_id": run.task_id, "state": run.state,
+            "exit_code": run.exit_code, "attempt": run.attempt, "note": run.note,
+            "resume_report": run.resume_report}
+
+
+def cmd_run(app: Cairn, args: argparse.Namespace) -> None:
+    command = list(args.argv)
+    steps = list(args.step)
+    if command:
+        steps.append(" ".join(_shell_quote(c) for c in command) if len(command) > 1 else command[0])
+    if not steps:
+        raise CairnError("give the command after --, e.g. cairnctl run TASK -- make test")
+    run = app.start_run(args.task, steps)
+    if args.detach:
+        _emit(args, _run_json(run), f"run {run.id} started")
+        return
+    result = _follow(app, args, run.id)
+    _emit(args, result, lambda: f"run {result['run_id']} {result['state']}"
+          + (f" (exit code {result['exit_code']})" if result["exit_code"] is not None else ""))
+    if result["state"] not in ("succeeded", "running"):
+        raise SystemExit(1)
+
+
+def _shell_quote(text: str) -> str:
+    import shlex
+    return shlex.quote(text)
+
+
+def cmd_follow(app: Cairn, args: argparse.Namespace) -> None:
+    task = app.task(args.task)
+    run = app.runs.latest_run(task)
+    if run is None:
+        raise CairnError(f"task {task.id} has no run")
+    if run.state in ("running", "waiting_approval", "preparing", "queued"):
+        app.reconcile_run(run)
+    result = _follow(app, args, run.id)
+    _emit(args, result, lambda: f"run {result['run_id']} {result['state']}")
+
+
+def cmd_checkpoint(app: Cairn, args: argparse.Namespace) -> None:
+    ck = app.checkpoint(args.task)
+    _emit(args, {"checkpoint_id": ck.id, "run_id": ck.run_id, "snapshot_id": ck.snapshot_id,
+                 "workspace_ref": ck.workspace_ref, "tree": ck.tree,
+                 "run_state_version": ck.run_state_version, "pending_step": ck.pending_step},
+          f"checkpoint {ck.id} of run {ck.run_id} (snapshot {ck.snapshot_id})")
+
+
+def cmd_status(app: Cairn, args: argparse.Namespace) -> None:
+    st = app.status()
+
+    def text() -> str:
+        lines = []
+        if st["problem"]:
+            lines.append(f"sandboxes: {st['problem']}")
+        for s in st["sessions"]:
+            lines.append(f"session {s['session_id']}  {s['state']:8}  {s['container']}  "
+                         f"gen {s['generation']}  snapshot {s['snapshot_id']}  "
+                         f"{_age(s['age_s'])} old")
+        for s in st["snapshots"]:
+            size = "?" if s["size"] is None else human_size(s["size"])
+            lines.append(f"snapshot {s['snapshot_id']}  {s['revision'][:12]}  {size}  "
+                         f"{_age(s['age_s'])} old  "
+                         + ("restorable" if s["restorable"] else "NOT restorable"))
+        return "\n".join(lines) or "no sessions or snapshots"
+    _emit(args, st, text)
+
+
+def _age(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+def cmd_stop(app: Cairn, args: argparse.Namespace) -> None:
+    result = app.stop(args.task)
+    _emit(args, result, lambda: (f"run {result['run']} cancelled; " if result["run"] else "")
+          + (f"sandbox {result['sandbox']} stopped" if result["sandbox"] else "no sandbox running"))
+
+
+def cmd_resume(app: Cairn, args: argparse.Namespace) -> None:
+    from core.resume import ON_TOP, RESTORE_INTO_NEW
+    choice = ON_TOP if args.on_top else RESTORE_INTO_NEW if args.restore_into_new else None
+    run, report = app.resume(args.task, choice=choice, accept_tool_change=args.accept_tool_change)
+    if not args.json:
+        print("resumed: " + report.summary(), flush=True)
+        for note in report.notes:
+            print(f"  {note}", flush=True)
+    if args.detach:
+        _emit(args, {**_run_json(run), "report": report.to_dict()}, f"run {run.id} running")
+        return
+    result = _follow(app, args, run.id)
+    _emit(args, {**result, "report": report.to_dict()},
+          lambda: f"run {result['run_id']} {result['state']}")
+
+
+def cmd_reconcile(app: Cairn, args: argparse.Namespace) -> None:
+    report = app.reconcile().to_dict()
+    _emit(args, report, lambda: "\n".join(f"{k}: {', '.join(v) if v else '-'}"
+                                          for k, v in report.items()))
+
+
+def cmd_secret(app: Cairn, args: argparse.Namespace) -> None:
+    secrets = app.credentials.secrets
+    if args.action == "list":
+        names = secrets.names()
+        _emit(args, {"secrets": names}, "\n".join(names) or "no secrets")
+        return
+    if not args.name:
+        raise CairnError(f"secret {args.action} needs a NAME")
+    if args.action == "set":
+        value = sys.stdin.read().rstrip("\n")
+        if not value:
+            raise CairnError("no value on stdin (pipe the secret in: ... | cairnctl secret set NAME)")
+        secrets.set(args.name, value)
+        _emit(args, {"secret": args.name, "set": True}, f"secret {args.name} stored in the keyring")
+    else:
+        secrets.delete(args.name)
+        _emit(args, {"secret": args.name, "removed": True}, f"secret {args.name} removed")
+
+
+def cmd_grant(app: Cairn, args: argparse.Namespace) -> None:
+    task = app.task(args.task)
+    grant = app.credentials.grant(task.id, args.name, args.env_var)
+    _emit(args, {"grant_id": grant.id, "task_id": task.id, "secret": args.name,
+                 "env": args.env_var}, f"{args.name} → ${args.env_var} for {task.id} and its descendants")
+
+
+def cmd_revoke(app: Cairn, args: argparse.Namespace) -> None:
+    task = app.task(args.task)
+    revoked = app.credentials.revoke(task.id, args.name)
+    _emit(args, {"task_id": task.id, "secret": args.name, "revoked": len(revoked)},
+          f"{args.name} revoked for {task.id}")
+
+
+def cmd_policy(app: Cairn, args: argparse.Namespace) -> None:
+    changes: dict[str, Any] = {}
+    if args.network:
+        changes["network"] = args.network
+    if args.allow is not None:
+        changes["allow"] = args.allow
+    if args.secrets is not None:
+        changes["secrets"] = None if args.secrets.strip() == "*" else \
+            [n for n in args.secrets.split(",") if n.strip()]
+    limits = {k: v for k, v in (("pids", args.pids), ("memory_bytes", args.memory)) if v}
+    if limits:
+        changes["limits"] = limits
+    if changes:
+        policy = app.set_policy(args.task, **changes)
+    else:
+        policy = app.policy_of(app.workspace_of(app.task(args.task)))
+    _emit(args, policy.to_dict(), lambda: json.dumps(policy.to_dict(), indent=2))
+
+
+def _warn_problems(event: Any) -> None:
+    if event.kind == "workspace.problem":
+        print(f"cairnctl: warning: {event.payload['message']}", file=sys.stderr, flush=True)
+
+
+COMMANDS: dict[str, Callable[[Cairn, argparse.Namespace], None]] = {
+    "new": cmd_new, "tasks": cmd_tasks, "show": cmd_show, "revisions": cmd_revisions,
+    "capture": cmd_capture, "watch": cmd_watch, "diff": cmd_diff, "snapshot": cmd_snapshot,
+    "materialize": cmd_materialize, "run": cmd_run, "follow": cmd_follow, "checkpoint": cmd_checkpoint, "status": cmd_status,
+    "stop": cmd_stop, "resume": cmd_resume, "reconcile": cmd_reconcile, "secret": cmd_secret,
+    "grant": cmd_grant, "revoke": cmd_revoke, "policy": cmd_policy,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Everything after `--` is the command to run, untouched (argparse's own handling of `--`
+    # inside a sub-command is unreliable).
+    tail: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, tail = argv[:cut], argv[cut + 1:]
+    args = build_parser().parse_args(argv)
+    if tail:
+        if not hasattr(args, "argv"):
+            sys.stderr.write(f"cairnctl: {args.command} takes no command after --\n")
+            return EXIT_ERROR
+        args.argv = list(args.argv) + tail
+    install_log_redaction()
+    try:
+        with Cairn(args.data_dir) as app:
+            app.events.subscribe(_warn_problems)
+            COMMANDS[args.command](app, args)
+    except CairnError as exc:
+        sys.stderr.write(f"cairnctl: {redact_exception(exc)}\n")
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # an unexpected failure is still one clear line
+        if os.environ.get("CAIRN_DEBUG"):
+            raise
+        sys.stderr.write(f"cairnctl: internal error: {type(exc).__name__}: "
+                         f"{redact_exception(exc)}\n")
+        return EXIT_ERROR
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

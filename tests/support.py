@@ -1,0 +1,50 @@
+"""Helpers the integration tests share: running `cairnctl` as a user would, and small repos."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def cairnctl_argv(data_dir: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "core.cli", "--data-dir", str(data_dir), *args]
+
+
+def cairnctl_env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO), **extra}
+
+
+def cairnctl(data_dir: Path, *args: str, check: bool = True, user: int | None = None,
+             timeout: float = 120, input: str | None = None,
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    cmd = cairnctl_argv(data_dir, *args)
+    if user is not None:
+        cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env or cairnctl_env(),
+                          cwd=REPO, timeout=timeout, input=input)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"cairnctl {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
+    return proc
+
+
+def as_json(proc: subprocess.CompletedProcess) -> dict:
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert lines, f"expected a JSON object, got nothing (stderr: {proc.stderr!r})"
+    return json.loads(lines[-1])
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                          text=True).stdout
+
+
+def one_error_line(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
