@@ -1,0 +1,20 @@
+"""Engines: the programs a task runs in its sandbox (a shell script, Claude Code, Codex).
+
+Each engine says how to launch, resume and observe itself; runs and resume stay engine-neutral.
+"""
+
+from core.engines.base import Engine, ToolContract
+from core.engines.shell import ShellEngine
+
+ENGINES: dict[str, type[Engine]] = {ShellEngine.name: ShellEngine}
+
+
+def engine_for(name: str) -> Engine:
+    from core.errors import InputError
+    try:
+        return ENGINES[name]()
+    except KeyError:
+        raise InputError(f"unknown engine {name!r} (known: {', '.join(sorted(ENGINES))})") from None
+
+
+__all__ = ["Engine", "ToolContract", "ShellEngine", "ENGINES", "engine_for"]

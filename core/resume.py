@@ -1,0 +1,281 @@
+"""Starting runs and resuming them: the resume ladder of DESIGN.md, step by step.
+
+Owns the order — lease, checkpoint, current policy, workspace revalidation, sandbox, tool
+contract, credentials, background processes, engine — and the report of which path a resume
+took and why. Each step's mechanics belong to the module named in it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from core import events as ev
+from core import lineage, runs, workspaces
+from core.checkpoints import parse_workspace_ref, write_checkpoint
+from core.engines import engine_for
+from core.engines.base import ToolContract
+from core.errors import CairnError, Conflict, InputError
+from core.ids import new_id
+from core.models import Checkpoint, Run, RunState as R, Task, Workspace, WorkspaceState
+from core.sandbox.base import LiveSession
+
+if TYPE_CHECKING:
+    from core.app import Cairn
+
+log = logging.getLogger(__name__)
+
+ON_TOP = "on-top"
+RESTORE_INTO_NEW = "restore-into-new"
+
+
+class NeedsChoice(Conflict):
+    """The workspace was edited outside Cairn; the user must say how to go on."""
+
+    choices = (ON_TOP, RESTORE_INTO_NEW)
+
+
+@dataclass
+class ResumeReport:
+    run_id: str
+    path: list[str] = field(default_factory=list)   # e.g. ["workspace: present", "sandbox: recreated"]
+    notes: list[str] = field(default_factory=list)  # why, in words
+
+    def add(self, step: str, outcome: str, why: str | None = None) -> None:
+        self.path.append(f"{step}: {outcome}")
+        if why:
+            self.notes.append(f"{step}: {why}")
+
+    def to_dict(self) -> dict:
+        return {"run_id": self.run_id, "path": self.path, "notes": self.notes}
+
+    def summary(self) -> str:
+        return "; ".join(self.path)
+
+
+class RunService:
+    def __init__(self, app: "Cairn"):
+        self.app = app
+        self.store = app.store
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def lineage_runs(self, task: Task) -> list[Run]:
+        root = lineage.root_of(self.store, task.id)
+        return self.store.runs_of([t.id for t in lineage.members(self.store, root)])
+
+    def _refuse_in_flight(self, task: Task, *, except_run: str | None = None) -> None:
+        for run in self.lineage_runs(task):
+            if run.state in runs.IN_FLIGHT and run.id != except_run:
+                raise Conflict(f"run {run.id} of this task's lineage is {run.state}; wait for it "
+                               f"to end or stop it first")
+
+    def latest_run(self, task: Task) -> Run | None:
+        task_runs = self.store.runs_of([task.id])
+        return task_runs[-1] if task_runs else None
+
+    def probe_contract(self, live: LiveSession, engine_name: str, image_digest: str | None) -> ToolContract:
+        tools = {}
+        for name, argv in engine_for(engine_name).tool_probe().items():
+            try:
+                result = live.exec(argv, env={}, cwd="/", timeout=20)
+                out = (result.stdout or "").strip().splitlines()
+                tools[name] = out[0] if result.exit_code == 0 and out else "missing"
+            except CairnError:
+                tools[name] = "missing"
+        return ToolContract(image_digest, tools)
+
+    # -- start ---------------------------------------------------------------------------------
+
+    def start(self, task_ref: str, commands: list[str], *, engine: str = "shell") -> Run:
+        task = self.app.task(task_ref)
+        ws = self.app.workspace_of(task)
+        eng = engine_for(engine)
+        spec = eng.validate({"commands": commands})
+        with lineage.acquire(self.store, lineage.root_of(self.store, task.id)) as lease:
+            self._refuse_in_flight(task)
+            run = Run(new_id("run"), task.id, R.QUEUED.value, 0, eng.name, spec,
+                      workspace_id=ws.id, attempt=1, created_at=time.time())
+            self.store.add_run(run)
+            runs.move(self.store, run.id, R.PREPARING)
+            report = ResumeReport(run.id)
+            try:
+                return self._launch(self.store.get_run(run.id), task, ws, lease, 0, report,
+                                    recorded_contract=None)
+            except CairnError as exc:
+                self._park(run.id, f"could not start: {exc}")
+                raise
+
+    def _park(self, run_id: str, note: str) -> None:
+        """An attempt that could not launch stays resumable: nothing about it is lost."""
+        try:
+            runs.move(self.store, run_id, R.INTERRUPTED, note=note)
+        except CairnError:
+            log.exception("could not park run %s", run_id)
+
+    def _launch(self, run: Run, task: Task, ws: Workspace, lease: lineage.Lease, start_step: int,
+                report: ResumeReport, *, recorded_contract: ToolContract | None,
+                accept_tool_change: bool = False) -> Run:
+        app = self.app
+        policy = app.policy_of(ws)
+        workspaces.require_tree(ws)
+        snapshot_id = None
+        if self.store.session_for(ws.id) is None:
+            latest = self.store.list_snapshots(ws.id)
+            snapshot_id = latest[-1].id if latest else app.snapshot(task.id).id
+        outcome = app.sandboxes.ensure(ws, policy, snapshot_id)
+        report.add("sandbox", outcome.path, "; ".join(outcome.reasons))
+        if outcome.rebuilt:
+            report.add("background", "rebuilt " + ", ".join(outcome.rebuilt))
+        if ws.state != WorkspaceState.ACTIVE.value:
+            app.set_workspace_state(ws.id, WorkspaceState.ACTIVE)
+        contract = self.probe_contract(outcome.live, run.engine, outcome.record.image_digest)
+        if recorded_contract is not None:
+            diffs = recorded_contract.differences(contract)
+            if diffs and not accept_tool_change:
+                raise Conflict("the sandbox's tools changed since the checkpoint: " + "; ".join(diffs)
+                               + " (resume with --accept-tool-change to go on anyway)")
+            report.add("tools", "changed, accepted" if diffs else "match the checkpoint",
+                       "; ".join(diffs) or None)
+        resolved = app.credentials.resolve_env(task.id, require=True)
+        secret_of = {g.env_var: g.secret_name for g in app.credentials.grants_for(task.id)}
+        env = {k: v for k, v in resolved.env.items() if policy.allows_secret(secret_of.get(k, k))}
+        withheld = sorted(secret_of.get(k, k) for k in set(resolved.env) - set(env))
+        if resolved.revoked or withheld:
+            report.add("credentials", "without " + ", ".join(resolved.revoked + withheld),
+                       "revoked grants and secrets the current policy removed are not injected")
+        elif resolved.env:
+            report.add("credentials", "injected " + ", ".join(sorted(env)))
+        write_checkpoint(app, run, pending_step=str(start_step), tool_contract=contract,
+                         policy_version=policy.version)
+        lease.verify()
+        eng = engine_for(run.engine)
+        files = runs.run_files(app.data.runs_root, run)
+        in_sandbox = app.sandboxes.run_dir_in_sandbox(run.exec_id)
+        eng.prepare(run.spec, files.folder, in_sandbox)
+        exec_env = {**app.sandboxes.exec_environment(policy), **env}
+        outcome.live.exec_detached(eng.launch_argv(run.spec, in_sandbox, start_step), env=exec_env,
+                                   run_id=run.exec_id)
+        run = runs.move(self.store, run.id, R.RUNNING, started_at=time.time(),
+                        resume_report=report.to_dict(),
+                        note=report.summary() if report.path else None)
+        app.events.publish(ev.RUN_STATE, run.id, state=run.state, task_id=task.id,
+                           report=report.to_dict())
+        return run
+
+    # -- resume --------------------------------------------------------------------------------
+
+    def resume(self, task_ref: str, *, choice: str | None = None,
+               accept_tool_change: bool = False) -> tuple[Run, ResumeReport]:
+        app = self.app
+        task = app.task(task_ref)
+        run = self.latest_run(task)
+        if run is None:
+            raise InputError(f"task {task.id} has no run to resume")
+        if run.state in runs.IN_FLIGHT:
+            app.reconcile_run(run)
+            run = self.store.get_run(run.id)
+            if run.state in runs.IN_FLIGHT:
+                raise Conflict(f"run {run.id} is still {run.state}; there is nothing to resume")
+        if run.state != R.INTERRUPTED.value:
+            raise Conflict(f"run {run.id} is {run.state}; only an interrupted run can be resumed")
+        if choice not in (None, ON_TOP, RESTORE_INTO_NEW):
+            raise InputError(f"unknown choice {choice!r}")
+        # 1. one operation per lineage; no other run in flight.
+        with lineage.acquire(self.store, lineage.root_of(self.store, task.id)) as lease:
+            run = self.store.get_run(run.id)
+            if run.state != R.INTERRUPTED.value:
+                raise Conflict(f"run {run.id} is {run.state} now; it was resumed meanwhile")
+            self._refuse_in_flight(task, except_run=run.id)
+            report = ResumeReport(run.id)
+            # 2. the checkpoint; policy, grants and approvals come from the current settings.
+            ck = self.store.latest_checkpoint([run.id])
+            ws = app.workspace_of(task)
+            policy = app.policy_of(ws)
+            if ck is None:
+                report.add("checkpoint", "none", "the run never reached its first checkpoint; "
+                           "it starts from its first step")
+            else:
+                report.add("checkpoint", ck.id, f"policy version now {policy.version}, "
+                           f"at the checkpoint {ck.policy_version}")
+            # 3. the workspace.
+            ws = self._revalidate_workspace(task, ws, run, ck, choice, report)
+            # 4–8. sandbox, tools, credentials, background processes, engine.
+            start_step = self._start_step(run, ck)
+            run = runs.move(self.store, run.id, R.PREPARING, attempt=run.attempt + 1,
+                            output_offset=0, stderr_offset=0, workspace_id=ws.id, exit_code=None)
+            report.add("engine", f"shell continues at step {start_step}" if run.engine == "shell"
+                       else "restarted")
+            try:
+                run = self._launch(run, self.store.get_task(task.id), ws, lease, start_step, report,
+                                   recorded_contract=ToolContract.from_dict(ck.tool_contract)
+                                   if ck else None, accept_tool_change=accept_tool_change)
+            except CairnError as exc:
+                self._park(run.id, f"resume failed: {exc}")
+                raise
+            app.events.publish(ev.RUN_RESUMED, run.id, task_id=task.id, report=report.to_dict())
+            return run, report
+
+    def _start_step(self, run: Run, ck: Checkpoint | None) -> int:
+        steps = []
+        if ck and ck.pending_step and ck.pending_step.isdigit():
+            steps.append(int(ck.pending_step))
+        reached = runs.run_files(self.app.data.runs_root, run).step
+        if reached is not None:
+            steps.append(reached)
+        return max(steps) if steps else 0
+
+    def _revalidate_workspace(self, task: Task, ws: Workspace, run: Run, ck: Checkpoint | None,
+                              choice: str | None, report: ResumeReport) -> Workspace:
+        app = self.app
+        root = Path(ws.root)
+        if not root.is_dir():
+            snap_id = ck.snapshot_id if ck else None
+            if snap_id is None:
+                snaps = self.store.list_snapshots(ws.id)
+                snap_id = snaps[-1].id if snaps else None
+            if snap_id is None:
+                raise CairnError(f"the workspace folder {root} is gone and no snapshot of it exists")
+            tree = app.restore_workspace(ws, snap_id)
+            report.add("workspace", "restored", f"the folder was missing; materialized snapshot "
+                       f"{snap_id} and verified its tree {tree[:12]}")
+            return self.store.get_workspace(ws.id)
+        # Changes nobody recorded happened while no run was in flight: they are external.
+        latest, changed = app.capture(task.id, trigger="external")
+        external = self._external_since(ws, run, ck)
+        if not external:
+            report.add("workspace", "unchanged since the checkpoint" if not changed
+                       else "present, changes are the run's own")
+            return ws
+        files = sum(r.files_changed for r in external)
+        if choice is None:
+            raise NeedsChoice(
+                f"the workspace of task {task.id} was edited outside Cairn since the last "
+                f"checkpoint ({files} file(s), revision {external[-1].id[:12]}); nothing was "
+                f"overwritten. Resume with --on-top to keep working on top of those edits, or "
+                f"--restore-into-new to restore the checkpoint into a new workspace")
+        if choice == ON_TOP:
+            report.add("workspace", "continuing on top of outside edits",
+                       f"{files} file(s) edited outside Cairn, recorded as revision "
+                       f"{external[-1].id[:12]}")
+            return ws
+        assert ck is not None
+        new_ws = app.restore_into_new_workspace(task, ws, ck.snapshot_id)
+        report.add("workspace", f"restored into new workspace {new_ws.id}",
+                   f"the edited workspace {ws.id} is kept, frozen, at {ws.root}")
+        return new_ws
+
+    def _external_since(self, ws: Workspace, run: Run, ck: Checkpoint | None):
+        revs = self.store.list_revisions(ws.id)
+        if ck is not None:
+            _, sha = parse_workspace_ref(ck.workspace_ref)
+            seqs = [r.seq for r in revs if r.id == sha]
+            start = seqs[0] if seqs else 0
+        else:
+            start = 0
+        return [r for r in revs if r.seq > start and r.run_id != run.id
+                and r.trigger not in ("base", "checkpoint", "restore")]
+

@@ -1,0 +1,241 @@
+"""Sandbox sessions of workspaces: making, finding and re-making a workspace's sandbox under
+the current policy, and the background processes (launch specs) that go with it.
+
+Owns the step "Sandbox" of the resume ladder (reattach, recreate with the same snapshot id) and
+the session-state rows; the backends own containers and processes, the ladder owns the order.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.datadir import DataDir
+from core.errors import CairnError
+from core.ids import new_id
+from core.models import SessionRecord, Workspace
+from core.policy import Policy
+from core.sandbox import egress
+from core.sandbox.base import (CONTAINER_RUNS, DEFAULT_IMAGE, Attached, Gone, LiveSession, Mismatch,
+                               SandboxBackend, SandboxSpec, SessionState)
+from core.store import Store
+
+log = logging.getLogger(__name__)
+
+TOOLS_DIR_IN_SANDBOX = "/cairn/tools"
+RESOURCES_SANDBOX = Path(__file__).resolve().parents[1] / "resources" / "sandbox"
+EGRESS_PROXY_PORT = 3128  # inside the sandbox, on its own loopback
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """A background process as something to rebuild, never as a pid."""
+
+    name: str
+    argv: list[str]
+    cwd: str = "/workspace"
+    health: list[str] | None = None
+    rebuildable: bool = True
+    env: dict[str, str] = field(default_factory=dict)  # fixed, non-secret values only
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "argv": self.argv, "cwd": self.cwd, "health": self.health,
+                "rebuildable": self.rebuildable, "env": self.env}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "LaunchSpec":
+        return cls(d["name"], list(d["argv"]), d.get("cwd", "/workspace"), d.get("health"),
+                   bool(d.get("rebuildable", True)), dict(d.get("env") or {}))
+
+    @property
+    def exec_id(self) -> str:
+        return f"bg-{self.name}"
+
+
+@dataclass
+class SandboxOutcome:
+    """What getting a sandbox did, in words a person can read."""
+
+    record: SessionRecord
+    live: LiveSession
+    path: str  # "created" | "reattached" | "recreated"
+    reasons: list[str] = field(default_factory=list)
+    rebuilt: list[str] = field(default_factory=list)
+
+
+class SandboxManager:
+    def __init__(self, data: DataDir, store: Store, backend: SandboxBackend, image: str | None = None):
+        self.data = data
+        self.store = store
+        self.backend = backend
+        self.image = image or os.environ.get("CAIRN_SANDBOX_IMAGE") or DEFAULT_IMAGE
+
+    # -- specs -------------------------------------------------------------------------------
+
+    def runs_dir(self, workspace_id: str) -> Path:
+        """Only this workspace's runs are mounted into its sandbox."""
+        return self.data.runs_root / workspace_id
+
+    def egress_paths(self, session_id: str) -> egress.EgressPaths:
+        return egress.EgressPaths.for_session(self.data.root / "egress", session_id)
+
+    def spec_for(self, ws: Workspace, session_id: str, snapshot_id: str | None,
+                 policy: Policy) -> SandboxSpec:
+        extra = [(RESOURCES_SANDBOX, TOOLS_DIR_IN_SANDBOX)]
+        extra += [(Path(h), c) for h, c in policy.mounts]
+        return SandboxSpec(
+            workspace_id=ws.id, session_id=session_id, snapshot_id=snapshot_id,
+            workspace_root=Path(ws.root), home_dir=self.data.home_path(session_id),
+            runs_dir=self.runs_dir(ws.id), extra_mounts=tuple(extra), image=self.image,
+            network=policy.network,
+            egress_socket_dir=(self.egress_paths(session_id).sandbox_dir
+                               if policy.network == "allowlist" else None),
+            limits=policy.limits,
+            uid=policy.uid, gid=policy.uid)
+
+    def launch_specs(self, policy: Policy) -> list[LaunchSpec]:
+        if policy.network != "allowlist":
+            return []
+        forwards = {int(entry.rpartition(":")[2]): entry for entry in policy.allow
+                    if _is_loopback(entry.rpartition(":")[0])}
+        argv = egress.forwarder_argv(f"{TOOLS_DIR_IN_SANDBOX}/egress-forward.py",
+                                     proxy_port=EGRESS_PROXY_PORT, forwards=forwards)
+        probe = ("import socket,sys; s=socket.create_connection(('127.0.0.1', %d), 2)"
+                 % EGRESS_PROXY_PORT)
+        return [LaunchSpec("egress-forwarder", argv, "/", ["python3", "-c", probe])]
+
+    def exec_environment(self, policy: Policy) -> dict[str, str]:
+        """Fixed variables every exec in the sandbox gets (never secrets)."""
+        env = {"CAIRN_SANDBOX": "1"}
+        if policy.network == "allowlist":
+            env.update(egress.proxy_environment(EGRESS_PROXY_PORT))
+        return env
+
+    # -- getting a sandbox -------------------------------------------------------------------
+
+    def ensure(self, ws: Workspace, policy: Policy, snapshot_id: str | None) -> SandboxOutcome:
+        """Reattach to the workspace's sandbox when it is alive and matches the current policy;
+        otherwise make the next generation carrying the persisted snapshot id (a new sandbox
+        carries `snapshot_id` only when no session state exists yet)."""
+        self.backend.check()
+        record = self.store.session_for(ws.id)
+        if record is None:
+            session_id = new_id("session")
+            spec = self.spec_for(ws, session_id, snapshot_id, policy)
+            self._start_egress(spec, policy)
+            state, live = self.backend.create(spec)
+            record = SessionRecord(session_id, ws.id, state.backend, state.container_id,
+                                   state.container_name, state.image_digest,
+                                   [m.to_dict() for m in state.mounts], state.generation,
+                                   state.snapshot_id, "live", policy.version, [],
+                                   created_at=_now())
+            outcome = SandboxOutcome(record, live, "created", ["no sandbox existed for this workspace"])
+        else:
+            # The persisted snapshot id stays: a recreate never mints a new one.
+            spec = self.spec_for(ws, record.id, record.snapshot_id or snapshot_id, policy)
+            self._start_egress(spec, policy)
+            state = _state_of(record)
+            result = self.backend.attach(state, spec)
+            if isinstance(result, Attached):
+                outcome = SandboxOutcome(record, result.live, "reattached",
+                                         [f"sandbox {record.container_name} is alive and matches"])
+            else:
+                if isinstance(result, Mismatch):
+                    reasons = [f"sandbox {record.container_name} no longer matches: "
+                               + "; ".join(result.reasons)]
+                    # A known difference (usually a changed policy): the old container goes, the
+                    # workspace and home on the host stay.
+                    if record.container_id:
+                        self.backend.remove(record.container_id)
+                else:
+                    assert isinstance(result, Gone)
+                    reasons = [f"sandbox {record.container_name} is gone ({result.reason})"]
+                new_state, live = self.backend.create(spec, previous=state)
+                record.container_id = new_state.container_id
+                record.container_name = new_state.container_name
+                record.image_digest = new_state.image_digest
+                record.mounts = [m.to_dict() for m in new_state.mounts]
+                record.generation = new_state.generation
+                record.snapshot_id = new_state.snapshot_id
+                outcome = SandboxOutcome(record, live, "recreated", reasons)
+        record.status = "live"
+        record.policy_version = policy.version
+        record.policy = policy.to_dict()
+        specs = self.launch_specs(policy)
+        record.launch_specs = [s.to_dict() for s in specs]
+        self.store.put_session(record)
+        outcome.rebuilt = self.rebuild(outcome.live, specs, ws.id)
+        return outcome
+
+    def rebuild(self, live: LiveSession, specs: list[LaunchSpec], workspace_id: str) -> list[str]:
+        """Start each background process that is not running; returns what was (re)started."""
+        started = []
+        for spec in specs:
+            folder = self.runs_dir(workspace_id) / spec.exec_id
+            pid_file = folder / "pid"
+            if pid_file.exists() and (folder / "exit_code").exists() is False:
+                try:
+                    if live.process_alive(int(pid_file.read_text().strip())):
+                        continue
+                except (ValueError, OSError):
+                    pass
+            if not spec.rebuildable:
+                raise CairnError(f"the background process {spec.name!r} is gone and cannot be "
+                                 "rebuilt; the run is parked until you restart it")
+            live.exec_detached(spec.argv, env=spec.env, cwd=spec.cwd, run_id=spec.exec_id)
+            if spec.health:
+                self._wait_healthy(live, spec)
+            started.append(spec.name)
+        return started
+
+    def _wait_healthy(self, live: LiveSession, spec: LaunchSpec, timeout: float = 10.0) -> None:
+        import time
+        deadline = time.monotonic() + timeout
+        while True:
+            result = live.exec(spec.health or ["true"], env={}, cwd="/", timeout=5)
+            if result.exit_code == 0:
+                return
+            if time.monotonic() > deadline:
+                raise CairnError(f"the background process {spec.name!r} did not become healthy: "
+                                 f"{(result.stderr or result.stdout).strip()[:200]}")
+            time.sleep(0.1)
+
+    def _start_egress(self, spec: SandboxSpec, policy: Policy) -> None:
+        paths = self.egress_paths(spec.session_id)
+        if policy.network == "allowlist":
+            paths.sandbox_dir.mkdir(parents=True, exist_ok=True)
+            egress.ensure_running(paths.socket, list(policy.allow),
+                                  self.data.root / "egress" / spec.session_id / "egress.log",
+                                  session=spec.session_id)
+        elif egress.running_pid(paths.socket):
+            egress.stop(paths.socket)
+
+    def attach_as_made(self, record: SessionRecord, ws: Workspace):
+        """Find the sandbox as it was made (under the policy of its making), to look at its
+        processes; the current policy is applied by `ensure`, not here."""
+        spec = self.spec_for(ws, record.id, record.snapshot_id, Policy.from_dict(record.policy))
+        return self.backend.attach(_state_of(record), spec)
+
+    def run_dir_in_sandbox(self, exec_id: str) -> str:
+        return f"{CONTAINER_RUNS}/{exec_id}"
+
+
+def _state_of(record: SessionRecord) -> SessionState:
+    return SessionState.from_dict({
+        "backend": record.backend, "container_id": record.container_id,
+        "container_name": record.container_name, "image_digest": record.image_digest,
+        "mounts": record.mounts, "generation": record.generation,
+        "snapshot_id": record.snapshot_id})
+
+
+def _is_loopback(host: str) -> bool:
+    host = host.strip("[]").lower()
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def _now() -> float:
+    import time
+    return time.time()
