@@ -162,6 +162,8 @@ class Cairn:
 
         Bad input is refused before anything is written; a failure later undoes what was made.
         """
+        from core.engines import engine_for
+        engine_for(engine)  # an unknown engine is refused before anything is made
         folder = check_importable(Path(path), self.data)
         with held(self.data.locks_root, "import", str(folder),
                   f"{folder} is already being imported by another Cairn process"):
@@ -464,6 +466,21 @@ class Cairn:
                                   f"at {commit[:12]}, not at the recorded {snap.revision_id[:12]}")
         return commit
 
+    def engine_settings(self, engine: str):
+        """The engine's settings from the data folder's settings file (issue: engine settings)."""
+        from core.engines.base import EngineSettings
+        return EngineSettings.from_dict(self.settings().get("engines", {}).get(engine))
+
+    def settings(self) -> dict:
+        import json
+        path = self.data.root / "settings.json"
+        try:
+            return json.loads(path.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            raise CairnError(f"the settings file {path} cannot be read: {exc}") from exc
+
     # -- policy ----------------------------------------------------------------------------------
 
     def policy_of(self, ws: Workspace) -> Policy:
@@ -479,8 +496,82 @@ class Cairn:
 
     # -- runs ------------------------------------------------------------------------------------
 
-    def start_run(self, task_ref: str, commands: list[str], *, engine: str = "shell") -> Run:
-        return self.runs.start(task_ref, commands, engine=engine)
+    def start_run(self, task_ref: str, commands: list[str] | None = None, *,
+                  prompt: str | None = None) -> Run:
+        """A new run of the task's engine: shell commands, or an agent turn with `prompt`."""
+        return self.runs.start(task_ref, commands=commands, prompt=prompt)
+
+    # -- lineage: continue and fork ----------------------------------------------------------------
+
+    def continue_task(self, task_ref: str, message: str, *, title: str | None = None) -> tuple[Task, Run]:
+        """A child task that keeps working in the parent's workspace, resuming the engine's own
+        session natively (or, when that is impossible, a new session that says why)."""
+        from core.engines.base import MODE_CONTINUE
+        parent = self.task(task_ref)
+        self.runs.refuse_in_flight(parent)
+        last = self.runs.latest_run(parent)
+        child = self._child_task(parent, TaskSource.CONTINUE, parent.workspace_id, None,
+                                 title or f"{parent.title} (continued)", message)
+        try:
+            run = self.runs.start(child.id, prompt=message, mode=MODE_CONTINUE,
+                                  session_id=last.engine_session_id if last else None)
+        except CairnError:
+            self.events.publish(ev.TASK_CREATED, child.id, parent=parent.id, source="continue")
+            raise
+        self.events.publish(ev.TASK_CREATED, child.id, parent=parent.id, source="continue")
+        return self.task(child.id), run
+
+    def fork_task(self, task_ref: str, message: str, *, at_revision: str | None = None,
+                  title: str | None = None) -> tuple[Task, Run | None]:
+        """A child task with its own workspace made from any revision of the parent (default the
+        latest), its own sandbox, a copy of the parent's engine home and a forked engine session.
+        The parent's workspace is never touched."""
+        from core.engines.base import MODE_FORK
+        parent = self.task(task_ref)
+        self.runs.refuse_in_flight(parent)
+        rev = self.resolve_revision(parent, at_revision, default="latest")
+        old = self.workspace_of(parent)
+        vault = self.vault_for(old.source_id)
+        ws_id = new_id("workspace")
+        child_id = new_id("task")
+        root = self.data.workspace_path(ws_id)
+        now = time.time()
+        branch = workspaces.branch_name(title or f"{parent.title} fork", child_id)
+        ws = Workspace(ws_id, old.source_id, str(root), rev.id, old.head_commit, branch, None,
+                       WorkspaceState.ALLOCATED.value, policy=dict(old.policy),
+                       mounts=list(old.mounts), quota_bytes=old.quota_bytes,
+                       expires_at=old.expires_at, created_at=now, updated_at=now)
+        self.store.add_workspace(ws)
+        try:
+            workspaces.create_tree(vault, rev.id, root, branch=branch, head_commit=old.head_commit,
+                                   label=f"revision {rev.id[:12]} of task {parent.id}")
+            vault.objects.update_ref(base_ref(ws_id), rev.id)
+            vault.objects.update_ref(revisions_ref(ws_id), rev.id)
+        except BaseException:
+            workspaces.remove_tree(root)
+            self.store.delete_workspace_rows(ws_id)
+            raise
+        with self.store.transaction():
+            self.store.add_revision(Revision(rev.id, ws_id, None, rev.tree, "base", None, 0, now))
+            self.store.update_workspace(ws_id, state=WorkspaceState.PREPARED.value)
+        child = self._child_task(parent, TaskSource.FORK, ws_id, rev.id,
+                                 title or f"{parent.title} (fork)", message, task_id=child_id)
+        self.events.publish(ev.TASK_CREATED, child.id, parent=parent.id, source="fork",
+                            from_revision=rev.id)
+        last = self.runs.latest_run(parent)
+        parent_session = self.store.session_for(old.id)
+        run = self.runs.start(child.id, prompt=message, mode=MODE_FORK,
+                              session_id=last.engine_session_id if last else None,
+                              home_seed=self.data.home_path(parent_session.id) if parent_session else None)
+        return self.task(child.id), run
+
+    def _child_task(self, parent: Task, source: TaskSource, workspace_id: str | None,
+                    from_revision: str | None, title: str, message: str, *,
+                    task_id: str | None = None) -> Task:
+        child = Task(task_id or new_id("task"), title, parent.source_id, workspace_id, parent.engine,
+                     message, parent.id, source.value, from_revision, time.time())
+        self.store.add_task(child)
+        return child
 
     def resume(self, task_ref: str, *, choice: str | None = None,
                accept_tool_change: bool = False):
@@ -495,6 +586,9 @@ class Cairn:
         if run.state not in runs_mod.IN_FLIGHT:
             return run
         runs_mod.OutputTail(self.store, run.id, self.run_files(run)).poll(final=True)
+        problem = self._record_engine_session(run)
+        if problem and exit_code == 0:
+            exit_code, note = 1, problem
         if run.workspace_id and Path(self.store.get_workspace(run.workspace_id).root).is_dir():
             try:
                 self.capture(run.task_id, trigger="watch", run_id=run.id)
@@ -528,6 +622,33 @@ class Cairn:
         ws = self.workspace_of(task)
         return write_checkpoint(self, run, pending_step=pending, tool_contract=contract,
                                 policy_version=self.policy_of(ws).version)
+
+    def _record_engine_session(self, run: Run) -> str | None:
+        """Take the engine's session id from what the run printed; a fork that kept its parent's
+        id is an error (returned as the reason)."""
+        from core.engines import engine_for
+        eng = engine_for(run.engine)
+        if not eng.has_sessions:
+            return None
+        session_id = None
+        try:
+            with open(self.run_files(run).stdout, encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    for event in eng.parse_line(line):
+                        if event.kind == "session" and event.data.get("session_id"):
+                            session_id = event.data["session_id"]
+                            break
+                    if session_id:
+                        break
+        except FileNotFoundError:
+            return None
+        if session_id and session_id != run.engine_session_id:
+            self.store.update_run(run.id, engine_session_id=session_id)
+        if (session_id and run.spec.get("mode") == "fork"
+                and session_id == run.spec.get("session_id")):
+            return (f"the engine returned the parent's session id {session_id} for a fork; "
+                    "a fork must get a new session")
+        return None
 
     def reconcile_run(self, run: Run) -> str:
         from core.reconcile import settle_run

@@ -51,10 +51,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path")
     p.add_argument("--title")
     p.add_argument("--engine", default="shell")
-    p.add_argument("-m", "--message", default="", help="the task's instructions")
+    p.add_argument("-m", "--message", default="",
+                   help="the task's instructions; given, the first run starts at once")
     p.add_argument("--quota", type=_size, help="disk quota of the workspace, e.g. 2G")
     p.add_argument("--expires-in", type=_duration, help="expiry of the workspace, e.g. 30d or 12h")
-    add("tasks", "list tasks")
+    p.add_argument("--detach", action="store_true", help="start the first run and return")
+    p = add("continue", "a child task that keeps working in the parent's workspace and session")
+    p.add_argument("task")
+    p.add_argument("-m", "--message", required=True)
+    p.add_argument("--title")
+    p.add_argument("--detach", action="store_true")
+    p = add("fork", "a child task with its own workspace from a revision of the parent")
+    p.add_argument("task")
+    p.add_argument("--at", dest="at_revision", help="the revision to fork from (default: latest)")
+    p.add_argument("-m", "--message", required=True)
+    p.add_argument("--title")
+    p.add_argument("--detach", action="store_true")
+    add("tasks", "list tasks as lineage trees")
     p = add("show", "show a task, its workspace, revisions and snapshots")
     p.add_argument("task")
     p = add("revisions", "list a task's revisions")
@@ -159,20 +172,75 @@ def cmd_new(app: Cairn, args: argparse.Namespace) -> None:
                         quota_bytes=args.quota, expires_in=args.expires_in)
     obj = {"task_id": made.task.id, "workspace_id": made.workspace.id,
            "workspace_root": made.workspace.root, "base_revision": made.base_revision}
-    _emit(args, obj, f"task {made.task.id} ({made.task.title})\n"
-                     f"workspace {made.workspace.id} at {made.workspace.root}\n"
-                     f"base revision {made.base_revision}")
+    text = (f"task {made.task.id} ({made.task.title})\n"
+            f"workspace {made.workspace.id} at {made.workspace.root}\n"
+            f"base revision {made.base_revision}")
+    if not args.message:
+        _emit(args, obj, text)
+        return
+    if not args.json:
+        print(text, flush=True)
+    run = app.start_run(made.task.id, prompt=args.message)
+    _finish_run_command(app, args, run, obj)
+
+
+def _finish_run_command(app: Cairn, args: argparse.Namespace, run: Any, obj: dict) -> None:
+    """Follow a run a command started (unless --detach) and report it with `obj`."""
+    result = _run_json(run) if args.detach else _follow(app, args, run.id)
+    _emit(args, {**obj, **result},
+          lambda: f"run {result['run_id']} {result['state']}"
+          + (f" (exit code {result['exit_code']})" if result["exit_code"] is not None else "")
+          + (f": {result['note']}" if result["note"] and result["state"] != "succeeded" else ""))
+    if result["state"] not in ("succeeded", "running", "preparing", "queued"):
+        raise SystemExit(1)
+
+
+def cmd_continue(app: Cairn, args: argparse.Namespace) -> None:
+    child, run = app.continue_task(args.task, args.message, title=args.title)
+    _finish_run_command(app, args, run, {"task_id": child.id, "parent_task_id": child.parent_task_id,
+                                         "workspace_id": child.workspace_id})
+
+
+def cmd_fork(app: Cairn, args: argparse.Namespace) -> None:
+    child, run = app.fork_task(args.task, args.message, at_revision=args.at_revision,
+                               title=args.title)
+    ws = app.workspace_of(child)
+    _finish_run_command(app, args, run, {"task_id": child.id, "parent_task_id": child.parent_task_id,
+                                         "workspace_id": ws.id, "workspace_root": ws.root,
+                                         "from_revision": child.from_revision})
 
 
 def cmd_tasks(app: Cairn, args: argparse.Namespace) -> None:
     rows = []
+    states = {}
     for t in app.tasks():
         ws = app.store.get_workspace(t.workspace_id) if t.workspace_id else None
+        run = app.runs.latest_run(t)
+        states[t.id] = run.state if run else (ws.state if ws else "-")
         rows.append({"task_id": t.id, "title": t.title, "engine": t.engine, "source": t.source,
-                     "parent_task_id": t.parent_task_id, "workspace_id": t.workspace_id,
-                     "state": ws.state if ws else None, "created_at": t.created_at})
-    _emit(args, {"tasks": rows}, lambda: "\n".join(
-        f"{r['task_id']}  {r['state'] or '-':9}  {r['title']}" for r in rows) or "no tasks")
+                     "parent_task_id": t.parent_task_id, "from_revision": t.from_revision,
+                     "workspace_id": t.workspace_id, "state": ws.state if ws else None,
+                     "run_state": run.state if run else None, "created_at": t.created_at})
+
+    def tree() -> str:
+        children: dict[str | None, list[dict]] = {}
+        for r in rows:
+            children.setdefault(r["parent_task_id"], []).append(r)
+        lines: list[str] = []
+
+        def walk(row: dict, prefix: str, last: bool, top: bool) -> None:
+            branch = "" if top else ("└─ " if last else "├─ ")
+            how = "" if top else f"[{row['source']}] "
+            lines.append(f"{prefix}{branch}{row['task_id']}  {states[row['task_id']]:16}  "
+                         f"{how}{row['title']}  ({row['engine']})")
+            kids = children.get(row["task_id"], [])
+            for i, kid in enumerate(kids):
+                walk(kid, prefix + ("" if top else ("   " if last else "│  ")),
+                     i == len(kids) - 1, False)
+        for root in children.get(None, []):
+            walk(root, "", True, True)
+        return "\n".join(lines) or "no tasks"
+    _emit(args, {"tasks": rows}, tree)
 
 
 def cmd_show(app: Cairn, args: argparse.Namespace) -> None:
@@ -290,14 +358,7 @@ def cmd_run(app: Cairn, args: argparse.Namespace) -> None:
     if not steps:
         raise CairnError("give the command after --, e.g. cairnctl run TASK -- make test")
     run = app.start_run(args.task, steps)
-    if args.detach:
-        _emit(args, _run_json(run), f"run {run.id} started")
-        return
-    result = _follow(app, args, run.id)
-    _emit(args, result, lambda: f"run {result['run_id']} {result['state']}"
-          + (f" (exit code {result['exit_code']})" if result["exit_code"] is not None else ""))
-    if result["state"] not in ("succeeded", "running"):
-        raise SystemExit(1)
+    _finish_run_command(app, args, run, {})
 
 
 def _shell_quote(text: str) -> str:
@@ -442,6 +503,7 @@ COMMANDS: dict[str, Callable[[Cairn, argparse.Namespace], None]] = {
     "materialize": cmd_materialize, "run": cmd_run, "follow": cmd_follow, "checkpoint": cmd_checkpoint, "status": cmd_status,
     "stop": cmd_stop, "resume": cmd_resume, "reconcile": cmd_reconcile, "secret": cmd_secret,
     "grant": cmd_grant, "revoke": cmd_revoke, "policy": cmd_policy,
+    "continue": cmd_continue, "fork": cmd_fork,
 }
 
 

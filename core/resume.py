@@ -9,19 +9,22 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from core import events as ev
 from core import lineage, runs, workspaces
 from core.checkpoints import parse_workspace_ref, write_checkpoint
 from core.engines import engine_for
-from core.engines.base import ToolContract
+from core.engines.base import (MODE_CONTINUE, MODE_FALLBACK, MODE_FORK, MODE_START, EngineSettings,
+                               LaunchContext, ToolContract)
 from core.errors import CairnError, Conflict, InputError
 from core.ids import new_id
 from core.models import Checkpoint, Run, RunState as R, Task, Workspace, WorkspaceState
-from core.sandbox.base import LiveSession
+from core.policy import Policy
+from core.sandbox.base import CONTAINER_HOME, LiveSession
 
 if TYPE_CHECKING:
     from core.app import Cairn
@@ -30,6 +33,29 @@ log = logging.getLogger(__name__)
 
 ON_TOP = "on-top"
 RESTORE_INTO_NEW = "restore-into-new"
+
+
+INTERRUPTED_PROMPT = ("Your previous turn was interrupted before it finished. Check the state of "
+                      "the workspace and continue the task.")
+
+
+def with_engine_endpoint(policy: Policy, settings: EngineSettings) -> Policy:
+    """Under the allowlist policy, the engine's configured model endpoint is admitted."""
+    entry = endpoint_entry(settings.base_url)
+    if policy.network != "allowlist" or entry is None or entry in policy.allow:
+        return policy
+    return replace(policy, allow=(*policy.allow, entry))
+
+
+def endpoint_entry(url: str | None) -> str | None:
+    if not url:
+        return None
+    parts = urlsplit(url)
+    if not parts.hostname:
+        return None
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{host}:{port}"
 
 
 class NeedsChoice(Conflict):
@@ -67,11 +93,11 @@ class RunService:
         root = lineage.root_of(self.store, task.id)
         return self.store.runs_of([t.id for t in lineage.members(self.store, root)])
 
-    def _refuse_in_flight(self, task: Task, *, except_run: str | None = None) -> None:
+    def refuse_in_flight(self, task: Task, *, except_run: str | None = None) -> None:
         for run in self.lineage_runs(task):
             if run.state in runs.IN_FLIGHT and run.id != except_run:
                 raise Conflict(f"run {run.id} of this task's lineage is {run.state}; wait for it "
-                               f"to end or stop it first")
+                               f"to end or stop it before continuing")
 
     def latest_run(self, task: Task) -> Run | None:
         task_runs = self.store.runs_of([task.id])
@@ -79,7 +105,8 @@ class RunService:
 
     def probe_contract(self, live: LiveSession, engine_name: str, image_digest: str | None) -> ToolContract:
         tools = {}
-        for name, argv in engine_for(engine_name).tool_probe().items():
+        settings = self.app.engine_settings(engine_name)
+        for name, argv in engine_for(engine_name).tool_probe(settings).items():
             try:
                 result = live.exec(argv, env={}, cwd="/", timeout=20)
                 out = (result.stdout or "").strip().splitlines()
@@ -90,13 +117,18 @@ class RunService:
 
     # -- start ---------------------------------------------------------------------------------
 
-    def start(self, task_ref: str, commands: list[str], *, engine: str = "shell") -> Run:
+    def start(self, task_ref: str, *, commands: list[str] | None = None, prompt: str | None = None,
+              mode: str = MODE_START, session_id: str | None = None,
+              home_seed: Path | None = None) -> Run:
+        """A new run of the task's engine: a shell script (`commands`), or an agent turn
+        (`prompt`) that starts, continues or forks an engine session."""
         task = self.app.task(task_ref)
         ws = self.app.workspace_of(task)
-        eng = engine_for(engine)
-        spec = eng.validate({"commands": commands})
+        eng = engine_for(task.engine)
+        spec = eng.validate({k: v for k, v in {"commands": commands, "prompt": prompt, "mode": mode,
+                                               "session_id": session_id}.items() if v is not None})
         with lineage.acquire(self.store, lineage.root_of(self.store, task.id)) as lease:
-            self._refuse_in_flight(task)
+            self.refuse_in_flight(task)
             run = Run(new_id("run"), task.id, R.QUEUED.value, 0, eng.name, spec,
                       workspace_id=ws.id, attempt=1, created_at=time.time())
             self.store.add_run(run)
@@ -104,7 +136,7 @@ class RunService:
             report = ResumeReport(run.id)
             try:
                 return self._launch(self.store.get_run(run.id), task, ws, lease, 0, report,
-                                    recorded_contract=None)
+                                    recorded_contract=None, home_seed=home_seed)
             except CairnError as exc:
                 self._park(run.id, f"could not start: {exc}")
                 raise
@@ -118,21 +150,27 @@ class RunService:
 
     def _launch(self, run: Run, task: Task, ws: Workspace, lease: lineage.Lease, start_step: int,
                 report: ResumeReport, *, recorded_contract: ToolContract | None,
-                accept_tool_change: bool = False) -> Run:
+                accept_tool_change: bool = False, home_seed: Path | None = None) -> Run:
         app = self.app
-        policy = app.policy_of(ws)
+        eng = engine_for(run.engine)
+        settings = app.engine_settings(run.engine)
+        policy = with_engine_endpoint(app.policy_of(ws), settings)
         workspaces.require_tree(ws)
         snapshot_id = None
         if self.store.session_for(ws.id) is None:
             latest = self.store.list_snapshots(ws.id)
             snapshot_id = latest[-1].id if latest else app.snapshot(task.id).id
-        outcome = app.sandboxes.ensure(ws, policy, snapshot_id)
+        outcome = app.sandboxes.ensure(ws, policy, snapshot_id, extra_mounts=eng.mounts(settings),
+                                       home_seed=home_seed)
         report.add("sandbox", outcome.path, "; ".join(outcome.reasons))
         if outcome.rebuilt:
             report.add("background", "rebuilt " + ", ".join(outcome.rebuilt))
         if ws.state != WorkspaceState.ACTIVE.value:
             app.set_workspace_state(ws.id, WorkspaceState.ACTIVE)
         contract = self.probe_contract(outcome.live, run.engine, outcome.record.image_digest)
+        problem = eng.check_version(settings, contract.tools)
+        if problem:
+            raise CairnError(f"the {run.engine} engine cannot start: {problem}")
         if recorded_contract is not None:
             diffs = recorded_contract.differences(contract)
             if diffs and not accept_tool_change:
@@ -140,6 +178,7 @@ class RunService:
                                + " (resume with --accept-tool-change to go on anyway)")
             report.add("tools", "changed, accepted" if diffs else "match the checkpoint",
                        "; ".join(diffs) or None)
+        self._grant_engine_key(task, eng, settings, report)
         resolved = app.credentials.resolve_env(task.id, require=True)
         secret_of = {g.env_var: g.secret_name for g in app.credentials.grants_for(task.id)}
         env = {k: v for k, v in resolved.env.items() if policy.allows_secret(secret_of.get(k, k))}
@@ -152,19 +191,52 @@ class RunService:
         write_checkpoint(app, run, pending_step=str(start_step), tool_contract=contract,
                          policy_version=policy.version)
         lease.verify()
-        eng = engine_for(run.engine)
         files = runs.run_files(app.data.runs_root, run)
-        in_sandbox = app.sandboxes.run_dir_in_sandbox(run.exec_id)
-        eng.prepare(run.spec, files.folder, in_sandbox)
-        exec_env = {**app.sandboxes.exec_environment(policy), **env}
-        outcome.live.exec_detached(eng.launch_argv(run.spec, in_sandbox, start_step), env=exec_env,
-                                   run_id=run.exec_id)
+        ctx = LaunchContext(
+            run_id=run.id, mode=run.spec.get("mode", MODE_START), prompt=run.spec.get("prompt", ""),
+            spec=run.spec, settings=settings, host_run_dir=files.folder,
+            sandbox_run_dir=app.sandboxes.run_dir_in_sandbox(run.exec_id),
+            host_home=app.data.home_path(outcome.record.id), sandbox_home=CONTAINER_HOME,
+            session_id=run.spec.get("session_id"), start_step=start_step)
+        ctx = self._engine_mode(eng, ctx, run, report)
+        eng.prepare(ctx)
+        exec_env = {**app.sandboxes.exec_environment(policy), **eng.environment(ctx), **env}
+        outcome.live.exec_detached(eng.launch_argv(ctx), env=exec_env, run_id=run.exec_id)
         run = runs.move(self.store, run.id, R.RUNNING, started_at=time.time(),
                         resume_report=report.to_dict(),
                         note=report.summary() if report.path else None)
         app.events.publish(ev.RUN_STATE, run.id, state=run.state, task_id=task.id,
                            report=report.to_dict())
         return run
+
+    def _engine_mode(self, eng, ctx: LaunchContext, run: Run, report: ResumeReport) -> LaunchContext:
+        """Native continue/fork when the engine's contract holds, else a new session on the same
+        files — and the run's record says why."""
+        if ctx.mode not in (MODE_CONTINUE, MODE_FORK) or not eng.has_sessions:
+            return ctx
+        check = eng.native_resume_check(ctx)
+        if check.ok:
+            report.add("engine", f"native {ctx.mode} of session {ctx.session_id}")
+            return ctx
+        report.add("engine", "new session on the same files (fallback)", check.reason)
+        spec = {**run.spec, "mode": MODE_FALLBACK, "fallback_reason": check.reason}
+        self.store.update_run(run.id, spec=spec)
+        return replace(ctx, mode=MODE_FALLBACK, spec=spec)
+
+    def _grant_engine_key(self, task: Task, eng, settings, report: ResumeReport) -> None:
+        """The engine's API key comes from the keyring secret its settings name, as a grant of
+        the lineage, so revoking it works like any other grant."""
+        var = getattr(eng, "api_key_env", None)
+        if not var or not settings.api_key_secret:
+            return
+        creds = self.app.credentials
+        if any(g.env_var == var for g in creds.grants_for(task.id)):
+            return
+        if any(getattr(g, "secret_name", None) == settings.api_key_secret
+               for g in creds.revoked_for(task.id)):
+            return  # revoked stays revoked
+        creds.grant(lineage.root_of(self.store, task.id), settings.api_key_secret, var)
+        report.add("credentials", f"granted {settings.api_key_secret} as {var} (engine settings)")
 
     # -- resume --------------------------------------------------------------------------------
 
@@ -189,7 +261,7 @@ class RunService:
             run = self.store.get_run(run.id)
             if run.state != R.INTERRUPTED.value:
                 raise Conflict(f"run {run.id} is {run.state} now; it was resumed meanwhile")
-            self._refuse_in_flight(task, except_run=run.id)
+            self.refuse_in_flight(task, except_run=run.id)
             report = ResumeReport(run.id)
             # 2. the checkpoint; policy, grants and approvals come from the current settings.
             ck = self.store.latest_checkpoint([run.id])
@@ -205,10 +277,15 @@ class RunService:
             ws = self._revalidate_workspace(task, ws, run, ck, choice, report)
             # 4–8. sandbox, tools, credentials, background processes, engine.
             start_step = self._start_step(run, ck)
+            spec = run.spec
+            if engine_for(run.engine).has_sessions and run.engine_session_id:
+                spec = {**spec, "mode": MODE_CONTINUE, "session_id": run.engine_session_id,
+                        "prompt": INTERRUPTED_PROMPT}
             run = runs.move(self.store, run.id, R.PREPARING, attempt=run.attempt + 1,
-                            output_offset=0, stderr_offset=0, workspace_id=ws.id, exit_code=None)
-            report.add("engine", f"shell continues at step {start_step}" if run.engine == "shell"
-                       else "restarted")
+                            output_offset=0, stderr_offset=0, workspace_id=ws.id, exit_code=None,
+                            spec=spec)
+            if run.engine == "shell":
+                report.add("engine", f"shell continues at step {start_step}")
             try:
                 run = self._launch(run, self.store.get_task(task.id), ws, lease, start_step, report,
                                    recorded_contract=ToolContract.from_dict(ck.tool_contract)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from core.ids import new_id
 from core.models import SessionRecord, Workspace
 from core.policy import Policy
 from core.sandbox import egress
-from core.sandbox.base import (CONTAINER_RUNS, DEFAULT_IMAGE, Attached, Gone, LiveSession, Mismatch,
+from core.sandbox.base import (CONTAINER_RUNS, DEFAULT_IMAGE, RESERVED_TARGETS, Attached, Gone, LiveSession, Mismatch,
                                SandboxBackend, SandboxSpec, SessionState)
 from core.store import Store
 
@@ -83,9 +84,10 @@ class SandboxManager:
         return egress.EgressPaths.for_session(self.data.root / "egress", session_id)
 
     def spec_for(self, ws: Workspace, session_id: str, snapshot_id: str | None,
-                 policy: Policy) -> SandboxSpec:
+                 policy: Policy, engine_mounts: list[tuple[Path, str]] | tuple = ()) -> SandboxSpec:
         extra = [(RESOURCES_SANDBOX, TOOLS_DIR_IN_SANDBOX)]
         extra += [(Path(h), c) for h, c in policy.mounts]
+        extra += [(Path(h), c) for h, c in engine_mounts]
         return SandboxSpec(
             workspace_id=ws.id, session_id=session_id, snapshot_id=snapshot_id,
             workspace_root=Path(ws.root), home_dir=self.data.home_path(session_id),
@@ -116,15 +118,20 @@ class SandboxManager:
 
     # -- getting a sandbox -------------------------------------------------------------------
 
-    def ensure(self, ws: Workspace, policy: Policy, snapshot_id: str | None) -> SandboxOutcome:
+    def ensure(self, ws: Workspace, policy: Policy, snapshot_id: str | None, *,
+               extra_mounts: list[tuple[Path, str]] | tuple = (),
+               home_seed: Path | None = None) -> SandboxOutcome:
         """Reattach to the workspace's sandbox when it is alive and matches the current policy;
         otherwise make the next generation carrying the persisted snapshot id (a new sandbox
-        carries `snapshot_id` only when no session state exists yet)."""
+        carries `snapshot_id` only when no session state exists yet). A new session's engine
+        home starts as a copy of `home_seed` (a fork's parent home) when one is given."""
         self.backend.check()
         record = self.store.session_for(ws.id)
         if record is None:
             session_id = new_id("session")
-            spec = self.spec_for(ws, session_id, snapshot_id, policy)
+            if home_seed is not None and home_seed.is_dir():
+                shutil.copytree(home_seed, self.data.home_path(session_id), symlinks=True)
+            spec = self.spec_for(ws, session_id, snapshot_id, policy, extra_mounts)
             self._start_egress(spec, policy)
             state, live = self.backend.create(spec)
             record = SessionRecord(session_id, ws.id, state.backend, state.container_id,
@@ -135,7 +142,8 @@ class SandboxManager:
             outcome = SandboxOutcome(record, live, "created", ["no sandbox existed for this workspace"])
         else:
             # The persisted snapshot id stays: a recreate never mints a new one.
-            spec = self.spec_for(ws, record.id, record.snapshot_id or snapshot_id, policy)
+            spec = self.spec_for(ws, record.id, record.snapshot_id or snapshot_id, policy,
+                                 extra_mounts)
             self._start_egress(spec, policy)
             state = _state_of(record)
             result = self.backend.attach(state, spec)
@@ -216,7 +224,11 @@ class SandboxManager:
     def attach_as_made(self, record: SessionRecord, ws: Workspace):
         """Find the sandbox as it was made (under the policy of its making), to look at its
         processes; the current policy is applied by `ensure`, not here."""
-        spec = self.spec_for(ws, record.id, record.snapshot_id, Policy.from_dict(record.policy))
+        policy = Policy.from_dict(record.policy)
+        standard = {TOOLS_DIR_IN_SANDBOX, *(c for _, c in policy.mounts), *RESERVED_TARGETS}
+        engine_mounts = [(Path(m["source"]), m["target"]) for m in record.mounts
+                         if m.get("read_only") and m["target"] not in standard]
+        spec = self.spec_for(ws, record.id, record.snapshot_id, policy, engine_mounts)
         return self.backend.attach(_state_of(record), spec)
 
     def run_dir_in_sandbox(self, exec_id: str) -> str:

@@ -1,13 +1,23 @@
-"""The engine contract: how an engine is launched in a sandbox, resumed, and checked.
+"""The engine contract: how an engine is launched in a sandbox, continued, forked and checked,
+and how its output becomes Cairn events.
 
-Owns the interface only; each engine module implements it for one program.
+Owns the interface and the values passed across it; each engine module implements it for one
+program. Runs, resume and lineage stay engine-neutral and only talk to this contract.
 """
 
 from __future__ import annotations
 
 import abc
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# How a run relates to the engine's own conversation.
+MODE_START = "start"        # a new engine session
+MODE_CONTINUE = "continue"  # native resume of `session_id` (same id, same history)
+MODE_FORK = "fork"          # native fork of `session_id` (a new id, the history copied)
+MODE_FALLBACK = "fallback"  # native resume impossible: a new session on the same files
+MODES = (MODE_START, MODE_CONTINUE, MODE_FORK, MODE_FALLBACK)
 
 
 @dataclass(frozen=True)
@@ -38,21 +48,93 @@ class ToolContract:
         return out
 
 
+@dataclass(frozen=True)
+class EngineSettings:
+    """Per-engine settings from the data folder's settings file (names only, never secrets)."""
+
+    binary: str | None = None         # host path of the engine's executable, mounted read-only
+    version: str | None = None        # the version the tool contract expects, if pinned
+    base_url: str | None = None       # the model endpoint
+    api_key_secret: str | None = None  # keyring secret holding the API key (granted at run start)
+    model: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "EngineSettings":
+        data = data or {}
+        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class LaunchContext:
+    """Everything an engine needs to write its files and build its command for one attempt."""
+
+    run_id: str
+    mode: str                      # one of MODES
+    prompt: str
+    spec: dict[str, Any]           # the run's spec (engine-specific, validated by the engine)
+    settings: EngineSettings
+    host_run_dir: Path             # this attempt's folder on the host
+    sandbox_run_dir: str           # the same folder inside the sandbox
+    host_home: Path                # the engine home ($HOME of the agent) on the host
+    sandbox_home: str              # ... and inside the sandbox
+    workspace: str = "/workspace"  # always the same path: native resume depends on it
+    session_id: str | None = None  # the engine session to continue or fork from
+    start_step: int = 0            # for step-wise engines: where to continue
+    gate: list[str] = field(default_factory=list)  # the in-sandbox approval gate command
+
+
+@dataclass(frozen=True)
+class EngineEvent:
+    """One thing an engine said, in Cairn's words."""
+
+    kind: str   # "session" | "message" | "tool_call" | "tool_result" | "file_edit" | "usage" |
+                # "result" | "error"
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ResumeCheck:
+    ok: bool
+    reason: str
+
+
 class Engine(abc.ABC):
     name: str = ""
+    #: Whether the engine keeps a conversation of its own that Continue resumes natively.
+    has_sessions: bool = False
+
+    def validate(self, spec: dict) -> dict:
+        """Check and normalise a run's spec; raise InputError with one clear line."""
+        return spec
 
     @abc.abstractmethod
-    def launch_argv(self, spec: dict, run_dir_in_sandbox: str, start_step: int) -> list[str]:
-        """The command that runs (or continues, from `start_step`) this run inside the sandbox."""
+    def prepare(self, ctx: LaunchContext) -> None:
+        """Write what the launch needs (scripts, settings, hooks) under the run dir or the home."""
 
     @abc.abstractmethod
-    def prepare(self, spec: dict, host_dir: Path, sandbox_dir: str) -> None:
-        """Write what the launch needs into the attempt's folder (`host_dir` on the host, seen
-        as `sandbox_dir` inside the sandbox)."""
+    def launch_argv(self, ctx: LaunchContext) -> list[str]:
+        """The command that runs this attempt inside the sandbox."""
 
-    def tool_probe(self) -> dict[str, list[str]]:
+    def environment(self, ctx: LaunchContext) -> dict[str, str]:
+        """Fixed, non-secret variables the engine needs (base URLs, switches)."""
+        return {}
+
+    def mounts(self, settings: EngineSettings) -> list[tuple[Path, str]]:
+        """Read-only host paths the engine needs inside the sandbox (e.g. its binary)."""
+        return []
+
+    def tool_probe(self, settings: EngineSettings) -> dict[str, list[str]]:
         """Commands whose first output line is each tool's version, keyed by tool name."""
         return {}
 
-    def validate(self, spec: dict) -> dict:
-        return spec
+    def check_version(self, settings: EngineSettings, found: dict[str, str]) -> str | None:
+        """Why the probed tools cannot run this engine (missing binary, wrong version), or None."""
+        return None
+
+    def native_resume_check(self, ctx: LaunchContext) -> ResumeCheck:
+        """Whether `ctx.session_id` can be resumed natively from `ctx.host_home`."""
+        return ResumeCheck(False, f"the {self.name} engine has no sessions of its own")
+
+    def parse_line(self, line: str) -> list[EngineEvent]:
+        """Events in one line of the engine's stdout (empty for lines that are not its protocol)."""
+        return []

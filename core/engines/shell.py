@@ -1,22 +1,26 @@
 """The shell engine: the agent is a list of commands the user gives, run in order.
 
 Owns turning commands into one script that records which step it is on, so an interrupted run
-continues from the step that did not finish. Risk rules for each command belong to approvals.
+continues from the step that did not finish, and that passes each command through the approval
+gate first when one is given. Judging commands belongs to approvals, on the host.
 """
 
 from __future__ import annotations
 
 import shlex
-from pathlib import Path
 
-from core.engines.base import Engine
+from core.engines.base import Engine, EngineSettings, LaunchContext
 from core.errors import InputError
 
 SCRIPT_NAME = "script.sh"
 
 
-def render_script(commands: list[str], run_dir_in_sandbox: str) -> str:
-    step_file = f"{run_dir_in_sandbox}/step"
+def render_script(commands: list[str], sandbox_run_dir: str, gate: list[str] | None = None) -> str:
+    step_file = shlex.quote(f"{sandbox_run_dir}/step")
+    check = ""
+    if gate:
+        # The gate exits 0 to allow; anything else refuses the step (and ends the run).
+        check = f'  {" ".join(shlex.quote(g) for g in gate)} --shell "$1" || exit 126\n'
     lines = [
         "#!/bin/sh",
         "# Each step records its number before it runs; a failing step ends the run.",
@@ -24,8 +28,8 @@ def render_script(commands: list[str], run_dir_in_sandbox: str) -> str:
         "step() {",
         '  n="$1"; shift',
         '  [ "$n" -ge "$start" ] || return 0',
-        f'  echo "$n" > {shlex.quote(step_file)}.tmp && mv -f {shlex.quote(step_file)}.tmp '
-        f'{shlex.quote(step_file)}',
+        f'  echo "$n" > {step_file}.tmp && mv -f {step_file}.tmp {step_file}',
+        check.rstrip("\n") if check else "  :",
         '  sh -c "$1" || exit $?',
         "}",
     ]
@@ -39,18 +43,20 @@ class ShellEngine(Engine):
     name = "shell"
 
     def validate(self, spec: dict) -> dict:
-        commands = spec.get("commands") or []
+        # A message given to the shell engine is its command.
+        commands = spec.get("commands") or ([spec["prompt"]] if spec.get("prompt") else [])
         if not commands or not all(isinstance(c, str) and c.strip() for c in commands):
             raise InputError("the shell engine needs at least one command")
         return {**spec, "commands": list(commands)}
 
-    def prepare(self, spec: dict, host_dir: Path, sandbox_dir: str) -> None:
-        host_dir.mkdir(parents=True, exist_ok=True)
-        (host_dir / SCRIPT_NAME).write_text(render_script(spec["commands"], sandbox_dir))
+    def prepare(self, ctx: LaunchContext) -> None:
+        ctx.host_run_dir.mkdir(parents=True, exist_ok=True)
+        (ctx.host_run_dir / SCRIPT_NAME).write_text(
+            render_script(ctx.spec["commands"], ctx.sandbox_run_dir, ctx.gate or None))
 
-    def launch_argv(self, spec: dict, run_dir_in_sandbox: str, start_step: int) -> list[str]:
-        return ["sh", f"{run_dir_in_sandbox}/{SCRIPT_NAME}", str(start_step)]
+    def launch_argv(self, ctx: LaunchContext) -> list[str]:
+        return ["sh", f"{ctx.sandbox_run_dir}/{SCRIPT_NAME}", str(ctx.start_step)]
 
-    def tool_probe(self) -> dict[str, list[str]]:
+    def tool_probe(self, settings: EngineSettings) -> dict[str, list[str]]:
         return {"sh": ["sh", "-c", "command -v sh"],
                 "git": ["git", "--version"]}
