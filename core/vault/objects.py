@@ -304,6 +304,8 @@ class ObjectStore:
             kind, data = self._read_packed(sha)
         except (zlib.error, ValueError, UnicodeDecodeError) as exc:
             raise VaultError(f"object {sha} is corrupt ({exc})") from exc
+        except OSError as exc:
+            raise VaultError(f"object {sha} cannot be read ({exc.strerror or exc})") from exc
         if object_id(kind, data) != sha:
             raise VaultError(f"object {sha} is corrupt (its content does not match its id)")
         return kind, data

@@ -40,7 +40,7 @@ def mode_of(st: os.stat_result) -> str | None:
     return None
 
 
-@dataclass
+@dataclass(slots=True)
 class FileRecord:
     mode: str
     sha: str
