@@ -11,6 +11,7 @@ import shlex
 
 from core.engines.base import Engine, EngineSettings, LaunchContext
 from core.errors import InputError
+from core.safe_fs import write_file
 
 SCRIPT_NAME = "script.sh"
 
@@ -50,9 +51,9 @@ class ShellEngine(Engine):
         return {**spec, "commands": list(commands)}
 
     def prepare(self, ctx: LaunchContext) -> None:
-        ctx.host_run_dir.mkdir(parents=True, exist_ok=True)
-        (ctx.host_run_dir / SCRIPT_NAME).write_text(
-            render_script(ctx.spec["commands"], ctx.sandbox_run_dir, ctx.gate or None))
+        # The runs folder is writable from the sandbox: never follow what it may have planted.
+        write_file(ctx.host_run_dir.parent, f"{ctx.host_run_dir.name}/{SCRIPT_NAME}",
+                   render_script(ctx.spec["commands"], ctx.sandbox_run_dir, ctx.gate or None))
 
     def launch_argv(self, ctx: LaunchContext) -> list[str]:
         return ["sh", f"{ctx.sandbox_run_dir}/{SCRIPT_NAME}", str(ctx.start_step)]

@@ -17,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar, Union
 
+from core.safe_fs import ensure_dir
 from core.errors import CairnError, Conflict, NotFound
 
 # Where things live inside every sandbox. The engine contract depends on `/workspace` staying put:
@@ -409,8 +410,11 @@ def read_pid(run_dir: Path) -> int | None:
 
 
 def reset_run_dir(run_dir: Path, uid: int, gid: int) -> None:
-    """Create a run folder for a new detached process, dropping a previous attempt's pid/exit code."""
-    run_dir.mkdir(parents=True, exist_ok=True)
+    """Create a run folder for a new detached process, dropping a previous attempt's pid/exit code.
+    The runs folder is writable from the sandbox: a link planted at this name is replaced, never
+    followed (Cairn may be root here)."""
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(run_dir.parent, run_dir.name)
     for name in (RUN_PID_FILE, RUN_EXIT_CODE_FILE, "pid.tmp", "exit_code.tmp"):
         try:
             (run_dir / name).unlink()
