@@ -498,7 +498,11 @@ class DockerLiveSession(LiveSession):
     def process_alive(self, pid: int, *, run_id: str | None = None) -> bool:
         if pid <= 0:
             return False
+        # Not this check itself: in a recreated sandbox the pid namespace hands out the same
+        # numbers again, so the recorded pid can be this very shell (whose arguments hold the
+        # marker). Its children do not exist yet when /proc/$1/stat is read.
         script = (
+            '[ "$1" != "$$" ] || exit 1; '
             'read -r line < "/proc/$1/stat" 2>/dev/null || exit 1; '
             's=${line##*) }; [ "${s%% *}" != Z ] || exit 1; '
             '[ -z "$2" ] && exit 0; '
