@@ -94,6 +94,14 @@ class Lease:
         self.release()
 
 
+def lease_held(store: Store, lineage_id: str) -> bool:
+    """Whether a live holder has the lineage's lease now (someone is starting or resuming)."""
+    row = store.query_one("SELECT holder, heartbeat_at FROM leases WHERE lineage_id = ?",
+                          (lineage_id,))
+    return bool(row and row["holder"] and holder_alive(row["holder"])
+                and time.time() - row["heartbeat_at"] <= LEASE_TTL_S)
+
+
 def acquire(store: Store, lineage_id: str, *, purpose: str = "work") -> Lease:
     """Take the lineage's lease, or raise Conflict saying who holds it. A crashed holder's lease is
     stale and taken over; every acquisition gets a higher fencing token."""

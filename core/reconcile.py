@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core import runs
+from core import lineage, runs
 from core.errors import CairnError
 from core.models import Run, RunState as R
 from core.sandbox.base import Attached
@@ -63,6 +63,9 @@ def run_liveness(app: "Cairn", run: Run) -> tuple[bool | None, str]:
 
 def settle_run(app: "Cairn", run: Run) -> str:
     """Bring one in-flight run's state in line with reality; returns what it became."""
+    if run.state in (R.QUEUED.value, R.PREPARING.value) and lineage.lease_held(
+            app.store, lineage.root_of(app.store, run.task_id)):
+        return "starting"  # another Cairn process is launching it under the lineage lease
     files = runs.run_files(app.data.runs_root, run)
     code = files.exit_code
     if code is None:
@@ -87,8 +90,8 @@ def reconcile(app: "Cairn", *, catch_up: bool = True) -> ReconcileReport:
         except CairnError as exc:
             report.problems.append(str(exc))
             continue
-        {"running": report.still_running, R.INTERRUPTED.value: report.interrupted}.get(
-            outcome, report.finished).append(run.id)
+        {"running": report.still_running, "starting": report.still_running,
+         R.INTERRUPTED.value: report.interrupted}.get(outcome, report.finished).append(run.id)
 
     try:
         found = {s.container_id: s for s in app.sandboxes.backend.list_sessions()}
