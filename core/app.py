@@ -157,7 +157,7 @@ class Cairn:
 
     def new_task(self, path: str | Path, *, title: str | None = None, engine: str = "shell",
                  instructions: str = "", quota_bytes: int | None = None,
-                 expires_in: float | None = None) -> NewTask:
+                 expires_in: float | None = None, policy: Policy | None = None) -> NewTask:
         """Import a folder into its vault and give a new task a workspace made from it.
 
         Bad input is refused before anything is written; a failure later undoes what was made.
@@ -168,10 +168,11 @@ class Cairn:
         with held(self.data.locks_root, "import", str(folder),
                   f"{folder} is already being imported by another Cairn process"):
             return self._new_task_locked(folder, title or folder.name, engine, instructions,
-                                         quota_bytes, expires_in)
+                                         quota_bytes, expires_in, (policy or Policy()).validate())
 
     def _new_task_locked(self, folder: Path, title: str, engine: str, instructions: str,
-                         quota_bytes: int | None, expires_in: float | None) -> NewTask:
+                         quota_bytes: int | None, expires_in: float | None,
+                         policy: Policy) -> NewTask:
         source = self.store.source_by_path(str(folder))
         new_source = source is None
         if source is None:
@@ -189,7 +190,8 @@ class Cairn:
             now = time.time()
             ws = Workspace(ws_id, source.id, str(root), result.base_commit, result.head_commit,
                            workspaces.branch_name(title, task_id), None,
-                           WorkspaceState.ALLOCATED.value, quota_bytes=quota_bytes,
+                           WorkspaceState.ALLOCATED.value, policy=policy.to_dict(),
+                           quota_bytes=quota_bytes,
                            expires_at=now + expires_in if expires_in else None,
                            created_at=now, updated_at=now)
             with self.store.transaction():
@@ -347,7 +349,7 @@ class Cairn:
         try:
             workspaces.check_quota(ws)
         except QuotaExceeded as exc:
-            self.events.publish(ev.WORKSPACE_PROBLEM, ws.id, message=str(exc), kind="quota")
+            self.events.publish(ev.WORKSPACE_PROBLEM, ws.id, message=str(exc), problem="quota")
 
     # -- diffs ---------------------------------------------------------------------------------
 
@@ -472,14 +474,8 @@ class Cairn:
         return EngineSettings.from_dict(self.settings().get("engines", {}).get(engine))
 
     def settings(self) -> dict:
-        import json
-        path = self.data.root / "settings.json"
-        try:
-            return json.loads(path.read_text())
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
-            raise CairnError(f"the settings file {path} cannot be read: {exc}") from exc
+        from core.settings import read_settings, settings_path
+        return read_settings(settings_path(self.data.root))
 
     # -- policy ----------------------------------------------------------------------------------
 
@@ -672,6 +668,7 @@ class Cairn:
         tail = runs_mod.OutputTail(self.store, run.id, self.run_files(run), on_output)
         last_check = 0.0
         while not should_stop():
+            self.judge.poll()  # answer the run's approval requests while it is observed
             run = self.store.get_run(run_id)
             if run.state not in runs_mod.IN_FLIGHT:
                 tail.poll(final=True)
@@ -734,6 +731,17 @@ class Cairn:
             self.set_workspace_state(ws.id, WorkspaceState.PREPARED)
         return result
 
+    def _workspace_size(self, workspace_id: str) -> int | None:
+        """Bytes of the workspace's latest revision (what a restore would write)."""
+        rev = self.store.latest_revision(workspace_id)
+        if rev is None:
+            return None
+        ws = self.store.get_workspace(workspace_id)
+        try:
+            return _tree_size(self.vault_for(ws.source_id), rev.tree)
+        except CairnError:
+            return None
+
     def status(self) -> dict:
         """Every sandbox session and snapshot, for `cairnctl status` and the GUI."""
         sessions = []
@@ -752,7 +760,8 @@ class Cairn:
                 "unsafe": rec.backend == "host",  # no isolation: said wherever it appears
                 "container": rec.container_name, "state": state, "image": rec.image_digest,
                 "generation": rec.generation, "snapshot_id": rec.snapshot_id,
-                "age_s": time.time() - rec.created_at, "policy_version": rec.policy_version})
+                "age_s": time.time() - rec.created_at, "policy_version": rec.policy_version,
+                "size": self._workspace_size(rec.workspace_id)})
         snaps = []
         for snap in self.store.list_snapshots():
             ws = self.store.get_workspace(snap.workspace_id)
@@ -762,6 +771,107 @@ class Cairn:
                           "size": _tree_size(vault, snap.tree) if present else None,
                           "restorable": present})
         return {"sessions": sessions, "snapshots": snaps, "problem": problem}
+
+    # -- artifacts and promotion --
+    # Results leave a sandbox only through these: an artifact, a branch in the user's repository
+    # (the one write Cairn makes there), or a patch. Each is scanned for secrets first.
+
+    def promote_artifact(self, task_ref: str, *, revision: str | None = None,
+                         path: str | None = None, evidence: bytes | None = None,
+                         evidence_name: str | None = None):
+        """Freeze a file of a revision (default: the latest), or the whole revision as a
+        deterministic tar, as a content-addressed artifact with provenance and evidence."""
+        from core import artifacts
+        task = self.task(task_ref)
+        rev = self.resolve_revision(task, revision)
+        art = artifacts.promote_artifact(self, task, rev, path=path, evidence=evidence,
+                                         evidence_name=evidence_name)
+        self.events.publish(artifacts.ARTIFACT_PROMOTED, task.id, artifact=art.id,
+                            revision=rev.id, path=art.path, sha256=art.sha256)
+        return art
+
+    def promote_to_branch(self, task_ref: str, branch: str, *, revision: str | None = None):
+        """Create the branch `branch` in the user's own repository holding a revision's files."""
+        from core import artifacts
+        task = self.task(task_ref)
+        rev = self.resolve_revision(task, revision)
+        with held(self.data.locks_root, "promote", task.source_id,
+                  "another promotion into this repository is in progress"):
+            made = artifacts.promote_branch(self, task, rev, branch)
+        self.events.publish(artifacts.BRANCH_PROMOTED, task.id, branch=branch, commit=made.commit,
+                            revision=rev.id, repository=made.repository)
+        return made
+
+    def export_patch(self, task_ref: str, *, revision: str | None = None,
+                     since: str = "base") -> bytes:
+        """The changes from the import (`base`, or the user's `head`) to a revision, as a patch."""
+        from core import artifacts
+        task = self.task(task_ref)
+        rev = self.resolve_revision(task, revision)
+        return artifacts.export_patch(self, task, rev, since=since)
+
+    def artifacts(self, task_ref: str | None = None) -> list:
+        from core import artifacts
+        ids = None if task_ref is None else [self.task(task_ref).id]
+        return artifacts.list_artifacts(self, ids)
+
+    def artifact(self, artifact_id: str):
+        from core import artifacts
+        return artifacts.get_artifact(self, artifact_id)
+
+    def read_artifact(self, artifact_id: str) -> bytes:
+        """The artifact's content, re-hashed now; CorruptArtifact when it is not what was stored."""
+        from core import artifacts
+        return artifacts.read_artifact(self, artifact_id)
+
+    def verify_artifact(self, artifact_id: str):
+        from core import artifacts
+        return artifacts.verify_artifact(self, artifact_id)
+
+    def set_setting(self, key: str, value: str) -> str:
+        """Set `engines.<engine>.<key>` in the settings file (validated; written atomically)."""
+        from core import settings
+        return settings.set_setting(settings.settings_path(self.data.root), key, value)
+
+    def unset_setting(self, key: str) -> bool:
+        from core import settings
+        return settings.unset_setting(settings.settings_path(self.data.root), key)
+
+    def get_setting(self, key: str):
+        from core import settings
+        return settings.get_setting(settings.settings_path(self.data.root), key)
+
+    # -- approvals -------------------------------------------------------------------------------
+    # A run's risky commands wait in its mailbox for a person; core.approvals owns the rules, the
+    # rows and the decision files. Any number of Cairn processes may judge at once.
+
+    @property
+    def judge(self):
+        """This process's approvals judge (made on first use)."""
+        from core.approvals import Judge
+        with self._lock:
+            judge = self.__dict__.get("_judge")
+            if judge is None:
+                judge = self.__dict__["_judge"] = Judge(self)
+            return judge
+
+    def approvals(self, pending_only: bool = True) -> list:
+        """Approvals, oldest first: the ones waiting for a person, or (False) every one."""
+        return self.judge.list(pending_only=pending_only)
+
+    def judge_pending(self) -> list:
+        """Answer what the rules can answer now, apply timeouts, and return what still waits for
+        a person (for the GUI's periodic refresh)."""
+        self.judge.poll()
+        return self.judge.list(pending_only=True)
+
+    def approve(self, approval_id: str, remember: bool = False):
+        """Let a waiting command run; `remember` lets this exact command run without asking for
+        the rest of the task (a new policy version)."""
+        return self.judge.approve(approval_id, remember=remember)
+
+    def deny(self, approval_id: str, reason: str | None = None):
+        return self.judge.deny(approval_id, reason=reason)
 
     # -- workspace lifecycle -------------------------------------------------------------------
 

@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quota", type=_size, help="disk quota of the workspace, e.g. 2G")
     p.add_argument("--expires-in", type=_duration, help="expiry of the workspace, e.g. 30d or 12h")
     p.add_argument("--detach", action="store_true", help="start the first run and return")
+    p.add_argument("--network", choices=["none", "allowlist", "open"],
+                   help="the sandbox's network policy from the start (default none)")
+    p.add_argument("--allow", action="append", default=[], help="host:port reachable under allowlist")
     p = add("continue", "a child task that keeps working in the parent's workspace and session")
     p.add_argument("task")
     p.add_argument("-m", "--message", required=True)
@@ -128,6 +131,43 @@ def build_parser() -> argparse.ArgumentParser:
                                      "('*' for every granted one)")
     p.add_argument("--pids", type=int)
     p.add_argument("--memory", type=_size)
+    # -- artifacts, promotion, patches and engine settings
+    p = add("promote", "take a revision out of the sandbox: as a new branch in your repository "
+                       "(--branch) or as an artifact (--artifact); scanned for secrets first")
+    p.add_argument("task")
+    p.add_argument("--revision", help="revision id, base, latest (default) or TASK:REV")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--branch", help="create this branch in the task's source repository")
+    g.add_argument("--artifact", action="store_true",
+                   help="store a file (--path) or the whole revision as a content-addressed artifact")
+    p.add_argument("--path", help="with --artifact: one file of the revision")
+    p.add_argument("--evidence", help="with --artifact: a file (or - for stdin) kept with the "
+                                      "artifact as validation evidence, e.g. test output")
+    p = add("export", "print the task's changes since the import as a patch (git apply / git am)")
+    p.add_argument("task")
+    p.add_argument("--revision", help="revision id, base, latest (default) or TASK:REV")
+    p.add_argument("--from", dest="since", choices=["base", "head"], default="base",
+                   help="base (default): the folder as imported, uncommitted files included; "
+                        "head: the repository's HEAD at import")
+    p = add("artifacts", "list promoted artifacts")
+    p.add_argument("task", nargs="?")
+    p.add_argument("--verify", action="store_true", help="re-hash every listed artifact")
+    p = add("config", "engine settings: config set engines.ENGINE.KEY VALUE | get KEY | "
+                      "unset KEY | show")
+    p.add_argument("action", choices=["set", "get", "unset", "show"])
+    p.add_argument("key", nargs="?")
+    p.add_argument("value", nargs="?")
+    # -- approvals
+    p = add("approvals", "commands waiting for a person's approval: id, task, command, rule, "
+                         "time waiting (--all: every request and its decision)")
+    p.add_argument("--all", action="store_true", help="decided requests too, newest last")
+    p = add("approve", "let a waiting command run")
+    p.add_argument("approval", help="the approval id (or an unambiguous prefix)")
+    p.add_argument("--remember", action="store_true",
+                   help="also let this exact command run without asking for the rest of the task")
+    p = add("deny", "refuse a waiting command (the run is told why)")
+    p.add_argument("approval", help="the approval id (or an unambiguous prefix)")
+    p.add_argument("--reason", help="said to the run with the refusal")
     return parser
 
 
@@ -168,8 +208,10 @@ def _when(ts: float) -> str:
 
 
 def cmd_new(app: Cairn, args: argparse.Namespace) -> None:
+    from core.policy import Policy
+    policy = Policy(network=args.network or "none", allow=tuple(args.allow))
     made = app.new_task(args.path, title=args.title, engine=args.engine, instructions=args.message,
-                        quota_bytes=args.quota, expires_in=args.expires_in)
+                        quota_bytes=args.quota, expires_in=args.expires_in, policy=policy)
     obj = {"task_id": made.task.id, "workspace_id": made.workspace.id,
            "workspace_root": made.workspace.root, "base_revision": made.base_revision}
     text = (f"task {made.task.id} ({made.task.title})\n"
@@ -393,9 +435,11 @@ def cmd_status(app: Cairn, args: argparse.Namespace) -> None:
         if st["problem"]:
             lines.append(f"sandboxes: {st['problem']}")
         for s in st["sessions"]:
+            size = "?" if s.get("size") is None else human_size(s["size"])
+            unsafe = "  UNSAFE: no isolation" if s.get("unsafe") else ""
             lines.append(f"session {s['session_id']}  {s['state']:8}  {s['container']}  "
-                         f"gen {s['generation']}  snapshot {s['snapshot_id']}  "
-                         f"{_age(s['age_s'])} old")
+                         f"image {(s['image'] or '?')[:19]}  gen {s['generation']}  "
+                         f"snapshot {s['snapshot_id']}  {size}  {_age(s['age_s'])} old{unsafe}")
         for s in st["snapshots"]:
             size = "?" if s["size"] is None else human_size(s["size"])
             lines.append(f"snapshot {s['snapshot_id']}  {s['revision'][:12]}  {size}  "
@@ -492,6 +536,136 @@ def cmd_policy(app: Cairn, args: argparse.Namespace) -> None:
     _emit(args, policy.to_dict(), lambda: json.dumps(policy.to_dict(), indent=2))
 
 
+def cmd_promote(app: Cairn, args: argparse.Namespace) -> None:
+    if args.branch is not None:
+        if args.path or args.evidence:
+            raise CairnError("--path and --evidence go with --artifact, not --branch")
+        made = app.promote_to_branch(args.task, args.branch, revision=args.revision)
+        _emit(args, made.to_json(), f"branch {made.branch} created in {made.repository} "
+                                    f"at {made.commit} (revision {made.revision[:12]})")
+        return
+    evidence = name = None
+    if args.evidence:
+        name = "stdin" if args.evidence == "-" else os.path.basename(args.evidence)
+        try:
+            if args.evidence == "-":
+                evidence = sys.stdin.buffer.read()
+            else:
+                with open(args.evidence, "rb") as f:
+                    evidence = f.read()
+        except OSError as exc:
+            raise CairnError(f"cannot read the evidence file {args.evidence}: "
+                             f"{exc.strerror}") from None
+    art = app.promote_artifact(args.task, revision=args.revision, path=args.path,
+                               evidence=evidence, evidence_name=name)
+    _emit(args, art.to_json(), f"artifact {art.id}  {art.kind}  sha256 {art.sha256}"
+                               + (f"  {art.path}" if art.path else ""))
+
+
+def cmd_export(app: Cairn, args: argparse.Namespace) -> None:
+    patch = app.export_patch(args.task, revision=args.revision, since=args.since)
+    if args.json:
+        _emit(args, {"task_id": app.task(args.task).id, "from": args.since,
+                     "patch": patch.decode("utf-8", "replace")}, "")
+        return
+    sys.stdout.flush()
+    sys.stdout.buffer.write(patch)
+    sys.stdout.buffer.flush()
+
+
+def cmd_artifacts(app: Cairn, args: argparse.Namespace) -> None:
+    arts = app.artifacts(args.task)
+    rows = []
+    for art in arts:
+        row = art.to_json()
+        if args.verify:
+            try:
+                app.verify_artifact(art.id)
+                row["verified"] = True
+            except CairnError as exc:
+                row["verified"], row["problem"] = False, str(exc)
+        rows.append(row)
+
+    def text() -> str:
+        lines = []
+        for r in rows:
+            size = "?" if r["size"] is None else human_size(r["size"])
+            check = "" if "verified" not in r else ("  ok" if r["verified"] else "  CORRUPT")
+            lines.append(f"{r['artifact_id']}  {_when(r['created_at'])}  {r['kind']:8}  "
+                         f"{r['sha256'][:16]}  {size:>8}  {r['task_id']}  "
+                         f"{r['path'] or (r['revision'] or '')[:12]}{check}")
+        return "\n".join(lines) or "no artifacts"
+    _emit(args, {"artifacts": rows}, text)
+    if any(r.get("verified") is False for r in rows):
+        raise CairnError(next(r["problem"] for r in rows if r.get("verified") is False))
+
+
+def cmd_config(app: Cairn, args: argparse.Namespace) -> None:
+    from core.settings import read_settings, settings_path
+    if args.action == "show":
+        if args.key or args.value:
+            raise CairnError("config show takes no key")
+        data = read_settings(settings_path(app.data.root))
+        _emit(args, data, lambda: json.dumps(data, indent=2, sort_keys=True) if data
+              else "no settings")
+        return
+    if not args.key:
+        raise CairnError(f"config {args.action} needs a KEY, e.g. engines.codex.model")
+    if args.action == "set":
+        if args.value is None:
+            raise CairnError("config set needs a VALUE: config set KEY VALUE")
+        stored = app.set_setting(args.key, args.value)
+        _emit(args, {"key": args.key, "value": stored}, f"{args.key} = {stored}")
+        return
+    if args.value is not None:
+        raise CairnError(f"config {args.action} takes a KEY only")
+    if args.action == "unset":
+        removed = app.unset_setting(args.key)
+        _emit(args, {"key": args.key, "removed": removed},
+              f"{args.key} removed" if removed else f"{args.key} was not set")
+        return
+    value = app.get_setting(args.key)
+    if value is None:
+        if args.json:
+            _emit(args, {"key": args.key, "value": None}, "")
+        raise SystemExit(1)  # like `git config --get`: unset is exit 1 with nothing printed
+    _emit(args, {"key": args.key, "value": value},
+          lambda: json.dumps(value, indent=2, sort_keys=True) if isinstance(value, dict) else
+          str(value))
+
+
+def _approval_text(a: Any, now: float) -> str:
+    head = f"{a.id}  task {a.task_id}  {a.state}"
+    if a.state == "pending":
+        head += f"  waiting {_age(a.waiting_s(now))}"
+        if a.timeout_at:
+            head += f" (denied in {_age(max(0.0, a.timeout_at - now))})"
+    elif a.decided_by:
+        head += f"  by {a.decided_by}"
+    why = f"  [{a.rule}] {a.reason}" if a.rule else ""
+    return f"{head}{why}\n    $ {a.command}"
+
+
+def cmd_approvals(app: Cairn, args: argparse.Namespace) -> None:
+    pending = app.judge_pending()
+    found = app.approvals(pending_only=False) if args.all else pending
+    now = time.time()
+    _emit(args, {"approvals": [a.to_json(now) for a in found]},
+          lambda: "\n".join(_approval_text(a, now) for a in found)
+          or ("no approvals" if args.all else "nothing waits for approval"))
+
+
+def cmd_approve(app: Cairn, args: argparse.Namespace) -> None:
+    a = app.approve(args.approval, remember=args.remember)
+    _emit(args, a.to_json(), f"approved {a.id}: {a.command}"
+          + ("  (remembered for this task)" if args.remember else ""))
+
+
+def cmd_deny(app: Cairn, args: argparse.Namespace) -> None:
+    a = app.deny(args.approval, reason=args.reason)
+    _emit(args, a.to_json(), f"denied {a.id}: {a.command}")
+
+
 def _warn_problems(event: Any) -> None:
     if event.kind == "workspace.problem":
         print(f"cairnctl: warning: {event.payload['message']}", file=sys.stderr, flush=True)
@@ -504,6 +678,8 @@ COMMANDS: dict[str, Callable[[Cairn, argparse.Namespace], None]] = {
     "stop": cmd_stop, "resume": cmd_resume, "reconcile": cmd_reconcile, "secret": cmd_secret,
     "grant": cmd_grant, "revoke": cmd_revoke, "policy": cmd_policy,
     "continue": cmd_continue, "fork": cmd_fork,
+    "promote": cmd_promote, "export": cmd_export, "artifacts": cmd_artifacts, "config": cmd_config,
+    "approvals": cmd_approvals, "approve": cmd_approve, "deny": cmd_deny,
 }
 
 

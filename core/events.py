@@ -22,6 +22,8 @@ WORKSPACE_PROBLEM = "workspace.problem"
 RUN_STATE = "run.state"
 RUN_RESUMED = "run.resumed"
 POLICY_CHANGED = "policy.changed"
+APPROVAL_REQUESTED = "approval.requested"
+APPROVAL_DECIDED = "approval.decided"
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ class Policy:
     mounts: tuple[tuple[str, str], ...] = ()   # extra read-only (host, container) mounts
     secrets: tuple[str, ...] | None = None     # secret names the sandbox may receive; None: all granted
     uid: int | None = None                     # sandbox user; None: the backend's non-root default
+    approved: tuple[str, ...] = ()             # exact commands a person approved for this task
 
     def validate(self) -> "Policy":
         if self.network not in NETWORK_MODES:
@@ -35,6 +36,8 @@ class Policy:
                 raise InputError(f"an allowlist entry must be host:port, not {entry!r}")
         if self.uid == 0:
             raise InputError("a sandbox never runs as root")
+        if not all(isinstance(c, str) for c in self.approved):
+            raise InputError("approved commands must be strings")
         return self
 
     def allows_secret(self, name: str) -> bool:
@@ -44,7 +47,7 @@ class Policy:
         """A new version of this policy with `changes` applied."""
         if "limits" in changes and isinstance(changes["limits"], dict):
             changes["limits"] = _limits(replace, self.limits, **changes["limits"])
-        for key in ("allow", "secrets"):
+        for key in ("allow", "secrets", "approved"):
             if isinstance(changes.get(key), list):
                 changes[key] = tuple(changes[key])  # type: ignore[arg-type]
         return replace(self, version=self.version + 1, **changes).validate()  # type: ignore[arg-type]
@@ -54,6 +57,7 @@ class Policy:
         d["allow"] = list(self.allow)
         d["mounts"] = [list(m) for m in self.mounts]
         d["secrets"] = None if self.secrets is None else list(self.secrets)
+        d["approved"] = list(self.approved)
         return d
 
     @classmethod
@@ -68,6 +72,7 @@ class Policy:
             mounts=tuple(tuple(m) for m in data.get("mounts", ())),  # type: ignore[misc]
             secrets=None if data.get("secrets") is None else tuple(data["secrets"]),
             uid=data.get("uid"),
+            approved=tuple(data.get("approved", ())),
         ).validate()
 
 

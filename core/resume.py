@@ -12,19 +12,19 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 from core import events as ev
-from core import lineage, runs, workspaces
+from core import approvals, lineage, runs, workspaces
 from core.checkpoints import parse_workspace_ref, write_checkpoint
 from core.engines import engine_for
-from core.engines.base import (MODE_CONTINUE, MODE_FALLBACK, MODE_FORK, MODE_START, EngineSettings,
+from core.engines.base import (MODE_CONTINUE, MODE_FALLBACK, MODE_FORK, MODE_START,
                                LaunchContext, ToolContract)
 from core.errors import CairnError, Conflict, InputError
 from core.ids import new_id
 from core.models import Checkpoint, Run, RunState as R, Task, Workspace, WorkspaceState
-from core.policy import Policy
+from core.settings import policy_with_endpoint
 from core.sandbox.base import CONTAINER_HOME, LiveSession
+from core.sandboxes import TOOLS_DIR_IN_SANDBOX
 
 if TYPE_CHECKING:
     from core.app import Cairn
@@ -37,25 +37,6 @@ RESTORE_INTO_NEW = "restore-into-new"
 
 INTERRUPTED_PROMPT = ("Your previous turn was interrupted before it finished. Check the state of "
                       "the workspace and continue the task.")
-
-
-def with_engine_endpoint(policy: Policy, settings: EngineSettings) -> Policy:
-    """Under the allowlist policy, the engine's configured model endpoint is admitted."""
-    entry = endpoint_entry(settings.base_url)
-    if policy.network != "allowlist" or entry is None or entry in policy.allow:
-        return policy
-    return replace(policy, allow=(*policy.allow, entry))
-
-
-def endpoint_entry(url: str | None) -> str | None:
-    if not url:
-        return None
-    parts = urlsplit(url)
-    if not parts.hostname:
-        return None
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    return f"{host}:{port}"
 
 
 class NeedsChoice(Conflict):
@@ -154,7 +135,7 @@ class RunService:
         app = self.app
         eng = engine_for(run.engine)
         settings = app.engine_settings(run.engine)
-        policy = with_engine_endpoint(app.policy_of(ws), settings)
+        policy = policy_with_endpoint(app.policy_of(ws), settings)
         workspaces.require_tree(ws)
         snapshot_id = None
         if self.store.session_for(ws.id) is None:
@@ -197,17 +178,37 @@ class RunService:
             spec=run.spec, settings=settings, host_run_dir=files.folder,
             sandbox_run_dir=app.sandboxes.run_dir_in_sandbox(run.exec_id),
             host_home=app.data.home_path(outcome.record.id), sandbox_home=CONTAINER_HOME,
-            session_id=run.spec.get("session_id"), start_step=start_step)
+            session_id=run.spec.get("session_id"), start_step=start_step,
+            gate=approvals.gate_command(app, ws.id, outcome.live))
         ctx = self._engine_mode(eng, ctx, run, report)
         eng.prepare(ctx)
-        exec_env = {**app.sandboxes.exec_environment(policy), **eng.environment(ctx), **env}
-        outcome.live.exec_detached(eng.launch_argv(ctx), env=exec_env, run_id=run.exec_id)
+        exec_env = {**app.sandboxes.exec_environment(policy), **eng.environment(ctx),
+                    **approvals.gate_environment(run, outcome.live), **env}
+        approvals.ensure_judge(app.data)
+        argv = self._hide_secrets_in_output(eng.launch_argv(ctx), env, exec_env, outcome.live,
+                                            report)
+        outcome.live.exec_detached(argv, env=exec_env, run_id=run.exec_id)
         run = runs.move(self.store, run.id, R.RUNNING, started_at=time.time(),
                         resume_report=report.to_dict(),
                         note=report.summary() if report.path else None)
         app.events.publish(ev.RUN_STATE, run.id, state=run.state, task_id=task.id,
                            report=report.to_dict())
         return run
+
+    def _hide_secrets_in_output(self, argv: list[str], secrets: dict[str, str],
+                                exec_env: dict[str, str], live: LiveSession,
+                                report: ResumeReport) -> list[str]:
+        """With secrets in the environment, the run's output passes through a filter inside the
+        sandbox that replaces their values, so they never reach the run's files on the host."""
+        if not secrets:
+            return argv
+        probe = live.exec(["sh", "-c", "command -v python3"], env={}, cwd="/", timeout=20)
+        if probe.exit_code != 0:
+            report.add("output", "not filtered", "the sandbox image has no python3 to hide "
+                       "secret values in the run's output")
+            return argv
+        exec_env["CAIRN_REDACT_VARS"] = ",".join(sorted(secrets))
+        return ["python3", f"{TOOLS_DIR_IN_SANDBOX}/redact-output.py", "--", *argv]
 
     def _engine_mode(self, eng, ctx: LaunchContext, run: Run, report: ResumeReport) -> LaunchContext:
         """Native continue/fork when the engine's contract holds, else a new session on the same

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core import approvals
 from core.datadir import DataDir
 from core.errors import CairnError
 from core.ids import new_id
@@ -86,6 +87,9 @@ class SandboxManager:
     def spec_for(self, ws: Workspace, session_id: str, snapshot_id: str | None,
                  policy: Policy, engine_mounts: list[tuple[Path, str]] | tuple = ()) -> SandboxSpec:
         extra = [(RESOURCES_SANDBOX, TOOLS_DIR_IN_SANDBOX)]
+        # Decisions on approvals: read-only, so an agent can never approve itself.
+        extra += [(approvals.ensure_decisions_root(self.data.root, ws.id),
+                   approvals.DECISIONS_IN_SANDBOX)]
         extra += [(Path(h), c) for h, c in policy.mounts]
         extra += [(Path(h), c) for h, c in engine_mounts]
         return SandboxSpec(
@@ -186,7 +190,9 @@ class SandboxManager:
             pid_file = folder / "pid"
             if pid_file.exists() and (folder / "exit_code").exists() is False:
                 try:
-                    if live.process_alive(int(pid_file.read_text().strip())):
+                    # By run id too: in a recreated sandbox the recorded pid belongs to whatever
+                    # process got it in the new pid namespace (often the probe itself).
+                    if live.process_alive(int(pid_file.read_text().strip()), run_id=spec.exec_id):
                         continue
                 except (ValueError, OSError):
                     pass
@@ -225,7 +231,8 @@ class SandboxManager:
         """Find the sandbox as it was made (under the policy of its making), to look at its
         processes; the current policy is applied by `ensure`, not here."""
         policy = Policy.from_dict(record.policy)
-        standard = {TOOLS_DIR_IN_SANDBOX, *(c for _, c in policy.mounts), *RESERVED_TARGETS}
+        standard = {TOOLS_DIR_IN_SANDBOX, approvals.DECISIONS_IN_SANDBOX,
+                    *(c for _, c in policy.mounts), *RESERVED_TARGETS}
         engine_mounts = [(Path(m["source"]), m["target"]) for m in record.mounts
                          if m.get("read_only") and m["target"] not in standard]
         spec = self.spec_for(ws, record.id, record.snapshot_id, policy, engine_mounts)

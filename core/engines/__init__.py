@@ -4,9 +4,15 @@ Each engine says how to launch, resume and observe itself; runs and resume stay 
 """
 
 from core.engines.base import Engine, ToolContract
+from core.engines.claude_code import ClaudeCodeEngine
+from core.engines.codex import CodexEngine
 from core.engines.shell import ShellEngine
 
-ENGINES: dict[str, type[Engine]] = {ShellEngine.name: ShellEngine}
+ENGINES: dict[str, type[Engine]] = {
+    ShellEngine.name: ShellEngine,
+    CodexEngine.name: CodexEngine,
+    ClaudeCodeEngine.name: ClaudeCodeEngine,
+}
 
 
 def engine_for(name: str) -> Engine:
@@ -17,4 +23,4 @@ def engine_for(name: str) -> Engine:
         raise InputError(f"unknown engine {name!r} (known: {', '.join(sorted(ENGINES))})") from None
 
 
-__all__ = ["Engine", "ToolContract", "ShellEngine", "ENGINES", "engine_for"]
+__all__ = ["Engine", "ToolContract", "ShellEngine", "CodexEngine", "ClaudeCodeEngine", "ENGINES", "engine_for"]

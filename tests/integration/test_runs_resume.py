@@ -216,6 +216,13 @@ def test_canary_secret_rotation_and_revocation(task, docker_client, secret_servi
         cairnctl(data, "grant", task_id, name, "--env", "TOKEN")
         res = as_json(cairnctl(data, "run", task_id, "--json", "--", "sh", "-c", check))
         assert output_of(store_of(data), res["run_id"]).strip() == hashlib.sha256(value.encode()).hexdigest()
+        # A run that prints the secret (plainly, through env, base64-encoded, on stderr): its
+        # files on the host hold a placeholder instead.
+        leak = 'echo "token=$TOKEN"; env | grep TOKEN; printf %s "$TOKEN" | base64; echo "$TOKEN" >&2'
+        res = as_json(cairnctl(data, "run", task_id, "--json", "--", "sh", "-c", leak))
+        assert res["state"] == "succeeded"
+        shown = output_of(store_of(data), res["run_id"])
+        assert "token=[secret:TOKEN]" in shown and "TOKEN=[secret:TOKEN]" in shown
         container_id = docker_client.containers.get(session(data)["container"]).id
 
         # Nowhere on disk: data folder (database, runs, workspaces), the vault's objects
@@ -293,7 +300,7 @@ def test_two_resumes_of_one_lineage_at_once_only_one_proceeds(task, docker_clien
     codes = sorted(code for code, _, _ in outcomes)
     assert codes == [0, 2], outcomes
     refused = next(err for code, _, err in outcomes if code == 2)
-    assert any(w in refused for w in ("in progress", "still running", "resumed meanwhile")), refused
+    assert any(w in refused for w in ("in progress", "is still", "resumed meanwhile")), refused
     res = as_json(cairnctl(data, "follow", task_id, "--json"))
     assert res["state"] == "succeeded"
 
@@ -371,3 +378,23 @@ def test_a_locked_keyring_refuses_the_run_and_keeps_it_resumable(task, docker_cl
         assert res["state"] == "succeeded" and (ws / "ok.txt").exists()
     finally:
         cairnctl(data, "secret", "rm", name, check=False)
+
+
+def test_a_link_planted_in_the_runs_folder_is_never_followed(task, docker_client, tmp_path):
+    data, task_id, ws = task
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    before = os.stat(victim)
+    plant = ('cd /cairn/runs && for d in r_*.1; do ln -s ' + str(victim) +
+             ' "${d%.1}.2"; ln -s ' + str(victim) + ' "${d%.1}.2.x"; done')
+    start_steps(data, task_id, plant, "sleep 2", "echo resumed > r.txt")
+    wait_for(lambda: step_of(data, latest_run(data, task_id)) == 1, what="step 1")
+    interrupt_by_removing_container(data, task_id, docker_client)
+    res = as_json(cairnctl(data, "resume", task_id, "--json"))
+    assert res["state"] == "succeeded" and (ws / "r.txt").exists()
+    assert list(victim.iterdir()) == []  # nothing written through the planted link
+    after = os.stat(victim)
+    assert (after.st_uid, after.st_gid, after.st_mode) == (before.st_uid, before.st_gid, before.st_mode)
+    run = latest_run(data, task_id)
+    attempt = data / "runs" / run.workspace_id / run.exec_id
+    assert attempt.is_dir() and not attempt.is_symlink()

@@ -1,0 +1,842 @@
+"""Approvals: the risk rules that classify what a run asks to do, and the judge on the host that
+answers the in-sandbox gate through the run's mailbox.
+
+Owns the rules file, classifying, the approval rows, the decision files and the small detached
+judge process; the gate (resources/sandbox/approval-gate.py) only relays, and runs, checkpoints
+and policy keep their own rules.
+
+The mailbox. The gate writes `runs/<workspace>/<exec>/requests/<id>.json` (the attempt's folder,
+writable by the sandbox) and waits. The judge answers in `approvals/<workspace>/<exec>/<id>.json`,
+a folder the sandbox sees read-only at /cairn/decisions, so an agent never approves itself. The
+request files are the truth: rows are made from them idempotently, and a decision is first
+claimed in the database (one process wins) and then written as a file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import getpass
+import json
+import logging
+import os
+import re
+import signal
+import sqlite3
+import stat
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from core import events as ev
+from core import runs as runs_mod
+from core.datadir import DataDir
+from core.errors import CairnError, Conflict, IllegalTransition, InputError, NotFound
+from core.models import Run, RunState as R
+from core.policy import Policy
+from core.sandbox.base import CONTAINER_RUNS
+from core.redact import redact
+
+if TYPE_CHECKING:
+    from core.app import Cairn
+    from core.sandbox.base import LiveSession
+
+log = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+RULES_FILE = REPO_ROOT / "resources" / "policy" / "risk-rules.json"
+
+GATE_IN_SANDBOX = "/cairn/tools/approval-gate.py"
+DECISIONS_IN_SANDBOX = "/cairn/decisions"
+REQUESTS_FOLDER = "requests"
+TIMEOUT_ENV = "CAIRN_APPROVAL_TIMEOUT"
+DEFAULT_TIMEOUT_S = 3600.0
+
+# Row states. `auto-allowed` rows are the rules' own decisions, kept (flagged) for the record.
+PENDING = "pending"
+APPROVED = "approved"
+DENIED = "denied"
+TIMED_OUT = "timed-out"
+AUTO_ALLOWED = "auto-allowed"
+WITHDRAWN = "withdrawn"  # the run ended or moved to a new attempt before anyone decided
+STATES = (PENDING, APPROVED, DENIED, TIMED_OUT, AUTO_ALLOWED, WITHDRAWN)
+BY_RULES = "cairn:rules"
+BY_TIMEOUT = "cairn:timeout"
+
+REQUEST_ID_RE = re.compile(r"^ap_[0-9a-z]{14}$")
+MAX_REQUEST_BYTES = 1 << 20
+# Longer commands are not run through the patterns (their cost grows with the length): a person
+# looks at them instead.
+MAX_CHECKED_CHARS = 8 * 1024
+
+
+# -- risk rules --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RiskRule:
+    id: str
+    pattern: re.Pattern[str]
+    reason: str
+    when: Mapping[str, Any]
+
+    def applies(self, policy: Policy) -> bool:
+        for key, wanted in self.when.items():
+            value = getattr(policy, key, None)
+            if value not in (wanted if isinstance(wanted, list) else [wanted]):
+                return False
+        return True
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    version: int
+    rules: tuple[RiskRule, ...]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    needs_approval: bool
+    rule_id: str | None = None
+    reason: str | None = None
+
+
+def load_rules(path: Path | str | None = None) -> RuleSet:
+    """The risk rules of a policy file (default: the one Cairn ships)."""
+    return _load_rules(str(Path(path) if path else RULES_FILE))
+
+
+@lru_cache(maxsize=8)
+def _load_rules(path: str) -> RuleSet:
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        rules = []
+        for entry in doc["rules"]:
+            when = entry.get("when") or {}
+            unknown = set(when) - set(Policy.__dataclass_fields__)
+            if unknown:
+                raise ValueError(f"rule {entry['id']}: 'when' names no policy field "
+                                 f"{', '.join(sorted(unknown))}")
+            rules.append(RiskRule(str(entry["id"]), re.compile(entry["pattern"]),
+                                  str(entry["reason"]), dict(when)))
+        ids = [r.id for r in rules]
+        if len(set(ids)) != len(ids):
+            raise ValueError("two rules share an id")
+        return RuleSet(int(doc["version"]), tuple(rules))
+    except (OSError, ValueError, KeyError, TypeError, re.error) as exc:
+        raise CairnError(f"the risk rules in {path} cannot be used: {exc}") from exc
+
+
+def classify(command: str, policy: Policy, rules: RuleSet | None = None) -> Verdict:
+    """Whether `command` waits for a person, and which rule says so (the first that matches).
+    A command the task's policy remembers as approved passes as it is, and only exactly."""
+    if command in policy.approved:
+        return Verdict(False, "remembered", "approved for this task before")
+    if len(command) > MAX_CHECKED_CHARS:
+        return Verdict(True, "too-long", f"is longer than {MAX_CHECKED_CHARS} characters, too long "
+                       "to check automatically")
+    for rule in (rules or load_rules()).rules:
+        if rule.applies(policy) and rule.pattern.search(command):
+            return Verdict(True, rule.id, rule.reason)
+    return Verdict(False)
+
+
+# -- the mailbox -------------------------------------------------------------------------------
+
+
+def decisions_root(data_root: Path, workspace_id: str) -> Path:
+    """The host folder the workspace's sandbox sees read-only at /cairn/decisions."""
+    return Path(data_root) / "approvals" / workspace_id
+
+
+def decision_path(data_root: Path, workspace_id: str, exec_id: str, request_id: str) -> Path:
+    return decisions_root(data_root, workspace_id) / exec_id / f"{request_id}.json"
+
+
+def requests_dir(runs_root: Path, run: Run) -> Path:
+    return runs_mod.run_files(runs_root, run).folder / REQUESTS_FOLDER
+
+
+def ensure_decisions_root(data_root: Path, workspace_id: str) -> Path:
+    """Made before the sandbox (a bind mount needs its source); readable by the sandbox user."""
+    root = decisions_root(data_root, workspace_id)
+    root.mkdir(parents=True, exist_ok=True)
+    for folder in (root.parent, root):
+        os.chmod(folder, 0o755)
+    return root
+
+
+def write_json_atomic(path: Path, obj: dict, *, mode: int = 0o644) -> None:
+    """Write a whole file or nothing: a temporary beside it, then a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    try:
+        os.fchmod(fd, mode)
+        os.write(fd, (json.dumps(obj, sort_keys=True) + "\n").encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+class BadRequest(Exception):
+    """A request file that cannot be used as it is."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """A request as the gate wrote it. Only `command`, `tool`, `cwd` and `created_at` come from
+    the sandbox; which run and attempt it belongs to is where the host found it."""
+
+    id: str
+    run_id: str
+    exec_id: str
+    engine: str
+    tool: str
+    command: str
+    cwd: str
+    created_at: float
+
+
+def request_ids(folder: Path) -> list[str]:
+    """The request ids in a requests folder, oldest name first. The folder belongs to the
+    sandbox: a symlink in its place is not followed."""
+    try:
+        st = os.lstat(folder)
+    except FileNotFoundError:
+        return []
+    if not stat.S_ISDIR(st.st_mode):
+        return []
+    ids = []
+    for name in os.listdir(folder):
+        if name.endswith(".json") and REQUEST_ID_RE.match(name[:-5]):
+            ids.append(name[:-5])
+    return sorted(ids)
+
+
+def read_request(folder: Path, request_id: str, run: Run) -> Request:
+    path = folder / f"{request_id}.json"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise BadRequest(f"cannot open it: {exc.strerror}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise BadRequest("it is not a regular file")
+        raw = os.read(fd, MAX_REQUEST_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_REQUEST_BYTES:
+        raise BadRequest(f"it is larger than {MAX_REQUEST_BYTES} bytes")
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise BadRequest(f"it is not JSON: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("id") != request_id:
+        raise BadRequest("its id is not its file name")
+    command, tool, cwd = doc.get("command"), doc.get("tool", "shell"), doc.get("cwd", "")
+    if not isinstance(command, str) or not isinstance(tool, str) or not isinstance(cwd, str):
+        raise BadRequest("command, tool and cwd must be strings")
+    if doc.get("exec_id") not in (None, run.exec_id) or doc.get("run_id") not in (None, run.id):
+        raise BadRequest("it names another run than the one whose folder holds it")
+    created = doc.get("created_at")
+    created = float(created) if isinstance(created, (int, float)) and created > 0 else 0.0
+    engine = doc.get("engine") if isinstance(doc.get("engine"), str) else run.engine
+    return Request(request_id, run.id, run.exec_id, engine[:64], tool[:128], command, cwd[:4096],
+                   created)
+
+
+# -- approvals (rows) --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Approval:
+    id: str
+    run_id: str
+    task_id: str | None
+    command: str
+    rule: str | None
+    reason: str | None
+    state: str
+    decided_by: str | None
+    decided_at: float | None
+    policy_version: int | None
+    created_at: float
+    timeout_at: float | None
+
+    @property
+    def auto(self) -> bool:
+        return self.decided_by in (BY_RULES, BY_TIMEOUT)
+
+    def waiting_s(self, now: float | None = None) -> float:
+        end = self.decided_at if self.decided_at is not None else (now or time.time())
+        return max(0.0, end - self.created_at)
+
+    def to_json(self, now: float | None = None) -> dict:
+        return {"id": self.id, "run_id": self.run_id, "task_id": self.task_id,
+                "command": self.command, "rule": self.rule, "reason": self.reason,
+                "state": self.state, "decided_by": self.decided_by, "decided_at": self.decided_at,
+                "policy_version": self.policy_version, "created_at": self.created_at,
+                "timeout_at": self.timeout_at, "waiting_s": round(self.waiting_s(now), 3),
+                "auto": self.auto}
+
+
+_SELECT = ("SELECT a.*, r.task_id AS task_id FROM approvals a LEFT JOIN runs r ON r.id = a.run_id")
+
+
+def _approval(row: sqlite3.Row) -> Approval:
+    return Approval(row["id"], row["run_id"], row["task_id"], row["command"], row["rule"],
+                    row["reason"], row["state"], row["decided_by"], row["decided_at"],
+                    row["policy_version"], row["created_at"], row["timeout_at"])
+
+
+def os_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return f"uid {os.getuid()}"
+
+
+def timeout_from_env() -> float:
+    text = os.environ.get(TIMEOUT_ENV)
+    if not text:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError(f"{TIMEOUT_ENV} must be a number of seconds, not {text!r}") from None
+    if value <= 0:
+        raise InputError(f"{TIMEOUT_ENV} must be positive")
+    return value
+
+
+# -- the judge ---------------------------------------------------------------------------------
+
+
+class Judge:
+    """Answers the requests of the runs in flight: what the rules pass is allowed at once, the
+    rest waits for `approve` or `deny` (or is denied at its timeout). Any number of judges, in
+    any processes, may poll the same data folder: every decision is claimed in one statement."""
+
+    def __init__(self, app: "Cairn", *, timeout: float | None = None,
+                 clock: Callable[[], float] = time.time, rules: RuleSet | None = None):
+        self.app = app
+        self.store = app.store
+        self.timeout = timeout if timeout is not None else timeout_from_env()
+        self.clock = clock
+        self.rules = rules or load_rules()
+        self._lock = threading.RLock()
+        self._answered: set[tuple[str, str]] = set()  # (exec id, request id) with a decision file
+        self._reported: set[tuple[str, str]] = set()  # unusable request files already logged
+        self._secrets_known: set[str] = set()  # tasks whose secrets this process has learnt
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def list(self, *, pending_only: bool = True) -> list[Approval]:
+        where = " WHERE a.state = ?" if pending_only else ""
+        rows = self.store.query(f"{_SELECT}{where} ORDER BY a.created_at, a.id",
+                                (PENDING,) if pending_only else ())
+        return [_approval(r) for r in rows]
+
+    def get(self, ref: str) -> Approval:
+        """An approval by its id or an unambiguous prefix of it."""
+        rows = self.store.query(f"{_SELECT} WHERE substr(a.id, 1, ?) = ? ORDER BY a.id",
+                                (len(ref), ref))
+        exact = [r for r in rows if r["id"] == ref]
+        if exact or len(rows) == 1:
+            return _approval((exact or rows)[0])
+        if not rows:
+            raise NotFound(f"no approval with id {ref!r}")
+        raise NotFound(f"the id {ref!r} matches {len(rows)} approvals; give more of it")
+
+    # -- polling -----------------------------------------------------------------------------
+
+    def poll(self) -> list[Approval]:
+        """One pass over the mailboxes: new requests, timeouts, runs that moved on, and the runs'
+        states (RUNNING ⇄ WAITING_APPROVAL). Returns the approvals this pass made or decided."""
+        with self._lock:
+            now = self.clock()
+            try:
+                out = self._sweep(now)
+                in_flight = self._runs_in_flight()
+            except (CairnError, OSError, sqlite3.Error) as exc:
+                log.warning("approvals: %s", exc)
+                return []
+            for run in in_flight:
+                try:
+                    out += self._poll_run(run, now)
+                except (CairnError, OSError, sqlite3.Error) as exc:
+                    log.warning("approvals of run %s: %s", run.id, exc)
+            return out
+
+    def _runs_in_flight(self) -> list[Run]:
+        marks = ",".join("?" * len(runs_mod.IN_FLIGHT))
+        rows = self.store.query(f"SELECT id FROM runs WHERE state IN ({marks}) ORDER BY created_at",
+                                runs_mod.IN_FLIGHT)
+        ids = [r["id"] for r in rows]
+        found = []
+        for run_id in ids:
+            try:
+                found.append(self.store.get_run(run_id))
+            except NotFound:
+                pass
+        return found
+
+    def _poll_run(self, run: Run, now: float) -> list[Approval]:
+        if not run.workspace_id:
+            return []
+        files = runs_mod.run_files(self.app.data.runs_root, run)
+        folder = files.folder / REQUESTS_FOLDER
+        out = []
+        for request_id in request_ids(folder):
+            key = (run.exec_id, request_id)
+            if key in self._answered:
+                continue
+            if self._decision_file(run, request_id).exists():
+                self._answered.add(key)
+                continue
+            try:
+                request = read_request(folder, request_id, run)
+            except BadRequest as exc:
+                if key not in self._reported:
+                    self._reported.add(key)
+                    log.warning("request %s of run %s is refused: %s", request_id, run.id, exc)
+                self._write_decision(run, request_id, "deny", f"the request is unusable: {exc}",
+                                     rule=None, by=BY_RULES, policy_version=None)
+                continue
+            made = self._take(run, request, now)
+            if made is not None:
+                out.append(made)
+        if files.exit_code is None:
+            self._settle_state(run)
+        return out
+
+    def _take(self, run: Run, request: Request, now: float) -> Approval | None:
+        """Make the row of a request that has no decision file yet (or repair a decided one)."""
+        row = self.store.query_one(f"{_SELECT} WHERE a.id = ?", (request.id,))
+        if row is not None:
+            known = _approval(row)
+            if known.run_id != run.id:
+                self._write_decision(run, request.id, "deny", "the request id is already used",
+                                     rule=None, by=BY_RULES, policy_version=None)
+            elif known.state != PENDING:
+                # Decided, but the process that decided stopped before writing the file.
+                self._write_decision_of(run, known)
+            return None
+        ws = self.store.get_workspace(run.workspace_id)  # type: ignore[arg-type]
+        policy = self.app.policy_of(ws)
+        verdict = classify(request.command, policy, self.rules)
+        # Rows, events and logs keep the command with the task's secrets replaced by their names
+        # (the rules saw it whole).
+        self._learn_secrets(run.task_id)
+        command = redact(request.command)
+        created = min(now, request.created_at) if request.created_at > 0 else now
+        if not verdict.needs_approval:
+            made = Approval(request.id, run.id, run.task_id, command, verdict.rule_id,
+                            verdict.reason, AUTO_ALLOWED, BY_RULES, now, policy.version, created,
+                            None)
+            if not self._insert(made):
+                return None
+            self._write_decision_of(run, made)
+            self.app.events.publish(ev.APPROVAL_DECIDED, run.id, **self._event(made))
+            return made
+        made = Approval(request.id, run.id, run.task_id, command, verdict.rule_id,
+                        verdict.reason, PENDING, None, None, policy.version, created,
+                        created + self.timeout)
+        if not self._insert(made):
+            return None
+        log.info("run %s waits for approval %s: %s", run.id, made.id, made.command)
+        self.app.events.publish(ev.APPROVAL_REQUESTED, run.id, **self._event(made),
+                                tool=request.tool, cwd=request.cwd)
+        return made
+
+    def _learn_secrets(self, task_id: str) -> None:
+        """Learn the secret values granted to the task (once per process), to redact them. A task
+        without grants never touches the keyring."""
+        if task_id in self._secrets_known:
+            return
+        self._secrets_known.add(task_id)
+        try:
+            self.app.credentials.resolve_env(task_id, require=False)
+        except CairnError as exc:
+            log.debug("no secrets to learn for task %s: %s", task_id, exc)
+
+    def _insert(self, a: Approval) -> bool:
+        """True when this call made the row (another judge may have been first)."""
+        with self.store.transaction() as conn:
+            cur = conn.execute(
+                "INSERT OR IGNORE INTO approvals (id, run_id, command, rule, reason, state, "
+                "decided_by, decided_at, policy_version, created_at, timeout_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (a.id, a.run_id, a.command, a.rule, a.reason, a.state, a.decided_by, a.decided_at,
+                 a.policy_version, a.created_at, a.timeout_at))
+            return cur.rowcount == 1
+
+    def _sweep(self, now: float) -> list[Approval]:
+        """Pending approvals whose run moved on are withdrawn; overdue ones are denied."""
+        out = []
+        for a in self.list(pending_only=True):
+            try:
+                run = self.store.get_run(a.run_id)
+            except NotFound:
+                run = None
+            if run is None or not self._still_asked(run, a.id):
+                if self._claim(a.id, WITHDRAWN, None, now):
+                    decided = self.get(a.id)
+                    self.app.events.publish(ev.APPROVAL_DECIDED, a.run_id, **self._event(decided))
+                    out.append(decided)
+                continue
+            if a.timeout_at is not None and a.timeout_at <= now:
+                if self._claim(a.id, TIMED_OUT, BY_TIMEOUT, now):
+                    decided = self.get(a.id)
+                    self._write_decision_of(run, decided)
+                    self.app.events.publish(ev.APPROVAL_DECIDED, run.id, **self._event(decided))
+                    self._settle_state(run)
+                    out.append(decided)
+        return out
+
+    def _still_asked(self, run: Run, request_id: str) -> bool:
+        """The run is in flight, on the attempt that asked, and its process has not ended."""
+        if run.state not in runs_mod.IN_FLIGHT or not run.workspace_id:
+            return False
+        files = runs_mod.run_files(self.app.data.runs_root, run)
+        if files.exit_code is not None:
+            return False
+        return (files.folder / REQUESTS_FOLDER / f"{request_id}.json").exists()
+
+    def _claim(self, approval_id: str, state: str, by: str | None, now: float,
+               policy_version: int | None = None) -> bool:
+        with self.store.transaction() as conn:
+            cur = conn.execute(
+                "UPDATE approvals SET state = ?, decided_by = ?, decided_at = ?, "
+                "policy_version = COALESCE(?, policy_version) WHERE id = ? AND state = ?",
+                (state, by, now, policy_version, approval_id, PENDING))
+            return cur.rowcount == 1
+
+    def _settle_state(self, run: Run) -> None:
+        """RUNNING while nothing waits for a person, WAITING_APPROVAL (with a checkpoint) while
+        something does. Whoever makes the move writes the checkpoint."""
+        run = self.store.get_run(run.id)
+        waiting = self.store.query_one("SELECT 1 FROM approvals WHERE run_id = ? AND state = ? "
+                                       "LIMIT 1", (run.id, PENDING)) is not None
+        try:
+            if waiting and run.state == R.RUNNING.value:
+                moved = runs_mod.move(self.store, run.id, R.WAITING_APPROVAL)
+            elif not waiting and run.state == R.WAITING_APPROVAL.value:
+                moved = runs_mod.move(self.store, run.id, R.RUNNING)
+            else:
+                return
+        except IllegalTransition:
+            return  # another process moved it first
+        self.app.events.publish(ev.RUN_STATE, moved.id, state=moved.state, task_id=moved.task_id)
+        if moved.state == R.WAITING_APPROVAL.value:
+            try:
+                self.app.checkpoint(moved.task_id)
+            except CairnError as exc:
+                log.warning("no checkpoint for run %s while it waits for approval: %s",
+                            moved.id, exc)
+
+    # -- deciding ----------------------------------------------------------------------------
+
+    def approve(self, approval_ref: str, *, remember: bool = False,
+                by: str | None = None) -> Approval:
+        """Let the command run. With `remember`, the task's policy (a new version) lets this exact
+        command run from now on without asking."""
+        return self._decide(approval_ref, APPROVED, by or os_user(), remember=remember)
+
+    def deny(self, approval_ref: str, *, by: str | None = None,
+             reason: str | None = None) -> Approval:
+        return self._decide(approval_ref, DENIED, by or os_user(), note=reason)
+
+    def _decide(self, approval_ref: str, state: str, by: str, *, remember: bool = False,
+                note: str | None = None) -> Approval:
+        with self._lock:
+            a = self.get(approval_ref)
+            if a.state != PENDING:
+                raise Conflict(f"approval {a.id} is {a.state} already"
+                               + (f" (by {a.decided_by})" if a.decided_by else ""))
+            run = self.store.get_run(a.run_id)
+            if not self._still_asked(run, a.id):
+                if self._claim(a.id, WITHDRAWN, None, self.clock()):
+                    self.app.events.publish(ev.APPROVAL_DECIDED, run.id,
+                                            **self._event(self.get(a.id)))
+                raise Conflict(f"run {run.id} no longer waits for approval {a.id} (it is "
+                               f"{run.state}); nothing was decided")
+            now = self.clock()
+            policy_changed = None
+            with self.store.transaction():
+                ws = self.store.get_workspace(run.workspace_id)  # type: ignore[arg-type]
+                policy = self.app.policy_of(ws)
+                if remember and a.command not in policy.approved:
+                    policy = policy.changed(approved=(*policy.approved, a.command))
+                    self.store.update_workspace(ws.id, policy=policy.to_dict())
+                    policy_changed = (ws.id, policy.version)
+                if not self._claim(a.id, state, by, now, policy.version):
+                    raise Conflict(f"approval {a.id} was decided meanwhile")  # rolls back
+            decided = self.get(a.id)
+            if state == APPROVED:
+                why = f"approved by {by}" + (" (remembered for this task)" if remember else "")
+            else:
+                why = f"denied by {by}" + (f": {note}" if note else "")
+            self._write_decision(run, a.id, "allow" if state == APPROVED else "deny", why,
+                                 rule=a.rule, by=by, policy_version=decided.policy_version)
+            if policy_changed:
+                self.app.events.publish(ev.POLICY_CHANGED, policy_changed[0],
+                                        version=policy_changed[1], approved=a.command)
+            self.app.events.publish(ev.APPROVAL_DECIDED, run.id, **self._event(decided),
+                                    remembered=remember)
+            self._settle_state(run)
+            return decided
+
+    # -- decision files ----------------------------------------------------------------------
+
+    def _decision_file(self, run: Run, request_id: str) -> Path:
+        return decision_path(self.app.data.root, run.workspace_id or "_", run.exec_id, request_id)
+
+    def _write_decision_of(self, run: Run, a: Approval) -> None:
+        allow = a.state in (APPROVED, AUTO_ALLOWED)
+        if a.state == AUTO_ALLOWED:
+            why = "allowed by the task's remembered approvals" if a.rule == "remembered" else \
+                "allowed by Cairn's risk rules"
+        elif a.state == TIMED_OUT:
+            why = f"no decision within {(a.timeout_at or 0) - a.created_at:g} s"
+        elif a.state == WITHDRAWN:
+            why = "the run moved on before a decision"
+        else:
+            why = f"{a.state} by {a.decided_by}"
+        self._write_decision(run, a.id, "allow" if allow else "deny", why, rule=a.rule,
+                             by=a.decided_by, policy_version=a.policy_version)
+
+    def _write_decision(self, run: Run, request_id: str, decision: str, reason: str, *,
+                        rule: str | None, by: str | None, policy_version: int | None) -> None:
+        root = ensure_decisions_root(self.app.data.root, run.workspace_id or "_")
+        folder = root / run.exec_id
+        folder.mkdir(exist_ok=True)
+        os.chmod(folder, 0o755)
+        write_json_atomic(folder / f"{request_id}.json", {
+            "id": request_id, "run_id": run.id, "exec_id": run.exec_id, "decision": decision,
+            "reason": reason, "rule": rule, "decided_by": by, "decided_at": self.clock(),
+            "policy_version": policy_version, "rules_version": self.rules.version})
+        self._answered.add((run.exec_id, request_id))
+
+    @staticmethod
+    def _event(a: Approval) -> dict:
+        return {"approval_id": a.id, "task_id": a.task_id, "command": a.command, "rule": a.rule,
+                "reason": a.reason, "approval_state": a.state, "decided_by": a.decided_by,
+                "timeout_at": a.timeout_at}
+
+
+# -- wiring a run to the gate --------------------------------------------------------------------
+
+
+def _mapped(live: "LiveSession", sandbox_path: str) -> str:
+    """A path as the run's processes see it: the host backend runs them on the host, where
+    sandbox paths name host folders."""
+    host_path = getattr(live, "host_path", None)
+    return host_path(sandbox_path) if callable(host_path) else sandbox_path
+
+
+def gate_command(app: "Cairn", workspace_id: str, live: "LiveSession") -> list[str]:
+    """The gate's command for this sandbox, or [] (with a problem event) when the sandbox cannot
+    run it (an image without python3): the run then goes ungated, and says so."""
+    argv = ["python3", _mapped(live, GATE_IN_SANDBOX)]
+    try:
+        result = live.exec([*argv, "--check"], env={}, cwd="/", timeout=20)
+        ok = result.exit_code == 0
+        why = (result.stderr or result.stdout).strip()[:200]
+    except CairnError as exc:
+        ok, why = False, str(exc)
+    if ok:
+        return argv
+    app.events.publish(ev.WORKSPACE_PROBLEM, workspace_id,
+                       message=f"the approval gate cannot run in this sandbox "
+                               f"({why or 'no python3'}); commands of this run are NOT checked "
+                               "for approval",
+                       about="approvals")
+    return []
+
+
+def gate_environment(run: Run, live: "LiveSession") -> dict[str, str]:
+    """What the gate needs to know in each exec: which run and attempt it asks for, its
+    mailbox, and how long to wait."""
+    return {"CAIRN_RUN_ID": run.id, "CAIRN_EXEC_ID": run.exec_id,
+            "CAIRN_APPROVAL_TIMEOUT": f"{timeout_from_env():g}",
+            "CAIRN_APPROVAL_REQUESTS": _mapped(live, f"{CONTAINER_RUNS}/{run.exec_id}/"
+                                                     f"{REQUESTS_FOLDER}"),
+            "CAIRN_APPROVAL_DECISIONS": _mapped(live, f"{DECISIONS_IN_SANDBOX}/{run.exec_id}")}
+
+
+# -- the detached judge ----------------------------------------------------------------------------
+# Low-risk commands must go on while no Cairn window or command is open: one small process per
+# data folder allows what the rules pass and applies timeouts. It never approves anything risky.
+
+SERVE_INTERVAL_S = 0.1
+IDLE_INTERVAL_S = 1.0
+IDLE_EXIT_S = 60.0
+LIVENESS_EVERY_S = 10.0
+
+
+def judge_dir(data_root: Path) -> Path:
+    return Path(data_root) / "judge"
+
+
+def judge_pid(data_root: Path) -> int | None:
+    """The pid of the judge serving this data folder, or None. Liveness is the pid file's flock,
+    held for as long as the judge runs (a stale file or a recycled pid fools nothing)."""
+    path = judge_dir(data_root) / "judge.pid"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pass
+        else:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        for _ in range(50):  # the lock is taken a moment before the pid is written
+            text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            if text.isdigit():
+                return int(text)
+            time.sleep(0.01)
+        return None
+    finally:
+        os.close(fd)
+
+
+def ensure_judge(data: DataDir) -> int | None:
+    """Start the data folder's judge unless one runs. Never fails a launch: without it, requests
+    wait for the next Cairn that observes the run."""
+    try:
+        pid = judge_pid(data.root)
+        if pid is not None:
+            return pid
+        folder = judge_dir(data.root)
+        folder.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ,
+               "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT),
+                                                         os.environ.get("PYTHONPATH")) if p)}
+        with open(folder / "judge.log", "ab") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "core.approvals", "serve", "--data-dir", str(data.root)],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd=str(REPO_ROOT), env=env,
+                start_new_session=True, close_fds=True)
+        # Reaped here when this process lives on (the GUI); adopted by init otherwise.
+        threading.Thread(target=proc.wait, name="judge-reaper", daemon=True).start()
+        return proc.pid
+    except OSError as exc:
+        log.warning("could not start the approvals judge for %s: %s", data.root, exc)
+        return None
+
+
+def stop_judge(data_root: Path, timeout: float = 5.0) -> bool:
+    """Stop the data folder's judge (SIGTERM, then SIGKILL); True if one was running."""
+    pid = judge_pid(data_root)
+    if pid is None:
+        return False
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return True
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if judge_pid(data_root) is None:
+                return True
+            time.sleep(0.02)
+    return judge_pid(data_root) is None
+
+
+def serve(data_dir: str | Path, *, idle_exit: float = IDLE_EXIT_S) -> int:
+    """Judge the data folder's mailboxes until no run needs it for `idle_exit` seconds (or a
+    SIGTERM). Exit 3 when another judge serves the folder."""
+    from core.app import Cairn
+
+    data = DataDir.resolve(data_dir)
+    folder = judge_dir(data.root)
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / "judge.pid", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    for _ in range(50):  # judge_pid() takes a shared lock for a moment to look
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            time.sleep(0.02)
+    else:
+        os.close(fd)
+        return 3
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    log.info("approvals judge %d serves %s", os.getpid(), data.root)
+    try:
+        with Cairn(data.root) as app:
+            judge = Judge(app)
+            idle_since: float | None = None
+            gone: set[str] = set()   # runs whose process is known to be gone
+            checked = 0.0
+            while not stop.is_set() and data.db_path.exists():
+                try:
+                    judge.poll()
+                    active = [r for r in judge._runs_in_flight()
+                              if runs_mod.run_files(app.data.runs_root, r).exit_code is None]
+                except (CairnError, OSError, sqlite3.Error) as exc:
+                    log.warning("judging failed (trying again): %s", exc)
+                    active = []
+                now = time.monotonic()
+                if now - checked >= LIVENESS_EVERY_S:
+                    gone, checked = {r.id for r in active if _gone(app, r)}, now
+                busy = any(r.id not in gone for r in active)
+                if busy:
+                    idle_since = None
+                elif idle_since is None:
+                    idle_since = now
+                elif now - idle_since >= idle_exit:
+                    log.info("no run needs the judge any more; it stops")
+                    break
+                stop.wait(SERVE_INTERVAL_S if busy else IDLE_INTERVAL_S)
+    finally:
+        os.close(fd)
+    return 0
+
+
+def _gone(app: "Cairn", run: Run) -> bool:
+    """True only when the run's process is known to be gone (an unknown answer is not gone)."""
+    from core.reconcile import run_liveness
+    try:
+        alive, _ = run_liveness(app, run)
+    except (CairnError, OSError) as exc:
+        log.debug("liveness of run %s unknown: %s", run.id, exc)
+        return False
+    return alive is False
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m core.approvals",
+                                     description="Cairn's approvals judge for one data folder.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("serve", help="allow what the risk rules pass and apply timeouts, "
+                                     "until no run needs it")
+    p.add_argument("--data-dir", required=True)
+    p.add_argument("--idle-exit", type=float, default=IDLE_EXIT_S)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s judge %(levelname)s %(message)s")
+    from core.redact import install_log_redaction
+    install_log_redaction()
+    return serve(args.data_dir, idle_exit=args.idle_exit)
+
+
+if __name__ == "__main__":
+    # Run the one copy of this module everything else imports, not a second `__main__` one.
+    from core.approvals import main as _main
+    sys.exit(_main())

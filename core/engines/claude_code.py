@@ -1,0 +1,483 @@
+"""The Claude Code engine: Anthropic's `claude` CLI run unattended (`-p`, stream-json) in the sandbox.
+
+Owns Claude Code's launch files (the run's settings.json with the approval gate as a PreToolUse
+hook), its command per mode (a new session with an id chosen here, `--resume`, `--resume
+--fork-session`), the check that a session can be resumed natively from the engine home, and
+turning its stream-json output into engine events. The API key, the network policy and judging
+commands belong to credentials, the sandbox and approvals.
+
+Facts this module relies on (Claude Code 2.1.332):
+- A session lives in `$HOME/.claude/projects/<cwd, every non-alphanumeric character as ->/<id>.jsonl`;
+  `--resume ID` needs that file and the same cwd. `--fork-session` copies the history into a new
+  session whose id `--session-id` may choose. An id already in use is refused.
+- `--resume-session-at UUID` (not in --help) cuts the resumed conversation after the assistant
+  message whose stream line carries that `uuid`; with --fork-session it forks from that point.
+- Settings files that fail validation are ignored silently in `-p` mode, and user and project
+  settings (the agent can write ~/.claude, the repository can ship .claude/) may switch hooks off.
+  So only Cairn's own settings file is loaded (`--setting-sources ""`).
+- A PreToolUse hook that times out or fails lets the tool run under `--dangerously-skip-permissions`.
+  With a gate, the run uses `--permission-mode dontAsk` instead, where only the hook's explicit
+  "allow" lets a tool run: a gate that crashes, hangs or is not loaded refuses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import uuid
+from pathlib import Path
+from typing import Any
+
+from core.engines.base import (MODE_CONTINUE, MODE_FALLBACK, MODE_FORK, MODE_START, MODES, Engine,
+                               EngineEvent, EngineSettings, LaunchContext, ResumeCheck)
+from core.safe_fs import write_file
+from core.errors import InputError
+
+# The oldest version whose flags, files and output this module was checked against; settings may
+# pin an exact version instead (`engines.claude-code.version`).
+CLAUDE_CODE_VERSION = "2.1.332"
+
+MOUNT_POINT = "/cairn/engines"
+BINARY_IN_SANDBOX = f"{MOUNT_POINT}/claude"
+API_KEY_ENV = "ANTHROPIC_API_KEY"  # filled from a credential grant at each exec, never a file
+
+SETTINGS_FILE = "settings.json"      # in the attempt's folder, passed with --settings
+LAUNCH_FILE = "claude-launch.json"   # in the attempt's folder: the mode and the session ids chosen
+LAUNCH_MARKER = "cairn_launch"       # the first stdout line of every attempt (see launch_argv)
+
+# The gate waits for a person; the hook must wait longer than the gate ever does, or Claude Code
+# gives up on it (which, under dontAsk, refuses the tool).
+HOOK_MATCHER = "*"
+HOOK_TIMEOUT_S = 24 * 3600
+# Transcripts older than this are deleted when Claude Code starts (30 days by default); a task may
+# be continued long after its last run.
+KEEP_TRANSCRIPTS_DAYS = 36500
+
+FALLBACK_NOTE = ("This task continues earlier work in this workspace whose conversation could not "
+                 "be restored ({reason}). The files in {workspace} are as that work left them; "
+                 "look at them before you change anything.")
+
+# The allow answer the gate wrapper gives for a gate that exits 0 without printing a decision.
+_ALLOW = json.dumps({"hookSpecificOutput": {
+    "hookEventName": "PreToolUse", "permissionDecision": "allow",
+    "permissionDecisionReason": "allowed by Cairn's approval gate"}})
+# `sh -c` body around the gate: `$1` is the allow answer, the rest the gate's command. The gate's
+# own decision (printed JSON, or exit 2 with a reason on stderr) passes through; a silent exit 0
+# becomes an explicit allow; anything else (a crash, a missing gate) becomes a refusal. Short,
+# because Claude Code quotes the whole command in the refusals the model reads.
+_GATE_WRAPPER = (
+    'a=$1; shift; o=$("$@"); r=$?; '
+    'if [ $r -eq 0 ]; then printf "%s\\n" "${o:-$a}"; exit 0; fi; '
+    '[ $r -eq 2 ] || echo "the approval gate failed (exit $r)" >&2; exit 2'
+)
+
+_VERSION_RE = re.compile(r"(\d+)\.(\d+)\.(\d+)")
+
+
+# -- sessions on disk ---------------------------------------------------------------------------
+
+
+def is_session_id(value: Any) -> bool:
+    """A session id as Claude Code writes it: a canonical (lower-case, hyphenated) UUID."""
+    if not isinstance(value, str):
+        return False
+    try:
+        return str(uuid.UUID(value)) == value
+    except ValueError:
+        return False
+
+
+def project_dir_name(cwd: str) -> str:
+    """The folder under ~/.claude/projects that holds the sessions started in `cwd`."""
+    return re.sub(r"[^A-Za-z0-9]", "-", cwd)
+
+
+def transcript_path(home: Path, cwd: str, session_id: str) -> Path:
+    return Path(home) / ".claude" / "projects" / project_dir_name(cwd) / f"{session_id}.jsonl"
+
+
+def transcript_cwd(path: Path, *, max_lines: int = 200) -> str | None:
+    """The working directory a transcript's entries were recorded in (the first one that says)."""
+    try:
+        with path.open(encoding="utf-8", errors="replace") as f:
+            for _, line in zip(range(max_lines), f):
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(entry, dict) and isinstance(entry.get("cwd"), str):
+                    return entry["cwd"]
+    except OSError:
+        return None
+    return None
+
+
+def _find_elsewhere(home: Path, session_id: str) -> Path | None:
+    projects = Path(home) / ".claude" / "projects"
+    found = sorted(projects.glob(f"*/{session_id}.jsonl")) if projects.is_dir() else []
+    return found[0] if found else None
+
+
+# -- launch files -------------------------------------------------------------------------------
+
+
+def hook_command(gate: list[str]) -> str:
+    """The PreToolUse hook's shell command: the gate, wrapped so that only its decision counts."""
+    return " ".join(["sh", "-c", shlex.quote(_GATE_WRAPPER), "cairn-gate", shlex.quote(_ALLOW),
+                     shlex.join([*gate, "--claude-hook"])])
+
+
+def render_settings(gate: list[str]) -> dict[str, Any]:
+    """The run's settings file. Hooks are taken in once, when Claude Code starts."""
+    settings: dict[str, Any] = {
+        "disableAllHooks": False,
+        "cleanupPeriodDays": KEEP_TRANSCRIPTS_DAYS,
+    }
+    if gate:
+        settings["hooks"] = {"PreToolUse": [{
+            "matcher": HOOK_MATCHER,
+            "hooks": [{"type": "command", "command": hook_command(gate),
+                       "timeout": HOOK_TIMEOUT_S}],
+        }]}
+    return settings
+
+
+class ClaudeCodeEngine(Engine):
+    name = "claude-code"
+    has_sessions = True
+    api_key_env = API_KEY_ENV
+
+    def __init__(self) -> None:
+        # What the attempt's first stdout line said, so a fork that kept its parent's id is caught
+        # in the stream itself; and the last session id reported, so each change is told once.
+        self._launch: dict[str, Any] = {}
+        self._reported_session: str | None = None
+
+    # -- spec and files -----------------------------------------------------------------------
+
+    def validate(self, spec: dict) -> dict:
+        if spec.get("commands"):
+            raise InputError("the claude-code engine takes a message (-m TEXT), not commands")
+        prompt = spec.get("prompt")
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise InputError("the claude-code engine needs a message (-m TEXT) to send to "
+                             "Claude Code")
+        mode = spec.get("mode", MODE_START)
+        if mode not in MODES:
+            raise InputError(f"unknown engine mode {mode!r} (use one of {', '.join(MODES)})")
+        session_id = spec.get("session_id")
+        if session_id is not None and not is_session_id(session_id):
+            raise InputError(f"{session_id!r} is not a Claude Code session id")
+        resume_at = spec.get("resume_at")
+        if resume_at is not None and not is_session_id(resume_at):
+            raise InputError(f"{resume_at!r} is not the uuid of a Claude Code message")
+        return {**spec, "prompt": prompt, "mode": mode}
+
+    def prepare(self, ctx: LaunchContext) -> None:
+        """The attempt's settings file and the session ids it uses (a new one for start, fork
+        and fallback, chosen here so it is known before Claude Code prints anything)."""
+        folder = Path(ctx.host_run_dir)
+        if ctx.mode not in MODES:
+            raise InputError(f"unknown engine mode {ctx.mode!r}")
+        if ctx.mode in (MODE_CONTINUE, MODE_FORK) and not is_session_id(ctx.session_id):
+            raise InputError(f"cannot {ctx.mode} a Claude Code session without its id "
+                             f"(got {ctx.session_id!r})")
+        launch = {
+            "type": LAUNCH_MARKER,
+            "engine": self.name,
+            "mode": ctx.mode,
+            "session_id": ctx.session_id if ctx.mode == MODE_CONTINUE else str(uuid.uuid4()),
+            "parent_session_id": ctx.session_id if ctx.mode == MODE_FORK else None,
+            "previous_session_id": ctx.session_id if ctx.mode == MODE_FALLBACK else None,
+            "gated": bool(ctx.gate),
+        }
+        if ctx.mode == MODE_FALLBACK:
+            launch["note"] = FALLBACK_NOTE.format(
+                reason=ctx.spec.get("fallback_reason") or "it was not found",
+                workspace=ctx.workspace)
+        # The runs folder is writable from the sandbox: never follow a link planted there.
+        write_file(folder.parent, f"{folder.name}/{SETTINGS_FILE}",
+                   json.dumps(render_settings(ctx.gate), indent=2) + "\n")
+        write_file(folder.parent, f"{folder.name}/{LAUNCH_FILE}", json.dumps(launch) + "\n")
+
+    def launch_record(self, ctx: LaunchContext) -> dict[str, Any]:
+        """What `prepare` chose for this attempt (mode, session id, parent)."""
+        path = Path(ctx.host_run_dir) / LAUNCH_FILE
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise InputError(f"the claude-code engine was not prepared for run {ctx.run_id} "
+                             f"({path} is missing)") from None
+        except ValueError as exc:
+            raise InputError(f"{path} cannot be read: {exc}") from None
+        if record.get("mode") != ctx.mode or not is_session_id(record.get("session_id")):
+            raise InputError(f"{path} does not match this attempt; prepare it again")
+        return record
+
+    def session_id_for(self, ctx: LaunchContext) -> str:
+        """The session this attempt runs in: the continued one, or the new one prepare chose."""
+        return self.launch_record(ctx)["session_id"]
+
+    # -- launching ----------------------------------------------------------------------------
+
+    def claude_argv(self, ctx: LaunchContext) -> list[str]:
+        """The `claude` command line for this attempt."""
+        launch = self.launch_record(ctx)
+        argv = [BINARY_IN_SANDBOX, "-p", ctx.prompt, "--output-format", "stream-json", "--verbose"]
+        if ctx.mode == MODE_CONTINUE:
+            argv += ["--resume", launch["session_id"]]
+        elif ctx.mode == MODE_FORK:
+            argv += ["--resume", launch["parent_session_id"], "--fork-session",
+                     "--session-id", launch["session_id"]]
+            if ctx.spec.get("resume_at"):
+                # The fork's conversation ends at this assistant message (the `uuid` of its
+                # stream line), e.g. the last one before the revision the files come from.
+                argv += ["--resume-session-at", ctx.spec["resume_at"]]
+        else:
+            argv += ["--session-id", launch["session_id"]]
+        if ctx.mode == MODE_FALLBACK:
+            argv += ["--append-system-prompt", launch["note"]]
+        argv += ["--settings", f"{ctx.sandbox_run_dir}/{SETTINGS_FILE}", "--setting-sources", ""]
+        if ctx.gate:
+            argv += ["--permission-mode", "dontAsk"]
+        else:
+            argv += ["--dangerously-skip-permissions"]
+        if ctx.settings.model:
+            argv += ["--model", ctx.settings.model]
+        return argv
+
+    def launch_argv(self, ctx: LaunchContext) -> list[str]:
+        # The first stdout line says what this attempt is (its mode, the ids expected), so the
+        # stream alone is enough to tell a fork that came back with its parent's id.
+        marker = json.dumps(self.launch_record(ctx), separators=(",", ":"))
+        return ["sh", "-c", 'printf "%s\\n" "$1"; shift; exec "$@"', "cairn-claude-code", marker,
+                *self.claude_argv(ctx)]
+
+    def environment(self, ctx: LaunchContext) -> dict[str, str]:
+        env = {
+            "HOME": ctx.sandbox_home,
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "DISABLE_TELEMETRY": "1",
+            "DISABLE_ERROR_REPORTING": "1",
+        }
+        if ctx.settings.base_url:
+            env["ANTHROPIC_BASE_URL"] = ctx.settings.base_url
+        return env
+
+    def mounts(self, settings: EngineSettings) -> list[tuple[Path, str]]:
+        if not settings.binary:
+            return []  # check_version says so, with the fix
+        binary = Path(settings.binary).expanduser()
+        if not binary.is_file():
+            raise InputError(f"the Claude Code binary {settings.binary} does not exist",
+                             hint="set engines.claude-code.binary in settings.json to the "
+                                  "`claude` executable of @anthropic-ai/claude-code-linux-x64")
+        # The file itself, not a link to it (node_modules/.bin/claude is one).
+        return [(binary.resolve(), BINARY_IN_SANDBOX)]
+
+    # -- tools --------------------------------------------------------------------------------
+
+    def tool_probe(self, settings: EngineSettings) -> dict[str, list[str]]:
+        return {"claude": [BINARY_IN_SANDBOX, "--version"],
+                # Claude Code's Bash tool runs commands with bash.
+                "bash": ["bash", "-c", 'echo "bash $BASH_VERSION"']}
+
+    def check_version(self, settings: EngineSettings, found: dict[str, str]) -> str | None:
+        if not settings.binary:
+            return ("the claude-code engine has no binary: set engines.claude-code.binary in "
+                    "settings.json to the `claude` executable (in the @anthropic-ai/"
+                    "claude-code-linux-x64 package)")
+        if not Path(settings.binary).expanduser().is_file():
+            return f"the Claude Code binary {settings.binary} does not exist"
+        reported = found.get("claude")
+        if not reported or reported == "missing":
+            return (f"Claude Code did not answer --version inside the sandbox (is "
+                    f"{settings.binary} a Linux glibc build for this machine's architecture?)")
+        match = _VERSION_RE.search(reported)
+        if not match:
+            return f"cannot tell the Claude Code version from {reported!r}"
+        version = match.group(0)
+        if settings.version:
+            if version != settings.version:
+                return (f"Claude Code {version} is installed, but the settings pin "
+                        f"{settings.version} (engines.claude-code.version)")
+        elif _version_tuple(version) < _version_tuple(CLAUDE_CODE_VERSION):
+            return (f"Claude Code {version} is older than {CLAUDE_CODE_VERSION}, the oldest the "
+                    f"claude-code engine was checked against: install @anthropic-ai/claude-code@"
+                    f"{CLAUDE_CODE_VERSION} or newer")
+        if found.get("bash") in (None, "missing"):
+            return "the sandbox image has no bash; Claude Code's Bash tool needs it"
+        return None
+
+    # -- sessions -----------------------------------------------------------------------------
+
+    def native_resume_check(self, ctx: LaunchContext) -> ResumeCheck:
+        session_id = ctx.session_id
+        if not session_id:
+            return ResumeCheck(False, "no Claude Code session id was recorded for the earlier "
+                                      "run (it may have ended before Claude Code started)")
+        if not is_session_id(session_id):
+            return ResumeCheck(False, f"{session_id!r} is not a Claude Code session id")
+        home = Path(ctx.host_home)
+        if not home.is_dir():
+            return ResumeCheck(False, f"the engine home {home} is missing")
+        path = transcript_path(home, ctx.workspace, session_id)
+        if not path.is_file():
+            other = _find_elsewhere(home, session_id)
+            if other is not None:
+                cwd = transcript_cwd(other) or other.parent.name
+                return ResumeCheck(False, f"Claude Code session {session_id} was recorded in "
+                                          f"{cwd!r}, not in {ctx.workspace!r}")
+            return ResumeCheck(False, f"the transcript of Claude Code session {session_id} is not "
+                                      f"in the engine home (expected {path.relative_to(home)}; "
+                                      f"the home was lost or cleaned)")
+        if path.stat().st_size == 0:
+            return ResumeCheck(False, f"the transcript of Claude Code session {session_id} is empty")
+        cwd = transcript_cwd(path)
+        if cwd is not None and cwd != ctx.workspace:
+            return ResumeCheck(False, f"Claude Code session {session_id} worked in {cwd!r}, not "
+                                      f"in {ctx.workspace!r}")
+        return ResumeCheck(True, f"Claude Code session {session_id} is recorded in "
+                                 f"{path.relative_to(home)} and worked in {ctx.workspace}")
+
+    # -- output -------------------------------------------------------------------------------
+
+    def parse_line(self, line: str) -> list[EngineEvent]:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return []
+        if not isinstance(record, dict):
+            return []
+        kind = record.get("type")
+        if kind == LAUNCH_MARKER:
+            self._launch = record
+            self._reported_session = None
+            return []
+        events = self._session_events(record)
+        if kind == "system":
+            events += _system_events(record)
+        elif kind == "assistant":
+            events += _assistant_events(record)
+        elif kind == "user":
+            events += _user_events(record)
+        elif kind == "result":
+            events += _result_events(record)
+        return events
+
+    def _session_events(self, record: dict) -> list[EngineEvent]:
+        session_id = record.get("session_id")
+        if not is_session_id(session_id) or session_id == self._reported_session:
+            return []
+        self._reported_session = session_id
+        data: dict[str, Any] = {"session_id": session_id}
+        if record.get("type") == "system" and record.get("subtype") == "init":
+            data.update(cwd=record.get("cwd"), model=record.get("model"),
+                        version=record.get("claude_code_version"),
+                        permission_mode=record.get("permissionMode"))
+        events = [EngineEvent("session", data)]
+        launch = self._launch
+        if launch.get("mode") == MODE_FORK and session_id == launch.get("parent_session_id"):
+            events.append(EngineEvent("error", {
+                "message": f"the fork came back with its parent's session id {session_id}; a "
+                           f"fork must get a new session",
+                "fatal": True}))
+        return events
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    match = _VERSION_RE.search(version)
+    return tuple(int(p) for p in match.groups()) if match else (0, 0, 0)
+
+
+def _text(content: Any) -> str:
+    """The text of a tool result's content: a string, or a list of text blocks."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(b.get("text", "") for b in content
+                         if isinstance(b, dict) and b.get("type") == "text")
+    return ""
+
+
+def _system_events(record: dict) -> list[EngineEvent]:
+    subtype = record.get("subtype")
+    if subtype == "informational" and isinstance(record.get("content"), str):
+        return [EngineEvent("message", {"role": "system", "text": record["content"],
+                                        "level": record.get("level"), "tag": record.get("tag")})]
+    if subtype == "api_retry":
+        # The model server did not answer; Claude Code waits and tries again on its own.
+        delay = record.get("retry_delay_ms")
+        text = (f"the model server did not answer ({record.get('error') or 'no reason given'}); "
+                f"retry {record.get('attempt')} of {record.get('max_retries')}"
+                + (f" in {delay / 1000:.1f} s" if isinstance(delay, (int, float)) else ""))
+        return [EngineEvent("message", {"role": "system", "text": text, "level": "warning",
+                                        "tag": "api_retry", "attempt": record.get("attempt")})]
+    return []
+
+
+def _assistant_events(record: dict) -> list[EngineEvent]:
+    message = record.get("message") if isinstance(record.get("message"), dict) else {}
+    events = []
+    for block in message.get("content") or []:
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "text" and block.get("text"):
+            events.append(EngineEvent("message", {"role": "assistant", "text": block["text"],
+                                                  "uuid": record.get("uuid")}))
+        elif block.get("type") == "tool_use":
+            tool_input = block.get("input") if isinstance(block.get("input"), dict) else {}
+            data = {"id": block.get("id"), "name": block.get("name"), "input": tool_input,
+                    "command": tool_input.get("command") if block.get("name") == "Bash" else None,
+                    "uuid": record.get("uuid")}
+            if record.get("parent_tool_use_id"):
+                data["parent_tool_use_id"] = record["parent_tool_use_id"]
+            events.append(EngineEvent("tool_call", data))
+    return events
+
+
+def _user_events(record: dict) -> list[EngineEvent]:
+    message = record.get("message") if isinstance(record.get("message"), dict) else {}
+    content = message.get("content")
+    if not isinstance(content, list):
+        return []
+    detail = record.get("tool_use_result")
+    events = []
+    for block in content:
+        if not isinstance(block, dict) or block.get("type") != "tool_result":
+            continue
+        is_error = bool(block.get("is_error"))
+        events.append(EngineEvent("tool_result", {"id": block.get("tool_use_id"),
+                                                  "is_error": is_error,
+                                                  "output": _text(block.get("content"))}))
+        # A file the agent wrote or edited, as Claude Code reports it once the tool ran.
+        if not is_error and isinstance(detail, dict) and isinstance(detail.get("filePath"), str):
+            events.append(EngineEvent("file_edit", {"path": detail["filePath"],
+                                                    "id": block.get("tool_use_id"),
+                                                    "change": detail.get("type") or "update"}))
+    return events
+
+
+def _result_events(record: dict) -> list[EngineEvent]:
+    is_error = bool(record.get("is_error"))
+    errors = [str(e) for e in record.get("errors") or [] if e]
+    result = record.get("result") if isinstance(record.get("result"), str) else None
+    events = []
+    usage = record.get("usage") if isinstance(record.get("usage"), dict) else {}
+    totals = {k: v for k, v in usage.items() if isinstance(v, int)}
+    if totals or isinstance(record.get("total_cost_usd"), (int, float)):
+        events.append(EngineEvent("usage", {**totals, "cost_usd": record.get("total_cost_usd")}))
+    events.append(EngineEvent("result", {
+        "ok": not is_error, "is_error": is_error, "subtype": record.get("subtype"),
+        "result": result, "num_turns": record.get("num_turns"),
+        "cost_usd": record.get("total_cost_usd"), "duration_ms": record.get("duration_ms"),
+        "errors": errors}))
+    if is_error:
+        events.append(EngineEvent("error", {
+            "message": "; ".join(errors) or result or f"Claude Code ended with "
+                                                      f"{record.get('subtype') or 'an error'}",
+            "fatal": True}))
+    return events

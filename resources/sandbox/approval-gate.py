@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""Cairn's approval gate: runs inside the sandbox, as the agent's user, before each command.
+
+It only relays. It writes the request into the run's mailbox (the attempt's folder, which the
+sandbox may write), waits for the decision Cairn writes on the host into a folder this sandbox
+can only read, and answers allow or deny. Every judgement happens on the host. Python 3 standard
+library only.
+
+    approval-gate.py --shell CMD      exit 0: allowed; 126: denied (the reason on stderr)
+    approval-gate.py --claude-hook    Claude Code PreToolUse hook (JSON in, JSON out, exit 0)
+    approval-gate.py --codex-hook     Codex PreToolUse hook (the same JSON shape)
+    approval-gate.py --check          exit 0 when the gate can run here
+
+Environment: CAIRN_RUN_ID, CAIRN_EXEC_ID (which run and attempt asks), CAIRN_APPROVAL_REQUESTS
+and CAIRN_APPROVAL_DECISIONS (the mailbox; by default /cairn/runs/<exec>/requests and
+/cairn/decisions/<exec>), CAIRN_APPROVAL_TIMEOUT (seconds to wait; 3600 by default: then the
+command is denied).
+"""
+
+import json
+import os
+import shlex
+import sys
+import time
+
+DENIED_EXIT = 126
+POLL_S = 0.05
+DEFAULT_TIMEOUT_S = 3600.0
+SAY_WAITING_AFTER_S = 1.0
+SUMMARY_KEYS = ("file_path", "notebook_path", "path", "url", "query", "pattern", "description")
+MAX_SUMMARY = 4096
+_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+class GateError(Exception):
+    pass
+
+
+def _base36(n, width):
+    out = []
+    for _ in range(width):
+        n, r = divmod(n, 36)
+        out.append(_ALPHABET[r])
+    return "".join(reversed(out))
+
+
+def new_request_id():
+    """Cairn's approval id shape: `ap_` + 9 characters of time + 5 random ones."""
+    ms = int(time.time() * 1000)
+    return "ap_" + _base36(ms, 9) + _base36(int.from_bytes(os.urandom(5), "big"), 5)
+
+
+def mailbox():
+    exec_id = os.environ.get("CAIRN_EXEC_ID")
+    if not exec_id:
+        raise GateError("this is not a Cairn run (CAIRN_EXEC_ID is not set)")
+    requests = os.environ.get("CAIRN_APPROVAL_REQUESTS") or "/cairn/runs/%s/requests" % exec_id
+    decisions = os.environ.get("CAIRN_APPROVAL_DECISIONS") or "/cairn/decisions/%s" % exec_id
+    return exec_id, requests, decisions
+
+
+def timeout_s():
+    try:
+        value = float(os.environ.get("CAIRN_APPROVAL_TIMEOUT") or DEFAULT_TIMEOUT_S)
+    except ValueError:
+        value = DEFAULT_TIMEOUT_S
+    return value if value > 0 else DEFAULT_TIMEOUT_S
+
+
+def write_request(folder, request):
+    """The whole request or nothing: a hidden temporary, then a rename."""
+    os.makedirs(folder, exist_ok=True)
+    final = os.path.join(folder, request["id"] + ".json")
+    tmp = os.path.join(folder, "." + request["id"] + ".json.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.write(fd, json.dumps(request, sort_keys=True).encode("utf-8"))
+    finally:
+        os.close(fd)
+    os.rename(tmp, final)
+
+
+def read_decision(path):
+    try:
+        with open(path, "rb") as f:
+            doc = json.loads(f.read().decode("utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return None  # not whole yet, or unreadable: look again
+    return doc if isinstance(doc, dict) else None
+
+
+def ask(engine, tool, command, cwd, on_wait=None):
+    """Relay one request and wait for its decision: (allowed, reason)."""
+    exec_id, requests, decisions = mailbox()
+    request_id = new_request_id()
+    write_request(requests, {
+        "id": request_id, "run_id": os.environ.get("CAIRN_RUN_ID", ""), "exec_id": exec_id,
+        "engine": engine, "tool": tool, "command": command, "cwd": cwd,
+        "created_at": time.time()})
+    limit = timeout_s()
+    path = os.path.join(decisions, request_id + ".json")
+    start = time.monotonic()
+    said = False
+    while True:
+        doc = read_decision(path)
+        if doc is not None:
+            decision = doc.get("decision")
+            reason = str(doc.get("reason") or "")
+            if decision == "allow":
+                return True, reason or "allowed"
+            return False, reason or "denied"
+        waited = time.monotonic() - start
+        if waited >= limit:
+            return False, "no decision within %g s" % limit
+        if on_wait and not said and waited >= SAY_WAITING_AFTER_S:
+            said = True
+            on_wait(request_id)
+        time.sleep(POLL_S)
+
+
+# -- what a hook's tool call asks to do ------------------------------------------------------------
+
+
+def shell_text(value):
+    """A command as one line of shell: an argv list is joined, and `bash -lc X` is X."""
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        if len(value) == 3 and os.path.basename(value[0]) in ("sh", "bash", "zsh", "dash") \
+                and value[1] in ("-c", "-lc", "-ic"):
+            return value[2]
+        return " ".join(shlex.quote(v) for v in value)
+    return value if isinstance(value, str) else None
+
+
+def describe(tool, tool_input):
+    """The exact command of a shell tool; `<Tool> <what it touches>` for any other tool."""
+    if isinstance(tool_input, dict):
+        for key in ("command", "cmd"):
+            text = shell_text(tool_input.get(key))
+            if text:
+                return text
+        for key in SUMMARY_KEYS:
+            value = tool_input.get(key)
+            if isinstance(value, str) and value:
+                return "%s %s" % (tool, value[:MAX_SUMMARY])
+        summary = json.dumps(tool_input, sort_keys=True)
+    elif isinstance(tool_input, str):
+        summary = tool_input
+    else:
+        summary = json.dumps(tool_input)
+    return ("%s %s" % (tool, summary[:MAX_SUMMARY])).rstrip()
+
+
+def hook_answer(allowed, reason):
+    return {"hookSpecificOutput": {
+        "hookEventName": "PreToolUse",
+        "permissionDecision": "allow" if allowed else "deny",
+        "permissionDecisionReason": "Cairn: " + reason}}
+
+
+def run_hook(engine, stdin, stdout):
+    try:
+        event = json.loads(stdin.read() or "{}")
+        if not isinstance(event, dict):
+            raise ValueError("the hook input is not a JSON object")
+        tool = str(event.get("tool_name") or "unknown")
+        command = describe(tool, event.get("tool_input"))
+        allowed, reason = ask(engine, tool, command, str(event.get("cwd") or ""))
+    except Exception as exc:  # any failure refuses: an agent's hook that crashes lets the call run
+        allowed, reason = False, "the approval gate failed: %s" % exc
+    if allowed and engine == "codex":
+        # Codex refuses `permissionDecision: allow` as unsupported; saying nothing lets it run.
+        return 0
+    stdout.write(json.dumps(hook_answer(allowed, reason)) + "\n")
+    stdout.flush()
+    return 0
+
+
+def run_shell(command):
+    def waiting(request_id):
+        sys.stderr.write("cairn: waiting for approval of `%s` (%s)\n" % (command, request_id))
+        sys.stderr.flush()
+
+    try:
+        allowed, reason = ask("shell", "shell", command, os.getcwd(), on_wait=waiting)
+    except (GateError, OSError) as exc:
+        allowed, reason = False, "the approval gate failed: %s" % exc
+    if allowed:
+        return 0
+    sys.stderr.write("cairn: denied `%s`: %s\n" % (command, reason))
+    sys.stderr.flush()
+    return DENIED_EXIT
+
+
+def main(argv):
+    if len(argv) == 2 and argv[0] == "--shell":
+        return run_shell(argv[1])
+    if argv == ["--claude-hook"]:
+        return run_hook("claude_code", sys.stdin, sys.stdout)
+    if argv == ["--codex-hook"]:
+        return run_hook("codex", sys.stdin, sys.stdout)
+    if argv == ["--check"]:
+        sys.stdout.write("ok\n")
+        return 0
+    sys.stderr.write("usage: approval-gate.py --shell CMD | --claude-hook | --codex-hook "
+                     "| --check\n")
+    return DENIED_EXIT if argv[:1] == ["--shell"] else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,397 @@
+"""The approvals mailbox end to end with real files and the real gate script, without Docker:
+the gate writes a request and waits, the judge answers through the decision folder, and the
+approval rows, run states, checkpoints, timeouts and remembered commands follow."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from core import approvals
+from core.app import Cairn
+from core.approvals import Judge
+from core.errors import Conflict
+from core.ids import new_id
+from core.models import Run, RunState as R
+
+GATE = Path(approvals.__file__).resolve().parents[1] / "resources" / "sandbox" / "approval-gate.py"
+
+
+class HostPaths:
+    """Stands in for a live session whose processes see sandbox paths as host folders."""
+
+    def __init__(self, data: Path, workspace_id: str):
+        self.map = {"/cairn/runs": data / "runs" / workspace_id,
+                    "/cairn/decisions": data / "approvals" / workspace_id}
+
+    def host_path(self, path: str) -> str:
+        for target, source in self.map.items():
+            if path == target or path.startswith(target + "/"):
+                return str(source) + path[len(target):]
+        return path
+
+
+class Clock:
+    def __init__(self):
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def app(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "README").write_text("hello\n")
+    with Cairn(tmp_path / "data") as cairn:
+        cairn.new_task(src, title="demo")
+        yield cairn
+
+
+def start_run(app: Cairn) -> Run:
+    """A run in flight as `_launch` leaves it (no sandbox needed to judge its mailbox)."""
+    task = app.tasks()[0]
+    run = Run(new_id("run"), task.id, R.RUNNING.value, 0, "shell", {"commands": []},
+              workspace_id=task.workspace_id, attempt=1, created_at=time.time())
+    app.store.add_run(run)
+    return run
+
+
+def gate_env(app: Cairn, run: Run, **extra: str) -> dict[str, str]:
+    live = HostPaths(app.data.root, run.workspace_id or "")
+    return {**os.environ, **approvals.gate_environment(run, live), **extra}
+
+
+def gate(app: Cairn, run: Run, *args: str, stdin: str | None = None,
+         **env: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(GATE), *args], env=gate_env(app, run, **env),
+                            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(proc: subprocess.Popen, judge: Judge, *, stdin: str | None = None,
+           timeout: float = 20.0) -> tuple[int, str, str]:
+    """Judge until the gate has its answer."""
+    if stdin is not None:
+        assert proc.stdin is not None
+        proc.stdin.write(stdin)
+        proc.stdin.close()
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None:
+        assert time.monotonic() < deadline, "the gate never got an answer"
+        judge.poll()
+        time.sleep(0.02)
+    return proc.returncode, proc.stdout.read(), proc.stderr.read()  # type: ignore[union-attr]
+
+
+def wait_for_row(app: Cairn, judge: Judge, state: str = approvals.PENDING,
+                 timeout: float = 20.0) -> approvals.Approval:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        judge.poll()
+        found = [a for a in judge.list(pending_only=False) if a.state == state]
+        if found:
+            return found[-1]
+        time.sleep(0.02)
+    raise AssertionError(f"no {state} approval appeared")
+
+
+def requests_folder(app: Cairn, run: Run) -> Path:
+    return approvals.requests_dir(app.data.runs_root, run)
+
+
+def decision_of(app: Cairn, run: Run, approval_id: str) -> dict:
+    path = approvals.decision_path(app.data.root, run.workspace_id or "", run.exec_id, approval_id)
+    return json.loads(path.read_text())
+
+
+def assert_requests_folder_holds_requests_only(app: Cairn, run: Run) -> None:
+    for path in requests_folder(app, run).iterdir():
+        doc = json.loads(path.read_text())
+        assert path.name == f"{doc['id']}.json" and "decision" not in doc, path
+
+
+def events_of(app: Cairn, kind: str) -> list[dict]:
+    return [e for e in app.store.events_since(0, limit=100000) if e["kind"] == kind]
+
+
+def test_a_command_the_rules_pass_is_allowed_at_once_and_recorded_as_automatic(app):
+    run = start_run(app)
+    judge = Judge(app)
+    code, _, err = finish(gate(app, run, "--shell", "echo safe > a.txt"), judge)
+    assert code == 0, err
+    (row,) = judge.list(pending_only=False)
+    assert (row.state, row.decided_by, row.auto, row.command) == \
+        (approvals.AUTO_ALLOWED, approvals.BY_RULES, True, "echo safe > a.txt")
+    assert decision_of(app, run, row.id)["decision"] == "allow"
+    assert app.store.get_run(run.id).state == R.RUNNING.value
+    assert judge.list() == []
+    assert_requests_folder_holds_requests_only(app, run)
+
+
+def test_a_risky_command_waits_for_a_person_with_a_checkpoint_then_runs_once_approved(app):
+    run = start_run(app)
+    judge = Judge(app)
+    checkpoints_before = len(app.store.list_checkpoints(run.id))
+    proc = gate(app, run, "--shell", "git push --force origin main")
+    pending = wait_for_row(app, judge)
+    assert (pending.rule, pending.run_id, pending.task_id) == \
+        ("git-force-push", run.id, run.task_id)
+    assert "force-push" in (pending.reason or "")
+    assert pending.timeout_at == pytest.approx(pending.created_at + judge.timeout)
+    assert app.store.get_run(run.id).state == R.WAITING_APPROVAL.value
+    assert len(app.store.list_checkpoints(run.id)) == checkpoints_before + 1
+    requested = events_of(app, "approval.requested")
+    assert [e["payload"]["approval_id"] for e in requested] == [pending.id]
+    time.sleep(0.3)
+    assert proc.poll() is None, "the gate must wait for the person"
+
+    decided = app.approve(pending.id[:8])  # a prefix is enough
+    code, _, err = finish(proc, judge)
+    assert code == 0, err
+    assert (decided.state, decided.decided_by) == (approvals.APPROVED, approvals.os_user())
+    assert decided.decided_at and decided.policy_version == app.policy_of(
+        app.workspace_of(app.task(run.task_id))).version
+    assert decision_of(app, run, pending.id)["decision"] == "allow"
+    assert app.store.get_run(run.id).state == R.RUNNING.value
+    assert events_of(app, "approval.decided")[-1]["payload"]["approval_state"] == "approved"
+    with pytest.raises(Conflict, match="approved already"):
+        app.deny(pending.id)
+    assert_requests_folder_holds_requests_only(app, run)
+
+
+def test_a_denied_command_is_refused_and_the_run_is_told_why(app):
+    run = start_run(app)
+    judge = Judge(app)
+    proc = gate(app, run, "--shell", "sudo rm -rf /")
+    pending = wait_for_row(app, judge)
+    app.deny(pending.id, reason="not on my machine")
+    code, _, err = finish(proc, judge)
+    assert code == 126
+    assert "denied" in err and "not on my machine" in err and "sudo rm -rf /" in err
+    (row,) = judge.list(pending_only=False)
+    assert (row.state, row.decided_by) == (approvals.DENIED, approvals.os_user())
+    assert decision_of(app, run, row.id)["decision"] == "deny"
+    assert app.store.get_run(run.id).state == R.RUNNING.value
+    assert_requests_folder_holds_requests_only(app, run)
+
+
+def test_an_unanswered_request_is_denied_at_its_timeout(app):
+    run = start_run(app)
+    clock = Clock()
+    judge = Judge(app, timeout=600, clock=clock)
+    proc = gate(app, run, "--shell", "git push origin main")
+    pending = wait_for_row(app, judge)
+    clock.now += 599
+    judge.poll()
+    assert judge.get(pending.id).state == approvals.PENDING
+    clock.now += 2
+    code, _, err = finish(proc, judge)
+    assert code == 126 and "no decision within 600 s" in err
+    row = judge.get(pending.id)
+    assert (row.state, row.decided_by) == (approvals.TIMED_OUT, approvals.BY_TIMEOUT)
+    assert decision_of(app, run, row.id)["decision"] == "deny"
+    assert app.store.get_run(run.id).state == R.RUNNING.value
+
+
+def test_the_gate_denies_by_itself_when_nobody_answers_in_time(app):
+    run = start_run(app)
+    started = time.monotonic()
+    proc = gate(app, run, "--shell", "echo fine", CAIRN_APPROVAL_TIMEOUT="0.5")
+    assert proc.wait(20) == 126  # no judge at all
+    assert "no decision within 0.5 s" in proc.stderr.read()  # type: ignore[union-attr]
+    assert time.monotonic() - started < 10
+
+
+def test_requests_survive_a_restart_and_rows_are_made_once(app, tmp_path):
+    run = start_run(app)
+    proc = gate(app, run, "--shell", "npm publish")
+    first = wait_for_row(app, Judge(app))
+    # Cairn goes away; a new one (a new process: new objects, new connections) looks again.
+    with Cairn(app.data.root) as again:
+        judge = Judge(again)
+        for _ in range(3):
+            judge.poll()
+        (still,) = judge.list()
+        assert still.id == first.id and still.rule == "package-publish"
+        assert len(again.store.query("SELECT id FROM approvals")) == 1
+        assert len(events_of(again, "approval.requested")) == 1
+        again.approve(still.id)
+        code, _, err = finish(proc, judge)
+        assert code == 0, err
+
+
+def test_a_request_written_while_no_judge_ran_and_a_lost_decision_file_are_both_recovered(app):
+    run = start_run(app)
+    quiet = gate(app, run, "--shell", "ls")  # nobody judges while it writes its request
+    deadline = time.monotonic() + 20
+    while not list(requests_folder(app, run).glob("*.json")):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    judge = Judge(app)
+    code, _, _ = finish(quiet, judge)
+    assert code == 0
+    (row,) = judge.list(pending_only=False)
+    # A judge that stopped between the row and the file: the next one writes the file.
+    path = approvals.decision_path(app.data.root, run.workspace_id or "", run.exec_id, row.id)
+    path.unlink()
+    Judge(app).poll()
+    assert json.loads(path.read_text())["decision"] == "allow"
+
+
+def test_remember_lets_the_exact_command_pass_from_now_on_under_a_new_policy_version(app):
+    run = start_run(app)
+    judge = Judge(app)
+    task = app.task(run.task_id)
+    version = app.policy_of(app.workspace_of(task)).version
+    command = "git push --force origin main"
+    proc = gate(app, run, "--shell", command)
+    pending = wait_for_row(app, judge)
+    decided = app.approve(pending.id, remember=True)
+    assert finish(proc, judge)[0] == 0
+    policy = app.policy_of(app.workspace_of(task))
+    assert policy.approved == (command,) and policy.version > version
+    assert decided.policy_version == policy.version
+    assert events_of(app, "policy.changed")[-1]["payload"]["version"] == policy.version
+
+    code, _, err = finish(gate(app, run, "--shell", command), judge)
+    assert code == 0, err
+    latest = judge.list(pending_only=False)[-1]
+    assert (latest.state, latest.rule) == (approvals.AUTO_ALLOWED, "remembered")
+    # Only that exact command.
+    other = gate(app, run, "--shell", command + " --tags")
+    assert wait_for_row(app, judge).command == command + " --tags"
+    other.kill()
+
+
+def test_a_request_of_a_run_that_ended_is_withdrawn_and_cannot_be_approved(app):
+    run = start_run(app)
+    judge = Judge(app)
+    proc = gate(app, run, "--shell", "git push")
+    pending = wait_for_row(app, judge)
+    proc.kill()
+    proc.wait()
+    folder = approvals.requests_dir(app.data.runs_root, run).parent
+    (folder / "exit_code").write_text("137\n")
+    judge.poll()
+    assert judge.get(pending.id).state == approvals.WITHDRAWN
+    with pytest.raises(Conflict):
+        app.approve(pending.id)
+    app.end_run(run.id, 137)
+    assert app.store.get_run(run.id).state == R.FAILED.value
+
+
+def test_an_unusable_request_is_refused_and_the_sandbox_cannot_point_the_judge_elsewhere(app):
+    run = start_run(app)
+    folder = requests_folder(app, run)
+    folder.mkdir(parents=True)
+    bad = "ap_" + "0" * 14
+    (folder / f"{bad}.json").write_text('{"id": "ap_other", "command": "ls"}')
+    (folder / "not-a-request.json").write_text("{}")
+    Judge(app).poll()
+    decision = decision_of(app, run, bad)
+    assert decision["decision"] == "deny" and "unusable" in decision["reason"]
+    assert Judge(app).list(pending_only=False) == []
+    # A requests folder replaced by a symlink (to anywhere on the host) is not followed.
+    other = start_run(app)
+    outside = app.data.root.parent / "outside"
+    outside.mkdir()
+    (outside / f"{bad[:-1]}1.json").write_text(json.dumps({"id": bad[:-1] + "1", "command": "ls"}))
+    link = requests_folder(app, other)
+    link.parent.mkdir(parents=True)
+    link.symlink_to(outside)
+    Judge(app).poll()
+    assert not (app.data.root / "approvals" / (other.workspace_id or "") / other.exec_id).exists()
+
+
+def test_claude_and_codex_hooks_get_answers_in_their_own_format(app):
+    run = start_run(app)
+    judge = Judge(app)
+    bash = json.dumps({"tool_name": "Bash", "tool_input": {"command": "echo hi"},
+                       "session_id": "s", "cwd": "/workspace"})
+    code, out, _ = finish(gate(app, run, "--claude-hook", stdin=""), judge, stdin=bash)
+    answer = json.loads(out)["hookSpecificOutput"]
+    assert code == 0 and answer["hookEventName"] == "PreToolUse"
+    assert answer["permissionDecision"] == "allow"
+
+    write = json.dumps({"tool_name": "Write", "session_id": "s", "cwd": "/workspace",
+                        "tool_input": {"file_path": "/workspace/.git/hooks/pre-commit",
+                                       "content": "#!/bin/sh\n"}})
+    proc = gate(app, run, "--claude-hook", stdin="")
+    assert proc.stdin is not None
+    proc.stdin.write(write)
+    proc.stdin.close()
+    pending = wait_for_row(app, judge)
+    assert pending.command == "Write /workspace/.git/hooks/pre-commit"
+    assert pending.rule == "git-hooks-write"
+    app.deny(pending.id)
+    code, out, _ = finish(proc, judge)
+    answer = json.loads(out)["hookSpecificOutput"]
+    assert code == 0 and answer["permissionDecision"] == "deny"
+    assert "denied" in answer["permissionDecisionReason"]
+
+    codex = json.dumps({"tool_name": "Bash", "tool_input": {"command": ["bash", "-lc", "ls"]},
+                        "session_id": "s", "cwd": "/workspace"})
+    code, out, _ = finish(gate(app, run, "--codex-hook", stdin=""), judge, stdin=codex)
+    assert code == 0 and out.strip() == ""  # allowed: Codex takes silence as go-ahead
+    assert judge.list(pending_only=False)[-1].command == "ls"
+    proc = gate(app, run, "--codex-hook", stdin="")
+    push = json.dumps({"tool_name": "Bash", "tool_input": {"command": "git push"}})
+    assert proc.stdin is not None
+    proc.stdin.write(push)
+    proc.stdin.close()
+    app.deny(wait_for_row(app, judge).id)
+    code, out, _ = finish(proc, judge)
+    assert json.loads(out)["hookSpecificOutput"]["permissionDecision"] == "deny"
+
+
+class FakeSecrets:
+    def __init__(self, values: dict[str, str]):
+        self.values = values
+
+    def get(self, name: str) -> str:
+        return self.values[name]
+
+
+def test_a_secret_in_a_command_is_judged_whole_but_stored_by_its_name_only(tmp_path):
+    canary = "canary-5ecret-value-0123456789"
+    src = tmp_path / "src"
+    src.mkdir()
+    with Cairn(tmp_path / "data", secrets=FakeSecrets({"token": canary})) as app:
+        made = app.new_task(src, title="demo")
+        app.credentials.grant(made.task.id, "token", "TOKEN")
+        run = start_run(app)
+        judge = Judge(app)
+        command = f"git push https://x:{canary}@example.com/r.git"
+        proc = gate(app, run, "--shell", command)
+        pending = wait_for_row(app, judge)
+        assert pending.rule == "git-push"
+        assert canary not in pending.command and "[secret:token]" in pending.command
+        app.deny(pending.id)
+        assert finish(proc, judge)[0] == 126
+        rows = app.store.query("SELECT * FROM approvals")
+        events = app.store.query("SELECT payload FROM events")
+        assert not any(canary in str(tuple(r)) for r in [*rows, *events])
+
+
+class NoPython:
+    """A sandbox whose image has no python3."""
+
+    def exec(self, argv, **kwargs):
+        from core.sandbox.base import ExecResult
+        return ExecResult(127, "", "sh: python3: not found")
+
+
+def test_a_sandbox_that_cannot_run_the_gate_goes_ungated_and_says_so(app):
+    ws = app.workspace_of(app.tasks()[0])
+    assert approvals.gate_command(app, ws.id, NoPython()) == []
+    (problem,) = events_of(app, "workspace.problem")
+    message = problem["payload"]["message"]
+    assert "NOT checked" in message and "python3" in message
