@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from core import events as ev
 from core import runs as runs_mod
 from core.datadir import DataDir
+from core.locks import flock_holder_pid
 from core.errors import CairnError, Conflict, IllegalTransition, InputError, NotFound
 from core.models import Run, RunState as R
 from core.policy import Policy
@@ -689,27 +690,7 @@ def judge_dir(data_root: Path) -> Path:
 def judge_pid(data_root: Path) -> int | None:
     """The pid of the judge serving this data folder, or None. Liveness is the pid file's flock,
     held for as long as the judge runs (a stale file or a recycled pid fools nothing)."""
-    path = judge_dir(data_root) / "judge.pid"
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            pass
-        else:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            return None
-        for _ in range(50):  # the lock is taken a moment before the pid is written
-            text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
-            if text.isdigit():
-                return int(text)
-            time.sleep(0.01)
-        return None
-    finally:
-        os.close(fd)
+    return flock_holder_pid(judge_dir(data_root) / "judge.pid")
 
 
 def ensure_judge(data: DataDir) -> int | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -53,6 +54,32 @@ class FileLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+
+
+def flock_holder_pid(pid_file: Path) -> int | None:
+    """The pid written in a pid file whose owner holds an flock on it for as long as it runs, or
+    None when nobody holds it. Unlike a bare pid, the lock cannot be fooled by a stale file, a
+    recycled pid or a zombie."""
+    try:
+        fd = os.open(pid_file, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pass
+        else:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        for _ in range(50):  # the lock is taken a moment before the pid is written
+            text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            if text.isdigit():
+                return int(text)
+            time.sleep(0.01)
+        return None
+    finally:
+        os.close(fd)
 
 
 def lock_path(locks_root: Path, kind: str, key: str) -> Path:

@@ -44,6 +44,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from core.locks import flock_holder_pid
 
 SANDBOX_EGRESS_DIR = "/cairn/egress"
 SOCKET_NAME = "egress.sock"
@@ -931,27 +932,7 @@ def running_pid(socket_path: os.PathLike | str) -> int | None:
     Liveness is the pid file's flock, held by the proxy for as long as it runs: unlike a pid,
     it cannot be fooled by a recycled pid or a zombie.
     """
-    pid_file = EgressPaths(Path(socket_path)).pid_file
-    try:
-        fd = os.open(pid_file, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            pass
-        else:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            return None
-        for _ in range(50):  # the lock is taken a moment before the pid is written
-            text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
-            if text.isdigit():
-                return int(text)
-            time.sleep(0.01)
-        return None
-    finally:
-        os.close(fd)
+    return flock_holder_pid(EgressPaths(Path(socket_path)).pid_file)
 
 
 def _socket_answers(socket_path: Path, timeout: float = 2.0) -> bool:
