@@ -654,6 +654,9 @@ class Cairn:
         from core.reconcile import reconcile
         return reconcile(self, catch_up=catch_up)
 
+    def latest_run(self, task_ref: str) -> Run | None:
+        return self.runs.latest_run(self.task(task_ref))
+
     def in_flight_run(self, task_ref: str) -> Run | None:
         task = self.task(task_ref)
         run = self.runs.latest_run(task)
@@ -680,6 +683,9 @@ class Cairn:
             if code is not None:
                 tail.poll(final=True)
                 return self.end_run(run.id, code)
+            if run.state in (RunState.QUEUED.value, RunState.PREPARING.value):
+                time.sleep(interval)  # being launched: nothing to look at yet
+                continue
             if time.monotonic() - last_check > 1.0:
                 last_check = time.monotonic()
                 alive, why = run_liveness(self, run)

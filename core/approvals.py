@@ -636,17 +636,10 @@ class Judge:
 # -- wiring a run to the gate --------------------------------------------------------------------
 
 
-def _mapped(live: "LiveSession", sandbox_path: str) -> str:
-    """A path as the run's processes see it: the host backend runs them on the host, where
-    sandbox paths name host folders."""
-    host_path = getattr(live, "host_path", None)
-    return host_path(sandbox_path) if callable(host_path) else sandbox_path
-
-
 def gate_command(app: "Cairn", workspace_id: str, live: "LiveSession") -> list[str]:
     """The gate's command for this sandbox, or [] (with a problem event) when the sandbox cannot
     run it (an image without python3): the run then goes ungated, and says so."""
-    argv = ["python3", _mapped(live, GATE_IN_SANDBOX)]
+    argv = ["python3", live.visible_path(GATE_IN_SANDBOX)]
     try:
         result = live.exec([*argv, "--check"], env={}, cwd="/", timeout=20)
         ok = result.exit_code == 0
@@ -668,9 +661,9 @@ def gate_environment(run: Run, live: "LiveSession") -> dict[str, str]:
     mailbox, and how long to wait."""
     return {"CAIRN_RUN_ID": run.id, "CAIRN_EXEC_ID": run.exec_id,
             "CAIRN_APPROVAL_TIMEOUT": f"{timeout_from_env():g}",
-            "CAIRN_APPROVAL_REQUESTS": _mapped(live, f"{CONTAINER_RUNS}/{run.exec_id}/"
+            "CAIRN_APPROVAL_REQUESTS": live.visible_path(f"{CONTAINER_RUNS}/{run.exec_id}/"
                                                      f"{REQUESTS_FOLDER}"),
-            "CAIRN_APPROVAL_DECISIONS": _mapped(live, f"{DECISIONS_IN_SANDBOX}/{run.exec_id}")}
+            "CAIRN_APPROVAL_DECISIONS": live.visible_path(f"{DECISIONS_IN_SANDBOX}/{run.exec_id}")}
 
 
 # -- the detached judge ----------------------------------------------------------------------------

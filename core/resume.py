@@ -176,7 +176,7 @@ class RunService:
         ctx = LaunchContext(
             run_id=run.id, mode=run.spec.get("mode", MODE_START), prompt=run.spec.get("prompt", ""),
             spec=run.spec, settings=settings, host_run_dir=files.folder,
-            sandbox_run_dir=app.sandboxes.run_dir_in_sandbox(run.exec_id),
+            sandbox_run_dir=outcome.live.visible_path(app.sandboxes.run_dir_in_sandbox(run.exec_id)),
             host_home=app.data.home_path(outcome.record.id), sandbox_home=CONTAINER_HOME,
             session_id=run.spec.get("session_id"), start_step=start_step,
             gate=approvals.gate_command(app, ws.id, outcome.live))
@@ -208,7 +208,7 @@ class RunService:
                        "secret values in the run's output")
             return argv
         exec_env["CAIRN_REDACT_VARS"] = ",".join(sorted(secrets))
-        return ["python3", f"{TOOLS_DIR_IN_SANDBOX}/redact-output.py", "--", *argv]
+        return ["python3", live.visible_path(f"{TOOLS_DIR_IN_SANDBOX}/redact-output.py"), "--", *argv]
 
     def _engine_mode(self, eng, ctx: LaunchContext, run: Run, report: ResumeReport) -> LaunchContext:
         """Native continue/fork when the engine's contract holds, else a new session on the same

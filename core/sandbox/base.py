@@ -492,6 +492,11 @@ class LiveSession(abc.ABC):
     def signal_process(self, pid: int, signal_name: str = "TERM") -> bool:
         """Send a signal to a detached process's group; False when it was already gone."""
 
+    def visible_path(self, sandbox_path: str) -> str:
+        """A path named as inside a sandbox (/workspace/..., /cairn/...), as this session's
+        processes see it. The same in a container; the host backend maps it to a host folder."""
+        return sandbox_path
+
     @abc.abstractmethod
     def stats(self) -> dict[str, Any]:
         """{"cpu_percent", "memory_bytes", "memory_limit_bytes", "pids", "uptime_s"} (None when unknown)."""

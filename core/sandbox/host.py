@@ -165,6 +165,9 @@ class HostLiveSession(LiveSession):
         self._children: dict[int, subprocess.Popen] = {}
         self._path_map = sorted(((m.target, m.source) for m in state.mounts), key=lambda p: -len(p[0]))
 
+    def visible_path(self, sandbox_path: str) -> str:
+        return self.host_path(sandbox_path)
+
     def host_path(self, sandbox_path: str) -> str:
         """The host path for a path as the sandbox would name it (/workspace/..., /cairn/runs/...)."""
         for target, source in self._path_map:
