@@ -6,6 +6,7 @@ Owns process start-up and shutdown; what the window shows belongs to gui.main_wi
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 from collections.abc import Sequence
@@ -13,9 +14,12 @@ from pathlib import Path
 
 from core import __version__
 from core.datadir import ENV_VAR as DATA_DIR_ENV_VAR
-from core.datadir import DataDir
+from core.errors import CairnError
+from gui.collector import GuiThreadCollector
+from gui.context import AppContext
+from gui.jobs import describe_error
 from gui.main_window import MainWindow, app_icon
-from gui.qt import QApplication, QGuiApplication, QTimer
+from gui.qt import QApplication, QGuiApplication, QMessageBox, QTimer
 
 APP_NAME = "Cairn"
 ORGANIZATION_NAME = "cairn"
@@ -30,6 +34,13 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Other arguments (for example -platform offscreen) are passed on to Qt.",
     )
     parser.add_argument(
+        "paths",
+        nargs="*",
+        type=Path,
+        metavar="PATH",
+        help="folders to start tasks from (opens the New Task dialog for them)",
+    )
+    parser.add_argument(
         "--data-dir",
         type=Path,
         default=None,
@@ -41,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _install_signal_handlers(window: MainWindow) -> QTimer:
-    """Close the window (saving its geometry) on Ctrl+C or SIGTERM instead of dying mid-write."""
+    """Close the window (saving its state) on Ctrl+C or SIGTERM instead of dying mid-write."""
     def close_window(_signum: int, _frame: object) -> None:
         window.close()
 
@@ -60,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if args.data_dir is not None and args.data_dir.exists() and not args.data_dir.is_dir():
         build_parser().error(f"--data-dir {args.data_dir} exists and is not a folder")
-    data_dir = DataDir.resolve(args.data_dir)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     QApplication.setApplicationName(APP_NAME)
     QApplication.setApplicationDisplayName(APP_NAME)
@@ -71,10 +82,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     app = QApplication.instance() or QApplication([sys.argv[0] if sys.argv else "cairn", *qt_args])
     app.setWindowIcon(app_icon())
 
-    window = MainWindow(data_dir=data_dir.root)
+    # Opening the data folder touches the disk: done here, before the event loop runs.
+    try:
+        context = AppContext.open(args.data_dir)
+    except (CairnError, OSError) as exc:
+        QMessageBox.critical(None, APP_NAME, f"Cairn cannot open its data folder: "
+                                             f"{describe_error(exc)}")
+        return 2
+
+    collector = GuiThreadCollector(app).start()  # before any job thread exists
+    window = MainWindow(context)
     _install_signal_handlers(window)
     window.show()
-    return app.exec()
+    if args.paths:
+        QTimer.singleShot(0, lambda: window.offer_paths(args.paths))
+    try:
+        return app.exec()
+    finally:
+        context.close()
+        collector.stop()
 
 
 if __name__ == "__main__":

@@ -1,39 +1,74 @@
-"""The main window: for now an empty state that accepts a dropped repository folder.
+"""The main window: the lineage tree on the left, the selected task in the centre, and the tabs
+(Revisions, Sessions & Snapshots, Approvals) below it.
 
-Owns window chrome (title, icon, menu, status bar, saved geometry) and drop handling; starting a
-task from the dropped folder belongs to the facade and arrives with the task views.
+Owns the window's frame: layout and its saved state (geometry, splitters, selection), menus,
+the status bar, the banner that says why sandboxes cannot run, folder drops and the New Task
+flow, notifications of approval requests, and start-up (sandbox status, reconcile, loading the
+tree, all in jobs). What each area shows belongs to its own widget.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
+from gui.approvals_panel import ApprovalsPanel
+from gui.context import AppContext
+from gui.dialogs import KeyringDialog, NewTaskDialog, NewTaskRequest, engine_choices
+from gui.folders import SortedPaths, sort_paths
+from gui.icons import clear_cache as clear_icon_cache
+from gui.icons import icon
+from gui.jobs import JobFailure, describe_error, is_keyring_problem
+from gui.lineage_panel import LineagePanel
+from gui.panels import make_panel, panel_title
+from gui.queries import task_row
 from gui.qt import (
     QAction,
+    QApplication,
     QByteArray,
     QCloseEvent,
     QDragEnterEvent,
     QDragMoveEvent,
     QDropEvent,
+    QEvent,
+    QFileDialog,
+    QFrame,
+    QHBoxLayout,
     QIcon,
     QKeySequence,
     QLabel,
     QMainWindow,
     QMimeData,
-    QSettings,
+    QPushButton,
+    QSplitter,
+    QSystemTrayIcon,
     Qt,
-    QUrl,
+    QTabWidget,
+    QTimer,
+    QVBoxLayout,
     QWidget,
     Signal,
 )
 from gui.resources import icon_path
+from gui.task_view import EMPTY_STATE_TEXT, TaskView
+
+log = logging.getLogger(__name__)
 
 WINDOW_TITLE = "Cairn"
-EMPTY_STATE_TEXT = "Drop a repository folder here to start a task"
-DEFAULT_SIZE = (1100, 720)
+DEFAULT_SIZE = (1200, 780)
 GEOMETRY_KEY = "main_window/geometry"
 STATE_KEY = "main_window/state"
+MAIN_SPLITTER_KEY = "main_window/main_splitter"
+CENTRE_SPLITTER_KEY = "main_window/centre_splitter"
+SELECTION_KEY = "main_window/selected_task"
+TAB_KEY = "main_window/tab"
+STATUS_TIMEOUT_MS = 15_000
+BANNER_STYLE = ("QFrame#sandboxBanner { border: 1px solid #d68910; border-radius: 4px;"
+                " background: rgba(214, 137, 16, 0.14); }")
+
+__all__ = ["EMPTY_STATE_TEXT", "MainWindow", "app_icon"]
 
 
 def app_icon() -> QIcon:
@@ -42,124 +77,406 @@ def app_icon() -> QIcon:
     return QIcon(str(path)) if path.is_file() else QIcon()
 
 
-def _local_urls(mime: QMimeData) -> list[QUrl]:
-    return [url for url in mime.urls() if url.isLocalFile()] if mime.hasUrls() else []
+def _local_paths(mime: QMimeData) -> list[Path]:
+    if not mime.hasUrls():
+        return []
+    return [Path(url.toLocalFile()) for url in mime.urls() if url.isLocalFile()]
 
 
-def sort_dropped_urls(urls: Iterable[QUrl]) -> tuple[list[Path], list[str]]:
-    """Split dropped URLs into local folders and everything else (shown by name)."""
-    folders: list[Path] = []
-    rejected: list[str] = []
-    for url in urls:
-        if not url.isLocalFile():
-            rejected.append(url.toString())
-            continue
-        path = Path(url.toLocalFile())
-        if path.is_dir():
-            folders.append(path)
-        else:
-            rejected.append(path.name or str(path))
-    return folders, rejected
+class Banner(QFrame):
+    """A notice across the top of the window: what is wrong and how to fix it."""
 
+    sig_retry = Signal()
+    """The user fixed it (they say) and wants Cairn to check again."""
 
-def drop_message(folders: list[Path], rejected: list[str]) -> str:
-    """The status-bar line that tells the user what a drop did."""
-    if not folders:
-        if not rejected:
-            return "Nothing to drop here. Drop a repository folder to start a task."
-        label = "Not a folder" if len(rejected) == 1 else "Not folders"
-        return f"{label}: {', '.join(rejected)}. Drop a repository folder to start a task."
-    if len(folders) == 1:
-        message = f"Folder dropped: {folders[0]}"
-    else:
-        message = f"{len(folders)} folders dropped: {', '.join(str(f) for f in folders)}"
-    if rejected:
-        what = "1 item that is not a folder" if len(rejected) == 1 else (
-            f"{len(rejected)} items that are not folders")
-        message += f" (ignored {what}: {', '.join(rejected)})"
-    return message
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("sandboxBanner")
+        self.setStyleSheet(BANNER_STYLE)
+        row = QHBoxLayout(self)
+        self.icon_label = QLabel(self)
+        self.icon_label.setPixmap(icon("warning").pixmap(24, 24))
+        row.addWidget(self.icon_label)
+        self.text_label = QLabel(self)
+        self.text_label.setObjectName("bannerText")
+        self.text_label.setWordWrap(True)
+        self.text_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        row.addWidget(self.text_label, 1)
+        self.retry_button = QPushButton("Check Again", self)
+        self.retry_button.clicked.connect(self.sig_retry.emit)
+        row.addWidget(self.retry_button)
+        self.dismiss_button = QPushButton("Dismiss", self)
+        self.dismiss_button.clicked.connect(self.hide)
+        row.addWidget(self.dismiss_button)
+        self.hide()
+
+    def show_problem(self, problem: str) -> None:
+        self.text_label.setText(
+            f"<b>Sandboxes cannot run:</b> {_escape(problem)}<br>Tasks can be browsed, compared "
+            "and created; starting, continuing and resuming runs waits until this is fixed.")
+        self.show()
 
 
 class MainWindow(QMainWindow):
     sig_folders_dropped = Signal(list)
-    """Local folders (list of Path) were dropped on the window, to start tasks from."""
+    """Local folders (list of Path) were dropped or chosen, to start tasks from."""
 
-    def __init__(
-        self,
-        data_dir: Path | None = None,
-        settings: QSettings | None = None,
-        parent: QWidget | None = None,
-    ) -> None:
+    def __init__(self, context: AppContext, parent: QWidget | None = None, *,
+                 start: bool = True):
         super().__init__(parent)
-        self._settings = settings if settings is not None else QSettings()
+        self.context = context
+        self._settings = context.settings
+        self.new_task_dialog: NewTaskDialog | None = None
+        self.keyring_dialog: KeyringDialog | None = None
+        self._tray: QSystemTrayIcon | None = None
         self.setWindowTitle(WINDOW_TITLE)
         self.setWindowIcon(app_icon())
         self.setAcceptDrops(True)
-
-        self.empty_state = QLabel(EMPTY_STATE_TEXT, self)
-        self.empty_state.setObjectName("emptyState")
-        self.empty_state.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.empty_state.setWordWrap(True)
-        self.setCentralWidget(self.empty_state)
-
+        self._build()
         self._build_menu()
+        self._connect()
+        self._restore_state()
+        if start:
+            QTimer.singleShot(0, self.start)
+
+    # -- building --------------------------------------------------------------------------------
+
+    def _build(self) -> None:
+        central = QWidget(self)
+        outer = QVBoxLayout(central)
+        outer.setContentsMargins(6, 6, 6, 0)
+        self.banner = Banner(central)
+        outer.addWidget(self.banner)
+        self.main_splitter = QSplitter(Qt.Orientation.Horizontal, central)
+        self.main_splitter.setObjectName("mainSplitter")
+        self.lineage = LineagePanel(self.context, self.main_splitter)
+        self.centre_splitter = QSplitter(Qt.Orientation.Vertical, self.main_splitter)
+        self.centre_splitter.setObjectName("centreSplitter")
+        self.task_view = TaskView(self.context, self.centre_splitter)
+        self.tabs = QTabWidget(self.centre_splitter)
+        self.tabs.setObjectName("panelTabs")
+        self.revisions_panel = make_panel("revisions", self.context, self.tabs)
+        self.sessions_panel = make_panel("sessions", self.context, self.tabs)
+        self.approvals_panel = ApprovalsPanel(self.context, self.tabs)
+        self.tabs.addTab(self.revisions_panel, panel_title("revisions"))
+        self.tabs.addTab(self.sessions_panel, panel_title("sessions"))
+        self.approvals_tab = self.tabs.addTab(self.approvals_panel, "Approvals")
+        # Explicit minimums keep the window usable on small screens: a pane squeezed below its
+        # content's wish clips instead of forcing the window (and the screen) larger.
+        self.lineage.setMinimumWidth(180)
+        self.centre_splitter.setMinimumWidth(320)
+        self.task_view.setMinimumHeight(180)
+        self.tabs.setMinimumHeight(120)
+        self.main_splitter.setStretchFactor(0, 1)
+        self.main_splitter.setStretchFactor(1, 3)
+        self.main_splitter.setSizes([320, 880])
+        self.centre_splitter.setSizes([420, 300])
+        outer.addWidget(self.main_splitter, 1)
+        self.setCentralWidget(central)
+
         self.data_dir_label = QLabel(self)
         self.data_dir_label.setObjectName("dataDirLabel")
+        data_dir = self.context.data_dir
         if data_dir is not None:
             self.data_dir_label.setText(f"Data: {data_dir}")
             self.data_dir_label.setToolTip(str(data_dir))
         self.statusBar().addPermanentWidget(self.data_dir_label)
+        self.activity_label = QLabel(self)
+        self.activity_label.setObjectName("activityLabel")
+        self.statusBar().addPermanentWidget(self.activity_label)
         self.statusBar().showMessage("Ready")
-
-        self._restore_geometry()
 
     def _build_menu(self) -> None:
         file_menu = self.menuBar().addMenu("&File")
+        self.new_task_action = QAction(icon("task"), "&New Task…", self)
+        self.new_task_action.setShortcut(QKeySequence(QKeySequence.StandardKey.New))
+        self.new_task_action.triggered.connect(self.choose_folder)
+        file_menu.addAction(self.new_task_action)
+        file_menu.addSeparator()
         self.quit_action = QAction("&Quit", self)
         self.quit_action.setShortcut(QKeySequence(QKeySequence.StandardKey.Quit))
         self.quit_action.triggered.connect(self.close)
         file_menu.addAction(self.quit_action)
 
-    # -- geometry -------------------------------------------------------------------------------
+        view_menu = self.menuBar().addMenu("&View")
+        self.refresh_action = QAction("&Refresh", self)
+        self.refresh_action.setShortcut(QKeySequence(QKeySequence.StandardKey.Refresh))
+        self.refresh_action.triggered.connect(self.refresh)
+        view_menu.addAction(self.refresh_action)
+        self.filter_action = QAction("&Filter Tasks", self)
+        self.filter_action.setShortcut(QKeySequence(QKeySequence.StandardKey.Find))
+        self.filter_action.triggered.connect(self._focus_filter)
+        view_menu.addAction(self.filter_action)
+        self.approvals_action = QAction("&Approvals", self)
+        self.approvals_action.setShortcut(QKeySequence("Ctrl+Shift+A"))
+        self.approvals_action.triggered.connect(self.show_approvals)
+        view_menu.addAction(self.approvals_action)
 
-    def _restore_geometry(self) -> None:
-        geometry = self._settings.value(GEOMETRY_KEY)
+    def _connect(self) -> None:
+        ctx = self.context
+        ctx.jobs.sig_failed.connect(self.show_failure)
+        ctx.jobs.sig_busy.connect(self._show_activity)
+        ctx.sig_status.connect(self.show_status)
+        ctx.sig_sandbox_problem.connect(self._sandbox_problem_changed)
+        ctx.followers.sig_failed.connect(
+            lambda run_id, failure: self.show_failure(failure))
+        self.banner.sig_retry.connect(self.check_sandboxes)
+        self.lineage.sig_task_selected.connect(self._task_selected)
+        self.lineage.sig_problem.connect(self._sandbox_problem_changed)
+        self.task_view.sig_task_created.connect(
+            lambda task_id: self.lineage.fetch_task(task_id, select=True))
+        self.approvals_panel.sig_count_changed.connect(self._approvals_counted)
+        self.approvals_panel.sig_arrived.connect(self._approvals_arrived)
+        self.sig_folders_dropped.connect(self.open_new_task_dialog)
+        fork_requested = getattr(self.revisions_panel, "sig_fork_requested", None)
+        if fork_requested is not None:  # "Fork from here" in the Revisions timeline
+            fork_requested.connect(self.task_view.fork_from)
+
+    # -- start-up --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Check the sandboxes, reconcile runs and load the tree: all in jobs."""
+        self.check_sandboxes()
+        self.reconcile()
+        self.lineage.reload()
+
+    def check_sandboxes(self) -> None:
+        cairn = self.context.cairn
+        self.context.jobs.job(cairn.status, key="sandbox-status", what="check the sandboxes",
+                              parent=self) \
+            .success(lambda status: self.context.set_sandbox_problem(status.get("problem"))) \
+            .run()
+
+    def reconcile(self) -> None:
+        """Settle runs that ended or were lost while Cairn was closed, then follow the rest."""
+        cairn = self.context.cairn
+        if not callable(getattr(cairn, "reconcile", None)):
+            return
+        self.context.jobs.job(cairn.reconcile, write=True, what="reconcile runs and sandboxes",
+                              parent=self).success(self._reconciled).run()
+
+    def _reconciled(self, report: Any) -> None:
+        for run_id in getattr(report, "still_running", []) or []:
+            self.context.followers.follow(run_id)
+        notes = []
+        interrupted = getattr(report, "interrupted", []) or []
+        if interrupted:
+            notes.append(f"{len(interrupted)} run(s) were interrupted while Cairn was closed "
+                         "and can be resumed")
+        orphans = getattr(report, "orphan_containers", []) or []
+        if orphans:
+            notes.append(f"containers Cairn does not know: {', '.join(orphans)} (left as they are)")
+        problems = [p for p in getattr(report, "problems", []) or []
+                    if not p.startswith("sandboxes not checked")]  # the banner says that one
+        notes.extend(problems)
+        if notes:
+            self.show_status("; ".join(notes))
+        if interrupted or getattr(report, "finished", None):
+            self.lineage.reload()
+
+    def refresh(self) -> None:
+        self.lineage.reload()
+        self.task_view.reload()
+        self.approvals_panel.reload()
+        self.check_sandboxes()
+
+    # -- state that outlives the window ----------------------------------------------------------
+
+    def _restore_state(self) -> None:
+        settings = self._settings
+        geometry = settings.value(GEOMETRY_KEY)
         if not (isinstance(geometry, QByteArray) and self.restoreGeometry(geometry)):
             self.resize(*DEFAULT_SIZE)
-        state = self._settings.value(STATE_KEY)
+        state = settings.value(STATE_KEY)
         if isinstance(state, QByteArray):
             self.restoreState(state)
+        for splitter, key in ((self.main_splitter, MAIN_SPLITTER_KEY),
+                              (self.centre_splitter, CENTRE_SPLITTER_KEY)):
+            saved = settings.value(key)
+            if isinstance(saved, QByteArray):
+                splitter.restoreState(saved)
+        tab = settings.value(TAB_KEY)
+        if tab is not None and str(tab).isdigit() and int(tab) < self.tabs.count():
+            self.tabs.setCurrentIndex(int(tab))
+        selected = settings.value(SELECTION_KEY)
+        if isinstance(selected, str) and selected:
+            self.lineage.restore_selection(selected)
 
-    def save_geometry(self) -> None:
-        self._settings.setValue(GEOMETRY_KEY, self.saveGeometry())
-        self._settings.setValue(STATE_KEY, self.saveState())
-        self._settings.sync()
+    def save_state(self) -> None:
+        settings = self._settings
+        settings.setValue(GEOMETRY_KEY, self.saveGeometry())
+        settings.setValue(STATE_KEY, self.saveState())
+        settings.setValue(MAIN_SPLITTER_KEY, self.main_splitter.saveState())
+        settings.setValue(CENTRE_SPLITTER_KEY, self.centre_splitter.saveState())
+        settings.setValue(TAB_KEY, self.tabs.currentIndex())
+        selected = self.lineage.selected_task()
+        if selected:
+            settings.setValue(SELECTION_KEY, selected)
+        settings.sync()
+
+    save_geometry = save_state  # the name the shell used
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt override)
-        self.save_geometry()
+        self.save_state()
+        if self._tray is not None:
+            self._tray.hide()
         event.accept()
 
-    # -- drag and drop --------------------------------------------------------------------------
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt override)
+        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
+            clear_icon_cache()
+            self.lineage.refresh_icons()
+            self.task_view.refresh_icons()
+        super().changeEvent(event)
+
+    # -- selection -------------------------------------------------------------------------------
+
+    def _task_selected(self, task_id: str | None) -> None:
+        self.task_view.set_task(task_id)
+        for panel in (self.revisions_panel, self.sessions_panel, self.approvals_panel):
+            set_task = getattr(panel, "set_task", None)
+            if callable(set_task):
+                set_task(task_id)
+
+    def _focus_filter(self) -> None:
+        self.lineage.filter_edit.setFocus()
+        self.lineage.filter_edit.selectAll()
+
+    # -- messages --------------------------------------------------------------------------------
+
+    def show_status(self, message: str) -> None:
+        self.statusBar().showMessage(message, STATUS_TIMEOUT_MS)
+
+    def show_failure(self, failure: JobFailure) -> None:
+        """Every background failure without a handler of its own ends up here."""
+        self.show_status(failure.sentence())
+        if is_keyring_problem(failure.error):
+            self.show_keyring_prompt(failure)
+
+    def show_keyring_prompt(self, failure: JobFailure) -> None:
+        if self.keyring_dialog is not None and self.keyring_dialog.isVisible():
+            return
+        dialog = KeyringDialog(describe_error(failure.error), self)
+        dialog.accepted.connect(self.refresh)
+        self.keyring_dialog = dialog
+        dialog.open()
+
+    def _show_activity(self, pending: int) -> None:
+        self.activity_label.setText("Working…" if pending else "")
+
+    def _sandbox_problem_changed(self, problem: str | None) -> None:
+        if problem:
+            self.context.set_sandbox_problem(problem)
+            self.banner.show_problem(problem)
+        else:
+            self.banner.hide()
+
+    # -- approvals -------------------------------------------------------------------------------
+
+    def _approvals_counted(self, count: int) -> None:
+        self.tabs.setTabText(self.approvals_tab, f"Approvals ({count})" if count else "Approvals")
+        self.tabs.setTabIcon(self.approvals_tab, icon("warning") if count else QIcon())
+
+    def _approvals_arrived(self, arrived: list) -> None:
+        if self.isActiveWindow():
+            return
+        first = arrived[0]
+        text = (f"{first.command}" if len(arrived) == 1 else
+                f"{len(arrived)} commands are waiting, the first: {first.command}")
+        self.notify("A run asks for approval", text)
+
+    def notify(self, title: str, text: str) -> str:
+        """A desktop notification when the system has a tray, else the taskbar alert; returns
+        which one was used ("tray" or "alert")."""
+        if QSystemTrayIcon.isSystemTrayAvailable() and QSystemTrayIcon.supportsMessages():
+            if self._tray is None:
+                self._tray = QSystemTrayIcon(app_icon(), self)
+                self._tray.messageClicked.connect(self.show_approvals)
+            self._tray.show()
+            self._tray.showMessage(title, text, QSystemTrayIcon.MessageIcon.Warning)
+            return "tray"
+        QApplication.alert(self)
+        return "alert"
+
+    def show_approvals(self) -> None:
+        self.showNormal()
+        self.raise_()
+        self.activateWindow()
+        self.tabs.setCurrentWidget(self.approvals_panel)
+        self.approvals_panel.focus_first()
+
+    # -- new tasks -------------------------------------------------------------------------------
+
+    def choose_folder(self) -> None:
+        """File ▸ New Task: pick a folder, then the same dialog as a drop."""
+        folder = QFileDialog.getExistingDirectory(self, "Start a task from a folder")
+        if folder:
+            self.offer_paths([Path(folder)])
+
+    def offer_paths(self, paths: Iterable[Path]) -> None:
+        """Paths from a drop, the folder chooser or the command line: checked in a job, then
+        the New Task dialog for the folders and a message for the rest."""
+        paths = list(paths)
+        if not paths:
+            return
+        self.context.jobs.job(lambda: sort_paths(paths), what="look at the dropped items",
+                              parent=self).success(self._paths_sorted).run()
+
+    def _paths_sorted(self, sorted_paths: SortedPaths) -> None:
+        refused = sorted_paths.message()
+        if refused:
+            self.show_status(refused)
+        if sorted_paths.folders:
+            self.sig_folders_dropped.emit(sorted_paths.folders)
+
+    def open_new_task_dialog(self, folders: list[Path]) -> NewTaskDialog:
+        dialog = NewTaskDialog(folders, engine_choices(self.context.cairn), self)
+        dialog.accepted.connect(lambda: self.create_tasks(dialog.requests()))
+        self.new_task_dialog = dialog
+        dialog.open()
+        return dialog
+
+    def create_tasks(self, requests: list[NewTaskRequest]) -> None:
+        cairn = self.context.cairn
+        for request in requests:
+            def work(r: NewTaskRequest = request):
+                made = cairn.new_task(r.folder, title=r.title, engine=r.engine,
+                                      instructions=r.instructions)
+                return task_row(cairn, made.task.id)
+
+            def created(row, r: NewTaskRequest = request) -> None:
+                self.lineage.add_task_row(row)
+                self.lineage.select_task(row.task_id)
+                self.show_status(f"Task “{row.title}” created from {r.folder}")
+
+            self.context.jobs.job(work, write=True, what=f"create a task from {request.folder}",
+                                  parent=self).success(created) \
+                .failure(self.task_view.report_failure).run()
+
+    # -- drag and drop ---------------------------------------------------------------------------
 
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 (Qt override)
         # Any local item is accepted here so that dropping a file can explain why it is refused.
-        if _local_urls(event.mimeData()):
+        if _local_paths(event.mimeData()):
             event.acceptProposedAction()
         else:
             event.ignore()
 
     def dragMoveEvent(self, event: QDragMoveEvent) -> None:  # noqa: N802 (Qt override)
-        if _local_urls(event.mimeData()):
+        if _local_paths(event.mimeData()):
             event.acceptProposedAction()
         else:
             event.ignore()
 
     def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802 (Qt override)
-        mime = event.mimeData()
-        folders, rejected = sort_dropped_urls(mime.urls() if mime.hasUrls() else [])
-        self.statusBar().showMessage(drop_message(folders, rejected))
-        if folders:
-            event.acceptProposedAction()
-            self.sig_folders_dropped.emit(folders)
-        else:
+        paths = _local_paths(event.mimeData())
+        if not paths:
             event.ignore()
+            return
+        event.acceptProposedAction()
+        self.show_status("Looking at what was dropped…")
+        self.offer_paths(paths)
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

@@ -25,3 +25,7 @@ def resource_path(*parts: str) -> Path:
 
 def icon_path(name: str = APP_ICON_NAME) -> Path:
     return resource_path("icons", f"{name}.svg")
+
+
+ICON_NAMES = ("approve", "continue", "deny", "export", "folder", "fork", "promote", "resume",
+              "start", "stop", "task", "warning")

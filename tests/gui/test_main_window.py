@@ -1,4 +1,7 @@
-"""The main window shell: it shows, explains its empty state, takes folder drops, keeps geometry."""
+"""The main window over a real facade on a temporary data folder: it shows the lineage, the task
+and the tabs; takes folder drops into the New Task dialog and makes the tasks; refuses files and
+unreadable folders with a clear message; keeps its layout, selection and geometry; says when
+sandboxes cannot run; and shows every background failure."""
 
 from __future__ import annotations
 
@@ -6,140 +9,404 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
 
+from core.errors import CairnError
+from gui.context import AppContext
+from gui.dialogs import KeyringDialog, NewTaskDialog, NewTaskRequest
 from gui.main_window import EMPTY_STATE_TEXT, MainWindow
-from gui.qt import (
-    QApplication,
-    QDragEnterEvent,
-    QDropEvent,
-    QLabel,
-    QMimeData,
-    QPoint,
-    QPointF,
-    QSettings,
-    Qt,
-    QUrl,
-)
-from gui.resources import icon_path
+from gui.panels import PanelPlaceholder
+from gui.qt import QDialogButtonBox, QLabel, QMimeData, Qt, QUrl
+from gui.resources import ICON_NAMES, icon_path
+from tests.gui.support import StallMeter, mime_with, send_drag_enter, send_drop
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def settings(tmp_path: Path) -> QSettings:
-    return QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+def accept_dialog(qtbot, dialog) -> None:
+    ok = dialog.buttons.button(QDialogButtonBox.StandardButton.Ok)
+    qtbot.mouseClick(ok, Qt.MouseButton.LeftButton)
 
 
-@pytest.fixture
-def window(qtbot, settings, data_dir) -> MainWindow:
-    win = MainWindow(data_dir=data_dir, settings=settings)
-    qtbot.addWidget(win)
-    win.show()
-    qtbot.waitExposed(win)
-    return win
+def wait_for_dialog(qtbot, window) -> NewTaskDialog:
+    qtbot.waitUntil(lambda: window.new_task_dialog is not None
+                    and window.new_task_dialog.isVisible(), timeout=10_000)
+    return window.new_task_dialog
 
 
-def _mime_with(*urls: QUrl) -> QMimeData:
-    mime = QMimeData()
-    mime.setUrls(list(urls))
-    return mime
+def tree_titles(window) -> list[str]:
+    model = window.lineage.model
+    model.fetch_all()
+    return sorted(model.task_node(t).task.title for t in model.task_ids())
 
 
-def _drag_enter(win: MainWindow, mime: QMimeData) -> bool:
-    args = (
-        Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier,
-    )
-    try:
-        event = QDragEnterEvent(QPointF(20, 20), *args)
-    except TypeError:  # PySide6 before the QPointF overload
-        event = QDragEnterEvent(QPoint(20, 20), *args)
-    event.setAccepted(False)
-    QApplication.sendEvent(win, event)
-    return event.isAccepted()
+# -- the frame ---------------------------------------------------------------------------------
 
-
-def _drop(win: MainWindow, mime: QMimeData) -> bool:
-    assert _drag_enter(win, mime), "the drag was refused before the drop"
-    event = QDropEvent(
-        QPointF(20, 20), Qt.DropAction.CopyAction, mime,
-        Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier,
-    )
-    event.setAccepted(False)
-    QApplication.sendEvent(win, event)
-    return event.isAccepted()
-
-
-def test_window_shows_with_title_icon_and_empty_state(window):
-    assert window.isVisible()
+def test_window_shows_the_tree_the_task_area_and_the_tabs(window, data_dir):
     assert window.windowTitle() == "Cairn"
-    assert icon_path().is_file()
     assert not window.windowIcon().isNull()
-    texts = [label.text() for label in window.findChildren(QLabel)]
+    texts = [label.text() for label in window.findChildren(QLabel) if label.isVisible()]
     assert EMPTY_STATE_TEXT in texts
-    assert window.centralWidget().text() == "Drop a repository folder here to start a task"
-
-
-def test_window_names_its_data_folder(window, data_dir):
+    assert window.lineage.empty_label.isVisible()  # no tasks yet, and it says how to make one
+    assert [window.tabs.tabText(i) for i in range(window.tabs.count())] == [
+        "Revisions", "Sessions && Snapshots", "Approvals"]
     assert str(data_dir) in window.data_dir_label.text()
 
 
-def test_dropping_a_folder_reports_it_and_emits_it(window, qtbot, tmp_path):
-    repo = tmp_path / "my-repo"
-    repo.mkdir()
-    with qtbot.waitSignal(window.sig_folders_dropped, timeout=1000) as blocker:
-        accepted = _drop(window, _mime_with(QUrl.fromLocalFile(str(repo))))
-    assert accepted
-    assert blocker.args == [[repo]]
-    assert window.statusBar().currentMessage() == f"Folder dropped: {repo}"
+def test_the_icons_exist_and_draw(qtbot):
+    from gui.icons import icon
+    for name in ICON_NAMES:
+        assert icon_path(name).is_file(), name
+        assert not icon(name).isNull(), name
 
 
-def test_dropping_a_file_says_it_is_not_a_folder(window, qtbot, tmp_path):
+def test_panels_not_in_this_build_are_placeholders(qtbot, context, monkeypatch):
+    from gui import panels
+    monkeypatch.setitem(panels.PANELS, "revisions",
+                        ("gui.no_such_panel", "RevisionsPanel", "Revisions"))
+    panel = panels.make_panel("revisions", context)
+    qtbot.addWidget(panel)
+    assert isinstance(panel, PanelPlaceholder) and panel.text() == "loading…"
+    panel.set_task("t_1")  # accepted and ignored
+
+
+def test_a_panel_that_fails_to_load_says_so(qtbot, context, monkeypatch):
+    from gui import panels
+    broken = types.ModuleType("gui.broken_panel")
+
+    class RevisionsPanel(QLabel):
+        def __init__(self, ctx, parent=None):
+            raise RuntimeError("no timeline model")
+
+    broken.RevisionsPanel = RevisionsPanel
+    monkeypatch.setitem(sys.modules, "gui.broken_panel", broken)
+    monkeypatch.setitem(panels.PANELS, "revisions",
+                        ("gui.broken_panel", "RevisionsPanel", "Revisions"))
+    panel = panels.make_panel("revisions", context)
+    qtbot.addWidget(panel)
+    assert isinstance(panel, PanelPlaceholder)
+    assert panel.text() == "The revisions panel failed to start: no timeline model"
+
+
+def test_the_panel_factory_wires_a_panel_that_exists(qtbot, context, monkeypatch):
+    seen = []
+
+    class RevisionsPanel(QLabel):
+        def __init__(self, ctx, parent=None):
+            super().__init__("revisions", parent)
+            assert ctx is context
+
+        def set_task(self, task_id):
+            seen.append(task_id)
+
+    module = types.ModuleType("gui.revisions")
+    module.RevisionsPanel = RevisionsPanel
+    monkeypatch.setitem(sys.modules, "gui.revisions", module)
+    win = MainWindow(context, start=False)
+    qtbot.addWidget(win)
+    assert isinstance(win.revisions_panel, RevisionsPanel)
+    win._task_selected("t_1")
+    assert seen == ["t_1"]
+
+
+# -- new tasks from folders --------------------------------------------------------------------
+
+def test_dropping_a_folder_opens_the_dialog_and_makes_the_task(qtbot, window, repo, cairn):
+    with StallMeter() as meter:
+        assert send_drop(window, mime_with(repo))
+        dialog = wait_for_dialog(qtbot, window)
+        assert dialog.title_edits[0].text() == "login-service"
+        dialog.title_edits[0].setText("Fix the login test")
+        dialog.instructions_edit.setPlainText("make test")
+        accept_dialog(qtbot, dialog)
+        qtbot.waitUntil(lambda: len(window.lineage.model) == 1, timeout=20_000)
+        qtbot.waitUntil(lambda: window.task_view.title_label.text() == "Fix the login test",
+                        timeout=10_000)
+    print(f"longest event-loop stall while creating a task: {meter.longest_ms:.1f} ms")
+    assert meter.longest_ms < 250, "the GUI thread waited on something"
+    [task] = cairn.tasks()
+    assert task.title == "Fix the login test" and task.instructions == "make test"
+    assert window.lineage.selected_task() == task.id
+    assert "Fix the login test" in window.statusBar().currentMessage()
+    assert window.lineage.tree.isVisible()
+    assert window.task_view.instructions.text() == "make test"
+
+
+def test_several_folders_make_several_tasks_from_one_dialog(qtbot, window, tmp_path, cairn):
+    folders = []
+    for name in ("api", "web"):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "main.txt").write_text(name)
+        folders.append(folder)
+    assert send_drop(window, mime_with(*folders))
+    dialog = wait_for_dialog(qtbot, window)
+    assert [e.text() for e in dialog.title_edits] == ["api", "web"]
+    accept_dialog(qtbot, dialog)
+    qtbot.waitUntil(lambda: len(window.lineage.model) == 2, timeout=20_000)
+    assert tree_titles(window) == ["api", "web"]
+    # One folder each in the tree.
+    assert window.lineage.model.rowCount() == 2
+
+
+def test_dropping_a_file_says_it_is_not_a_folder(qtbot, window, tmp_path):
     note = tmp_path / "notes.txt"
     note.write_text("hello")
-    with qtbot.assertNotEmitted(window.sig_folders_dropped):
-        accepted = _drop(window, _mime_with(QUrl.fromLocalFile(str(note))))
-    assert not accepted
+    assert send_drop(window, mime_with(note))
+    qtbot.waitUntil(lambda: window.statusBar().currentMessage().startswith("Cannot start"))
     message = window.statusBar().currentMessage()
-    assert message.startswith("Not a folder: notes.txt"), message
+    assert "notes.txt: it is a file, not a folder" in message
     assert "Drop a repository folder" in message
+    assert window.new_task_dialog is None
 
 
-def test_dropping_a_folder_and_a_file_keeps_the_folder_and_mentions_the_file(window, tmp_path):
-    repo = tmp_path / "repo"
-    repo.mkdir()
+def test_a_folder_and_a_file_together_keep_the_folder(qtbot, window, repo, tmp_path):
     note = tmp_path / "notes.txt"
     note.write_text("hello")
-    assert _drop(window, _mime_with(QUrl.fromLocalFile(str(repo)), QUrl.fromLocalFile(str(note))))
-    message = window.statusBar().currentMessage()
-    assert message.startswith(f"Folder dropped: {repo}"), message
-    assert "1 item that is not a folder: notes.txt" in message
+    assert send_drop(window, mime_with(repo, note))
+    dialog = wait_for_dialog(qtbot, window)
+    assert dialog.folders == [repo]
+    assert "notes.txt" in window.statusBar().currentMessage()
+    dialog.reject()
 
 
-def test_drag_without_local_urls_is_refused(window):
+def test_drag_without_local_files_is_refused(window):
     text_only = QMimeData()
     text_only.setText("/not/a/url")
-    assert not _drag_enter(window, text_only)
-    assert not _drag_enter(window, _mime_with(QUrl("https://example.invalid/repo.git")))
+    assert not send_drag_enter(window, text_only)
+    assert not send_drag_enter(window, mime_with(QUrl("https://example.invalid/repo.git")))
 
 
-def test_geometry_is_saved_on_close_and_restored(qtbot, settings, data_dir):
-    first = MainWindow(data_dir=data_dir, settings=settings)
+UNREADABLE = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from gui.qt import QApplication, QSettings
+    app = QApplication([sys.argv[0]])
+    from core.app import Cairn
+    from gui.context import AppContext
+    from gui.main_window import MainWindow
+    from tests.gui.support import mime_with, send_drop, wait_for
+    base = Path(sys.argv[1])
+    ctx = AppContext(Cairn(base / "data"), settings=QSettings(str(base / "s.ini"),
+                     QSettings.Format.IniFormat))
+    win = MainWindow(ctx)
+    win.show()
+    accepted = send_drop(win, mime_with(base / "locked"))
+    wait_for(lambda: win.statusBar().currentMessage().startswith("Cannot start"))
+    print("accepted:", accepted)
+    print("dialog:", win.new_task_dialog)
+    print("message:", win.statusBar().currentMessage())
+    win.close()
+    ctx.close()
+    """
+)
+
+
+def test_dropping_an_unreadable_folder_says_so(qtbot, window, tmp_path):
+    if os.geteuid() != 0:
+        locked = tmp_path / "locked"
+        locked.mkdir()
+        locked.chmod(0)
+        try:
+            assert send_drop(window, mime_with(locked))
+            qtbot.waitUntil(lambda: window.statusBar().currentMessage().startswith("Cannot"))
+            message = window.statusBar().currentMessage()
+        finally:
+            locked.chmod(0o700)
+    else:
+        # root reads every folder: drop it as an unprivileged user in a window of its own.
+        if not shutil.which("setpriv"):
+            pytest.skip("running as root without setpriv to drop privileges")
+        base = Path(tempfile.mkdtemp(prefix="cairn-unreadable-"))
+        try:
+            base.chmod(0o777)
+            (base / "locked").mkdir(mode=0o700)
+            env = dict(os.environ, QT_QPA_PLATFORM="offscreen", HOME=str(base),
+                       XDG_RUNTIME_DIR=str(base), PYTHONPATH=str(REPO_ROOT))
+            result = subprocess.run(
+                ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                 sys.executable, "-c", UNREADABLE, str(base)],
+                cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+        assert result.returncode == 0, result.stderr
+        assert "accepted: True" in result.stdout
+        assert "dialog: None" in result.stdout
+        message = result.stdout.split("message:", 1)[1].strip()
+    assert "locked: the folder cannot be read (permission denied)" in message
+
+
+def test_file_new_task_uses_a_folder_chooser(qtbot, window, repo, monkeypatch):
+    from gui import main_window as module
+    monkeypatch.setattr(module.QFileDialog, "getExistingDirectory",
+                        staticmethod(lambda *args, **kwargs: str(repo)))
+    window.new_task_action.trigger()
+    dialog = wait_for_dialog(qtbot, window)
+    assert dialog.folders == [repo]
+    dialog.reject()
+
+
+def test_a_failed_import_is_shown_to_the_user(qtbot, window, tmp_path, data_dir):
+    inside = data_dir / "inside"
+    inside.mkdir(parents=True, exist_ok=True)
+    window.create_tasks([NewTaskRequest(inside, "inside the data folder", "shell", "")])
+    qtbot.waitUntil(lambda: window.statusBar().currentMessage().startswith("Could not create"),
+                    timeout=10_000)
+    assert str(inside) in window.statusBar().currentMessage()
+
+
+# -- state kept across sessions ----------------------------------------------------------------
+
+def test_layout_selection_and_geometry_are_restored(qtbot, context, cairn, repo, settings):
+    made = cairn.new_task(repo, title="Remember me")
+    first = MainWindow(context)
     qtbot.addWidget(first)
     first.show()
     qtbot.waitExposed(first)
-    first.resize(640, 480)
-    qtbot.waitUntil(lambda: first.size().width() == 640)
+    qtbot.waitUntil(lambda: len(first.lineage.model) == 1, timeout=10_000)
+    first.resize(700, 500)  # the offscreen screen is 800x600: a bigger window is clamped
+    qtbot.waitUntil(lambda: first.size().width() == 700)
+    first.main_splitter.setSizes([250, 440])
+    first.tabs.setCurrentIndex(2)
+    assert first.lineage.select_task(made.task.id)
+    sizes = first.main_splitter.sizes()
     first.close()
-    assert settings.value("main_window/geometry") is not None
 
-    second = MainWindow(data_dir=data_dir, settings=settings)
+    second = MainWindow(context)
     qtbot.addWidget(second)
-    assert (second.width(), second.height()) == (640, 480)
+    second.show()
+    qtbot.waitExposed(second)
+    assert (second.width(), second.height()) == (700, 500)
+    assert second.main_splitter.sizes() == sizes
+    assert second.tabs.currentIndex() == 2
+    qtbot.waitUntil(lambda: second.lineage.selected_task() == made.task.id, timeout=10_000)
+    qtbot.waitUntil(lambda: second.task_view.title_label.text() == "Remember me")
+    second.close()
 
+
+# -- failures reach the user -------------------------------------------------------------------
+
+def test_an_error_in_a_job_reaches_the_status_bar(qtbot, window):
+    def work():
+        raise CairnError("the vault of /src is missing", hint="import the folder again")
+
+    window.context.jobs.job(work, what="load the revisions").run()
+    qtbot.waitUntil(lambda: "the vault of /src is missing" in
+                    window.statusBar().currentMessage())
+    assert window.statusBar().currentMessage() == (
+        "Could not load the revisions: the vault of /src is missing (import the folder again)")
+
+
+def test_a_locked_keyring_asks_the_user_to_unlock_it(qtbot, window):
+    from core.credentials import KeyringLocked
+
+    def work():
+        raise KeyringLocked("Prompt dismissed")
+
+    window.context.jobs.job(work, what="read the secrets").run()
+    qtbot.waitUntil(lambda: window.keyring_dialog is not None
+                    and window.keyring_dialog.isVisible())
+    assert isinstance(window.keyring_dialog, KeyringDialog)
+    assert "Prompt dismissed" in window.keyring_dialog.message_label.text()
+    window.keyring_dialog.reject()
+
+
+def test_docker_not_running_shows_a_banner_and_the_app_stays_usable(
+        qtbot, monkeypatch, tmp_path, settings, repo):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path / 'no-docker.sock'}")
+    monkeypatch.setenv("CAIRN_BACKEND", "docker")
+    from core.app import Cairn
+    facade = Cairn(tmp_path / "data")
+    facade.new_task(repo, title="Browse me", instructions="make test")
+    context = AppContext(facade, settings=settings, data_dir=tmp_path / "data")
+    win = MainWindow(context)
+    qtbot.addWidget(win)
+    win.show()
+    try:
+        qtbot.waitUntil(lambda: win.banner.isVisible(), timeout=20_000)
+        text = win.banner.text_label.text()
+        assert "Sandboxes cannot run" in text and "Docker" in text
+        # Still browsable: the task is there and can be shown; starting says why not.
+        qtbot.waitUntil(lambda: len(win.lineage.model) == 1, timeout=10_000)
+        assert win.lineage.select_task(facade.tasks()[0].id)
+        qtbot.waitUntil(lambda: win.task_view.title_label.text() == "Browse me")
+        start = win.task_view.buttons["start"]
+        qtbot.waitUntil(lambda: "no sandbox can be started" in start.toolTip())
+        assert not start.isEnabled()
+    finally:
+        win.close()
+        context.close()
+
+
+# -- approvals in the window -------------------------------------------------------------------
+
+def test_the_approvals_tab_is_honest_without_the_api(qtbot, data_dir, settings):
+    from core.app import Cairn
+
+    class CairnWithoutApprovals(Cairn):
+        approvals = approve = deny = judge_pending = None  # as a build without them
+
+    facade = CairnWithoutApprovals(data_dir)
+    context = AppContext(facade, settings=settings, data_dir=data_dir)
+    win = MainWindow(context)
+    qtbot.addWidget(win)
+    try:
+        assert "approvals" not in context.capabilities
+        assert "appear here when a run asks" in win.approvals_panel.empty_label.text()
+        assert win.tabs.tabText(win.approvals_tab) == "Approvals"
+    finally:
+        win.close()
+        context.close()
+
+
+def test_approvals_badge_and_notification(qtbot, data_dir, settings):
+    from core.app import Cairn
+
+    class CairnWithApprovals(Cairn):
+        queue = [{"id": "ap_1", "task_id": "t_1", "command": "git push --force",
+                  "rule": "force-push", "reason": "rewrites history", "state": "pending"}]
+
+        def approvals(self, pending_only=True):
+            return list(self.queue)
+
+        def judge_pending(self):
+            return list(self.queue)
+
+        def approve(self, approval_id, remember):
+            self.queue = [a for a in self.queue if a["id"] != approval_id]
+
+        def deny(self, approval_id):
+            self.queue = [a for a in self.queue if a["id"] != approval_id]
+
+    facade = CairnWithApprovals(data_dir)
+    context = AppContext(facade, settings=settings, data_dir=data_dir)
+    win = MainWindow(context)
+    qtbot.addWidget(win)
+    win.show()
+    try:
+        qtbot.waitUntil(lambda: win.tabs.tabText(win.approvals_tab) == "Approvals (1)")
+        assert not win.tabs.tabIcon(win.approvals_tab).isNull()
+        notified = []
+        win.notify = lambda title, text: notified.append((title, text)) or "alert"
+        facade.queue = facade.queue + [{"id": "ap_2", "task_id": "t_1", "command": "rm -rf /x",
+                                        "state": "pending"}]
+        facade.events.publish("approval.requested", "ap_2", task_id="t_1")
+        qtbot.waitUntil(lambda: win.tabs.tabText(win.approvals_tab) == "Approvals (2)")
+        if not win.isActiveWindow():
+            assert notified == [("A run asks for approval", "rm -rf /x")]
+        assert MainWindow.notify(win, "t", "x") in ("tray", "alert")
+    finally:
+        win.close()
+        context.close()
+
+
+# -- the process -------------------------------------------------------------------------------
 
 LAUNCH = textwrap.dedent(
     """
@@ -149,28 +416,31 @@ LAUNCH = textwrap.dedent(
     def close_all():
         for widget in app.topLevelWidgets():
             if widget.isVisible():
-                print("window:", widget.windowTitle(), widget.isWindow(), flush=True)
+                print("window:", widget.windowTitle(), type(widget).__name__, flush=True)
+        for widget in app.topLevelWidgets():
+            if type(widget).__name__ == "MainWindow":
                 widget.close()
-    QTimer.singleShot(300, close_all)
+    QTimer.singleShot(2000, close_all)
     from gui.main import main
-    rc = main(["--data-dir", sys.argv[1]])
+    rc = main(["--data-dir", sys.argv[1], *sys.argv[2:]])
     print("app:", app.applicationName(), app.desktopFileName(), app.organizationDomain())
     sys.exit(rc)
     """
 )
 
 
-def test_main_starts_and_quits_cleanly_saving_settings(tmp_path):
+def test_main_starts_opens_the_dialog_for_a_path_and_quits_saving_settings(tmp_path, repo):
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", XDG_CONFIG_HOME=str(tmp_path / "config"))
     result = subprocess.run(
-        [sys.executable, "-c", LAUNCH, str(tmp_path / "data")],
+        [sys.executable, "-c", LAUNCH, str(tmp_path / "data"), str(repo)],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 0, result.stderr
-    assert "window: Cairn True" in result.stdout
+    assert "window: Cairn MainWindow" in result.stdout
+    assert "window: New Task NewTaskDialog" in result.stdout
     assert "app: Cairn io.cairn.Cairn cairn.io" in result.stdout
     saved = list((tmp_path / "config").rglob("*.conf"))
-    assert saved, "closing the window did not save its geometry"
+    assert saved, "closing the window did not save its state"
     assert "geometry" in saved[0].read_text()
 
 

@@ -1,0 +1,255 @@
+"""Dialogs: New Task (one or several folders), Continue, Fork (with a revision picker), the
+choice a resume needs when the workspace was edited outside Cairn, and the keyring prompt.
+
+Owns collecting what the user wants; making the facade calls is the caller's (through jobs).
+Dialogs are opened with `open()` (window-modal, not blocking the event loop).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass
+from pathlib import Path
+
+from gui.qt import (
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFormLayout,
+    QLabel,
+    QLineEdit,
+    QMessageBox,
+    QPlainTextEdit,
+    QPushButton,
+    Qt,
+    QVBoxLayout,
+    QWidget,
+)
+
+DEFAULT_ENGINES = ("shell", "claude-code", "codex")
+SHELL_HINT = "The shell engine runs these as commands, one per line."
+AGENT_HINT = "What the agent should do: this becomes its first prompt."
+
+
+def engine_choices(cairn: object) -> tuple[str, ...]:
+    """The engines to offer: the facade's list when it has one, else the three Cairn knows."""
+    method = getattr(cairn, "engines", None)
+    if callable(method):
+        names = tuple(method())
+        if names:
+            return names
+    return DEFAULT_ENGINES
+
+
+@dataclass(frozen=True)
+class NewTaskRequest:
+    folder: Path
+    title: str
+    engine: str
+    instructions: str
+
+
+def _instructions_edit(parent: QWidget, placeholder: str) -> QPlainTextEdit:
+    edit = QPlainTextEdit(parent)
+    edit.setPlaceholderText(placeholder)
+    edit.setTabChangesFocus(True)
+    edit.setMinimumHeight(90)
+    return edit
+
+
+class NewTaskDialog(QDialog):
+    """A task for each folder: a title per folder, one engine and one set of instructions."""
+
+    def __init__(self, folders: list[Path], engines: tuple[str, ...] = DEFAULT_ENGINES,
+                 parent: QWidget | None = None):
+        super().__init__(parent)
+        self.folders = list(folders)
+        many = len(self.folders) > 1
+        self.setWindowTitle(f"New Tasks ({len(self.folders)} folders)" if many else "New Task")
+        self.setObjectName("newTaskDialog")
+        layout = QVBoxLayout(self)
+        form = QFormLayout()
+        self.title_edits: list[QLineEdit] = []
+        for folder in self.folders:
+            edit = QLineEdit(folder.name or str(folder), self)
+            edit.setToolTip(str(folder))
+            edit.textChanged.connect(self._update_ok)
+            self.title_edits.append(edit)
+            label = QLabel(f"Title for {folder.name}:" if many else "Title:", self)
+            label.setToolTip(str(folder))
+            form.addRow(label, edit)
+        if not many:
+            where = QLabel(str(self.folders[0]), self)
+            where.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            where.setWordWrap(True)
+            form.insertRow(0, "Folder:", where)
+        self.engine_combo = QComboBox(self)
+        self.engine_combo.addItems(list(engines))
+        self.engine_combo.currentTextChanged.connect(self._engine_changed)
+        form.addRow("Engine:", self.engine_combo)
+        self.instructions_edit = _instructions_edit(self, AGENT_HINT)
+        form.addRow("Instructions:", self.instructions_edit)
+        self.hint = QLabel(self)
+        self.hint.setWordWrap(True)
+        form.addRow("", self.hint)
+        layout.addLayout(form)
+        if many:
+            layout.addWidget(QLabel(f"{len(self.folders)} tasks will be made, one per folder, "
+                                    "with the same engine and instructions.", self))
+        self.buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel, self)
+        self.ok_button = self.buttons.button(QDialogButtonBox.StandardButton.Ok)
+        self.ok_button.setText("Create Tasks" if many else "Create Task")
+        self.buttons.accepted.connect(self.accept)
+        self.buttons.rejected.connect(self.reject)
+        layout.addWidget(self.buttons)
+        self._engine_changed(self.engine_combo.currentText())
+        self._update_ok()
+        self.resize(520, self.sizeHint().height())
+
+    def _engine_changed(self, engine: str) -> None:
+        shell = engine == "shell"
+        self.instructions_edit.setPlaceholderText("make test\ngit status" if shell else
+                                                  "Fix the failing login test")
+        self.hint.setText(SHELL_HINT if shell else AGENT_HINT)
+
+    def _update_ok(self) -> None:
+        missing = [e for e in self.title_edits if not e.text().strip()]
+        self.ok_button.setEnabled(not missing)
+        self.ok_button.setToolTip("every task needs a title" if missing else "")
+
+    def requests(self) -> list[NewTaskRequest]:
+        engine = self.engine_combo.currentText()
+        instructions = self.instructions_edit.toPlainText().strip()
+        return [NewTaskRequest(folder, edit.text().strip(), engine, instructions)
+                for folder, edit in zip(self.folders, self.title_edits)]
+
+
+class ContinueDialog(QDialog):
+    """Continue a task: a child that keeps working in the same workspace and session."""
+
+    def __init__(self, task_title: str, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setWindowTitle(f"Continue “{task_title}”")
+        self.setObjectName("continueDialog")
+        layout = QVBoxLayout(self)
+        layout.addWidget(QLabel("A new task continues in this task's workspace, resuming the "
+                                "agent's own session. What should it do next?", self))
+        self.instructions_edit = _instructions_edit(self, "Now also cover the logout path")
+        layout.addWidget(self.instructions_edit)
+        self.buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel, self)
+        self.ok_button = self.buttons.button(QDialogButtonBox.StandardButton.Ok)
+        self.ok_button.setText("Continue")
+        self.buttons.accepted.connect(self.accept)
+        self.buttons.rejected.connect(self.reject)
+        layout.addWidget(self.buttons)
+        self.instructions_edit.textChanged.connect(self._update_ok)
+        self._update_ok()
+
+    def _update_ok(self) -> None:
+        empty = not self.message()
+        self.ok_button.setEnabled(not empty)
+        self.ok_button.setToolTip("say what the continuation should do" if empty else "")
+
+    def message(self) -> str:
+        return self.instructions_edit.toPlainText().strip()
+
+
+def revision_label(revision: dict, latest: bool = False) -> str:
+    when = _dt.datetime.fromtimestamp(revision.get("created_at") or 0).strftime("%Y-%m-%d %H:%M")
+    changed = revision.get("files_changed")
+    files = f", {changed} file{'s' if changed != 1 else ''}" if changed is not None else ""
+    tag = " (latest)" if latest else ""
+    return (f"#{revision.get('seq', '?')} {str(revision.get('id', ''))[:10]} · "
+            f"{revision.get('trigger', '?')}{files} · {when}{tag}")
+
+
+class ForkDialog(ContinueDialog):
+    """Fork a task from one of its revisions: its own workspace, sandbox and session."""
+
+    def __init__(self, task_title: str, revisions: list[dict], parent: QWidget | None = None,
+                 *, at_revision: str | None = None):
+        super().__init__(task_title, parent)
+        self.setWindowTitle(f"Fork “{task_title}”")
+        self.setObjectName("forkDialog")
+        self.ok_button.setText("Fork")
+        layout: QVBoxLayout = self.layout()
+        intro: QLabel = layout.itemAt(0).widget()
+        intro.setText("A new task starts from the chosen revision in a workspace of its own; "
+                      "this task is not touched. What should the fork do?")
+        self.revision_combo = QComboBox(self)
+        self.revisions = list(revisions)
+        for i, revision in enumerate(self.revisions):
+            self.revision_combo.addItem(revision_label(revision, i == len(self.revisions) - 1),
+                                        revision.get("id"))
+        if self.revisions:
+            ids = [r.get("id") for r in self.revisions]
+            self.revision_combo.setCurrentIndex(
+                ids.index(at_revision) if at_revision in ids else len(self.revisions) - 1)
+        row = QFormLayout()
+        row.addRow("From revision:", self.revision_combo)
+        layout.insertLayout(1, row)
+        self._update_ok()
+
+    def _update_ok(self) -> None:
+        super()._update_ok()
+        combo = getattr(self, "revision_combo", None)
+        if combo is not None and combo.count() == 0:
+            self.ok_button.setEnabled(False)
+            self.ok_button.setToolTip("the task has no revisions to fork from")
+
+    def revision(self) -> str | None:
+        return self.revision_combo.currentData()
+
+
+RESUME_ON_TOP = "on-top"
+RESUME_RESTORE = "restore-into-new"
+
+
+def ask_resume_choice(parent: QWidget, message: str) -> str | None:
+    """The workspace was edited outside Cairn: continue on top of the edits, or restore the
+    checkpoint into a new workspace. None when the user cancels."""
+    box = QMessageBox(parent)
+    box.setIcon(QMessageBox.Icon.Question)
+    box.setWindowTitle("The workspace changed")
+    box.setText("The workspace was edited outside Cairn since the run's checkpoint.")
+    box.setInformativeText(f"{message}\n\nThe edits are kept as an external revision either way.")
+    on_top = box.addButton("Continue on top of the edits", QMessageBox.ButtonRole.AcceptRole)
+    restore = box.addButton("Restore the checkpoint into a new workspace",
+                            QMessageBox.ButtonRole.AcceptRole)
+    box.addButton(QMessageBox.StandardButton.Cancel)
+    box.exec()
+    clicked = box.clickedButton()
+    return RESUME_ON_TOP if clicked is on_top else RESUME_RESTORE if clicked is restore else None
+
+
+class KeyringDialog(QDialog):
+    """The OS keyring is locked or missing: how to unlock it, and a way to try again."""
+
+    def __init__(self, message: str, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setWindowTitle("Unlock your keyring")
+        self.setObjectName("keyringDialog")
+        layout = QVBoxLayout(self)
+        head = QLabel("<b>Cairn needs your desktop keyring to hand secrets to the sandbox.</b>",
+                      self)
+        layout.addWidget(head)
+        self.message_label = QLabel(message, self)
+        self.message_label.setWordWrap(True)
+        self.message_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout.addWidget(self.message_label)
+        steps = QLabel(
+            "To unlock it: open your desktop's password manager (GNOME: “Passwords and Keys”; "
+            "KDE: KWallet Manager) and unlock the login keyring, or log out and back in so the "
+            "keyring unlocks with your session. Without a desktop session, run Cairn inside one "
+            "(for example with dbus-run-session and gnome-keyring-daemon --unlock).", self)
+        steps.setWordWrap(True)
+        layout.addWidget(steps)
+        self.buttons = QDialogButtonBox(self)
+        self.retry_button = QPushButton("Try Again", self)
+        self.buttons.addButton(self.retry_button, QDialogButtonBox.ButtonRole.AcceptRole)
+        self.buttons.addButton(QDialogButtonBox.StandardButton.Close)
+        self.buttons.accepted.connect(self.accept)
+        self.buttons.rejected.connect(self.reject)
+        layout.addWidget(self.buttons)

@@ -1,0 +1,5 @@
+"""The diff viewer: changed files, and one file's changes unified or side by side."""
+
+from gui.diff.viewer import DiffViewer
+
+__all__ = ["DiffViewer"]

@@ -1,0 +1,75 @@
+"""The list of a diff's changed files: status letter, path (old → new for renames), +/−."""
+
+from __future__ import annotations
+
+from core.diffs import FileDiff
+from gui.diff.colors import GREEN, RED, blend
+from gui.diff.model import counts_text, file_label, file_summary, status_letter
+from gui.qt import QAbstractTableModel, QColor, QFont, QModelIndex, QPalette, Qt, QWidget
+
+COL_STATUS, COL_PATH, COL_COUNTS = range(3)
+HEADERS = ("", "File", "+/−")
+
+_LETTER_COLOURS = {"A": GREEN, "D": RED, "M": QColor(200, 140, 20), "R": QColor(60, 120, 220),
+                   "C": QColor(60, 120, 220), "T": QColor(150, 90, 200), "X": QColor(150, 90, 200),
+                   "S": QColor(120, 120, 120)}
+
+
+class FileListModel(QAbstractTableModel):
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self._files: list[FileDiff] = []
+        self._palette = QPalette()
+
+    def set_files(self, files: list[FileDiff]) -> None:
+        self.beginResetModel()
+        self._files = list(files)
+        self.endResetModel()
+
+    def set_palette(self, palette: QPalette) -> None:
+        self._palette = palette
+        if self._files:
+            self.dataChanged.emit(self.index(0, 0), self.index(len(self._files) - 1, COL_COUNTS))
+
+    def file(self, row: int) -> FileDiff:
+        return self._files[row]
+
+    def rowCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802, B008
+        return 0 if parent.isValid() else len(self._files)
+
+    def columnCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802, B008
+        return 0 if parent.isValid() else len(HEADERS)
+
+    def headerData(self, section: int, orientation: Qt.Orientation,  # noqa: N802
+                   role: int = Qt.ItemDataRole.DisplayRole):
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return HEADERS[section]
+        return None
+
+    def data(self, index: QModelIndex, role: int = Qt.ItemDataRole.DisplayRole):
+        if not index.isValid():
+            return None
+        f = self._files[index.row()]
+        col = index.column()
+        if role == Qt.ItemDataRole.DisplayRole:
+            if col == COL_STATUS:
+                return status_letter(f)
+            if col == COL_PATH:
+                return file_label(f)
+            return counts_text(f)
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return file_summary(f) + ("\n(partly left out by the diff's size cap)"
+                                      if f.truncated else "")
+        if role == Qt.ItemDataRole.ForegroundRole and col == COL_STATUS:
+            text = self._palette.color(QPalette.ColorRole.Text)
+            return blend(text, _LETTER_COLOURS.get(status_letter(f), text), 0.85)
+        if role == Qt.ItemDataRole.FontRole and col == COL_STATUS:
+            font = QFont()
+            font.setBold(True)
+            return font
+        if role == Qt.ItemDataRole.TextAlignmentRole and col in (COL_STATUS, COL_COUNTS):
+            return int(Qt.AlignmentFlag.AlignCenter if col == COL_STATUS
+                       else Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        if role == Qt.ItemDataRole.AccessibleTextRole and col == COL_STATUS:
+            return file_summary(f)
+        return None

@@ -1,0 +1,258 @@
+"""Background jobs: the one way gui/ calls anything that may wait (the facade, Docker, git, disk).
+
+Owns where work runs and how its outcome comes back; what the work does is the caller's. A job
+reads as a sentence:
+
+    ctx.jobs.job(lambda: cairn.task_details(task_id), key="task-view", what="load the task") \
+        .success(self.show_details).failure(self.show_error).run()
+
+The work function runs on a pool thread and must never touch a widget. Its return value or its
+exception comes back to the GUI thread through a queued signal and is handed to `success` or
+`failure`. A job with a `key` is superseded by the next job with the same key: the late result for
+an old selection is dropped instead of painted (a counter per key, as git-cola does). Jobs with
+`write=True` share one single-thread pool so store and vault writes never overlap; `observe=True`
+is for long loops (following a run) that must not hold a read thread. A failure without its own
+handler is emitted as `sig_failed`, which the main window shows: nothing fails silently.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from core.errors import CairnError
+from gui.qt import QObject, QRunnable, QThreadPool, Signal, Slot, is_alive
+
+log = logging.getLogger(__name__)
+
+READ_THREADS = 4
+OBSERVE_THREADS = 32
+
+
+@dataclass(frozen=True)
+class JobFailure:
+    """A job's error as a value: what was being done, the exception and one line for people."""
+
+    what: str
+    error: BaseException
+    details: str = ""  # the traceback, for the log and a "details" box
+
+    @property
+    def message(self) -> str:
+        return describe_error(self.error)
+
+    def sentence(self) -> str:
+        return f"Could not {self.what}: {self.message}" if self.what else self.message
+
+
+def describe_error(error: BaseException) -> str:
+    """One line fit to show a person: Cairn's own message, or the OS's, or the exception's."""
+    if isinstance(error, CairnError):
+        return str(error)
+    if isinstance(error, OSError) and error.strerror:
+        where = f" ({error.filename})" if error.filename else ""
+        return f"{error.strerror}{where}"
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+
+
+def is_keyring_problem(error: BaseException) -> bool:
+    """Whether the error says the OS keyring is missing or locked (it asks for an unlock prompt)."""
+    names = {cls.__name__ for cls in type(error).__mro__}
+    return bool(names & {"KeyringLocked", "KeyringUnavailable"})
+
+
+class Job:
+    """One piece of work and what to do with its outcome; built by `JobRunner.job`."""
+
+    def __init__(self, runner: "JobRunner", work: Callable[[], Any], *, key: str | None,
+                 write: bool, observe: bool, what: str, parent: QObject | None):
+        self._runner = runner
+        self.work = work
+        self.key = key
+        self.write = write
+        self.observe = observe
+        self.what = what
+        self.parent = parent
+        self.token = 0
+        self.ident = 0
+        self.on_success: Callable[[Any], None] | None = None
+        self.on_failure: Callable[[JobFailure], None] | None = None
+        self.on_finished: Callable[[], None] | None = None
+
+    def success(self, callback: Callable[[Any], None]) -> "Job":
+        self.on_success = callback
+        return self
+
+    def failure(self, callback: Callable[[JobFailure], None]) -> "Job":
+        self.on_failure = callback
+        return self
+
+    def finished(self, callback: Callable[[], None]) -> "Job":
+        """Called after success or failure (not for a dropped stale result)."""
+        self.on_finished = callback
+        return self
+
+    def run(self) -> "Job":
+        self._runner.submit(self)
+        return self
+
+
+class _Runnable(QRunnable):
+    """Runs one job's work on a pool thread.
+
+    It holds no reference that outlives `run()`: the work function (whose closure may hold the
+    last reference to a Qt object) travels back to the GUI thread with the outcome and is
+    released there. A Qt object freed on a pool thread takes its timers down from the wrong
+    thread, and the process crashes later in the GUI thread's event loop.
+    """
+
+    def __init__(self, deliver: Callable[[int, tuple], None], ident: int, what: str,
+                 work: Callable[[], Any]):
+        super().__init__()
+        self.setAutoDelete(True)
+        self._parts: list | None = [deliver, ident, what, work]
+
+    def run(self) -> None:  # on a pool thread: no widgets here
+        deliver, ident, what, work = self._parts
+        self._parts = None
+        try:
+            outcome = (True, work(), work)
+        except BaseException as exc:  # noqa: BLE001 - handed to the GUI thread as a value
+            outcome = (False, JobFailure(what, exc, traceback.format_exc()), work)
+        del work
+        deliver(ident, outcome)  # the last references now live in the runner's outcome table
+        del outcome
+
+
+class JobRunner(QObject):
+    """Runs jobs on pool threads and brings their outcomes back to the GUI thread."""
+
+    sig_failed = Signal(object)
+    """A job without its own failure handler failed (a JobFailure)."""
+
+    sig_busy = Signal(int)
+    """The number of jobs running or queued changed (for a status-bar activity hint)."""
+
+    _sig_done = Signal(int)  # only the job's number crosses threads; outcomes wait in a dict
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        self._read_pool = QThreadPool(self)
+        self._read_pool.setMaxThreadCount(READ_THREADS)
+        self._write_pool = QThreadPool(self)
+        self._write_pool.setMaxThreadCount(1)  # store and vault writes never overlap
+        self._observe_pool = QThreadPool(self)
+        self._observe_pool.setMaxThreadCount(OBSERVE_THREADS)
+        self._pending: dict[int, Job] = {}
+        self._outcomes: dict[int, tuple[bool, Any, Any]] = {}
+        self._generations: dict[str, int] = {}
+        self._next_ident = 0
+        self._lock = threading.Lock()
+        self._closed = False
+        self._sig_done.connect(self._on_done)  # queued: emitted from pool threads
+
+    # -- building and submitting -----------------------------------------------------------------
+
+    def job(self, work: Callable[[], Any], *, key: str | None = None, write: bool = False,
+            observe: bool = False, what: str = "", parent: QObject | None = None) -> Job:
+        """A job to configure with success/failure and then `run()`.
+
+        `key`: a newer job with the same key makes this one's outcome stale (dropped).
+        `write`: run on the single write thread. `observe`: a long loop on its own thread.
+        `parent`: an object whose destruction makes the outcome moot (dropped).
+        """
+        return Job(self, work, key=key, write=write, observe=observe, what=what, parent=parent)
+
+    def submit(self, job: Job) -> None:
+        if self._closed:  # the window is closing: a timer's late request is moot
+            log.debug("not started after shutdown: %r", job.what)
+            return
+        self._next_ident += 1
+        job.ident = self._next_ident
+        if job.key is not None:
+            job.token = self._generations.get(job.key, 0) + 1
+            self._generations[job.key] = job.token
+        self._pending[job.ident] = job
+        pool = (self._write_pool if job.write else
+                self._observe_pool if job.observe else self._read_pool)
+        pool.start(_Runnable(self._deliver, job.ident, job.what, job.work))
+        job.work = None  # the runnable carries it; it comes back with the outcome
+        self.sig_busy.emit(len(self._pending))
+
+    def supersede(self, key: str) -> None:
+        """Make any job with this key in flight stale (e.g. the selection was cleared)."""
+        self._generations[key] = self._generations.get(key, 0) + 1
+
+    def is_current(self, job: Job) -> bool:
+        return job.key is None or self._generations.get(job.key) == job.token
+
+    # -- outcomes --------------------------------------------------------------------------------
+
+    def _deliver(self, ident: int, outcome: tuple[bool, Any, Any]) -> None:
+        with self._lock:
+            self._outcomes[ident] = outcome  # kept even after shutdown: released on this side
+            if not self._closed:
+                self._sig_done.emit(ident)
+
+    # A declared slot: PySide then queues the cross-thread call to this object's thread as Qt does
+    # for C++ slots (a plain Python callable connected to a signal emitted on a pool thread can
+    # crash the process in PySide 6.8 and later).
+    @Slot(int)
+    def _on_done(self, ident: int) -> None:
+        with self._lock:
+            outcome = self._outcomes.pop(ident, None)
+        job = self._pending.pop(ident, None)
+        self.sig_busy.emit(len(self._pending))
+        if job is None or outcome is None:
+            return
+        ok, value, _work = outcome  # released here, on the GUI thread
+        if not self.is_current(job):
+            log.debug("dropped the stale outcome of %r (key %s)", job.what, job.key)
+            return
+        if job.parent is not None and not is_alive(job.parent):
+            if not ok:
+                log.warning("%s (its window is gone)", value.sentence())
+            return
+        try:
+            if ok:
+                if job.on_success is not None:
+                    job.on_success(value)
+            else:
+                log.warning("%s\n%s", value.sentence(), value.details)
+                if job.on_failure is not None:
+                    job.on_failure(value)
+                else:
+                    self.sig_failed.emit(value)
+        except Exception as exc:  # a broken callback is a failure the user sees too
+            log.exception("the handler of %r failed", job.what)
+            self.sig_failed.emit(JobFailure(f"show the result of {job.what or 'a job'}", exc,
+                                            traceback.format_exc()))
+        finally:
+            if job.on_finished is not None:
+                job.on_finished()
+
+    # -- state and shutdown ----------------------------------------------------------------------
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    def idle(self) -> bool:
+        return not self._pending
+
+    def shutdown(self, timeout_ms: int = 5000) -> bool:
+        """Stop delivering outcomes and wait (bounded) for running work; True if all ended."""
+        with self._lock:
+            self._closed = True
+        done = True
+        for pool in (self._read_pool, self._write_pool, self._observe_pool):
+            pool.clear()
+            done = pool.waitForDone(timeout_ms) and done
+        self._pending.clear()
+        with self._lock:
+            self._outcomes.clear()
+        return done

@@ -1,0 +1,582 @@
+"""The lineage tree: tasks grouped under the folder they grew from, children under their parents.
+
+Owns the tree's shape and what each row shows. `LineageNode` is plain Python (no Qt); the
+`LineageModel` over it stays thin, as in Qt's tree model example: `createIndex(row, col, node)`,
+`internalPointer()`, each node's row cached, rows inserted between begin/endInsertRows. Children
+are handed to views lazily (`canFetchMore`/`fetchMore`, a chunk at a time), so a lineage of ten
+thousand tasks costs what the expanded part of it costs. A fetch asked for while the model is
+announcing a change (from a slot of its own signals) is deferred to the next turn of the event
+loop instead of nesting a second change inside the first. `LineageFilter` filters through a
+QSortFilterProxyModel; it also finds matches in subtrees not fetched yet. Loading the rows is a
+job's work (gui.queries.load_lineage); this module never calls the facade.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import PurePath
+
+from gui.icons import icon
+from gui.qt import (
+    QAbstractItemModel,
+    QBrush,
+    QColor,
+    QModelIndex,
+    QObject,
+    QPersistentModelIndex,
+    QSortFilterProxyModel,
+    Qt,
+    QTimer,
+)
+from gui.queries import TaskRow
+from gui.task_actions import run_state_label
+
+FETCH_CHUNK = 256
+COLUMNS = ("Task", "State")
+TITLE_COLUMN, STATE_COLUMN = 0, 1
+
+ROLE_TASK_ID = Qt.ItemDataRole.UserRole + 1
+ROLE_KIND = Qt.ItemDataRole.UserRole + 2
+ROLE_RUN_STATE = Qt.ItemDataRole.UserRole + 3
+ROLE_LIVE_SESSION = Qt.ItemDataRole.UserRole + 4
+ROLE_SNAPSHOT = Qt.ItemDataRole.UserRole + 5
+ROLE_APPROVALS = Qt.ItemDataRole.UserRole + 6
+ROLE_SOURCE_PATH = Qt.ItemDataRole.UserRole + 7
+ROLE_BADGES = Qt.ItemDataRole.UserRole + 8
+
+ROOT, SOURCE, TASK = "root", "source", "task"
+
+# Semantic badge colours: mid tones that read on light and dark backgrounds alike.
+STATE_COLOURS = {
+    "queued": "#3b82c4",
+    "preparing": "#3b82c4",
+    "running": "#2e86de",
+    "waiting_approval": "#d68910",
+    "succeeded": "#2e9e5b",
+    "failed": "#d64541",
+    "cancelled": "#8e8e8e",
+    "interrupted": "#e67e22",
+}
+SNAPSHOT_WORDS = {"none": "no snapshot", "fresh": "snapshot up to date",
+                  "stale": "changes since the last snapshot"}
+
+
+class LineageNode:
+    """One row of the tree: the invisible root, a source folder, or a task. No Qt here."""
+
+    __slots__ = ("kind", "key", "parent", "children", "unfetched", "row", "task", "source_path",
+                 "task_count", "haystack")
+
+    def __init__(self, kind: str, key: str, parent: LineageNode | None = None):
+        self.kind = kind
+        self.key = key
+        self.parent = parent
+        self.children: list[LineageNode] = []   # handed to the model (each has its row)
+        self.unfetched: list[LineageNode] = []  # known, not handed out yet (fetchMore)
+        self.row: int | None = None             # index in parent.children once handed out
+        self.task: TaskRow | None = None
+        self.source_path = ""
+        self.task_count = 0
+        self.haystack = ""
+
+    def __repr__(self) -> str:
+        return f"LineageNode({self.kind}, {self.key!r}, row={self.row})"
+
+    @property
+    def title(self) -> str:
+        if self.task is not None:
+            return self.task.title
+        return PurePath(self.source_path).name or self.source_path
+
+    def has_children(self) -> bool:
+        return bool(self.children or self.unfetched)
+
+    def exposed(self) -> bool:
+        """Whether the model has handed this node out (it and all its ancestors)."""
+        node = self
+        while node.parent is not None:
+            if node.row is None:
+                return False
+            node = node.parent
+        return True
+
+    def all_children(self) -> list[LineageNode]:
+        return self.children + self.unfetched
+
+    def walk(self) -> Iterable[LineageNode]:
+        """This node and everything below it, fetched or not (iteratively: chains are deep)."""
+        stack = [self]
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(reversed(node.all_children()))
+
+
+def _task_haystack(row: TaskRow) -> str:
+    return " ".join((row.title, row.task_id, row.engine, row.run_state or "")).lower()
+
+
+def build_forest(rows: Iterable[TaskRow]) -> tuple[LineageNode, dict[str, LineageNode],
+                                                  dict[str, LineageNode]]:
+    """The tree for these rows: (root, tasks by id, sources by id), every child unfetched.
+
+    Tasks go under their parent when it is known and of the same source folder, else under the
+    folder; siblings keep creation order and folders are sorted by name.
+    """
+    root = LineageNode(ROOT, "")
+    tasks: dict[str, LineageNode] = {}
+    sources: dict[str, LineageNode] = {}
+    ordered = sorted(rows, key=lambda r: (r.created_at, r.task_id))
+    for row in ordered:
+        node = LineageNode(TASK, row.task_id)
+        node.task = row
+        node.haystack = _task_haystack(row)
+        tasks[row.task_id] = node
+        if row.source_id not in sources:
+            source = LineageNode(SOURCE, row.source_id, root)
+            source.source_path = row.source_path
+            source.haystack = row.source_path.lower()
+            sources[row.source_id] = source
+    for node in tasks.values():
+        row = node.task
+        parent = tasks.get(row.parent_id) if row.parent_id else None
+        if parent is None or parent.task.source_id != row.source_id or parent is node:
+            parent = sources[row.source_id]
+        node.parent = parent
+        parent.unfetched.append(node)
+    # A parent cycle (never made by core, but the store is data) would leave tasks unreachable:
+    # hang those under their folder instead of losing them.
+    reachable = set()
+    for source in sources.values():
+        for node in source.walk():
+            reachable.add(id(node))
+    for node in tasks.values():
+        if id(node) not in reachable:
+            node.parent.unfetched.remove(node)
+            node.parent = sources[node.task.source_id]
+            node.parent.unfetched.append(node)
+            for below in node.walk():
+                reachable.add(id(below))
+    root.unfetched = sorted(sources.values(), key=lambda s: (s.title.lower(), s.source_path))
+    for source in sources.values():
+        source.task_count = sum(1 for n in source.walk() if n.kind == TASK)
+    return root, tasks, sources
+
+
+class LineageModel(QAbstractItemModel):
+    """A thin QAbstractItemModel over LineageNode trees (see the module docstring)."""
+
+    def __init__(self, parent: QObject | None = None, *, fetch_chunk: int = FETCH_CHUNK):
+        super().__init__(parent)
+        self._fetch_chunk = fetch_chunk
+        self._root, self._tasks, self._sources = build_forest([])
+        self._by_workspace: dict[str, LineageNode] = {}
+        self._icons: dict[str, object] = {}
+        self._announcing = 0
+        self._deferred: list[QPersistentModelIndex | None] = []  # None: the root
+        self._defer_timer = QTimer(self)
+        self._defer_timer.setSingleShot(True)
+        self._defer_timer.setInterval(0)
+        self._defer_timer.timeout.connect(self._run_deferred_fetches)
+
+    @contextmanager
+    def _announcing_change(self) -> Iterator[None]:
+        """Marks the span in which begin/end signals go out (slots may call back in)."""
+        self._announcing += 1
+        try:
+            yield
+        finally:
+            self._announcing -= 1
+
+    # -- loading and changes ---------------------------------------------------------------------
+
+    def set_rows(self, rows: Iterable[TaskRow]) -> None:
+        """Replace everything (a fresh load)."""
+        root, tasks, sources = build_forest(rows)
+        with self._announcing_change():
+            self.beginResetModel()
+            self._root, self._tasks, self._sources = root, tasks, sources
+            self._by_workspace = {n.task.workspace_id: n for n in self._tasks.values()
+                                  if n.task.workspace_id}
+            self._deferred.clear()
+            self.endResetModel()
+
+    def task_node(self, task_id: str) -> LineageNode | None:
+        return self._tasks.get(task_id)
+
+    def task_ids(self) -> list[str]:
+        return list(self._tasks)
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def add_task(self, row: TaskRow) -> bool:
+        """Insert a new task (rows inserted where visible); an already known task is updated."""
+        if row.task_id in self._tasks:
+            self.update_task(row)
+            return False
+        source = self._sources.get(row.source_id)
+        if source is None:
+            source = self._add_source(row.source_id, row.source_path)
+        parent = self._tasks.get(row.parent_id) if row.parent_id else None
+        if parent is None or parent.task.source_id != row.source_id:
+            parent = source
+        node = LineageNode(TASK, row.task_id, parent)
+        node.task = row
+        node.haystack = _task_haystack(row)
+        self._tasks[row.task_id] = node
+        if row.workspace_id:
+            self._by_workspace[row.workspace_id] = node
+        self._append_child(parent, node)
+        source.task_count += 1
+        self._changed(source, (Qt.ItemDataRole.DisplayRole,), STATE_COLUMN)
+        return True
+
+    def _append_child(self, parent: LineageNode, node: LineageNode) -> None:
+        if parent.unfetched or not parent.exposed():
+            parent.unfetched.append(node)
+            return
+        position = len(parent.children)
+        with self._announcing_change():
+            self.beginInsertRows(self.index_of(parent), position, position)
+            node.row = position
+            parent.children.append(node)
+            self.endInsertRows()
+
+    def _add_source(self, source_id: str, path: str) -> LineageNode:
+        source = LineageNode(SOURCE, source_id, self._root)
+        source.source_path = path
+        source.haystack = path.lower()
+        self._sources[source_id] = source
+        root = self._root
+        if root.unfetched:
+            root.unfetched.append(source)
+            return source
+        sort_key = (source.title.lower(), path)
+        position = next((i for i, s in enumerate(root.children)
+                         if (s.title.lower(), s.source_path) > sort_key), len(root.children))
+        with self._announcing_change():
+            self.beginInsertRows(QModelIndex(), position, position)
+            root.children.insert(position, source)
+            for i in range(position, len(root.children)):
+                root.children[i].row = i
+            self.endInsertRows()
+        return source
+
+    def update_task(self, row: TaskRow) -> None:
+        """New values for a known task's row (its place in the tree does not move)."""
+        node = self._tasks.get(row.task_id)
+        if node is None:
+            return
+        old_ws = node.task.workspace_id
+        node.task = row
+        node.haystack = _task_haystack(row)
+        if row.workspace_id and row.workspace_id != old_ws:
+            self._by_workspace.pop(old_ws or "", None)
+            self._by_workspace[row.workspace_id] = node
+        self._changed(node)
+
+    def set_task_fields(self, task_id: str, **changes: object) -> bool:
+        """Change some fields of a task's row (run_state, live, snapshot, approvals...)."""
+        node = self._tasks.get(task_id)
+        if node is None:
+            return False
+        for name, value in changes.items():
+            setattr(node.task, name, value)
+        node.haystack = _task_haystack(node.task)
+        self._changed(node)
+        return True
+
+    def task_for_workspace(self, workspace_id: str) -> str | None:
+        node = self._by_workspace.get(workspace_id)
+        return node.key if node else None
+
+    def _changed(self, node: LineageNode, roles: tuple = (), column: int | None = None) -> None:
+        if node.kind == ROOT or not node.exposed():
+            return
+        first = self.createIndex(node.row, column if column is not None else 0, node)
+        last = self.createIndex(node.row, column if column is not None else len(COLUMNS) - 1,
+                                node)
+        with self._announcing_change():
+            self.dataChanged.emit(first, last, list(roles))
+
+    # -- finding rows ----------------------------------------------------------------------------
+
+    def node(self, index: QModelIndex | QPersistentModelIndex) -> LineageNode:
+        if not index.isValid():
+            return self._root
+        return index.internalPointer()
+
+    def index_of(self, node: LineageNode, column: int = 0) -> QModelIndex:
+        if node.kind == ROOT or node.row is None:
+            return QModelIndex()
+        return self.createIndex(node.row, column, node)
+
+    def expose(self, node: LineageNode) -> QModelIndex:
+        """Fetch whatever is needed for this node to have an index, and return it."""
+        chain = []
+        walker = node
+        while walker is not None and walker.kind != ROOT:
+            chain.append(walker)
+            walker = walker.parent
+        for child in reversed(chain):
+            parent = child.parent
+            while child.row is None and parent.unfetched:
+                self._fetch(parent)
+        return self.index_of(node)
+
+    def index_of_task(self, task_id: str) -> QModelIndex:
+        node = self._tasks.get(task_id)
+        return self.expose(node) if node is not None else QModelIndex()
+
+    def fetch_all(self) -> None:
+        """Hand out every node (tests and small trees)."""
+        stack = [self._root]
+        while stack:
+            node = stack.pop()
+            while node.unfetched:
+                self._fetch(node)
+            stack.extend(node.children)
+
+    def matching(self, needle: str) -> set[int]:
+        """ids of the nodes that match `needle` or have a match below them (fetched or not)."""
+        hits: set[int] = set()
+        for node in self._tasks.values():
+            if needle in node.haystack:
+                walker = node
+                while walker is not None and id(walker) not in hits:
+                    hits.add(id(walker))
+                    walker = walker.parent
+        for source in self._sources.values():
+            if needle in source.haystack:
+                hits.add(id(source))
+        return hits
+
+    # -- QAbstractItemModel ----------------------------------------------------------------------
+
+    def index(self, row: int, column: int, parent: QModelIndex = QModelIndex()) -> QModelIndex:
+        node = parent.internalPointer() if parent.isValid() else self._root
+        if parent.isValid() and parent.column() != 0:
+            return QModelIndex()
+        if 0 <= row < len(node.children) and 0 <= column < len(COLUMNS):
+            return self.createIndex(row, column, node.children[row])
+        return QModelIndex()
+
+    def parent(self, index: QModelIndex | None = None):  # noqa: D401 (Qt override)
+        if index is None:  # QObject.parent()
+            return QObject.parent(self)
+        if not index.isValid():
+            return QModelIndex()
+        up = index.internalPointer().parent
+        if up is None or up.kind == ROOT:
+            return QModelIndex()
+        return self.createIndex(up.row, 0, up)
+
+    def sibling(self, row: int, column: int, index: QModelIndex) -> QModelIndex:
+        if index.isValid() and row == index.row() and 0 <= column < len(COLUMNS):
+            return self.createIndex(row, column, index.internalPointer())
+        return super().sibling(row, column, index)
+
+    def rowCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802
+        if parent.isValid():
+            if parent.column() != 0:
+                return 0
+            return len(parent.internalPointer().children)
+        return len(self._root.children)
+
+    def columnCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802
+        return len(COLUMNS)
+
+    def hasChildren(self, parent: QModelIndex = QModelIndex()) -> bool:  # noqa: N802
+        if parent.isValid() and parent.column() != 0:
+            return False
+        return self.node(parent).has_children()
+
+    def canFetchMore(self, parent: QModelIndex) -> bool:  # noqa: N802
+        if parent.isValid() and parent.column() != 0:
+            return False
+        return bool(self.node(parent).unfetched)
+
+    def fetchMore(self, parent: QModelIndex) -> None:  # noqa: N802
+        if parent.isValid() and parent.column() != 0:
+            return
+        if self._announcing:
+            self._deferred.append(QPersistentModelIndex(parent) if parent.isValid() else None)
+            self._defer_timer.start()
+            return
+        self._fetch(self.node(parent))
+
+    def _run_deferred_fetches(self) -> None:
+        pending, self._deferred = self._deferred, []
+        for persistent in pending:
+            if persistent is None:
+                self._fetch(self._root)
+            elif persistent.isValid():
+                self._fetch(persistent.internalPointer())
+
+    def _fetch(self, node: LineageNode) -> None:
+        """Hand out the next chunk of a node's children (rows inserted)."""
+        take = node.unfetched[:self._fetch_chunk]
+        if not take or (node.kind != ROOT and not node.exposed()):
+            return
+        first = len(node.children)
+        with self._announcing_change():
+            self.beginInsertRows(self.index_of(node), first, first + len(take) - 1)
+            del node.unfetched[:len(take)]
+            for offset, child in enumerate(take):
+                child.row = first + offset
+            node.children.extend(take)
+            self.endInsertRows()
+
+    def flags(self, index: QModelIndex) -> Qt.ItemFlag:
+        if not index.isValid():
+            return Qt.ItemFlag.NoItemFlags
+        return Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
+
+    def headerData(self, section: int, orientation: Qt.Orientation,  # noqa: N802
+                   role: int = Qt.ItemDataRole.DisplayRole):
+        if (orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole
+                and 0 <= section < len(COLUMNS)):
+            return COLUMNS[section]
+        return None
+
+    def data(self, index: QModelIndex, role: int = Qt.ItemDataRole.DisplayRole):
+        if not index.isValid():
+            return None
+        node: LineageNode = index.internalPointer()
+        column = index.column()
+        if node.kind == SOURCE:
+            return self._source_data(node, column, role)
+        return self._task_data(node, node.task, column, role)
+
+    def _source_data(self, node: LineageNode, column: int, role: int):
+        if role == Qt.ItemDataRole.DisplayRole:
+            if column == TITLE_COLUMN:
+                return node.title
+            return f"{node.task_count} task{'s' if node.task_count != 1 else ''}"
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return node.source_path
+        if role == Qt.ItemDataRole.DecorationRole and column == TITLE_COLUMN:
+            return self._icon("folder")
+        if role == ROLE_KIND:
+            return SOURCE
+        if role == ROLE_SOURCE_PATH:
+            return node.source_path
+        return None
+
+    def _task_data(self, node: LineageNode, task: TaskRow, column: int, role: int):
+        if role == Qt.ItemDataRole.DisplayRole:
+            if column == TITLE_COLUMN:
+                return task.title
+            return badge_text(task)
+        if role == Qt.ItemDataRole.ForegroundRole and column == STATE_COLUMN:
+            colour = STATE_COLOURS.get(task.run_state or "")
+            return QBrush(QColor(colour)) if colour else None
+        if role == Qt.ItemDataRole.DecorationRole and column == TITLE_COLUMN:
+            return self._icon("task")
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return tooltip(task)
+        if role == ROLE_TASK_ID:
+            return task.task_id
+        if role == ROLE_KIND:
+            return TASK
+        if role == ROLE_RUN_STATE:
+            return task.run_state
+        if role == ROLE_LIVE_SESSION:
+            return task.live
+        if role == ROLE_SNAPSHOT:
+            return task.snapshot
+        if role == ROLE_APPROVALS:
+            return task.approvals
+        if role == ROLE_SOURCE_PATH:
+            return task.source_path
+        if role == ROLE_BADGES:
+            return badges(task)
+        return None
+
+    def _icon(self, name: str):
+        cached = self._icons.get(name)
+        if cached is None:
+            cached = self._icons[name] = icon(name)
+        return cached
+
+    def refresh_icons(self) -> None:
+        """Draw icons again (the palette changed between light and dark)."""
+        self._icons.clear()
+        if self._root.children:
+            with self._announcing_change():
+                self.dataChanged.emit(self.index(0, 0),
+                                      self.index(len(self._root.children) - 1, 0),
+                                      [Qt.ItemDataRole.DecorationRole])
+
+
+def badges(task: TaskRow) -> list[str]:
+    """The short badges a task row carries, in reading order."""
+    out = [run_state_label(task.run_state)]
+    if task.live:
+        out.append("live")
+    if task.snapshot == "stale":
+        out.append("unsnapshotted")
+    if task.approvals:
+        out.append(f"{task.approvals} to approve")
+    return out
+
+
+def badge_text(task: TaskRow) -> str:
+    return " · ".join(badges(task))
+
+
+def tooltip(task: TaskRow) -> str:
+    lines = [task.title, f"{task.task_id} · {task.engine} · {task.origin}",
+             f"run: {run_state_label(task.run_state)}",
+             f"sandbox: {'live session' if task.live else 'no live session'}",
+             SNAPSHOT_WORDS.get(task.snapshot, task.snapshot)]
+    if task.approvals:
+        lines.append(f"{task.approvals} command{'s' if task.approvals != 1 else ''} "
+                     "waiting for approval")
+    return "\n".join(lines)
+
+
+class LineageFilter(QSortFilterProxyModel):
+    """Filters the lineage by a text (title, id, engine, state, folder), keeping ancestors."""
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        # A row shows when it matches or something below it does; the children of a match show
+        # only if they match too (auto-accepting them would also accept every sibling of a match
+        # below an ancestor that is kept for it).
+        self.setRecursiveFilteringEnabled(True)
+        self._needle = ""
+        self._hits: set[int] = set()
+
+    @property
+    def text(self) -> str:
+        return self._needle
+
+    def set_text(self, text: str) -> None:
+        needle = text.strip().lower()
+        if needle == self._needle:
+            return
+        begin = getattr(self, "beginFilterChange", None)
+        if begin is not None:
+            begin()
+        self._needle = needle
+        model = self.sourceModel()
+        self._hits = model.matching(needle) if (needle and model is not None) else set()
+        if begin is not None:
+            self.endFilterChange(QSortFilterProxyModel.Direction.Rows)
+        else:  # pragma: no cover - Qt before 6.9
+            self.invalidateRowsFilter()
+
+    def filterAcceptsRow(self, source_row: int, source_parent: QModelIndex) -> bool:  # noqa: N802
+        if not self._needle:
+            return True
+        model: LineageModel = self.sourceModel()
+        parent = model.node(source_parent)
+        if not 0 <= source_row < len(parent.children):
+            return False
+        node = parent.children[source_row]
+        # New rows that match are found by their text; older ones also by the precomputed hits
+        # (which include ancestors of matches not fetched yet).
+        return id(node) in self._hits or self._needle in node.haystack

@@ -1,0 +1,295 @@
+"""The left side of the window: the lineage tree with its filter box.
+
+Owns loading the tree (a job), keeping it current from events (new tasks, run states, workspace
+states, snapshots, revisions, approvals), filtering it, and telling the window which task is
+selected. The tree's shape and rows belong to gui.lineage_model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core import events as ev
+from core.events import Event
+from gui.context import AppContext
+from gui.events import APPROVAL_DECIDED, APPROVAL_REQUESTED
+from gui.lineage_model import ROLE_TASK_ID, LineageFilter, LineageModel
+from gui.qt import (
+    QAbstractItemView,
+    QHeaderView,
+    QItemSelectionModel,
+    QLabel,
+    QLineEdit,
+    QModelIndex,
+    QStackedWidget,
+    Qt,
+    QTimer,
+    QTreeView,
+    QVBoxLayout,
+    QWidget,
+    Signal,
+)
+from gui.queries import (
+    FOLLOWABLE,
+    LineageData,
+    TaskRow,
+    live_workspaces,
+    load_lineage,
+    pending_approvals_by_task,
+    task_row,
+)
+
+LOAD_KEY = "lineage"
+SESSIONS_KEY = "lineage-sessions"
+APPROVALS_KEY = "lineage-approvals"
+NO_TASKS_TEXT = "No tasks yet.\nDrop a repository folder on the window, or choose File ▸ New Task…"
+FILTER_DELAY_MS = 150
+EXPAND_MATCHES = 50  # matches whose ancestors are expanded when a filter is typed
+
+
+class LineagePanel(QWidget):
+    sig_task_selected = Signal(object)
+    """The selected task changed: its id, or None."""
+
+    sig_loaded = Signal(int)
+    """The tree was (re)loaded with this many tasks."""
+
+    sig_problem = Signal(str)
+    """Loading found a problem worth showing (e.g. sandboxes could not be asked)."""
+
+    def __init__(self, context: AppContext, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.context = context
+        self.model = LineageModel(self)
+        self.proxy = LineageFilter(self)
+        self.proxy.setSourceModel(self.model)
+        self._wanted_selection: str | None = None
+        self._loaded = False
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        self.filter_edit = QLineEdit(self)
+        self.filter_edit.setObjectName("lineageFilter")
+        self.filter_edit.setPlaceholderText("Filter tasks by title, id, engine or state")
+        self.filter_edit.setClearButtonEnabled(True)
+        layout.addWidget(self.filter_edit)
+        self.stack = QStackedWidget(self)
+        self.tree = QTreeView(self)
+        self.tree.setObjectName("lineageTree")
+        self.tree.setModel(self.proxy)
+        self.tree.setUniformRowHeights(True)
+        self.tree.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.tree.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.tree.setAlternatingRowColors(True)
+        header = self.tree.header()
+        header.setStretchLastSection(False)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
+        self.empty_label = QLabel(NO_TASKS_TEXT, self)
+        self.empty_label.setObjectName("lineageEmpty")
+        self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty_label.setWordWrap(True)
+        self.empty_label.setEnabled(False)
+        self.loading_label = QLabel("Loading tasks…", self)
+        self.loading_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.stack.addWidget(self.loading_label)
+        self.stack.addWidget(self.tree)
+        self.stack.addWidget(self.empty_label)
+        layout.addWidget(self.stack, 1)
+
+        self._filter_timer = QTimer(self)
+        self._filter_timer.setSingleShot(True)
+        self._filter_timer.setInterval(FILTER_DELAY_MS)
+        self._filter_timer.timeout.connect(self._apply_filter)
+        self.filter_edit.textChanged.connect(lambda _text: self._filter_timer.start())
+        self.tree.selectionModel().currentRowChanged.connect(self._current_changed)
+        self._sessions_timer = QTimer(self)
+        self._sessions_timer.setSingleShot(True)
+        self._sessions_timer.setInterval(500)
+        self._sessions_timer.timeout.connect(self.refresh_sessions)
+        self._approvals_timer = QTimer(self)
+        self._approvals_timer.setSingleShot(True)
+        self._approvals_timer.setInterval(200)
+        self._approvals_timer.timeout.connect(self.refresh_approvals)
+        context.events.sig_events.connect(self._on_events)
+
+    # -- loading ---------------------------------------------------------------------------------
+
+    def reload(self) -> None:
+        """Load every task (a job); the selection is kept across the reload."""
+        cairn = self.context.cairn
+        if self._loaded:
+            self._wanted_selection = self.selected_task() or self._wanted_selection
+        self.context.jobs.job(lambda: load_lineage(cairn), key=LOAD_KEY,
+                              what="load the tasks", parent=self).success(self._loaded_rows).run()
+
+    def _loaded_rows(self, data: LineageData) -> None:
+        self.model.set_rows(data.rows)
+        self._loaded = True
+        self._update_stack()
+        if self._wanted_selection:
+            self.select_task(self._wanted_selection)
+        self.sig_loaded.emit(len(data.rows))
+        for row in data.rows:
+            if row.run_state in FOLLOWABLE:
+                self._follow_latest(row.task_id)
+        if data.problem:
+            self.sig_problem.emit(data.problem)
+
+    def _update_stack(self) -> None:
+        if not self._loaded:
+            self.stack.setCurrentWidget(self.loading_label)
+        elif len(self.model) == 0:
+            self.stack.setCurrentWidget(self.empty_label)
+        else:
+            self.stack.setCurrentWidget(self.tree)
+
+    def add_task_row(self, row: TaskRow) -> None:
+        self.model.add_task(row)
+        self._update_stack()
+
+    def fetch_task(self, task_id: str, *, select: bool = False) -> None:
+        """Load one task's row (a new task, or one whose state changed) and show it."""
+        cairn = self.context.cairn
+
+        def shown(row: TaskRow) -> None:
+            self.add_task_row(row)
+            if select:
+                self.select_task(row.task_id)
+
+        self.context.jobs.job(lambda: task_row(cairn, task_id), what="load the new task",
+                              parent=self).success(shown).run()
+
+    def refresh_sessions(self) -> None:
+        """Ask which sandboxes are live (a job) and update the rows' live badges."""
+        cairn = self.context.cairn
+        self.context.jobs.job(cairn.status, key=SESSIONS_KEY, what="check the sandboxes",
+                              parent=self).success(self._sessions_checked).run()
+
+    def _sessions_checked(self, status: dict) -> None:
+        self.context.set_sandbox_problem(status.get("problem"))
+        live = live_workspaces(status)
+        for task_id in self.model.task_ids():
+            node = self.model.task_node(task_id)
+            is_live = node.task.workspace_id in live
+            if node.task.live != is_live:
+                self.model.set_task_fields(task_id, live=is_live)
+
+    # -- events ----------------------------------------------------------------------------------
+
+    def _on_events(self, events: list[Event]) -> None:
+        sessions_changed = False
+        for event in events:
+            payload = event.payload
+            if event.kind == ev.TASK_CREATED and event.subject:
+                if self.model.task_node(event.subject) is None:
+                    self.fetch_task(event.subject)
+            elif event.kind in (ev.RUN_STATE, ev.RUN_RESUMED):
+                task_id = payload.get("task_id")
+                state = payload.get("state") or (payload.get("report") and "running")
+                if task_id and state:
+                    self.model.set_task_fields(task_id, run_state=state)
+                if state in FOLLOWABLE and event.subject:
+                    self.context.followers.follow(event.subject)
+                sessions_changed = True
+            elif event.kind == ev.WORKSPACE_STATE:
+                task_id = self.model.task_for_workspace(event.subject or "")
+                if task_id:
+                    self.model.set_task_fields(task_id, workspace_state=payload.get("state"))
+                sessions_changed = True
+            elif event.kind == ev.SNAPSHOT_CREATED:
+                task_id = self.model.task_for_workspace(event.subject or "")
+                if task_id:
+                    self.model.set_task_fields(task_id, snapshot="fresh")
+            elif event.kind == ev.REVISION_RECORDED:
+                task_id = self.model.task_for_workspace(event.subject or "")
+                node = self.model.task_node(task_id) if task_id else None
+                if node is not None and node.task.snapshot == "fresh":
+                    self.model.set_task_fields(task_id, snapshot="stale")
+            elif event.kind in (APPROVAL_REQUESTED, APPROVAL_DECIDED):
+                self._approvals_timer.start()
+        if sessions_changed:
+            self._sessions_timer.start()
+
+    def refresh_approvals(self) -> None:
+        """Count the approvals waiting per task again (a job) and update the rows' badges."""
+        cairn = self.context.cairn
+        self.context.jobs.job(lambda: pending_approvals_by_task(cairn), key=APPROVALS_KEY,
+                              what="count the approvals", parent=self) \
+            .success(self._approvals_counted).run()
+
+    def _approvals_counted(self, counts: dict[str, int]) -> None:
+        for task_id in self.model.task_ids():
+            count = counts.get(task_id, 0)
+            if self.model.task_node(task_id).task.approvals != count:
+                self.model.set_task_fields(task_id, approvals=count)
+
+    def _follow_latest(self, task_id: str) -> None:
+        cairn = self.context.cairn
+        def follow(run) -> None:
+            if run is not None and run.state in FOLLOWABLE:
+                self.context.followers.follow(run.id)
+
+        self.context.jobs.job(lambda: cairn.in_flight_run(task_id), what="find the run in flight",
+                              parent=self).success(follow).run()
+
+    # -- filtering and selection -----------------------------------------------------------------
+
+    def _apply_filter(self) -> None:
+        text = self.filter_edit.text()
+        self.proxy.set_text(text)
+        if not text.strip():
+            return
+        needle = text.strip().lower()
+        shown = 0
+        for task_id in self.model.task_ids():
+            node = self.model.task_node(task_id)
+            if needle not in node.haystack:
+                continue
+            self.model.expose(node)
+            proxy_index = self.proxy.mapFromSource(self.model.index_of(node))
+            parent = proxy_index.parent()
+            while parent.isValid():
+                self.tree.expand(parent)
+                parent = parent.parent()
+            shown += 1
+            if shown >= EXPAND_MATCHES:
+                break
+
+    def selected_task(self) -> str | None:
+        index = self.tree.currentIndex()
+        return index.data(ROLE_TASK_ID) if index.isValid() else None
+
+    def select_task(self, task_id: str) -> bool:
+        """Select a task (fetching and expanding down to it); False if it is not in the tree."""
+        source = self.model.index_of_task(task_id)
+        if not source.isValid():
+            self._wanted_selection = task_id
+            return False
+        index = self.proxy.mapFromSource(source)
+        if not index.isValid():  # filtered out: clear the filter so the task can be shown
+            self.filter_edit.clear()
+            self._apply_filter()
+            index = self.proxy.mapFromSource(source)
+        parent = index.parent()
+        while parent.isValid():
+            self.tree.expand(parent)
+            parent = parent.parent()
+        self.tree.selectionModel().setCurrentIndex(
+            index, QItemSelectionModel.SelectionFlag.ClearAndSelect
+            | QItemSelectionModel.SelectionFlag.Rows)
+        self.tree.scrollTo(index)
+        self._wanted_selection = None
+        return True
+
+    def restore_selection(self, task_id: str | None) -> None:
+        """Select this task once the tree has loaded (the saved selection of the last session)."""
+        if task_id and not (self._loaded and self.select_task(task_id)):
+            self._wanted_selection = task_id
+
+    def _current_changed(self, current: QModelIndex, _previous: QModelIndex) -> None:
+        task_id: Any = current.data(ROLE_TASK_ID) if current.isValid() else None
+        self.sig_task_selected.emit(task_id)
+
+    def refresh_icons(self) -> None:
+        self.model.refresh_icons()

@@ -1,0 +1,141 @@
+"""What the Revisions tab reads through the facade, as plain values; every function here runs
+inside a job, never on the GUI thread, and uses no Qt.
+
+Owns the timeline of one task, the revisions of the other tasks grown from the same folder (named
+`TASK:REV` for the facade), the +/− counts of revisions, and a diff with the sizes its binary files
+need; the widgets own showing them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.diffs import Diff, diff_stats
+from core.vault.objects import run_git
+from gui.diff.model import binary_shas
+
+DIFF_MAX_BYTES = 4_000_000
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    id: str
+    seq: int
+    trigger: str
+    run_id: str | None
+    created_at: float
+    files_changed: int
+    parent_id: str | None
+
+
+@dataclass(frozen=True)
+class OtherRevision:
+    """A revision of another task of the same source folder."""
+
+    task_id: str
+    task_title: str
+    relation: str  # parent / child / ancestor / descendant / related
+    revision_id: str
+    seq: int
+    trigger: str
+    created_at: float
+
+    @property
+    def ref(self) -> str:
+        return f"{self.task_id}:{self.revision_id}"
+
+
+@dataclass
+class Timeline:
+    task_id: str
+    title: str
+    source_id: str
+    entries: list[TimelineEntry]
+    others: list[OtherRevision] = field(default_factory=list)
+    workspace_id: str | None = None
+
+
+@dataclass
+class DiffResult:
+    diff: Diff
+    blob_sizes: dict[str, int]
+    old_ref: str
+    new_ref: str
+
+
+def load_timeline(cairn: Any, task_id: str) -> Timeline:
+    task = cairn.task(task_id)
+    entries = [TimelineEntry(r.id, r.seq, r.trigger, r.run_id, r.created_at, r.files_changed,
+                             r.parent_id) for r in cairn.revisions(task.id)]
+    tasks = cairn.tasks()
+    by_id = {t.id: t for t in tasks}
+    others: list[OtherRevision] = []
+    for other in tasks:
+        if other.id == task.id or other.source_id != task.source_id or not other.workspace_id:
+            continue
+        relation = _relation(by_id, task.id, other.id)
+        for r in cairn.revisions(other.id):
+            others.append(OtherRevision(other.id, other.title, relation, r.id, r.seq, r.trigger,
+                                        r.created_at))
+    order = {"parent": 0, "child": 1, "ancestor": 2, "descendant": 3, "related": 4}
+    others.sort(key=lambda o: (order.get(o.relation, 9), o.task_id, -o.seq))
+    return Timeline(task.id, task.title, task.source_id, entries, others, task.workspace_id)
+
+
+def _relation(by_id: dict, task_id: str, other_id: str) -> str:
+    def ancestors(t_id: str) -> list[str]:
+        out, seen = [], set()
+        parent = by_id[t_id].parent_task_id if t_id in by_id else None
+        while parent and parent not in seen and parent in by_id:
+            seen.add(parent)
+            out.append(parent)
+            parent = by_id[parent].parent_task_id
+        return out
+
+    mine = ancestors(task_id)
+    if mine and mine[0] == other_id:
+        return "parent"
+    if other_id in mine:
+        return "ancestor"
+    theirs = ancestors(other_id)
+    if theirs and theirs[0] == task_id:
+        return "child"
+    if task_id in theirs:
+        return "descendant"
+    return "related"
+
+
+def revision_stats(cairn: Any, task_id: str,
+                   pairs: list[tuple[str | None, str]]) -> dict[str, tuple[int, int, int]]:
+    """(files, added, removed) of each revision against its parent, by revision id."""
+    task = cairn.task(task_id)
+    git_dir = cairn.vault_for(task.source_id).git_dir
+    out: dict[str, tuple[int, int, int]] = {}
+    for parent, rev in pairs:
+        out[rev] = diff_stats(git_dir, parent, rev)
+    return out
+
+
+def load_diff(cairn: Any, task_id: str, old_ref: str, new_ref: str, *,
+              max_bytes: int = DIFF_MAX_BYTES) -> DiffResult:
+    diff = cairn.diff(task_id, old_ref, new_ref, max_bytes=max_bytes)
+    sizes: dict[str, int] = {}
+    shas = binary_shas(diff)
+    if shas:
+        task = cairn.task(task_id)
+        sizes = blob_sizes(cairn.vault_for(task.source_id).git_dir, shas)
+    return DiffResult(diff, sizes, old_ref, new_ref)
+
+
+def blob_sizes(git_dir: Path, shas: list[str]) -> dict[str, int]:
+    """Sizes of blobs without reading them (for "binary file, N bytes")."""
+    proc = run_git(["--git-dir", str(git_dir), "cat-file", "--batch-check"],
+                   input="".join(f"{s}\n" for s in shas).encode(), check=False)
+    out: dict[str, int] = {}
+    for line in proc.stdout.decode(errors="replace").splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[1] == "blob" and parts[2].isdigit():
+            out[parts[0]] = int(parts[2])
+    return out

@@ -1,0 +1,397 @@
+"""The Revisions tab: one task's timeline, "fork from here", and the diff of any two revisions,
+including revisions of its parent and child tasks.
+
+Owns choosing what to compare and asking for it: every facade call goes through the job runner,
+selection changes are debounced, and a request counter drops a diff that arrives for a selection
+that is no longer current. Showing the diff belongs to gui.diff.
+"""
+
+from __future__ import annotations
+
+from core import events as ev
+from gui.diff import DiffViewer
+from gui.qt import (QAbstractItemView, QComboBox, QGuiApplication, QHBoxLayout, QHeaderView,
+                    QItemSelectionModel, QLabel, QMenu, QPoint, QPushButton, QSplitter, Qt,
+                    QTableView, QTimer, QVBoxLayout, QWidget, Signal)
+from gui.revisions import data
+from gui.revisions.timeline_model import COL_RUN, TimelineModel
+
+SELECTION_DEBOUNCE_MS = 150
+RELOAD_DEBOUNCE_MS = 300
+STATS_BATCH_MS = 30
+
+NO_OTHER = ""
+
+
+class RevisionsPanel(QWidget):
+    """The timeline of the task given to `set_task`, and the diff of the selected revisions."""
+
+    sig_fork_requested = Signal(str, str)
+    """The user chose "Fork from here": (task id, revision id)."""
+
+    sig_diff_shown = Signal(str, str)
+    """A diff is on screen: (old ref, new ref) as given to the facade."""
+
+    def __init__(self, context, parent: QWidget | None = None):
+        super().__init__(parent)
+        self._context = context
+        self._jobs = context.jobs
+        self._task_id: str | None = None
+        self._timeline: data.Timeline | None = None
+        self._task_generation = 0
+        self._diff_request = 0
+        self._stats_wanted: list[str] = []
+        self._key = f"revisions-{id(self)}"
+
+        self.heading = QLabel("No task selected", self)
+        self.heading.setObjectName("revisionsHeading")
+        self.model = TimelineModel(self, on_stats_wanted=self._want_stats)
+        self.table = QTableView(self)
+        self.table.setObjectName("revisionsTimeline")
+        self.table.setModel(self.model)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.verticalHeader().setVisible(False)
+        self.table.setShowGrid(False)
+        self.table.setWordWrap(False)
+        self.table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.table.customContextMenuRequested.connect(self._show_context_menu)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(COL_RUN, QHeaderView.ResizeMode.Stretch)
+        self.table.selectionModel().selectionChanged.connect(self._on_selection_changed)
+        self.table.setToolTip("Select one revision to see what it changed, or two to compare them. "
+                              "Right-click a revision to fork from it.")
+
+        self.other_label = QLabel("Compare with another task:", self)
+        self.other_picker = QComboBox(self)
+        self.other_picker.setObjectName("revisionsOtherPicker")
+        self.other_picker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.other_picker.setToolTip("A revision of a parent, child or other task grown from the "
+                                     "same folder; it is compared with the selected revision")
+        self.other_picker.currentIndexChanged.connect(lambda _i: self._schedule_diff())
+        self.fork_button = QPushButton("Fork from here…", self)
+        self.fork_button.setEnabled(False)
+        self.fork_button.clicked.connect(self._fork_selected)
+        self.comparison = QLabel(self)
+        self.comparison.setObjectName("revisionsComparison")
+        self.status = QLabel(self)
+        self.status.setObjectName("revisionsStatus")
+        self.status.setWordWrap(True)
+
+        bar = QHBoxLayout()
+        bar.addWidget(self.other_label)
+        bar.addWidget(self.other_picker)
+        bar.addStretch(1)
+        bar.addWidget(self.fork_button)
+        top = QWidget(self)
+        top_layout = QVBoxLayout(top)
+        top_layout.setContentsMargins(0, 0, 0, 0)
+        top_layout.addWidget(self.heading)
+        top_layout.addWidget(self.table, 1)
+        top_layout.addLayout(bar)
+        top_layout.addWidget(self.comparison)
+        top_layout.addWidget(self.status)
+
+        self.viewer = DiffViewer(self._jobs, self)
+        splitter = QSplitter(Qt.Orientation.Vertical, self)
+        splitter.addWidget(top)
+        splitter.addWidget(self.viewer)
+        splitter.setStretchFactor(0, 1)
+        splitter.setStretchFactor(1, 3)
+        splitter.setSizes([220, 660])
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(splitter)
+
+        self._diff_timer = self._single_shot(SELECTION_DEBOUNCE_MS, self._request_diff)
+        self._reload_timer = self._single_shot(RELOAD_DEBOUNCE_MS, self._reload)
+        self._stats_timer = self._single_shot(STATS_BATCH_MS, self._request_stats)
+
+        events = getattr(context, "events", None)
+        if events is not None:
+            events.sig_event.connect(self._on_event)
+        self.set_task(None)
+
+    def _single_shot(self, ms: int, slot) -> QTimer:
+        timer = QTimer(self)
+        timer.setSingleShot(True)
+        timer.setInterval(ms)
+        timer.timeout.connect(slot)
+        return timer
+
+    @property
+    def _cairn(self):
+        return self._context.cairn
+
+    # -- the task -----------------------------------------------------------------------------
+
+    @property
+    def task_id(self) -> str | None:
+        return self._task_id
+
+    def set_task(self, task_id: str | None) -> None:
+        """Show this task's revisions (None: nothing)."""
+        self._task_id = task_id
+        self._task_generation += 1
+        self._timeline = None
+        self._diff_request += 1
+        self._diff_timer.stop()
+        self._jobs.supersede(f"{self._key}-diff")
+        self.model.set_entries([])
+        self._fill_other_picker([])
+        self.fork_button.setEnabled(False)
+        self.comparison.setText("")
+        self.status.setText("")
+        if task_id is None:
+            self.heading.setText("No task selected")
+            self.viewer.show_message("Select a task to see its revisions")
+            return
+        self.heading.setText("Loading revisions…")
+        self.viewer.show_message("Select a revision to see what it changed")
+        self._reload()
+
+    def reload(self) -> None:
+        """Read the timeline again (kept selection, kept +/− counts)."""
+        self._reload_timer.start()
+
+    def _reload(self) -> None:
+        if self._task_id is None:
+            return
+        task_id, generation = self._task_id, self._task_generation
+        cairn = self._cairn
+        self._jobs.job(lambda: data.load_timeline(cairn, task_id), key=f"{self._key}-timeline",
+                       what="load the revisions", parent=self) \
+            .success(lambda timeline: self._show_timeline(generation, timeline)) \
+            .failure(lambda failure: self._show_failure(generation, failure)) \
+            .run()
+
+    def _show_timeline(self, generation: int, timeline: data.Timeline) -> None:
+        if generation != self._task_generation:
+            return
+        keep = self._timeline is not None and self._timeline.task_id == timeline.task_id
+        selected = self.selected_revisions()
+        other = self.other_picker.currentData() or NO_OTHER
+        self._timeline = timeline
+        self.heading.setText(f"{timeline.title} — {len(timeline.entries)} revision"
+                             f"{'' if len(timeline.entries) == 1 else 's'}")
+        selection = self.table.selectionModel()
+        selection.blockSignals(True)
+        try:
+            self.model.set_entries(timeline.entries, keep_stats=keep)
+            for rev in selected:
+                row = self.model.row_of(rev)
+                if row >= 0:
+                    self._add_row(row)
+        finally:
+            selection.blockSignals(False)
+        self._fill_other_picker(timeline.others, keep=other)
+        self._update_fork_button()
+
+    def _add_row(self, row: int) -> None:
+        flags = (QItemSelectionModel.SelectionFlag.Select
+                 | QItemSelectionModel.SelectionFlag.Rows)
+        self.table.selectionModel().select(self.model.index(row, 0), flags)
+
+    def _show_failure(self, generation: int, failure) -> None:
+        if generation != self._task_generation:
+            return
+        self.heading.setText("Revisions could not be loaded")
+        self.status.setText(failure.sentence())
+
+    def _fill_other_picker(self, others: list[data.OtherRevision], keep: str = NO_OTHER) -> None:
+        picker = self.other_picker
+        picker.blockSignals(True)
+        try:
+            picker.clear()
+            picker.addItem("— this task only —", NO_OTHER)
+            for o in others:
+                picker.addItem(f"{o.task_title} ({o.relation}) · #{o.seq} {o.trigger} · "
+                               f"{o.revision_id[:10]}", o.ref)
+                picker.setItemData(picker.count() - 1, f"{o.ref}", Qt.ItemDataRole.ToolTipRole)
+            index = picker.findData(keep)
+            picker.setCurrentIndex(max(index, 0))
+        finally:
+            picker.blockSignals(False)
+        visible = bool(others)
+        self.other_label.setVisible(visible)
+        picker.setVisible(visible)
+
+    # -- events -------------------------------------------------------------------------------
+
+    def _on_event(self, event) -> None:
+        timeline = self._timeline
+        if self._task_id is None:
+            return
+        if event.kind == ev.REVISION_RECORDED:
+            if timeline is None or event.subject == timeline.workspace_id or timeline.others:
+                self.reload()
+        elif event.kind in (ev.TASK_CREATED, ev.SNAPSHOT_CREATED):
+            self.reload()
+
+    # -- selection and diff -------------------------------------------------------------------
+
+    def selected_revisions(self) -> list[str]:
+        """Selected revision ids, oldest first."""
+        rows = sorted({i.row() for i in self.table.selectionModel().selectedRows()})
+        entries = [self.model.entry(r) for r in rows]
+        entries.sort(key=lambda e: e.seq)
+        return [e.id for e in entries]
+
+    def select_revisions(self, *revision_ids: str) -> None:
+        """Select these revisions in the timeline (as a click would)."""
+        self.table.clearSelection()
+        for rev in revision_ids:
+            row = self.model.row_of(rev)
+            if row >= 0:
+                self._add_row(row)
+
+    def compare_with_other(self, ref: str) -> None:
+        """Choose a `TASK:REV` of another task to compare the selection with."""
+        index = self.other_picker.findData(ref)
+        if index < 0:
+            raise ValueError(f"{ref} is not a revision of a related task")
+        self.other_picker.setCurrentIndex(index)
+
+    def _on_selection_changed(self, *_args) -> None:
+        self._update_fork_button()
+        self._schedule_diff()
+
+    def _update_fork_button(self) -> None:
+        self.fork_button.setEnabled(len(self.selected_revisions()) == 1)
+
+    def _schedule_diff(self) -> None:
+        self._diff_timer.start()
+
+    def comparison_refs(self) -> tuple[str, str] | None:
+        """(old, new) refs for the facade's diff from the current selection, or None."""
+        timeline = self._timeline
+        if timeline is None:
+            return None
+        selected = self.selected_revisions()
+        other = self.other_picker.currentData() or NO_OTHER
+        if other:
+            new = selected[-1] if selected else (timeline.entries[-1].id if timeline.entries
+                                                else None)
+            return (other, new) if new else None
+        if len(selected) >= 2:
+            return selected[0], selected[-1]
+        if len(selected) == 1:
+            entry = next(e for e in timeline.entries if e.id == selected[0])
+            if entry.parent_id is None:
+                return None
+            return entry.parent_id, entry.id
+        return None
+
+    def _request_diff(self) -> None:
+        self._diff_request += 1
+        request = self._diff_request
+        refs = self.comparison_refs()
+        task_id = self._task_id
+        if refs is None or task_id is None:
+            self._jobs.supersede(f"{self._key}-diff")
+            selected = self.selected_revisions()
+            if selected and self._timeline is not None:
+                self.comparison.setText("")
+                self.viewer.show_message("The base revision is where this task started: "
+                                         "select a second revision to compare it with.")
+            else:
+                self.viewer.show_message("Select a revision to see what it changed")
+            return
+        old, new = refs
+        self.comparison.setText(f"Comparing {self._describe(old)} → {self._describe(new)}")
+        self.viewer.show_message("Loading the diff…")
+        cairn = self._cairn
+        self._jobs.job(lambda: data.load_diff(cairn, task_id, old, new), key=f"{self._key}-diff",
+                       what="load the diff", parent=self) \
+            .success(lambda result: self._show_diff(request, result)) \
+            .failure(lambda failure: self._show_diff_failure(request, failure)) \
+            .run()
+
+    def _describe(self, ref: str) -> str:
+        timeline = self._timeline
+        if ":" in ref:
+            task_id, _, rev = ref.partition(":")
+            other = next((o for o in (timeline.others if timeline else [])
+                          if o.task_id == task_id and o.revision_id == rev), None)
+            return f"{other.task_title} #{other.seq}" if other else ref
+        entry = next((e for e in (timeline.entries if timeline else []) if e.id == ref), None)
+        return f"#{entry.seq} ({entry.trigger})" if entry else ref[:10]
+
+    @property
+    def diff_request(self) -> int:
+        return self._diff_request
+
+    def _show_diff(self, request: int, result: data.DiffResult) -> None:
+        if request != self._diff_request:
+            return  # the selection changed since this diff was asked for
+        self.viewer.set_diff(result.diff, blob_sizes=result.blob_sizes)
+        d = result.diff
+        self.status.setText(f"{d.files_changed} file{'' if d.files_changed == 1 else 's'} changed, "
+                            f"+{d.additions} −{d.deletions}")
+        self.sig_diff_shown.emit(result.old_ref, result.new_ref)
+
+    def _show_diff_failure(self, request: int, failure) -> None:
+        if request != self._diff_request:
+            return
+        self.viewer.show_message(failure.sentence())
+
+    # -- +/− per visible row ------------------------------------------------------------------
+
+    def _want_stats(self, revision_id: str) -> None:
+        self._stats_wanted.append(revision_id)
+        self._stats_timer.start()
+
+    def _request_stats(self) -> None:
+        if self._timeline is None or not self._stats_wanted:
+            return
+        parents = {e.id: e.parent_id for e in self._timeline.entries}
+        pairs = [(parents.get(rev), rev) for rev in dict.fromkeys(self._stats_wanted)
+                 if rev in parents]
+        self._stats_wanted = []
+        if not pairs:
+            return
+        task_id, generation, cairn = self._timeline.task_id, self._task_generation, self._cairn
+        self._jobs.job(lambda: data.revision_stats(cairn, task_id, pairs),
+                       what="count the changed lines", parent=self) \
+            .success(lambda stats: self._show_stats(generation, stats)) \
+            .failure(lambda _f: self.model.forget_asked([rev for _p, rev in pairs])) \
+            .run()
+
+    def _show_stats(self, generation: int, stats: dict) -> None:
+        if generation == self._task_generation:
+            self.model.set_stats(stats)
+
+    # -- fork ---------------------------------------------------------------------------------
+
+    def context_menu_for(self, row: int) -> QMenu:
+        """The menu of a timeline row: "Fork from here" (and copying its id)."""
+        entry = self.model.entry(row)
+        menu = QMenu(self)
+        fork = menu.addAction(f"Fork from here (#{entry.seq})")
+        fork.setObjectName("forkFromHere")
+        fork.triggered.connect(lambda: self._request_fork(entry.id))
+        copy = menu.addAction("Copy revision id")
+        copy.triggered.connect(lambda: self._copy(entry.id))
+        return menu
+
+    def _show_context_menu(self, pos: QPoint) -> None:
+        index = self.table.indexAt(pos)
+        if not index.isValid():
+            return
+        menu = self.context_menu_for(index.row())
+        menu.exec(self.table.viewport().mapToGlobal(pos))
+        menu.deleteLater()
+
+    def _fork_selected(self) -> None:
+        selected = self.selected_revisions()
+        if len(selected) == 1:
+            self._request_fork(selected[0])
+
+    def _request_fork(self, revision_id: str) -> None:
+        if self._task_id is not None:
+            self.sig_fork_requested.emit(self._task_id, revision_id)
+
+    def _copy(self, text: str) -> None:
+        QGuiApplication.clipboard().setText(text)

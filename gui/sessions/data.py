@@ -1,0 +1,216 @@
+"""What the Sessions & Snapshots tab reads through the facade, as plain values, and how a resume
+report reads in words; the loading functions run inside jobs and use no Qt.
+
+Owns joining `Cairn.status()` with the tasks (a sandbox is listed under the task whose workspace
+it serves), asking for CPU and memory figures where the facade offers them, and finding each
+task's last resume report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# The facade method for live figures of one sandbox session (cpu_percent, memory_bytes,
+# memory_limit_bytes, pids, uptime_s); until the facade has it the columns say why they are empty.
+STATS_METHOD = "session_stats"
+NO_STATS_REASON = ("CPU and memory figures need per-session stats from the sandbox backend, "
+                   "which this version of Cairn's core does not offer yet")
+NOT_RUNNING_REASON = "only a running sandbox has CPU and memory figures"
+
+
+@dataclass
+class SessionRow:
+    session_id: str
+    workspace_id: str
+    task_id: str | None
+    task_title: str
+    backend: str
+    unsafe: bool
+    container: str | None
+    state: str          # running / stopped / gone / unknown
+    image: str | None
+    age_s: float
+    generation: int
+    snapshot_id: str | None
+    cpu_percent: float | None = None
+    memory_bytes: int | None = None
+    memory_limit_bytes: int | None = None
+    uptime_s: float | None = None
+    stats_note: str = NO_STATS_REASON
+
+
+@dataclass
+class SnapshotRow:
+    snapshot_id: str
+    workspace_id: str
+    task_title: str
+    revision: str
+    age_s: float
+    size: int | None
+    restorable: bool
+    state: str = ""
+
+
+@dataclass
+class ResumeInfo:
+    task_id: str
+    run_id: str
+    report: dict
+
+
+@dataclass
+class SessionsData:
+    sessions: list[SessionRow] = field(default_factory=list)
+    snapshots: list[SnapshotRow] = field(default_factory=list)
+    problem: str | None = None
+    resumes: dict[str, ResumeInfo] = field(default_factory=dict)  # by task id
+    stats_available: bool = False
+
+
+def load_sessions(cairn: Any) -> SessionsData:
+    status = cairn.status()
+    tasks = cairn.tasks()
+    task_of_ws = {t.workspace_id: t for t in tasks if t.workspace_id}
+    stats_method = getattr(cairn, STATS_METHOD, None)
+    stats_available = callable(stats_method)
+    out = SessionsData(problem=status.get("problem"), stats_available=stats_available)
+    for s in status.get("sessions", []):
+        task = task_of_ws.get(s.get("workspace_id"))
+        row = SessionRow(
+            session_id=s["session_id"], workspace_id=s.get("workspace_id") or "",
+            task_id=task.id if task else None, task_title=task.title if task else "(no task)",
+            backend=s.get("backend") or "", unsafe=bool(s.get("unsafe")),
+            container=s.get("container"), state=s.get("state") or "unknown", image=s.get("image"),
+            age_s=float(s.get("age_s") or 0.0), generation=int(s.get("generation") or 0),
+            snapshot_id=s.get("snapshot_id"))
+        if row.state != "running":
+            row.stats_note = NOT_RUNNING_REASON
+        elif stats_available:
+            try:
+                stats = stats_method(row.session_id) or {}
+            except Exception as exc:  # noqa: BLE001 - one sandbox's figures must not hide the list
+                row.stats_note = f"figures unavailable: {exc}"
+            else:
+                row.cpu_percent = stats.get("cpu_percent")
+                row.memory_bytes = stats.get("memory_bytes")
+                row.memory_limit_bytes = stats.get("memory_limit_bytes")
+                row.uptime_s = stats.get("uptime_s")
+                row.stats_note = "from the sandbox backend"
+        out.sessions.append(row)
+    for snap in status.get("snapshots", []):
+        task = task_of_ws.get(snap.get("workspace_id"))
+        out.snapshots.append(SnapshotRow(
+            snapshot_id=snap["snapshot_id"], workspace_id=snap.get("workspace_id") or "",
+            task_title=task.title if task else "(no task)", revision=snap.get("revision") or "",
+            age_s=float(snap.get("age_s") or 0.0), size=snap.get("size"),
+            restorable=bool(snap.get("restorable")), state=snap.get("state") or ""))
+    for task in tasks:
+        if not any(r.task_id == task.id for r in out.sessions):
+            continue
+        run = _latest_run(cairn, task)
+        report = getattr(run, "resume_report", None) if run is not None else None
+        if report:
+            out.resumes[task.id] = ResumeInfo(task.id, run.id, report)
+    return out
+
+
+def _latest_run(cairn: Any, task: Any):
+    method = getattr(cairn, "latest_run", None)
+    if callable(method):
+        return method(task.id)
+    runs = getattr(cairn, "runs", None)
+    return runs.latest_run(task) if runs is not None else None
+
+
+# -- resume reports in words ------------------------------------------------------------------
+
+def _sandbox_words(outcome: str) -> str:
+    if outcome == "reattached":
+        return "reattached to the sandbox that was still there"
+    if outcome == "recreated":
+        return "recreated the sandbox (the old one was gone), carrying the same snapshot"
+    if outcome == "created":
+        return "created a new sandbox"
+    return f"sandbox: {outcome}"
+
+
+def _workspace_words(outcome: str) -> str:
+    if outcome == "restored":
+        return "restored the workspace from its snapshot (the folder was missing)"
+    if outcome.startswith("restored into new workspace"):
+        return f"restored the checkpoint into a new workspace ({outcome.rsplit(' ', 1)[-1]})"
+    if outcome.startswith("continuing on top"):
+        return "continued on top of edits made outside Cairn"
+    if outcome.startswith("unchanged"):
+        return "found the workspace unchanged since the checkpoint"
+    if outcome.startswith("present"):
+        return "found the workspace present (its changes are the run's own)"
+    return f"workspace: {outcome}"
+
+
+def _engine_words(outcome: str) -> str:
+    if "fallback" in outcome:
+        return "fell back to a new engine session on the same files"
+    if outcome.startswith("native"):
+        return f"resumed the engine's own session ({outcome})"
+    return f"engine: {outcome}"
+
+
+def describe_resume(report: dict | None) -> str:
+    """What a resume did, as a sentence: reattached / recreated / restored / fell back."""
+    if not report:
+        return "No resume yet."
+    parts: list[str] = []
+    for step in report.get("path") or []:
+        name, _, outcome = str(step).partition(": ")
+        if name == "sandbox":
+            parts.append(_sandbox_words(outcome))
+        elif name == "workspace":
+            parts.append(_workspace_words(outcome))
+        elif name == "engine":
+            parts.append(_engine_words(outcome))
+        elif name == "checkpoint":
+            parts.append("started over from the first step (no checkpoint)" if outcome == "none"
+                         else f"went back to checkpoint {outcome}")
+        elif name == "tools":
+            parts.append(f"tools {outcome}")
+        elif name == "credentials":
+            parts.append(f"credentials {outcome}")
+        elif name == "background":
+            parts.append(f"background processes {outcome}")
+        else:
+            parts.append(str(step))
+    run = report.get("run_id")
+    head = f"Last resume of run {run}: " if run else "Last resume: "
+    text = head + "; ".join(parts) + "." if parts else head + "nothing was recorded."
+    notes = [str(n) for n in report.get("notes") or []]
+    if notes:
+        text += " Why: " + "; ".join(notes) + "."
+    return text
+
+
+# -- figures in words -------------------------------------------------------------------------
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, s = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, m = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {m} min"
+    return f"{hours // 24} days"
+
+
+def size_text(n: int | None) -> str:
+    if n is None:
+        return "—"
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"

@@ -1,0 +1,409 @@
+"""The Sessions & Snapshots tab: every sandbox and every snapshot, Stop / Resume / Reconcile, and
+what the last resume did, in words.
+
+Owns showing `Cairn.status()` and running those three actions as jobs (results and errors shown
+here). A sandbox on the host backend is labelled UNSAFE wherever it appears: it has no isolation.
+"""
+
+from __future__ import annotations
+
+from core import events as ev
+from gui.qt import (QAbstractItemView, QBrush, QColor, QFont, QHBoxLayout, QHeaderView, QLabel,
+                    QPushButton, QSplitter, Qt, QTableWidget, QTableWidgetItem, QTimer,
+                    QVBoxLayout, QWidget, Signal)
+from gui.sessions import data
+
+SESSION_COLUMNS = ("Task", "Sandbox", "Backend", "State", "Image", "Uptime", "CPU", "Memory")
+(S_TASK, S_SANDBOX, S_BACKEND, S_STATE, S_IMAGE, S_UPTIME, S_CPU, S_MEMORY) = range(8)
+SNAPSHOT_COLUMNS = ("Snapshot", "Task", "Revision", "Age", "Size", "Restorable")
+(P_ID, P_TASK, P_REVISION, P_AGE, P_SIZE, P_RESTORABLE) = range(6)
+
+UNSAFE_TEXT = "UNSAFE: host, no isolation"
+UNSAFE_TOOLTIP = ("This sandbox runs directly on your computer (the host backend): the agent can "
+                  "read and change anything your user can. It has no isolation.")
+REFRESH_MS = 5_000
+EVENT_REFRESH_MS = 250
+
+_REFRESH_ON = {ev.RUN_STATE, ev.RUN_RESUMED, ev.SNAPSHOT_CREATED, ev.WORKSPACE_STATE,
+               ev.TASK_CREATED}
+
+
+def _item(text: str, tooltip: str | None = None, *, align_right: bool = False) -> QTableWidgetItem:
+    item = QTableWidgetItem(text)
+    item.setFlags(Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable)
+    if tooltip:
+        item.setToolTip(tooltip)
+    if align_right:
+        item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+    return item
+
+
+def _table(columns: tuple[str, ...], stretch: int, parent: QWidget) -> QTableWidget:
+    table = QTableWidget(0, len(columns), parent)
+    table.setHorizontalHeaderLabels(list(columns))
+    table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+    table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+    table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+    table.verticalHeader().setVisible(False)
+    table.setShowGrid(False)
+    table.setWordWrap(False)
+    header = table.horizontalHeader()
+    header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+    header.setSectionResizeMode(stretch, QHeaderView.ResizeMode.Stretch)
+    return table
+
+
+class SessionsPanel(QWidget):
+    """Every sandbox session and snapshot; `set_task` selects that task's sandbox."""
+
+    sig_loaded = Signal()
+    """The tables show a fresh `status()`."""
+
+    sig_action_done = Signal(str, bool)
+    """Stop, Resume or Reconcile ended: (action, succeeded)."""
+
+    def __init__(self, context, parent: QWidget | None = None):
+        super().__init__(parent)
+        self._context = context
+        self._jobs = context.jobs
+        self._task_id: str | None = None
+        self._data = data.SessionsData()
+        self._busy: str | None = None
+        self._last_resume: dict[str, dict] = {}  # by task id: reports seen from actions/events
+        self._key = f"sessions-{id(self)}"
+
+        self.problem = QLabel(self)
+        self.problem.setObjectName("sessionsProblem")
+        self.problem.setWordWrap(True)
+        self.problem.setVisible(False)
+
+        self.sessions = _table(SESSION_COLUMNS, S_TASK, self)
+        self.sessions.setObjectName("sessionsTable")
+        self.sessions.itemSelectionChanged.connect(self._on_session_selected)
+        self.snapshots = _table(SNAPSHOT_COLUMNS, P_TASK, self)
+        self.snapshots.setObjectName("snapshotsTable")
+
+        self.refresh_button = QPushButton("Refresh", self)
+        self.stop_button = QPushButton("Stop", self)
+        self.stop_button.setToolTip("Cancel the task's run in flight and stop its sandbox")
+        self.resume_button = QPushButton("Resume", self)
+        self.resume_button.setToolTip("Resume the task's interrupted run from its last checkpoint")
+        self.reconcile_button = QPushButton("Reconcile", self)
+        self.reconcile_button.setToolTip("Match sandboxes on this machine with Cairn's records and "
+                                         "settle runs whose process is gone; nothing is deleted")
+        self.refresh_button.clicked.connect(self.refresh)
+        self.stop_button.clicked.connect(self.stop_selected)
+        self.resume_button.clicked.connect(self.resume_selected)
+        self.reconcile_button.clicked.connect(self.reconcile)
+
+        self.message = QLabel(self)
+        self.message.setObjectName("sessionsMessage")
+        self.message.setWordWrap(True)
+        self.message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.resume_report = QLabel(data.describe_resume(None), self)
+        self.resume_report.setObjectName("sessionsResumeReport")
+        self.resume_report.setWordWrap(True)
+        self.resume_report.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+
+        buttons = QHBoxLayout()
+        for b in (self.stop_button, self.resume_button, self.reconcile_button):
+            buttons.addWidget(b)
+        buttons.addStretch(1)
+        buttons.addWidget(self.refresh_button)
+
+        top = QWidget(self)
+        top_layout = QVBoxLayout(top)
+        top_layout.setContentsMargins(0, 0, 0, 0)
+        top_layout.addWidget(QLabel("Sandboxes", top))
+        top_layout.addWidget(self.sessions, 1)
+        top_layout.addLayout(buttons)
+        top_layout.addWidget(self.message)
+        top_layout.addWidget(self.resume_report)
+        bottom = QWidget(self)
+        bottom_layout = QVBoxLayout(bottom)
+        bottom_layout.setContentsMargins(0, 0, 0, 0)
+        bottom_layout.addWidget(QLabel("Snapshots", bottom))
+        bottom_layout.addWidget(self.snapshots, 1)
+        splitter = QSplitter(Qt.Orientation.Vertical, self)
+        splitter.addWidget(top)
+        splitter.addWidget(bottom)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.problem)
+        layout.addWidget(splitter, 1)
+
+        self._refresh_timer = QTimer(self)
+        self._refresh_timer.setInterval(REFRESH_MS)
+        self._refresh_timer.timeout.connect(self.refresh)
+        self._event_timer = QTimer(self)
+        self._event_timer.setSingleShot(True)
+        self._event_timer.setInterval(EVENT_REFRESH_MS)
+        self._event_timer.timeout.connect(self.refresh)
+        events = getattr(context, "events", None)
+        if events is not None:
+            events.sig_event.connect(self._on_event)
+        self._update_buttons()
+        self.refresh()
+
+    @property
+    def _cairn(self):
+        return self._context.cairn
+
+    # -- the task -----------------------------------------------------------------------------
+
+    def set_task(self, task_id: str | None) -> None:
+        """Select the sandbox of this task (every sandbox stays listed)."""
+        self._task_id = task_id
+        self._select_task_row()
+        self._show_resume_report()
+
+    def _select_task_row(self) -> None:
+        if self._task_id is None:
+            return
+        for row, s in enumerate(self._data.sessions):
+            if s.task_id == self._task_id:
+                self.sessions.selectRow(row)
+                return
+        self.sessions.clearSelection()
+
+    def selected_session(self) -> data.SessionRow | None:
+        rows = {i.row() for i in self.sessions.selectedIndexes()}
+        if len(rows) != 1:
+            return None
+        row = rows.pop()
+        return self._data.sessions[row] if row < len(self._data.sessions) else None
+
+    # -- loading ------------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        cairn = self._cairn
+        self._jobs.job(lambda: data.load_sessions(cairn), key=f"{self._key}-load",
+                       what="list the sandboxes and snapshots", parent=self) \
+            .success(self._show_data) \
+            .failure(lambda failure: self._show_message(failure.sentence(), error=True)) \
+            .run()
+
+    def showEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        super().showEvent(event)
+        self._refresh_timer.start()
+
+    def hideEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        super().hideEvent(event)
+        self._refresh_timer.stop()
+
+    def _on_event(self, event) -> None:
+        if event.kind == ev.RUN_RESUMED and isinstance(event.payload.get("report"), dict):
+            task_id = event.payload.get("task_id")
+            if task_id:
+                self._last_resume[task_id] = event.payload["report"]
+                self._show_resume_report()
+        if event.kind in _REFRESH_ON:
+            self._event_timer.start()
+
+    def _show_data(self, loaded: data.SessionsData) -> None:
+        selected = self.selected_session()
+        keep = selected.session_id if selected else None
+        self._data = loaded
+        self.problem.setVisible(bool(loaded.problem))
+        if loaded.problem:
+            self.problem.setText(f"The sandbox backend could not be asked: {loaded.problem}. "
+                                 "Sandbox states are shown as unknown.")
+        self._fill_sessions(loaded)
+        self._fill_snapshots(loaded)
+        if keep is not None:
+            for row, s in enumerate(loaded.sessions):
+                if s.session_id == keep:
+                    self.sessions.selectRow(row)
+                    break
+        else:
+            self._select_task_row()
+        self._update_buttons()
+        self._show_resume_report()
+        self.sig_loaded.emit()
+
+    def _fill_sessions(self, loaded: data.SessionsData) -> None:
+        table = self.sessions
+        table.blockSignals(True)
+        try:
+            table.setRowCount(len(loaded.sessions))
+            for row, s in enumerate(loaded.sessions):
+                table.setItem(row, S_TASK, _item(s.task_title, s.task_id or s.workspace_id))
+                table.setItem(row, S_SANDBOX, _item(s.container or s.session_id,
+                                                    f"session {s.session_id}, generation "
+                                                    f"{s.generation}, snapshot "
+                                                    f"{s.snapshot_id or 'none'}"))
+                backend = _item(UNSAFE_TEXT if s.unsafe else s.backend,
+                                UNSAFE_TOOLTIP if s.unsafe else None)
+                if s.unsafe:
+                    font = QFont()
+                    font.setBold(True)
+                    backend.setFont(font)
+                    backend.setForeground(QBrush(QColor(200, 40, 40)))
+                table.setItem(row, S_BACKEND, backend)
+                table.setItem(row, S_STATE, _item(s.state, _STATE_WORDS.get(s.state)))
+                image = s.image or "—"
+                table.setItem(row, S_IMAGE, _item(image[:19] if image.startswith("sha256:")
+                                                  else image, s.image))
+                uptime = s.uptime_s if s.uptime_s is not None else s.age_s
+                table.setItem(row, S_UPTIME, _item(
+                    data.duration(uptime) if s.state == "running" else "—",
+                    f"session made {data.duration(s.age_s)} ago", align_right=True))
+                cpu = f"{s.cpu_percent:.1f} %" if s.cpu_percent is not None else "—"
+                memory = data.size_text(s.memory_bytes) if s.memory_bytes is not None else "—"
+                if s.memory_bytes is not None and s.memory_limit_bytes:
+                    memory += f" of {data.size_text(s.memory_limit_bytes)}"
+                table.setItem(row, S_CPU, _item(cpu, s.stats_note, align_right=True))
+                table.setItem(row, S_MEMORY, _item(memory, s.stats_note, align_right=True))
+        finally:
+            table.blockSignals(False)
+
+    def _fill_snapshots(self, loaded: data.SessionsData) -> None:
+        table = self.snapshots
+        table.setRowCount(len(loaded.snapshots))
+        for row, p in enumerate(loaded.snapshots):
+            table.setItem(row, P_ID, _item(p.snapshot_id, f"state {p.state}" if p.state else None))
+            table.setItem(row, P_TASK, _item(p.task_title, p.workspace_id))
+            table.setItem(row, P_REVISION, _item(p.revision[:12], p.revision))
+            table.setItem(row, P_AGE, _item(data.duration(p.age_s), align_right=True))
+            table.setItem(row, P_SIZE, _item(data.size_text(p.size), align_right=True))
+            table.setItem(row, P_RESTORABLE, _item(
+                "yes" if p.restorable else "NO",
+                None if p.restorable else "its reference in the vault is missing or moved"))
+
+    # -- actions ------------------------------------------------------------------------------
+
+    def _on_session_selected(self) -> None:
+        self._update_buttons()
+        self._show_resume_report()
+
+    def _update_buttons(self) -> None:
+        s = self.selected_session()
+        idle = self._busy is None
+        has_task = s is not None and s.task_id is not None
+        offers = self._offers
+        self.stop_button.setEnabled(idle and has_task and offers("stop")
+                                    and s.state in ("running", "unknown"))
+        self.resume_button.setEnabled(idle and has_task and offers("resume"))
+        self.reconcile_button.setEnabled(idle and offers("reconcile"))
+
+    def _offers(self, method: str) -> bool:
+        return callable(getattr(self._cairn, method, None))
+
+    def stop_selected(self) -> None:
+        s = self.selected_session()
+        if s is None or s.task_id is None:
+            return
+        task_id, cairn = s.task_id, self._cairn
+        self._run_action("stop", f"Stopping the sandbox of {s.task_title}…",
+                         lambda: cairn.stop(task_id), self._stopped)
+
+    def resume_selected(self) -> None:
+        s = self.selected_session()
+        if s is None or s.task_id is None:
+            return
+        task_id, cairn = s.task_id, self._cairn
+        self._run_action("resume", f"Resuming {s.task_title}…",
+                         lambda: (task_id, cairn.resume(task_id)), self._resumed)
+
+    def reconcile(self) -> None:
+        cairn = self._cairn
+        self._run_action("reconcile", "Reconciling sandboxes and runs…",
+                         lambda: cairn.reconcile(), self._reconciled)
+
+    def _run_action(self, action: str, doing: str, work, on_done) -> None:
+        self._busy = action
+        self._update_buttons()
+        self._show_message(doing)
+        self._jobs.job(work, write=True, what=_ACTION_WHAT[action], parent=self) \
+            .success(lambda result: self._action_done(action, on_done, result)) \
+            .failure(lambda failure: self._action_failed(action, failure)) \
+            .run()
+
+    def _action_done(self, action: str, on_done, result) -> None:
+        self._busy = None
+        try:
+            on_done(result)
+        finally:
+            self._update_buttons()
+            self.refresh()
+            self.sig_action_done.emit(action, True)
+
+    def _action_failed(self, action: str, failure) -> None:
+        self._busy = None
+        self._update_buttons()
+        self._show_message(f"{action.capitalize()} failed: {failure.message}", error=True)
+        self.refresh()
+        self.sig_action_done.emit(action, False)
+
+    def _stopped(self, result: dict) -> None:
+        parts = []
+        if result.get("run"):
+            parts.append(f"cancelled run {result['run']}")
+        if result.get("sandbox"):
+            parts.append(f"stopped sandbox {result['sandbox']}")
+        self._show_message("Stop: " + (", ".join(parts) if parts else
+                                       "nothing was running") + ".")
+
+    def _resumed(self, result) -> None:
+        task_id, outcome = result
+        run, report = outcome if isinstance(outcome, tuple) else (outcome, None)
+        as_dict = report.to_dict() if hasattr(report, "to_dict") else report
+        if as_dict is None:
+            as_dict = getattr(run, "resume_report", None)
+        if as_dict:
+            self._last_resume[task_id] = as_dict
+        self._show_message(f"Resumed: run {getattr(run, 'id', '?')} is "
+                           f"{getattr(run, 'state', 'running')}.")
+        self._show_resume_report(task_id)
+
+    def _reconciled(self, report) -> None:
+        d = report.to_dict() if hasattr(report, "to_dict") else dict(report or {})
+        self._show_message(describe_reconcile(d))
+
+    # -- words --------------------------------------------------------------------------------
+
+    def _show_message(self, text: str, *, error: bool = False) -> None:
+        self.message.setText(text)
+        self.message.setProperty("error", error)
+        self.message.setStyleSheet("color: #c62828;" if error else "")
+
+    def _show_resume_report(self, task_id: str | None = None) -> None:
+        if task_id is None:
+            s = self.selected_session()
+            task_id = s.task_id if s is not None else self._task_id
+        report = self._last_resume.get(task_id) if task_id else None
+        if report is None and task_id and task_id in self._data.resumes:
+            report = self._data.resumes[task_id].report
+        self.resume_report.setText(data.describe_resume(report))
+
+
+_STATE_WORDS = {
+    "running": "the sandbox is running",
+    "stopped": "the sandbox exists but is stopped",
+    "gone": "the sandbox no longer exists; a resume recreates it from the same snapshot",
+    "unknown": "the sandbox backend could not be asked",
+}
+
+
+def describe_reconcile(d: dict) -> str:
+    """A reconcile report in words."""
+    parts = []
+    for key, words in (("interrupted", "run(s) marked interrupted"),
+                       ("finished", "run(s) found finished"),
+                       ("still_running", "run(s) still running"),
+                       ("sessions_gone", "sandbox(es) gone"),
+                       ("catch_up_revisions", "catch-up revision(s) recorded"),
+                       ("orphan_containers", "container(s) Cairn does not know (left alone)"),
+                       ("orphan_snapshot_refs", "snapshot reference(s) without a record")):
+        items = d.get(key) or []
+        if items:
+            parts.append(f"{len(items)} {words}")
+    text = "Reconcile: " + (", ".join(parts) if parts else "everything matched") + "."
+    problems = d.get("problems") or []
+    if problems:
+        text += " Problems: " + "; ".join(str(p) for p in problems) + "."
+    return text
+
+
+_ACTION_WHAT = {"stop": "stop the task's sandbox", "resume": "resume the task",
+                "reconcile": "reconcile sandboxes and runs"}

@@ -1,0 +1,197 @@
+"""Which task actions are possible right now, and why not when they are not.
+
+Owns the rules behind the task view's buttons as one pure function (no Qt), so every button and
+state is testable without a window. The facade still checks everything again when the action
+runs; these rules only keep the buttons honest about what it will accept.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.models import RunState, WorkspaceState
+
+START = "start"
+CONTINUE = "continue"
+FORK = "fork"
+STOP = "stop"
+RESUME = "resume"
+PROMOTE = "promote"
+EXPORT_PATCH = "export_patch"
+BUTTONS = (START, CONTINUE, FORK, STOP, RESUME, PROMOTE, EXPORT_PATCH)
+
+LABELS = {
+    START: "Start",
+    CONTINUE: "Continue…",
+    FORK: "Fork…",
+    STOP: "Stop",
+    RESUME: "Resume",
+    PROMOTE: "Promote to branch",
+    EXPORT_PATCH: "Export patch…",
+}
+
+NOT_IN_BUILD = "not available in this build"
+NO_TASK = "select a task first"
+
+RUN_STATE_LABELS = {
+    RunState.QUEUED.value: "queued",
+    RunState.PREPARING.value: "preparing",
+    RunState.RUNNING.value: "running",
+    RunState.WAITING_APPROVAL.value: "waiting for approval",
+    RunState.SUCCEEDED.value: "succeeded",
+    RunState.FAILED.value: "failed",
+    RunState.CANCELLED.value: "cancelled",
+    RunState.INTERRUPTED.value: "interrupted",
+}
+
+IN_FLIGHT = frozenset(s.value for s in RunState if s.in_flight)
+_WORKABLE = frozenset({WorkspaceState.PREPARED.value, WorkspaceState.ACTIVE.value})
+
+State = tuple[bool, str]  # (enabled, why not: empty when enabled)
+
+
+def run_state_label(state: str | None) -> str:
+    if state is None:
+        return "not started"
+    return RUN_STATE_LABELS.get(state, state)
+
+
+def _ended(state: str | None) -> str:
+    """'the last run failed', 'the last run was cancelled'..."""
+    verb = {RunState.CANCELLED.value: "was cancelled",
+            RunState.INTERRUPTED.value: "was interrupted"}.get(state or "", run_state_label(state))
+    return f"the last run {verb}"
+
+
+def _state_of(run: Any) -> str | None:
+    return None if run is None else getattr(run, "state", None)
+
+
+def button_states(details: dict | None, run: Any = None, *, lineage_run: Any = None,
+                  capabilities: frozenset[str] | set[str] = frozenset(BUTTONS),
+                  busy: str | None = None, sandbox_problem: str | None = None
+                  ) -> dict[str, State]:
+    """Every button's (enabled, reason) for a task.
+
+    details: the facade's task_details() of the selected task (None: nothing selected).
+    run: the task's latest run (None before its first). lineage_run: a run in flight in another
+    task of the same lineage. capabilities: the actions the facade offers (see
+    gui.queries.FACADE_METHODS). busy: an action on this task already in progress ("stopping").
+    sandbox_problem: why no sandbox can be made now (Docker down), or None.
+    """
+    if details is None:
+        return {name: (False, NO_TASK) for name in BUTTONS}
+    rules = {
+        START: _start, CONTINUE: _continue, FORK: _fork, STOP: _stop, RESUME: _resume,
+        PROMOTE: _promote, EXPORT_PATCH: _export_patch,
+    }
+    facts = _Facts(details, _state_of(run), getattr(run, "id", None), lineage_run,
+                   sandbox_problem)
+    states: dict[str, State] = {}
+    for name in BUTTONS:
+        if name not in capabilities:
+            states[name] = (False, NOT_IN_BUILD)
+        elif busy:
+            states[name] = (False, f"{busy}; wait for it to finish")
+        else:
+            why = rules[name](facts)
+            states[name] = (not why, why or "")
+    return states
+
+
+class _Facts:
+    def __init__(self, details: dict, state: str | None, run_id: str | None, lineage_run: Any,
+                 sandbox_problem: str | None):
+        self.details = details
+        self.state = state
+        self.run_id = run_id
+        self.lineage_run = lineage_run
+        self.sandbox_problem = sandbox_problem
+
+    @property
+    def in_flight(self) -> bool:
+        return self.state in IN_FLIGHT
+
+    def lineage_busy(self) -> str | None:
+        other = self.lineage_run
+        if other is None:
+            return None
+        return (f"run {getattr(other, 'id', '?')} of this lineage is "
+                f"{run_state_label(getattr(other, 'state', None))}; wait for it to end or stop it")
+
+    def workspace_unusable(self) -> str | None:
+        d = self.details
+        if not d.get("workspace_present", True):
+            return "the workspace folder is missing; fork from a revision instead"
+        ws_state = d.get("state")
+        if ws_state is not None and ws_state not in _WORKABLE:
+            return f"the workspace is {ws_state}; fork from a revision instead"
+        if d.get("expired"):
+            return "the workspace has expired; fork from a revision instead"
+        return None
+
+    def no_sandbox(self) -> str | None:
+        return f"no sandbox can be started: {self.sandbox_problem}" if self.sandbox_problem else None
+
+    def has_changes(self) -> bool:
+        d = self.details
+        current = d.get("current_revision")
+        return bool(current) and current != d.get("base_revision")
+
+
+def _start(f: _Facts) -> str | None:
+    if f.in_flight:
+        return f"the run is already {run_state_label(f.state)}"
+    if f.state is not None:
+        return "the task has run already; continue or fork it to give it more work"
+    if f.details.get("engine") == "shell" and not (f.details.get("instructions") or "").strip():
+        return "the shell engine runs the instructions as commands, one per line: there are none"
+    return f.lineage_busy() or f.workspace_unusable() or f.no_sandbox()
+
+
+def _continue(f: _Facts) -> str | None:
+    if f.in_flight:
+        return f"the task's run is {run_state_label(f.state)}; stop it or wait for it to end"
+    if f.state is None:
+        return "the task has not run yet; start it first"
+    return f.lineage_busy() or f.workspace_unusable() or f.no_sandbox()
+
+
+def _fork(f: _Facts) -> str | None:
+    if not f.details.get("revisions"):
+        return "the task has no revisions to fork from yet"
+    if f.in_flight:
+        return f"the task's run is {run_state_label(f.state)}; stop it or wait for it to end"
+    return f.lineage_busy() or f.no_sandbox()
+
+
+def _stop(f: _Facts) -> str | None:
+    if f.state is None:
+        return "the task has not run yet"
+    if not f.in_flight:
+        return f"no run in flight ({_ended(f.state)})"
+    return None
+
+
+def _resume(f: _Facts) -> str | None:
+    if f.state is None:
+        return "the task has not run yet"
+    if f.in_flight:
+        return f"the run is {run_state_label(f.state)}; there is nothing to resume"
+    if f.state != RunState.INTERRUPTED.value:
+        return f"{_ended(f.state)}; only an interrupted run can be resumed"
+    return f.lineage_busy() or f.no_sandbox()
+
+
+def _promote(f: _Facts) -> str | None:
+    if not f.has_changes():
+        return "no changes since the base revision"
+    if f.in_flight:
+        return f"the run is {run_state_label(f.state)}; promote once it has ended"
+    return None
+
+
+def _export_patch(f: _Facts) -> str | None:
+    if not f.has_changes():
+        return "no changes since the base revision"
+    return None

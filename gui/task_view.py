@@ -1,0 +1,551 @@
+"""The selected task: its title, engine and instructions, its run's output (live while the run
+goes on), and the actions Start, Continue, Fork, Stop, Resume, Promote to branch, Export patch.
+
+Owns showing one task and offering its actions. Which action is possible, and why not, comes
+from gui.task_actions; every facade call goes through a job; output arrives from the run
+followers through the event bridge.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from core.events import Event
+from gui.context import AppContext
+from gui.dialogs import ContinueDialog, ForkDialog, ask_resume_choice
+from gui.events import RUN_OUTPUT
+from gui.icons import icon
+from gui.jobs import JobFailure, describe_error
+from gui.lineage_model import STATE_COLOURS
+from gui.qt import (
+    QColor,
+    QAction,
+    QFileDialog,
+    QFont,
+    QFontDatabase,
+    QFrame,
+    QInputDialog,
+    QLabel,
+    QMessageBox,
+    QPlainTextEdit,
+    QSizePolicy,
+    QStackedWidget,
+    Qt,
+    QTextCharFormat,
+    QTextCursor,
+    QTimer,
+    QToolBar,
+    QVBoxLayout,
+    QWidget,
+    Signal,
+)
+from gui.queries import FOLLOWABLE, IN_FLIGHT, TaskViewData, field_of, run_output, task_view
+from gui.run_output import (
+    EDIT,
+    ERROR,
+    MESSAGE,
+    NOTE,
+    RESULT,
+    SESSION,
+    STDERR,
+    TOOL,
+    TOOL_RESULT,
+    OutputBlock,
+    OutputReader,
+)
+from gui.task_actions import (
+    BUTTONS,
+    CONTINUE,
+    EXPORT_PATCH,
+    FORK,
+    LABELS,
+    PROMOTE,
+    RESUME,
+    START,
+    STOP,
+    button_states,
+    run_state_label,
+)
+
+log = logging.getLogger(__name__)
+
+EMPTY_STATE_TEXT = "Drop a repository folder here to start a task"
+EMPTY_STATE_HINT = "or choose File ▸ New Task…; tasks you made are in the tree on the left."
+MAX_OUTPUT_LINES = 20_000
+ICONS = {START: "start", CONTINUE: "continue", FORK: "fork", STOP: "stop", RESUME: "resume",
+         PROMOTE: "promote", EXPORT_PATCH: "export"}
+KIND_COLOURS = {TOOL: "#2e86de", EDIT: "#2e9e5b", ERROR: "#d64541", RESULT: "#2e9e5b",
+                STDERR: "#e67e22", SESSION: "#8e8e8e", NOTE: "#8e8e8e", TOOL_RESULT: "#8e8e8e"}
+TASK_VIEW_KEY = "task-view"
+
+
+class OutputView(QPlainTextEdit):
+    """A run's output drawn as blocks: messages in the body font, commands and plain lines in
+    a fixed font, semantic colours for commands, edits and errors (they read on light and
+    dark). Keeps the last MAX_OUTPUT_LINES lines."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("runOutput")
+        self.setReadOnly(True)
+        self.setMaximumBlockCount(MAX_OUTPUT_LINES)
+        self.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+        self._fixed = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+        self._reader = OutputReader()
+        self._formats: dict[str, QTextCharFormat] = {}
+        self.setPlaceholderText("No output yet.")
+
+    def _format(self, kind: str) -> QTextCharFormat:
+        fmt = self._formats.get(kind)
+        if fmt is None:
+            fmt = QTextCharFormat()
+            if kind != MESSAGE:
+                fmt.setFont(self._fixed)
+            if kind in (TOOL, EDIT, ERROR, RESULT):
+                fmt.setFontWeight(QFont.Weight.DemiBold)
+            colour = KIND_COLOURS.get(kind)
+            if colour:
+                fmt.setForeground(QColor(colour))
+            self._formats[kind] = fmt
+        return fmt
+
+    def reset(self, text: str = "") -> None:
+        self.clear()
+        self._reader = OutputReader()
+        if text:
+            self.add_chunk("stdout", text)
+
+    def add_chunk(self, stream: str, text: str) -> None:
+        self.add_blocks(self._reader.feed(stream, text))
+
+    def finish(self) -> None:
+        self.add_blocks(self._reader.flush())
+
+    def add_blocks(self, blocks: list[OutputBlock]) -> None:
+        if not blocks:
+            return
+        bar = self.verticalScrollBar()
+        at_end = bar.value() >= bar.maximum() - 4
+        cursor = QTextCursor(self.document())
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        cursor.beginEditBlock()
+        for block in blocks:
+            if not self.document().isEmpty():
+                cursor.insertBlock()
+            cursor.insertText(block.text, self._format(block.kind))
+        cursor.endEditBlock()
+        if at_end:
+            bar.setValue(bar.maximum())
+
+
+class TaskView(QWidget):
+    """Shows one task (`set_task`) and offers its actions."""
+
+    sig_task_created = Signal(str)
+    """An action made a new task (continue, fork): its id, to select it."""
+
+    def __init__(self, context: AppContext, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.context = context
+        self.task_id: str | None = None
+        self.data: TaskViewData | None = None
+        self._busy: dict[str, str] = {}  # task id -> the action in progress on it
+        self._shown_run: str | None = None
+        self._build()
+        self._reload_timer = QTimer(self)
+        self._reload_timer.setSingleShot(True)
+        self._reload_timer.setInterval(250)
+        self._reload_timer.timeout.connect(self.reload)
+        context.events.sig_event.connect(self._on_event)
+        context.sig_sandbox_problem.connect(lambda _problem: self._update_buttons())
+        context.followers.sig_run_ended.connect(self._on_run_ended)
+        self._show_empty()
+
+    # -- building --------------------------------------------------------------------------------
+
+    def _build(self) -> None:
+        self.stack = QStackedWidget(self)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(self.stack)
+
+        self.empty = QWidget(self)
+        empty_layout = QVBoxLayout(self.empty)
+        self.empty_label = QLabel(EMPTY_STATE_TEXT, self.empty)
+        self.empty_label.setObjectName("emptyState")
+        self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty_label.setWordWrap(True)
+        font = self.empty_label.font()
+        font.setPointSizeF(font.pointSizeF() * 1.3)
+        self.empty_label.setFont(font)
+        hint = QLabel(EMPTY_STATE_HINT, self.empty)
+        hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        hint.setWordWrap(True)
+        hint.setEnabled(False)  # the palette's disabled text: quieter, in light and dark
+        empty_layout.addStretch(1)
+        empty_layout.addWidget(self.empty_label)
+        empty_layout.addWidget(hint)
+        empty_layout.addStretch(2)
+        self.stack.addWidget(self.empty)
+
+        self.page = QWidget(self)
+        layout = QVBoxLayout(self.page)
+        self.title_label = QLabel(self.page)
+        self.title_label.setObjectName("taskTitle")
+        self.title_label.setWordWrap(True)
+        self.title_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        font = self.title_label.font()
+        font.setPointSizeF(font.pointSizeF() * 1.4)
+        font.setBold(True)
+        self.title_label.setFont(font)
+        layout.addWidget(self.title_label)
+        self.facts_label = QLabel(self.page)
+        self.facts_label.setObjectName("taskFacts")
+        self.facts_label.setWordWrap(True)
+        self.facts_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout.addWidget(self.facts_label)
+        self.state_label = QLabel(self.page)
+        self.state_label.setObjectName("runState")
+        layout.addWidget(self.state_label)
+
+        # A tool bar rather than a row of buttons: on a narrow window the actions that do not
+        # fit move into its overflow menu instead of widening the window.
+        self.toolbar = QToolBar(self.page)
+        self.toolbar.setObjectName("taskActions")
+        self.toolbar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.buttons: dict[str, QAction] = {}
+        for name in BUTTONS:
+            action = QAction(icon(ICONS[name]), LABELS[name], self)
+            action.setObjectName(f"action_{name}")
+            action.triggered.connect(lambda _checked=False, n=name: self.trigger(n))
+            self.buttons[name] = action
+            self.toolbar.addAction(action)
+        layout.addWidget(self.toolbar)
+
+        self.instructions_title = QLabel("<b>Instructions</b>", self.page)
+        layout.addWidget(self.instructions_title)
+        self.instructions = QLabel(self.page)
+        self.instructions.setObjectName("taskInstructions")
+        self.instructions.setWordWrap(True)
+        self.instructions.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.instructions.setSizePolicy(QSizePolicy.Policy.Preferred,
+                                        QSizePolicy.Policy.Maximum)
+        layout.addWidget(self.instructions)
+        line = QFrame(self.page)
+        line.setFrameShape(QFrame.Shape.HLine)
+        line.setFrameShadow(QFrame.Shadow.Sunken)
+        layout.addWidget(line)
+        self.output_title = QLabel("<b>Run output</b>", self.page)
+        layout.addWidget(self.output_title)
+        self.output = OutputView(self.page)
+        layout.addWidget(self.output, 1)
+        self.stack.addWidget(self.page)
+
+    def refresh_icons(self) -> None:
+        for name, button in self.buttons.items():
+            button.setIcon(icon(ICONS[name]))
+
+    # -- showing a task --------------------------------------------------------------------------
+
+    def set_task(self, task_id: str | None) -> None:
+        if task_id == self.task_id:
+            return
+        self.task_id = task_id
+        self.data = None
+        self._shown_run = None
+        if task_id is None:
+            self.context.jobs.supersede(TASK_VIEW_KEY)
+            self._show_empty()
+            return
+        self.title_label.setText("…")
+        self.facts_label.setText("Loading the task…")
+        self.state_label.setText("")
+        self.instructions.setText("")
+        self.output.reset()
+        self.stack.setCurrentWidget(self.page)
+        self._update_buttons()
+        self.reload()
+
+    def reload(self) -> None:
+        """Load the shown task again (after an event or an action); the latest request wins."""
+        task_id = self.task_id
+        if task_id is None:
+            return
+        cairn = self.context.cairn
+
+        def work() -> TaskViewData:
+            # A run in flight is shown from its follower's transcript; an ended one from its log.
+            data = task_view(cairn, task_id, with_output=False)
+            if data.run is not None and data.run.state not in IN_FLIGHT:
+                data.output = run_output(cairn, data.run.id)
+            return data
+
+        self.context.jobs.job(work, key=TASK_VIEW_KEY, what="load the task", parent=self) \
+            .success(self._show).run()
+
+    def _show_empty(self) -> None:
+        self.stack.setCurrentWidget(self.empty)
+
+    def _show(self, data: TaskViewData) -> None:
+        if data.details["task_id"] != self.task_id:
+            return
+        self.data = data
+        d = data.details
+        self.title_label.setText(d["title"])
+        origin = {"continue": "continued from", "fork": "forked from"}.get(d.get("source") or "")
+        parent = f" · {origin} {d['parent_task_id']}" if origin and d.get("parent_task_id") else ""
+        revisions = len(d.get("revisions") or [])
+        self.facts_label.setText(
+            f"{d['engine']} · {d['task_id']}{parent}\n{d['source_path']} · workspace "
+            f"{d['state']}{'' if d.get('workspace_present', True) else ' (folder missing)'} · "
+            f"{revisions} revision{'s' if revisions != 1 else ''} · "
+            f"{len(d.get('snapshots') or [])} snapshot(s)")
+        self.facts_label.setToolTip(d.get("workspace_root") or "")
+        self.instructions.setText(d.get("instructions") or "(none)")
+        self._show_run_state()
+        self._show_output(data)
+        self._update_buttons()
+
+    def _show_run_state(self) -> None:
+        run = self.data.run if self.data else None
+        if run is None:
+            self.state_label.setText("Not started yet.")
+            return
+        colour = STATE_COLOURS.get(run.state, "")
+        note = f" — {run.note}" if getattr(run, "note", None) else ""
+        style = f' style="color:{colour}"' if colour else ""
+        self.state_label.setText(f"Run {run.id}: <b{style}>{run_state_label(run.state)}</b>"
+                                 f"{_escape(note)}")
+
+    def _show_output(self, data: TaskViewData) -> None:
+        run = data.run
+        if run is None:
+            self._shown_run = None
+            self.output.reset()
+            return
+        if run.id == self._shown_run and data.output is None:
+            return  # already showing it live
+        self._shown_run = run.id
+        if data.output is not None:
+            self.output.reset(data.output)
+            self.output.finish()
+            return
+        transcript = self.context.followers.transcript(run.id)
+        self.output.reset(transcript or "")
+        if not self.context.followers.is_following(run.id) and run.state in FOLLOWABLE:
+            self.context.followers.follow(run.id)
+
+    def _update_buttons(self) -> None:
+        data = self.data
+        states = button_states(
+            data.details if data else None, data.run if data else None,
+            lineage_run=data.lineage_run if data else None,
+            capabilities=self.context.capabilities,
+            busy=self._busy.get(self.task_id or ""),
+            sandbox_problem=self.context.sandbox_problem)
+        for name, (enabled, why) in states.items():
+            button = self.buttons[name]
+            button.setEnabled(enabled)
+            button.setToolTip(why or LABELS[name].rstrip("…"))
+
+    # -- events ----------------------------------------------------------------------------------
+
+    def _on_event(self, event: Event) -> None:
+        if self.task_id is None:
+            return
+        if event.kind == RUN_OUTPUT:
+            if event.subject == self._shown_run:
+                if event.payload.get("backlog"):
+                    self.output.reset(event.payload.get("text", ""))
+                else:
+                    self.output.add_chunk(event.payload.get("stream", "stdout"),
+                                          event.payload.get("text", ""))
+            return
+        payload = event.payload
+        mine = (payload.get("task_id") == self.task_id
+                or (self.data is not None and event.subject in
+                    (self.data.details.get("workspace_id"),
+                     self.data.run.id if self.data.run else None))
+                or event.kind in ("run.state", "run.resumed"))  # lineage runs change buttons too
+        if mine:
+            self._reload_timer.start()
+
+    def _on_run_ended(self, run_id: str, _run: Any) -> None:
+        if run_id == self._shown_run:
+            self.output.finish()
+            self._reload_timer.start()
+
+    # -- actions ---------------------------------------------------------------------------------
+
+    def trigger(self, name: str) -> None:
+        """Run an action on the shown task (as its button does)."""
+        if self.data is None or self.task_id is None or not self.buttons[name].isEnabled():
+            return
+        handler = {START: self._start, CONTINUE: self._continue, FORK: self._fork,
+                   STOP: self._stop, RESUME: self._resume, PROMOTE: self._promote,
+                   EXPORT_PATCH: self._export_patch}[name]
+        handler()
+
+    def _act(self, what: str, work, *, done: str, on_success=None, busy: str | None = None
+             ) -> None:
+        """A facade call on the write thread; the task's buttons wait while it runs."""
+        task_id = self.task_id
+        self._busy[task_id] = busy or what
+        self._update_buttons()
+
+        def finished() -> None:
+            self._busy.pop(task_id, None)
+            self._update_buttons()
+            self.reload()
+
+        def succeeded(result: Any) -> None:
+            self.context.sig_status.emit(done)
+            if on_success is not None:
+                on_success(result)
+
+        self.context.jobs.job(work, write=True, what=what) \
+            .success(succeeded).failure(self.report_failure).finished(finished).run()
+
+    def report_failure(self, failure: JobFailure) -> None:
+        """An action failed: a message box says what and why (and the status bar keeps it)."""
+        self.context.sig_status.emit(failure.sentence())
+        box = QMessageBox(QMessageBox.Icon.Warning, "Cairn", failure.sentence()[:1].upper() +
+                          failure.sentence()[1:], QMessageBox.StandardButton.Ok, self)
+        box.setObjectName("actionFailed")
+        if failure.details:
+            box.setDetailedText(failure.details)
+        box.open()
+
+    def _start(self) -> None:
+        d = self.data.details
+        cairn, task_id = self.context.cairn, d["task_id"]
+        instructions = d.get("instructions") or ""
+        if d["engine"] == "shell":  # the instructions are its commands, one per line
+            commands = [line for line in instructions.splitlines() if line.strip()]
+            work = lambda: cairn.start_run(task_id, commands)  # noqa: E731
+        else:
+            work = lambda: cairn.start_run(task_id, prompt=instructions)  # noqa: E731
+        self._act("start the run", work, done=f"Started a run of {d['title']}",
+                  busy="starting the run", on_success=self._follow_result)
+
+    def _follow_result(self, result: Any) -> None:
+        run = result[0] if isinstance(result, tuple) else result
+        run_id = field_of(run, "id")
+        if run_id and field_of(run, "state") in FOLLOWABLE:
+            self.context.followers.follow(run_id)
+
+    def _continue(self) -> None:
+        d = self.data.details
+        dialog = ContinueDialog(d["title"], self)
+        cairn, task_id = self.context.cairn, d["task_id"]
+
+        def accepted() -> None:
+            message = dialog.message()
+            self._act("continue the task", lambda: cairn.continue_task(task_id, message),
+                      done=f"Continued {d['title']}", busy="continuing",
+                      on_success=self._created)
+
+        dialog.accepted.connect(accepted)
+        self.continue_dialog = dialog
+        dialog.open()
+
+    def fork_from(self, task_id: str, revision_id: str) -> bool:
+        """Fork the shown task from a given revision ("Fork from here" in the timeline); False
+        (with the reason in the status bar) when forking it is not possible now."""
+        button = self.buttons[FORK]
+        if task_id != self.task_id or self.data is None:
+            return False
+        if not button.isEnabled():
+            self.context.sig_status.emit(f"Cannot fork now: {button.toolTip()}")
+            return False
+        self._fork(at_revision=revision_id)
+        return True
+
+    def _fork(self, at_revision: str | None = None) -> None:
+        d = self.data.details
+        dialog = ForkDialog(d["title"], d.get("revisions") or [], self, at_revision=at_revision)
+        cairn, task_id = self.context.cairn, d["task_id"]
+
+        def accepted() -> None:
+            revision, message = dialog.revision(), dialog.message()
+            self._act("fork the task",
+                      lambda: cairn.fork_task(task_id, message, at_revision=revision),
+                      done=f"Forked {d['title']} from revision {str(revision)[:10]}",
+                      busy="forking", on_success=self._created)
+
+        dialog.accepted.connect(accepted)
+        self.fork_dialog = dialog
+        dialog.open()
+
+    def _created(self, result: Any) -> None:
+        """Continue and fork return (task, run or None)."""
+        task, run = result if isinstance(result, tuple) else (result, None)
+        task_id = field_of(task, "id", "task_id")
+        if isinstance(task_id, str):
+            self.sig_task_created.emit(task_id)
+        if run is not None:
+            self._follow_result(run)
+
+    def _stop(self) -> None:
+        cairn, task_id, title = self.context.cairn, self.task_id, self.data.details["title"]
+        self._act("stop the run", lambda: cairn.stop(task_id), done=f"Stopped {title}",
+                  busy="stopping the run")
+
+    def _resume(self, choice: str | None = None) -> None:
+        cairn, task_id, title = self.context.cairn, self.task_id, self.data.details["title"]
+        self._busy[task_id] = "resuming"
+        self._update_buttons()
+
+        def finished() -> None:
+            self._busy.pop(task_id, None)
+            self._update_buttons()
+            self.reload()
+
+        def failed(failure: JobFailure) -> None:
+            if getattr(failure.error, "choices", None) and choice is None:
+                picked = ask_resume_choice(self, describe_error(failure.error))
+                if picked is not None:
+                    self._resume(picked)
+                return
+            self.report_failure(failure)
+
+        def succeeded(result: Any) -> None:
+            self.context.sig_status.emit(f"Resumed {title}")
+            self._follow_result(result)
+
+        self.context.jobs.job(lambda: cairn.resume(task_id, choice=choice), write=True,
+                              what="resume the run") \
+            .success(succeeded).failure(failed).finished(finished).run()
+
+    def _promote(self) -> None:
+        d = self.data.details
+        cairn, task_id, title = self.context.cairn, self.task_id, d["title"]
+        branch, ok = QInputDialog.getText(
+            self, "Promote to branch",
+            f"A new branch in {d['source_path']} will hold the task's latest revision.\n"
+            "Branch name:", text=d.get("branch") or "")
+        branch = branch.strip()
+        if not ok or not branch:
+            return
+        self._act("promote to a branch", lambda: cairn.promote_to_branch(task_id, branch),
+                  done=f"Promoted {title} to the branch {branch}", busy="promoting")
+
+    def _export_patch(self) -> None:
+        cairn, task_id, title = self.context.cairn, self.task_id, self.data.details["title"]
+        path, _filter = QFileDialog.getSaveFileName(self, "Export patch", f"{title}.patch",
+                                                    "Patches (*.patch *.diff)")
+        if not path:
+            return
+
+        def work() -> None:
+            patch = cairn.export_patch(task_id)
+            with open(path, "wb") as out:
+                out.write(patch if isinstance(patch, bytes) else str(patch).encode("utf-8"))
+
+        self._act("export the patch", work, done=f"Exported the patch of {title} to {path}",
+                  busy="exporting")
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

@@ -1,0 +1,129 @@
+"""The New Task, Continue, Fork and keyring dialogs collect what the user wants."""
+
+from __future__ import annotations
+
+
+from gui.dialogs import (
+    ContinueDialog,
+    ForkDialog,
+    KeyringDialog,
+    NewTaskDialog,
+    NewTaskRequest,
+    engine_choices,
+)
+from gui.folders import check_folder, sort_paths
+from gui.qt import QLabel, Qt
+
+
+def test_new_task_dialog_is_prefilled_from_the_folder(qtbot, tmp_path):
+    folder = tmp_path / "login-service"
+    folder.mkdir()
+    dialog = NewTaskDialog([folder])
+    qtbot.addWidget(dialog)
+    assert dialog.windowTitle() == "New Task"
+    assert dialog.title_edits[0].text() == "login-service"
+    assert dialog.engine_combo.currentText() == "shell"
+    assert any(label.text() == str(folder) for label in dialog.findChildren(QLabel))
+    assert dialog.ok_button.isEnabled()
+    dialog.title_edits[0].setText("Fix the login test")
+    dialog.engine_combo.setCurrentText("claude-code")
+    dialog.instructions_edit.setPlainText("  make the login test pass  ")
+    assert dialog.requests() == [NewTaskRequest(folder, "Fix the login test", "claude-code",
+                                                "make the login test pass")]
+
+
+def test_new_task_dialog_needs_a_title(qtbot, tmp_path):
+    dialog = NewTaskDialog([tmp_path])
+    qtbot.addWidget(dialog)
+    dialog.title_edits[0].setText("   ")
+    assert not dialog.ok_button.isEnabled()
+    assert dialog.ok_button.toolTip() == "every task needs a title"
+
+
+def test_new_task_dialog_lists_several_folders_one_title_each(qtbot, tmp_path):
+    folders = [tmp_path / "a", tmp_path / "b", tmp_path / "c"]
+    for f in folders:
+        f.mkdir()
+    dialog = NewTaskDialog(folders)
+    qtbot.addWidget(dialog)
+    assert dialog.windowTitle() == "New Tasks (3 folders)"
+    assert [e.text() for e in dialog.title_edits] == ["a", "b", "c"]
+    assert dialog.ok_button.text() == "Create Tasks"
+    dialog.instructions_edit.setPlainText("make test")
+    requests = dialog.requests()
+    assert [r.folder for r in requests] == folders
+    assert {r.instructions for r in requests} == {"make test"}
+
+
+def test_new_task_dialog_explains_what_instructions_mean_per_engine(qtbot, tmp_path):
+    dialog = NewTaskDialog([tmp_path])
+    qtbot.addWidget(dialog)
+    assert "one per line" in dialog.hint.text()
+    dialog.engine_combo.setCurrentText("codex")
+    assert "prompt" in dialog.hint.text()
+
+
+def test_engine_choices_come_from_the_facade_when_it_lists_them():
+    class WithEngines:
+        def engines(self):
+            return ["shell", "codex"]
+
+    assert engine_choices(WithEngines()) == ("shell", "codex")
+    assert engine_choices(object()) == ("shell", "claude-code", "codex")
+
+
+def test_continue_dialog_needs_instructions(qtbot):
+    dialog = ContinueDialog("Fix login")
+    qtbot.addWidget(dialog)
+    assert "Fix login" in dialog.windowTitle()
+    assert not dialog.ok_button.isEnabled()
+    dialog.instructions_edit.setPlainText("now the logout path")
+    assert dialog.ok_button.isEnabled()
+    assert dialog.message() == "now the logout path"
+
+
+def revisions(n: int) -> list[dict]:
+    return [{"id": f"{i:040x}", "seq": i, "trigger": "watch", "files_changed": i,
+             "created_at": 1_700_000_000 + i} for i in range(1, n + 1)]
+
+
+def test_fork_dialog_defaults_to_the_latest_revision(qtbot):
+    dialog = ForkDialog("Fix login", revisions(4))
+    qtbot.addWidget(dialog)
+    assert dialog.revision_combo.count() == 4
+    assert dialog.revision() == f"{4:040x}"
+    assert "(latest)" in dialog.revision_combo.currentText()
+    dialog.revision_combo.setCurrentIndex(1)
+    dialog.instructions_edit.setPlainText("try another way")
+    assert dialog.revision() == f"{2:040x}"
+    assert dialog.ok_button.isEnabled() and dialog.ok_button.text() == "Fork"
+
+
+def test_fork_dialog_without_revisions_cannot_be_accepted(qtbot):
+    dialog = ForkDialog("Fix login", [])
+    qtbot.addWidget(dialog)
+    dialog.instructions_edit.setPlainText("go")
+    assert not dialog.ok_button.isEnabled()
+
+
+def test_keyring_dialog_explains_how_to_unlock(qtbot):
+    dialog = KeyringDialog("the keyring is locked (Prompt dismissed)")
+    qtbot.addWidget(dialog)
+    text = " ".join(label.text() for label in dialog.findChildren(QLabel))
+    assert "Prompt dismissed" in text and "unlock" in text
+    with qtbot.waitSignal(dialog.accepted):
+        qtbot.mouseClick(dialog.retry_button, Qt.MouseButton.LeftButton)
+
+
+def test_paths_are_sorted_into_folders_and_refusals(tmp_path):
+    folder = tmp_path / "repo"
+    folder.mkdir()
+    note = tmp_path / "notes.txt"
+    note.write_text("x")
+    missing = tmp_path / "gone"
+    result = sort_paths([folder, note, missing, folder])
+    assert result.folders == [folder]
+    assert [(p.name, why) for p, why in result.refused] == [
+        ("notes.txt", "it is a file, not a folder"), ("gone", "it does not exist")]
+    assert result.message().startswith("Cannot start a task from these: notes.txt: it is a file")
+    assert check_folder(folder) is None

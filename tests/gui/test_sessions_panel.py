@@ -1,0 +1,254 @@
+"""The Sessions & Snapshots tab over a fake facade: running, stopped, gone and unsafe sandboxes,
+snapshots, CPU/memory left empty with the reason when the facade has no stats, Stop / Resume /
+Reconcile as jobs with their results and errors shown, and the last resume told in words."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import pytest
+
+from core.errors import Conflict
+from core.events import RUN_RESUMED, EventBus
+from gui.context import AppContext
+from gui.qt import QCoreApplication, QEvent, QSettings
+from gui.sessions import SessionsPanel
+from gui.sessions import data as sessions_data
+from gui.sessions.panel import (S_BACKEND, S_CPU, S_MEMORY, S_STATE, S_TASK, S_UPTIME,
+                                UNSAFE_TEXT)
+
+RECREATED = {"run_id": "run-2", "path": ["checkpoint: ck-1", "workspace: restored",
+                                         "sandbox: recreated",
+                                         "engine: new session on the same files (fallback)"],
+             "notes": ["sandbox: the container was gone"]}
+REATTACHED = {"run_id": "run-9", "path": ["checkpoint: ck-7", "workspace: unchanged since the "
+                                          "checkpoint", "sandbox: reattached",
+                                          "engine: native resume of session abc"], "notes": []}
+
+
+@dataclass
+class FakeTask:
+    id: str
+    title: str
+    workspace_id: str
+
+
+@dataclass
+class FakeRun:
+    id: str
+    state: str = "running"
+    resume_report: dict | None = None
+
+
+@dataclass
+class FakeReport:
+    d: dict
+
+    def to_dict(self) -> dict:
+        return self.d
+
+
+@dataclass
+class FakeCairn:
+    """The facade calls the panel makes, with canned answers and a record of what was asked."""
+
+    stats: dict | None = None
+    fail_resume: bool = False
+    calls: list = field(default_factory=list)
+    events: EventBus = field(default_factory=EventBus)
+
+    def tasks(self):
+        return [FakeTask("task-a", "fix login", "ws-a"), FakeTask("task-b", "docs", "ws-b"),
+                FakeTask("task-c", "spike", "ws-c")]
+
+    def status(self):
+        return {
+            "sessions": [
+                {"session_id": "sess-a", "workspace_id": "ws-a", "backend": "docker",
+                 "unsafe": False, "container": "cairn-a", "state": "running",
+                 "image": "sha256:0123456789abcdef0123", "generation": 1, "snapshot_id": "snap-a",
+                 "age_s": 3725.0, "policy_version": 1},
+                {"session_id": "sess-b", "workspace_id": "ws-b", "backend": "docker",
+                 "unsafe": False, "container": "cairn-b", "state": "gone", "image": "img-b",
+                 "generation": 2, "snapshot_id": "snap-b", "age_s": 90000.0,
+                 "policy_version": 1},
+                {"session_id": "sess-c", "workspace_id": "ws-c", "backend": "host",
+                 "unsafe": True, "container": "host-c", "state": "running", "image": None,
+                 "generation": 1, "snapshot_id": None, "age_s": 42.0, "policy_version": 1},
+            ],
+            "snapshots": [
+                {"snapshot_id": "snap-a", "workspace_id": "ws-a", "revision": "a" * 40,
+                 "tree": "t", "state": "durable", "created_at": 0, "age_s": 600.0,
+                 "size": 2_500_000, "restorable": True},
+                {"snapshot_id": "snap-b", "workspace_id": "ws-b", "revision": "b" * 40,
+                 "tree": "t", "state": "durable", "created_at": 0, "age_s": 7200.0,
+                 "size": None, "restorable": False},
+            ],
+            "problem": None,
+        }
+
+    def latest_run(self, task_id):
+        if task_id == "task-b":
+            return FakeRun("run-2", resume_report=RECREATED)
+        return FakeRun(f"run-{task_id}")
+
+    def stop(self, task_id):
+        self.calls.append(("stop", task_id))
+        return {"task_id": task_id, "run": "run-1", "sandbox": "cairn-a"}
+
+    def resume(self, task_id):
+        self.calls.append(("resume", task_id))
+        if self.fail_resume:
+            raise Conflict("run run-9 is running; only an interrupted run can be resumed")
+        return FakeRun("run-9"), FakeReport(REATTACHED)
+
+    def reconcile(self):
+        self.calls.append(("reconcile",))
+        return SimpleNamespace(to_dict=lambda: {
+            "still_running": ["run-1"], "interrupted": ["run-3"], "finished": [],
+            "sessions_gone": ["sess-b"], "orphan_containers": ["stray"], "problems": []})
+
+
+class FakeCairnWithStats(FakeCairn):
+    def session_stats(self, session_id):
+        return {"cpu_percent": 12.5, "memory_bytes": 256_000_000,
+                "memory_limit_bytes": 4_000_000_000, "pids": 3, "uptime_s": 61.0}
+
+
+@pytest.fixture
+def make_panel(qtbot, tmp_path):
+    made = []
+
+    def make(cairn):
+        context = AppContext(cairn, settings=QSettings(str(tmp_path / "settings.ini"),
+                                                       QSettings.Format.IniFormat))
+        panel = SessionsPanel(context)
+        qtbot.addWidget(panel)
+        panel.resize(1000, 700)
+        panel.show()
+        qtbot.waitUntil(lambda: panel.sessions.rowCount() == 3, timeout=5000)
+        made.append((panel, context))
+        return panel
+
+    yield make
+    for panel, context in made:
+        panel.close()
+        panel.deleteLater()
+        QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+        context.close(close_facade=False)
+
+
+def _cell(panel, row, col) -> str:
+    return panel.sessions.item(row, col).text()
+
+
+def test_sessions_show_running_gone_and_unsafe_rows(qtbot, make_panel):
+    panel = make_panel(FakeCairn())
+    assert [_cell(panel, r, S_TASK) for r in range(3)] == ["fix login", "docs", "spike"]
+    assert [_cell(panel, r, S_STATE) for r in range(3)] == ["running", "gone", "running"]
+    assert _cell(panel, 0, S_BACKEND) == "docker"
+    assert _cell(panel, 2, S_BACKEND) == UNSAFE_TEXT
+    assert "no isolation" in panel.sessions.item(2, S_BACKEND).toolTip()
+    assert _cell(panel, 0, S_UPTIME) == "1 h 2 min"
+    assert _cell(panel, 1, S_UPTIME) == "—"  # a gone sandbox has no uptime
+
+
+def test_cpu_and_memory_say_why_they_are_empty_without_facade_stats(qtbot, make_panel):
+    panel = make_panel(FakeCairn())
+    assert _cell(panel, 0, S_CPU) == "—" and _cell(panel, 0, S_MEMORY) == "—"
+    assert panel.sessions.item(0, S_CPU).toolTip() == sessions_data.NO_STATS_REASON
+    assert "running" in panel.sessions.item(1, S_MEMORY).toolTip()
+
+
+def test_cpu_and_memory_come_from_the_facade_when_it_has_stats(qtbot, make_panel):
+    panel = make_panel(FakeCairnWithStats())
+    assert _cell(panel, 0, S_CPU) == "12.5 %"
+    assert _cell(panel, 0, S_MEMORY) == "256.0 MB of 4.0 GB"
+    assert _cell(panel, 0, S_UPTIME) == "1 min"
+
+
+def test_snapshots_list_revision_age_size_and_restorable(qtbot, make_panel):
+    panel = make_panel(FakeCairn())
+    table = panel.snapshots
+    assert table.rowCount() == 2
+    row0 = [table.item(0, c).text() for c in range(table.columnCount())]
+    assert row0 == ["snap-a", "fix login", "a" * 12, "10 min", "2.5 MB", "yes"]
+    assert table.item(1, 5).text() == "NO" and table.item(1, 4).text() == "—"
+
+
+def test_the_last_resume_is_told_in_words(qtbot, make_panel):
+    panel = make_panel(FakeCairn())
+    panel.set_task("task-b")
+    text = panel.resume_report.text()
+    assert "run run-2" in text
+    assert "recreated the sandbox" in text
+    assert "restored the workspace from its snapshot" in text
+    assert "fell back to a new engine session" in text
+    assert "the container was gone" in text
+    panel.set_task("task-a")
+    assert panel.resume_report.text() == "No resume yet."
+
+
+def test_resume_runs_as_a_job_and_reports_reattached(qtbot, make_panel):
+    cairn = FakeCairn()
+    panel = make_panel(cairn)
+    panel.set_task("task-a")
+    assert panel.resume_button.isEnabled()
+    with qtbot.waitSignal(panel.sig_action_done, timeout=5000) as done:
+        panel.resume_button.click()
+    assert done.args == ["resume", True]
+    assert cairn.calls == [("resume", "task-a")]
+    assert "reattached to the sandbox" in panel.resume_report.text()
+    assert "run-9" in panel.message.text()
+
+
+def test_a_failed_resume_shows_the_error(qtbot, make_panel):
+    panel = make_panel(FakeCairn(fail_resume=True))
+    panel.set_task("task-a")
+    with qtbot.waitSignal(panel.sig_action_done, timeout=5000) as done:
+        panel.resume_selected()
+    assert done.args == ["resume", False]
+    assert panel.message.text().startswith("Resume failed: run run-9 is running")
+    assert panel.resume_button.isEnabled()
+
+
+def test_stop_and_reconcile_show_their_results(qtbot, make_panel):
+    cairn = FakeCairn()
+    panel = make_panel(cairn)
+    panel.set_task("task-a")
+    with qtbot.waitSignal(panel.sig_action_done, timeout=5000):
+        panel.stop_button.click()
+    assert panel.message.text() == "Stop: cancelled run run-1, stopped sandbox cairn-a."
+    with qtbot.waitSignal(panel.sig_action_done, timeout=5000):
+        panel.reconcile_button.click()
+    message = panel.message.text()
+    assert "1 run(s) marked interrupted" in message and "1 sandbox(es) gone" in message
+    assert "(left alone)" in message
+    assert cairn.calls == [("stop", "task-a"), ("reconcile",)]
+
+
+def test_stop_is_offered_only_for_a_running_sandbox(qtbot, make_panel):
+    panel = make_panel(FakeCairn())
+    panel.set_task("task-b")  # gone
+    assert not panel.stop_button.isEnabled()
+    assert panel.resume_button.isEnabled()
+    panel.set_task("task-a")
+    assert panel.stop_button.isEnabled()
+
+
+def test_a_resume_event_updates_the_report(qtbot, make_panel):
+    cairn = FakeCairn()
+    panel = make_panel(cairn)
+    panel.set_task("task-c")
+    cairn.events.publish(RUN_RESUMED, "run-9", task_id="task-c", report=REATTACHED)
+    qtbot.waitUntil(lambda: "reattached" in panel.resume_report.text(), timeout=5000)
+
+
+def test_describe_resume_covers_each_outcome():
+    text = sessions_data.describe_resume(
+        {"run_id": "r", "path": ["workspace: restored into new workspace ws-9",
+                                 "sandbox: created", "checkpoint: none"]})
+    assert "restored the checkpoint into a new workspace (ws-9)" in text
+    assert "created a new sandbox" in text
+    assert "started over from the first step" in text
