@@ -79,3 +79,30 @@ def test_an_unknown_engine_is_refused_before_anything_is_made(tmp_path):
     line = one_error_line(cairnctl(data, "new", str(src), "--engine", "nope", check=False))
     assert "unknown engine" in line
     assert not (data / "vault").exists() or not any((data / "vault").iterdir())
+
+
+def test_a_forks_revision_promoted_as_a_branch_lands_in_the_users_repository(tmp_path, sandbox_image):
+    from tests.support import git
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "app.txt").write_text("v0\n")
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=Me", "-c", "user.email=me@example.com", "commit", "-qm", "start")
+    refs_before = git(repo, "for-each-ref", "--format=%(refname)").split()
+    data = tmp_path / "data"
+    made = as_json(cairnctl(data, "new", str(repo), "-m", "echo parent > app.txt", "--json"))
+    fork = as_json(cairnctl(data, "fork", made["task_id"], "--at", "base", "-m",
+                            "echo fork > app.txt; echo new > extra.txt", "--json"))
+    assert fork["state"] == "succeeded"
+    rev = as_json(cairnctl(data, "revisions", fork["task_id"], "--json"))["revisions"][-1]
+    cairnctl(data, "promote", fork["task_id"], "--branch", "cairn/from-fork", "--json")
+    refs_after = git(repo, "for-each-ref", "--format=%(refname)").split()
+    assert sorted(set(refs_after) - set(refs_before)) == ["refs/heads/cairn/from-fork"]
+    assert set(refs_before) <= set(refs_after)
+    assert git(repo, "rev-parse", "cairn/from-fork^{tree}").strip() == rev["tree"]
+    assert git(repo, "show", "cairn/from-fork:app.txt") == "fork\n"
+    assert (repo / "app.txt").read_text() == "v0\n"  # the user's files are untouched
+    for c in __import__("docker").from_env().containers.list(
+            all=True, filters={"label": f"cairn.data_dir={data.resolve()}"}):
+        c.remove(force=True)
