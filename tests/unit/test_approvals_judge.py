@@ -30,7 +30,7 @@ class HostPaths:
         self.map = {"/cairn/runs": data / "runs" / workspace_id,
                     "/cairn/decisions": data / "approvals" / workspace_id}
 
-    def host_path(self, path: str) -> str:
+    def visible_path(self, path: str) -> str:
         for target, source in self.map.items():
             if path == target or path.startswith(target + "/"):
                 return str(source) + path[len(target):]
@@ -383,6 +383,9 @@ def test_a_secret_in_a_command_is_judged_whole_but_stored_by_its_name_only(tmp_p
 
 class NoPython:
     """A sandbox whose image has no python3."""
+
+    def visible_path(self, path: str) -> str:
+        return path
 
     def exec(self, argv, **kwargs):
         from core.sandbox.base import ExecResult
