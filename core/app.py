@@ -15,22 +15,22 @@ from pathlib import Path
 from typing import Callable
 
 from core import events as ev
+from core import runs as runs_mod
+from core import workspaces
 from core.datadir import DataDir
 from core.diffs import Diff, diff_revisions
 from core.errors import (CairnError, Conflict, CorruptSnapshot, InputError, NotFound,
                          QuotaExceeded, VaultError)
 from core.ids import new_id
 from core.locks import FileLock, held, lock_path
-from core.models import Revision, Snapshot, Source, Task, TaskSource, Workspace, WorkspaceState
+from core.models import (Revision, Run, RunState, Snapshot, Source, Task, TaskSource, Workspace,
+                         WorkspaceState)
+from core.policy import Policy
 from core.store import Store
 from core.vault import Vault, base_ref, revisions_ref, snapshot_ref
 from core.vault.importer import check_importable, import_folder
 from core.vault.materialize import materialize
 from core.watch import CapturedRevision, Recorder
-from core import runs as runs_mod
-from core import workspaces
-from core.models import Run, RunState
-from core.policy import Policy
 
 log = logging.getLogger(__name__)
 
@@ -431,19 +431,30 @@ class Cairn:
     def restore_into_new_workspace(self, task: Task, old: Workspace, snapshot_id: str) -> Workspace:
         """Give the task a new workspace made from a snapshot; the old one is kept, frozen."""
         snap = self.store.get_snapshot(snapshot_id)
+        commit = self._snapshot_commit(self.vault_for(old.source_id), snap)
+        ws = self._workspace_from_revision(old, commit, snap.tree, branch=old.branch,
+                                           trigger="restore", label=f"snapshot {snap.id}",
+                                           task_id=task.id)
+        if old.state in (WorkspaceState.PREPARED.value, WorkspaceState.ACTIVE.value):
+            self.set_workspace_state(old.id, WorkspaceState.FROZEN)
+        return ws
+
+    def _workspace_from_revision(self, old: Workspace, commit: str, tree: str, *, branch: str,
+                                 trigger: str, label: str, task_id: str | None = None) -> Workspace:
+        """A new workspace of `old`'s source folder and policy, materialized from `commit`; on
+        failure nothing of it is left. Given `task_id`, that task moves into it."""
         vault = self.vault_for(old.source_id)
-        commit = self._snapshot_commit(vault, snap)
         ws_id = new_id("workspace")
         root = self.data.workspace_path(ws_id)
         now = time.time()
-        ws = Workspace(ws_id, old.source_id, str(root), commit, old.head_commit, old.branch, None,
-                       WorkspaceState.ALLOCATED.value, policy=dict(old.policy), mounts=list(old.mounts),
-                       quota_bytes=old.quota_bytes, expires_at=old.expires_at,
-                       created_at=now, updated_at=now)
+        ws = Workspace(ws_id, old.source_id, str(root), commit, old.head_commit, branch, None,
+                       WorkspaceState.ALLOCATED.value, policy=dict(old.policy),
+                       mounts=list(old.mounts), quota_bytes=old.quota_bytes,
+                       expires_at=old.expires_at, created_at=now, updated_at=now)
         self.store.add_workspace(ws)
         try:
-            workspaces.create_tree(vault, commit, root, branch=old.branch,
-                                   head_commit=old.head_commit, label=f"snapshot {snap.id}")
+            workspaces.create_tree(vault, commit, root, branch=branch,
+                                   head_commit=old.head_commit, label=label)
             vault.objects.update_ref(base_ref(ws_id), commit)
             vault.objects.update_ref(revisions_ref(ws_id), commit)
         except BaseException:
@@ -451,11 +462,10 @@ class Cairn:
             self.store.delete_workspace_rows(ws_id)
             raise
         with self.store.transaction():
-            self.store.add_revision(Revision(commit, ws_id, None, snap.tree, "restore", None, 0, now))
+            self.store.add_revision(Revision(commit, ws_id, None, tree, trigger, None, 0, now))
             self.store.update_workspace(ws_id, state=WorkspaceState.PREPARED.value)
-            self.store.update_task(task.id, workspace_id=ws_id)
-        if old.state in (WorkspaceState.PREPARED.value, WorkspaceState.ACTIVE.value):
-            self.set_workspace_state(old.id, WorkspaceState.FROZEN)
+            if task_id is not None:
+                self.store.update_task(task_id, workspace_id=ws_id)
         return self.store.get_workspace(ws_id)
 
     def _snapshot_commit(self, vault: Vault, snap: Snapshot) -> str:
@@ -527,29 +537,12 @@ class Cairn:
         self.runs.refuse_in_flight(parent)
         rev = self.resolve_revision(parent, at_revision, default="latest")
         old = self.workspace_of(parent)
-        vault = self.vault_for(old.source_id)
-        ws_id = new_id("workspace")
         child_id = new_id("task")
-        root = self.data.workspace_path(ws_id)
-        now = time.time()
-        branch = workspaces.branch_name(title or f"{parent.title} fork", child_id)
-        ws = Workspace(ws_id, old.source_id, str(root), rev.id, old.head_commit, branch, None,
-                       WorkspaceState.ALLOCATED.value, policy=dict(old.policy),
-                       mounts=list(old.mounts), quota_bytes=old.quota_bytes,
-                       expires_at=old.expires_at, created_at=now, updated_at=now)
-        self.store.add_workspace(ws)
-        try:
-            workspaces.create_tree(vault, rev.id, root, branch=branch, head_commit=old.head_commit,
-                                   label=f"revision {rev.id[:12]} of task {parent.id}")
-            vault.objects.update_ref(base_ref(ws_id), rev.id)
-            vault.objects.update_ref(revisions_ref(ws_id), rev.id)
-        except BaseException:
-            workspaces.remove_tree(root)
-            self.store.delete_workspace_rows(ws_id)
-            raise
-        with self.store.transaction():
-            self.store.add_revision(Revision(rev.id, ws_id, None, rev.tree, "base", None, 0, now))
-            self.store.update_workspace(ws_id, state=WorkspaceState.PREPARED.value)
+        ws = self._workspace_from_revision(
+            old, rev.id, rev.tree, branch=workspaces.branch_name(title or f"{parent.title} fork",
+                                                                 child_id),
+            trigger="base", label=f"revision {rev.id[:12]} of task {parent.id}")
+        ws_id = ws.id
         child = self._child_task(parent, TaskSource.FORK, ws_id, rev.id,
                                  title or f"{parent.title} (fork)", message, task_id=child_id)
         self.events.publish(ev.TASK_CREATED, child.id, parent=parent.id, source="fork",

@@ -8,7 +8,6 @@ and resuming runs is the facade's and the resume ladder's job.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from dataclasses import dataclass

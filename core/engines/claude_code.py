@@ -23,7 +23,6 @@ Facts this module relies on (Claude Code 2.1.332):
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import uuid

@@ -4,7 +4,6 @@ it, an approval lets it run, and the sandbox can never write a decision itself."
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -16,33 +15,9 @@ from core.runs import output_of
 from core.store import Store
 from tests.support import as_json, cairnctl, cairnctl_argv, cairnctl_env
 
-IMAGE = os.environ.get("CAIRN_SANDBOX_IMAGE", "cairn-sandbox:1")
 PUSH = "git push --force origin main; touch pushed.marker"
 
 pytestmark = pytest.mark.docker
-
-
-@pytest.fixture(scope="module")
-def sandbox_image(docker_client):
-    try:
-        docker_client.images.get(IMAGE)
-    except Exception:
-        pytest.skip(f"the sandbox image {IMAGE} is not built (tests/images/build.sh builds it)")
-    return IMAGE
-
-
-@pytest.fixture
-def task(tmp_path, sandbox_image, docker_client):
-    data = tmp_path / "data"
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "README").write_text("hello\n")
-    made = as_json(cairnctl(data, "new", str(src), "--json"))
-    yield data, made["task_id"], Path(made["workspace_root"])
-    approvals.stop_judge(data)
-    for c in docker_client.containers.list(all=True,
-                                           filters={"label": f"cairn.data_dir={data.resolve()}"}):
-        c.remove(force=True)
 
 
 def wait_for(predicate, timeout: float = 60.0, what: str = "condition"):

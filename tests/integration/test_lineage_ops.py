@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_runs_resume import latest_run, step_of, wait_for
-from tests.integration.test_runs_resume import sandbox_image, task  # noqa: F401 - fixtures
 from tests.support import as_json, cairnctl, one_error_line
 
 pytestmark = pytest.mark.docker

@@ -15,38 +15,13 @@ from pathlib import Path
 import pytest
 
 from core.checkpoints import STEPS as CHECKPOINT_STEPS
-from core.sandbox import egress
 from core.models import Run
 from core.runs import output_of
 from core.store import Store
 from tests.support import as_json, cairnctl, cairnctl_argv, cairnctl_env, one_error_line
 
-IMAGE = os.environ.get("CAIRN_SANDBOX_IMAGE", "cairn-sandbox:1")
 
 pytestmark = pytest.mark.docker
-
-
-@pytest.fixture(scope="module")
-def sandbox_image(docker_client):
-    try:
-        docker_client.images.get(IMAGE)
-    except Exception:
-        pytest.skip(f"the sandbox image {IMAGE} is not built (tests/images/build.sh builds it)")
-    return IMAGE
-
-
-@pytest.fixture
-def task(tmp_path, sandbox_image, docker_client):
-    data = tmp_path / "data"
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "README").write_text("hello\n")
-    made = as_json(cairnctl(data, "new", str(src), "--json"))
-    yield data, made["task_id"], Path(made["workspace_root"])
-    for c in docker_client.containers.list(all=True, filters={"label": f"cairn.data_dir={data.resolve()}"}):
-        c.remove(force=True)
-    for sock in (data / "egress").glob("*/sandbox/egress.sock"):
-        egress.stop(sock)
 
 
 def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):

@@ -11,7 +11,6 @@ import pytest
 
 from tests.integration.test_runs_resume import (interrupt_by_removing_container, latest_run,
                                                 session, start_steps, step_of, wait_for)
-from tests.integration.test_runs_resume import sandbox_image, task  # noqa: F401 - fixtures
 from tests.support import as_json, cairnctl, cairnctl_env, one_error_line
 
 pytestmark = pytest.mark.docker
