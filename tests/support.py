@@ -48,3 +48,25 @@ def one_error_line(proc: subprocess.CompletedProcess) -> str:
     lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
     assert len(lines) == 1, proc.stderr
     return lines[0]
+
+
+def wait_for(predicate, timeout: float = 60.0, what: str = "condition", interval: float = 0.1):
+    """The predicate's first truthy value, polled until `timeout`; a clear failure otherwise."""
+    import time
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def engine_session_of(data_dir: Path, task_id: str) -> str | None:
+    """The engine session id recorded for the task's latest run."""
+    from core.store import Store
+    store = Store(data_dir / "cairn.db")
+    try:
+        return store.runs_of([task_id])[-1].engine_session_id
+    finally:
+        store.close()

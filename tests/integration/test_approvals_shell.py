@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import wait_for
+
 from core import approvals
 from core.runs import output_of
 from core.store import Store
@@ -18,16 +20,6 @@ from tests.support import as_json, cairnctl, cairnctl_argv, cairnctl_env
 PUSH = "git push --force origin main; touch pushed.marker"
 
 pytestmark = pytest.mark.docker
-
-
-def wait_for(predicate, timeout: float = 60.0, what: str = "condition"):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def listed(data: Path, *extra: str) -> list[dict]:

@@ -14,12 +14,13 @@ import json
 import os
 import shutil
 import subprocess
-import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+
+from tests.support import wait_for, engine_session_of
 
 from core.engines.base import (MODE_CONTINUE, MODE_FALLBACK, MODE_FORK, MODE_START, EngineEvent,
                                EngineSettings, LaunchContext)
@@ -309,24 +310,6 @@ def _start_continue_fork(box: Sandboxed, server: FakeAnthropic, docker_client, a
 
 # -- (c) end to end through cairnctl ------------------------------------------------------------------
 
-
-def wait_for(predicate, timeout: float = 60.0, what: str = "condition"):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def engine_session_of(data: Path, task_id: str) -> str | None:
-    from core.store import Store
-    store = Store(data / "cairn.db")
-    try:
-        return store.runs_of([task_id])[-1].engine_session_id
-    finally:
-        store.close()
 
 
 def test_cairnctl_runs_continues_and_forks_claude_code(binary, sandbox_image, docker_client,

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import wait_for, engine_session_of
+
 from core.datadir import DataDir
 from core.engines.base import (MODE_CONTINUE, MODE_FORK, MODE_START, EngineEvent, EngineSettings,
                                LaunchContext)
@@ -352,23 +354,6 @@ def test_a_copied_engine_home_forks_in_a_new_sandbox_without_touching_the_parent
 
 # -- (c) end to end through cairnctl ----------------------------------------------------------------
 
-
-def wait_for(predicate, timeout: float = 60.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def engine_session_of(data: Path, task_id: str) -> str | None:
-    store = Store(data / "cairn.db")
-    try:
-        return store.runs_of([task_id])[-1].engine_session_id
-    finally:
-        store.close()
 
 
 def test_cairnctl_runs_continues_and_forks_codex(codex, server, docker_client, secret_service,

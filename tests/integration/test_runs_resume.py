@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import wait_for
+
 from core.checkpoints import STEPS as CHECKPOINT_STEPS
 from core.models import Run
 from core.runs import output_of
@@ -22,16 +24,6 @@ from tests.support import as_json, cairnctl, cairnctl_argv, cairnctl_env, one_er
 
 
 pytestmark = pytest.mark.docker
-
-
-def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def store_of(data: Path) -> Store:
