@@ -18,6 +18,7 @@ from core import approvals
 from core.datadir import DataDir
 from core.errors import CairnError
 from core.ids import new_id
+from core.launch import resource_path
 from core.models import SessionRecord, Workspace
 from core.policy import Policy
 from core.sandbox import egress
@@ -28,7 +29,7 @@ from core.store import Store
 log = logging.getLogger(__name__)
 
 TOOLS_DIR_IN_SANDBOX = "/cairn/tools"
-RESOURCES_SANDBOX = Path(__file__).resolve().parents[1] / "resources" / "sandbox"
+RESOURCES_SANDBOX = resource_path("sandbox")
 EGRESS_PROXY_PORT = 3128  # inside the sandbox, on its own loopback
 
 

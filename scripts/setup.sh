@@ -30,6 +30,7 @@ APT_PACKAGES=(
     libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-image0 libxcb-render-util0 libxcb-shape0
     libxcb-randr0 libxcb-xkb1 libxkbcommon-x11-0 libx11-xcb1
     debootstrap busybox-static
+    desktop-file-utils appstream xdotool
     nodejs npm
 )
 
@@ -366,6 +367,28 @@ prepare_test_services() {
     build_test_images "$docker_ok"
 }
 
+# --- The packaged app --------------------------------------------------------------------------
+
+# Builds dist/cairn for tests/packaging/test_bundle.py (packaging/build.sh skips the build when
+# nothing it depends on changed) and points the test at it.
+build_bundle() {
+    log "building the app bundle (packaging/build.sh)"
+    with_install_lock bash packaging/build.sh || die "packaging/build.sh failed"
+    export CAIRN_BUNDLE="$REPO_ROOT/dist/cairn"
+}
+
+# The whole suite wants the bundle; a run naming only other tests does not wait for a build.
+wants_bundle() {
+    local arg named=0
+    for arg in "$@"; do
+        case "$arg" in
+            tests/packaging|tests/packaging/*) return 0 ;;
+            tests/*|*.py|*::*) named=1 ;;
+        esac
+    done
+    [ "$named" -eq 0 ]
+}
+
 # --- Commands -----------------------------------------------------------------------------------
 
 cmd_deps() {
@@ -391,6 +414,7 @@ cmd_test() {
     trap 'exit 130' INT
     trap 'exit 143' TERM
     prepare_test_services
+    if wants_bundle "$@"; then build_bundle; fi
     start_xvfb
     run_tests "$@"
 }

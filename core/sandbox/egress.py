@@ -4,7 +4,8 @@ that connects only to allowlisted host:port pairs and logs every decision as one
 Owns destination matching, the socket protocol spoken by the in-sandbox forwarder
 (resources/sandbox/egress-forward.py), and the detached proxy process (start, find, reload, stop).
 Leaves the allowlist's contents to the policy, and mounts and launch specs to the sandbox backends.
-Standard library only: start_detached runs this file as a script, so it must not import core.
+start_detached runs this module as its own process (`python -m core.sandbox.egress`, or the bundle's
+module switch), so it imports little: the standard library, core.locks and core.launch.
 
 Layout, per sandbox session (`egress/<session>/` under the data folder):
 
@@ -44,12 +45,13 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from core.launch import python_command, resource_path
 from core.locks import flock_holder_pid
 
 SANDBOX_EGRESS_DIR = "/cairn/egress"
 SOCKET_NAME = "egress.sock"
 SANDBOX_SOCKET = f"{SANDBOX_EGRESS_DIR}/{SOCKET_NAME}"
-FORWARDER_SCRIPT = Path(__file__).resolve().parents[2] / "resources" / "sandbox" / "egress-forward.py"
+FORWARDER_SCRIPT = resource_path("sandbox", "egress-forward.py")
 # Addresses that always mean "the sandbox itself", so a proxied client must reach them directly.
 LOCAL_NAMES = ("127.0.0.1", "localhost", "::1")
 
@@ -963,14 +965,15 @@ def start_detached(
     if pid is not None:
         raise EgressAlreadyRunning(f"an egress proxy (pid {pid}) already serves {paths.socket}")
     write_policy(paths.policy_file, allow, session)
-    argv = [
-        python or sys.executable, "-u", os.path.abspath(__file__),
+    argv = python_command(
+        "core.sandbox.egress",
         "--socket", str(paths.socket),
         "--policy", str(paths.policy_file),
         "--pid-file", str(paths.pid_file),
         "--log", os.path.abspath(log_path),
         "--detach",
-    ]  # fmt: skip
+        python=python,
+    )  # fmt: skip
     if session:
         argv += ["--session", session]
     with open(paths.stderr_file, "ab") as output:
