@@ -1,0 +1,406 @@
+"""First-run checks: is Docker installed, running and reachable, is there a real keyring, a recent
+enough git and room on the disk of the data folder; each answer with one line to fix it.
+
+Owns probing those and phrasing what was found; the sandbox backend, the keyring store
+(core.credentials) and the vault keep their own checks for the moment they are used. Nothing here
+raises: a probe that fails unexpectedly or hangs is itself reported as an error check.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from core.sandbox.docker import DEFAULT_SOCKET
+
+OK = "ok"
+WARNING = "warning"
+ERROR = "error"
+STATES = (OK, WARNING, ERROR)
+
+DOCKER_TIMEOUT_S = 3.0  # per Docker probe (connect, then the API's version call)
+GIT_TIMEOUT_S = 3.0
+DEADLINE_S = 6.0  # the whole run: checks run side by side and a late one is reported as such
+
+# Why 2.29: the importer fetches with `--no-write-fetch-head` (git 2.29) and workspaces are made
+# with `git init --initial-branch` (2.28). Older gits fail at the first import.
+MIN_GIT = (2, 29)
+MIN_GIT_TEXT = "2.29"
+
+GIB = 1024 ** 3
+DISK_ERROR_BYTES = 1 * GIB
+DISK_WARNING_BYTES = 5 * GIB
+
+INSTALL_DOCKER = "sudo apt install docker.io"
+START_DOCKER = "sudo systemctl start docker"
+RESTART_DOCKER = "sudo systemctl restart docker"
+JOIN_DOCKER_GROUP = "sudo usermod -aG docker $USER"
+INSTALL_GIT = "sudo apt install git"
+INSTALL_KEYRING = "sudo apt install gnome-keyring"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One finding: `state` is ok, warning or error; `detail` and `fix` are one line each.
+
+    `command` is the shell command inside `fix`, when there is one to copy.
+    """
+
+    id: str
+    title: str
+    state: str
+    detail: str
+    fix: str | None = None
+    command: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.state == OK
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What the checks mean for the user: can sandboxes run with Docker, may they go on."""
+
+    sandboxes: bool  # Docker sandboxes can be made now
+    may_continue: bool  # always: without Docker, tasks can still be browsed (and the host offered)
+    errors: int
+    warnings: int
+    headline: str
+
+
+def summary(checks: Sequence[Check]) -> Summary:
+    docker = next((c for c in checks if c.id == "docker"), None)
+    sandboxes = docker is not None and docker.ok
+    errors = sum(1 for c in checks if c.state == ERROR)
+    warnings = sum(1 for c in checks if c.state == WARNING)
+    if not sandboxes:
+        headline = ("Docker is not usable, so sandboxes cannot run: tasks can still be browsed, "
+                    "compared and created, and runs can use the host backend (no isolation).")
+    elif errors:
+        headline = "Sandboxes can run, but some checks failed: see how to fix them below."
+    elif warnings:
+        headline = "Cairn can run; some things deserve a look."
+    else:
+        headline = "Everything Cairn needs is in place."
+    return Summary(sandboxes, True, errors, warnings, headline)
+
+
+# -- running them --------------------------------------------------------------------------------
+
+TITLES = {"docker": "Docker", "keyring": "Keyring", "git": "Git", "disk": "Disk space"}
+
+
+def run_checks(data_root: str | os.PathLike[str], *,
+               which: Callable[[str], str | None] = shutil.which,
+               docker_host: str | None = None,
+               probe_socket: Callable[[str, float], None] | None = None,
+               docker_version: Callable[[str, float], str] | None = None,
+               keyring_backend: Any = None,
+               git: str = "git",
+               disk_usage: Callable[[str], Any] = shutil.disk_usage,
+               docker_timeout: float = DOCKER_TIMEOUT_S,
+               deadline: float = DEADLINE_S) -> list[Check]:
+    """Every check, in a fixed order (docker, keyring, git, disk), within `deadline` seconds.
+
+    `which` looks a program up on PATH; `docker_host` overrides DOCKER_HOST; `probe_socket` and
+    `docker_version` replace the raw socket connect and the API call; `keyring_backend` replaces
+    `keyring.get_keyring()`; `git` is the git program; `disk_usage` is `shutil.disk_usage`'s kind.
+    """
+    probes: dict[str, Callable[[], Check]] = {
+        "docker": lambda: check_docker(which=which, docker_host=docker_host,
+                                       probe_socket=probe_socket, docker_version=docker_version,
+                                       timeout=docker_timeout),
+        "keyring": lambda: check_keyring(keyring_backend),
+        "git": lambda: check_git(git),
+        "disk": lambda: check_disk(data_root, disk_usage=disk_usage),
+    }
+    results: dict[str, Check] = {}
+    threads = []
+    for check_id, probe in probes.items():
+        thread = threading.Thread(target=_run_one, args=(check_id, probe, results),
+                                  name=f"health-{check_id}", daemon=True)
+        thread.start()
+        threads.append(thread)
+    end = time.monotonic() + deadline
+    for thread in threads:
+        thread.join(max(0.0, end - time.monotonic()))
+    out = []
+    for check_id in probes:
+        found = results.get(check_id)
+        if found is None:  # still waiting: a hung daemon or a keyring unlock prompt
+            fix, command = _LATE_FIX.get(check_id, (None, None))
+            found = Check(check_id, TITLES[check_id], ERROR,
+                          f"the {TITLES[check_id].lower()} check did not finish within "
+                          f"{deadline:g} s", fix, command)
+        out.append(found)
+    return out
+
+
+_LATE_FIX: dict[str, tuple[str, str | None]] = {
+    "docker": (f"restart the Docker daemon: {RESTART_DOCKER}", RESTART_DOCKER),
+    "keyring": ("unlock your desktop keyring (it may be waiting for its password), then check "
+                "again", None),
+}
+
+
+def _run_one(check_id: str, probe: Callable[[], Check], results: dict[str, Check]) -> None:
+    try:
+        results[check_id] = probe()
+    except Exception as exc:  # noqa: BLE001 - a failed probe is a finding, never a crash
+        results[check_id] = Check(check_id, TITLES.get(check_id, check_id), ERROR,
+                                  f"the check failed: {_describe(exc)}", None)
+
+
+def _describe(exc: BaseException) -> str:
+    text = _first_line(str(exc))
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _first_line(text: str) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= 200 else line[:199] + "…"
+
+
+# -- docker --------------------------------------------------------------------------------------
+
+def _docker_not_installed(where: str) -> Check:
+    return Check("docker", "Docker", ERROR,
+                 f"Docker is not installed: no docker or dockerd program on PATH and no socket "
+                 f"at {where}", f"install it: {INSTALL_DOCKER}", INSTALL_DOCKER)
+
+
+def _docker_not_running(where: str, why: str) -> Check:
+    return Check("docker", "Docker", ERROR,
+                 f"Docker is installed but its daemon is not running ({why} at {where})",
+                 f"start it: {START_DOCKER}", START_DOCKER)
+
+
+def _docker_permission(path: str) -> Check:
+    return Check("docker", "Docker", ERROR,
+                 f"Docker runs, but your user may not use it: permission denied on {path}",
+                 f"add yourself to the docker group: {JOIN_DOCKER_GROUP}, then log out and in "
+                 "again", JOIN_DOCKER_GROUP)
+
+
+def _docker_no_answer(where: str, why: str) -> Check:
+    return Check("docker", "Docker", ERROR,
+                 f"the Docker daemon at {where} did not answer ({why})",
+                 f"restart it: {RESTART_DOCKER}", RESTART_DOCKER)
+
+
+def _unix_path(where: str) -> str | None:
+    if where.startswith("unix://"):
+        return where[len("unix://"):]
+    if where.startswith("/"):
+        return where
+    return None
+
+
+def connect_unix(path: str, timeout: float) -> None:
+    """Open and close a connection to a unix socket: OSError says why it cannot be used."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(path)
+    finally:
+        sock.close()
+
+
+def docker_api_version(base_url: str, timeout: float) -> str:
+    """The engine's version through docker-py, every call bounded by `timeout`."""
+    import docker
+
+    client = docker.APIClient(base_url=base_url, timeout=timeout)
+    try:
+        return str(client.version().get("Version") or "(unknown version)")
+    finally:
+        client.close()
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    stack: list[BaseException | None] = [exc]
+    while stack:
+        e = stack.pop()
+        if e is None or any(e is s for s in seen):
+            continue
+        seen.append(e)
+        stack.extend([e.__cause__, e.__context__])
+        stack.extend(a for a in getattr(e, "args", ()) if isinstance(a, BaseException))
+    return seen
+
+
+def _is_permission(exc: BaseException) -> bool:
+    return isinstance(exc, PermissionError) or (
+        isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM))
+
+
+def check_docker(*, which: Callable[[str], str | None] = shutil.which,
+                 docker_host: str | None = None,
+                 probe_socket: Callable[[str, float], None] | None = None,
+                 docker_version: Callable[[str, float], str] | None = None,
+                 timeout: float = DOCKER_TIMEOUT_S) -> Check:
+    """Installed (programs on PATH or a socket), running (it answers), permitted (the socket)."""
+    where = docker_host or os.environ.get("DOCKER_HOST") or f"unix://{DEFAULT_SOCKET}"
+    installed = any(which(name) for name in ("docker", "dockerd"))
+    path = _unix_path(where)
+    if path is not None:
+        try:
+            os.stat(path)
+        except PermissionError:
+            return _docker_permission(path)  # the socket's folder is closed to this user
+        except OSError:
+            if not installed:
+                return _docker_not_installed(where)
+            return _docker_not_running(where, "no socket")
+        try:
+            (probe_socket or connect_unix)(path, timeout)
+        except OSError as exc:
+            if _is_permission(exc):
+                return _docker_permission(path)
+            if isinstance(exc, (ConnectionRefusedError, FileNotFoundError)):
+                return _docker_not_running(where, "the socket refuses connections")
+            if isinstance(exc, TimeoutError):
+                return _docker_no_answer(where, f"no connection within {timeout:g} s")
+            return _docker_no_answer(where, exc.strerror or _describe(exc))
+    try:
+        version = (docker_version or docker_api_version)(where, timeout)
+    except Exception as exc:  # noqa: BLE001 - docker-py wraps transport failures in many ways
+        chain = _chain(exc)
+        text = " ".join(str(e) for e in chain)
+        if any(_is_permission(e) for e in chain) or "Permission denied" in text:
+            return _docker_permission(path or where)
+        if any(isinstance(e, TimeoutError) for e in chain) or "timed out" in text.lower():
+            return _docker_no_answer(where, f"no answer within {timeout:g} s")
+        if (any(isinstance(e, (ConnectionRefusedError, FileNotFoundError)) for e in chain)
+                or "Connection refused" in text or "No such file" in text):
+            if not installed and path is None:
+                return _docker_not_installed(where)
+            return _docker_not_running(where, "connection refused")
+        return _docker_no_answer(where, _describe(exc))
+    return Check("docker", "Docker", OK, f"Docker {version} is running at {where}")
+
+
+# -- keyring -------------------------------------------------------------------------------------
+
+def _keyring_name(backend: Any) -> str:
+    inner = getattr(backend, "backends", None)
+    if inner:
+        backend = inner[0]  # a chainer: its first backend is the one in charge
+    name = getattr(backend, "name", None)
+    if isinstance(name, str) and name:
+        return name
+    cls = type(backend)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def check_keyring(backend: Any = None) -> Check:
+    """A real OS keyring (named), a plaintext or unrecognised one (warning), or none (error).
+
+    `backend` defaults to what `keyring` picks; core.credentials decides what kind it is.
+    """
+    from core.credentials import SecretStore
+
+    store = SecretStore(backend=backend)
+    status = store.check()
+    name = _keyring_name(store.backend)
+    if status.usable and status.real:
+        return Check("keyring", "Keyring", OK, f"secrets are kept in the OS keyring ({name})")
+    if status.usable and status.kind == "plaintext":
+        return Check("keyring", "Keyring", WARNING,
+                     f"secrets would be stored unencrypted in a plain file ({name}, keyrings.alt)",
+                     "install gnome-keyring (or another Secret Service) and remove keyrings.alt: "
+                     f"{INSTALL_KEYRING}", INSTALL_KEYRING)
+    if status.usable:
+        return Check("keyring", "Keyring", WARNING,
+                     f"secrets are kept by {name}, which is not the OS keyring",
+                     "use your desktop keyring (gnome-keyring, KWallet): set "
+                     "PYTHON_KEYRING_BACKEND=keyring.backends.SecretService.Keyring")
+    if status.locked:
+        return Check("keyring", "Keyring", ERROR,
+                     f"the keyring is locked: secrets cannot be stored or read ({name})",
+                     "unlock your desktop keyring (gnome-keyring / KWallet), then check again")
+    detail = status.message
+    prefix = "no usable keyring: "
+    if detail.startswith(prefix):
+        detail = detail[len(prefix):].split("; ")[0]
+    return Check("keyring", "Keyring", ERROR,
+                 f"no usable keyring: {detail}; secrets cannot be stored",
+                 f"install and unlock gnome-keyring or another Secret Service: {INSTALL_KEYRING}",
+                 INSTALL_KEYRING)
+
+
+# -- git -----------------------------------------------------------------------------------------
+
+_GIT_VERSION_RE = re.compile(r"git version (\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def check_git(git: str = "git", *, timeout: float = GIT_TIMEOUT_S) -> Check:
+    """git on PATH (or the program given), at least MIN_GIT."""
+    fix = f"install git {MIN_GIT_TEXT} or newer: {INSTALL_GIT}"
+    try:
+        proc = subprocess.run([git, "--version"], capture_output=True, text=True,
+                              timeout=timeout, env={**os.environ, "LC_ALL": "C"})
+    except FileNotFoundError:
+        return Check("git", "Git", ERROR, f"git is not installed (no {git} program found)",
+                     fix, INSTALL_GIT)
+    except PermissionError:
+        return Check("git", "Git", ERROR, f"{git} cannot be run: permission denied", fix,
+                     INSTALL_GIT)
+    except subprocess.TimeoutExpired:
+        return Check("git", "Git", ERROR, f"{git} --version did not finish within {timeout:g} s",
+                     fix, INSTALL_GIT)
+    match = _GIT_VERSION_RE.search(proc.stdout)
+    if proc.returncode != 0 or match is None:
+        said = _first_line(proc.stdout or proc.stderr) or f"exit {proc.returncode}"
+        return Check("git", "Git", ERROR, f"{git} --version did not report a version ({said})",
+                     fix, INSTALL_GIT)
+    found = tuple(int(part or 0) for part in match.groups())
+    text = ".".join(str(p) for p in found)
+    if found[:2] < MIN_GIT:
+        return Check("git", "Git", ERROR,
+                     f"git {text} is too old: Cairn needs git {MIN_GIT_TEXT} or newer",
+                     fix, INSTALL_GIT)
+    return Check("git", "Git", OK, f"git {text} (Cairn needs {MIN_GIT_TEXT} or newer)")
+
+
+# -- disk ----------------------------------------------------------------------------------------
+
+def _existing_parent(path: Path) -> Path:
+    path = path.expanduser().absolute()
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return candidate
+    return Path(path.anchor or "/")
+
+
+def _gib(size: float) -> str:
+    return f"{size / GIB:.1f} GiB"
+
+
+def check_disk(data_root: str | os.PathLike[str], *,
+               disk_usage: Callable[[str], Any] = shutil.disk_usage) -> Check:
+    """Free space on the data folder's filesystem (its nearest existing parent before it exists)."""
+    root = Path(data_root)
+    where = _existing_parent(root)
+    free = disk_usage(str(where)).free
+    detail = f"{_gib(free)} free on the disk of the data folder ({where})"
+    fix = ("free some space on that disk, or choose another data folder "
+           "(--data-dir or CAIRN_DATA_DIR)")
+    if free < DISK_ERROR_BYTES:
+        return Check("disk", "Disk space", ERROR,
+                     f"only {detail}: workspaces and revisions need at least 1 GiB", fix)
+    if free < DISK_WARNING_BYTES:
+        return Check("disk", "Disk space", WARNING,
+                     f"only {detail}: less than 5 GiB fills up quickly with workspaces", fix)
+    return Check("disk", "Disk space", OK, detail)

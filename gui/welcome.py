@@ -1,0 +1,287 @@
+"""The welcome dialog (first run) and System Check (Help menu): what this computer has of what
+Cairn needs (Docker, a keyring, git, disk space), and how to fix each missing piece.
+
+Owns showing the checks, copying a fix, remembering that the user has been welcomed, and the
+explicit, confirmed switch to the unsafe host backend; the checks themselves are core.health's,
+reached through the facade in a job (the GUI thread never waits on Docker or the disk).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from core.health import summary
+from gui.icons import icon
+from gui.jobs import JobFailure
+from gui.qt import (
+    QDialog,
+    QFont,
+    QFrame,
+    QGuiApplication,
+    QHBoxLayout,
+    QLabel,
+    QMessageBox,
+    QPushButton,
+    QSettings,
+    Qt,
+    QTimer,
+    QVBoxLayout,
+    QWidget,
+    Signal,
+)
+
+WELCOMED_KEY = "app/welcomed"
+BACKEND_SETTING = "defaults.backend"
+HOST_BACKEND = "host"
+
+STATE_ICONS = {"ok": "ok", "warning": "warning", "error": "error"}
+STATE_WORDS = {"ok": "OK", "warning": "Warning", "error": "Problem"}
+
+INTRO = ("Cairn runs coding agents in Docker sandboxes, keeps their secrets in your keyring and "
+         "records every revision with git. This is what it found on this computer.")
+HOST_TEXT = ("Runs can start directly on this computer instead, with no isolation: the agent "
+             "can read and change anything your user can.")
+HOST_BUTTON = "Use the host backend (unsafe: no isolation)"
+CONFIRM_TITLE = "Run agents without isolation?"
+CONFIRM_TEXT = ("With the host backend, agents run as you, directly on this computer: no sandbox, "
+                "no network limits, and access to every file your user can read or change.\n\n"
+                "Use it only for agents and repositories you trust. You can switch back to Docker "
+                "in Settings once it works.")
+
+
+def should_welcome(settings: QSettings) -> bool:
+    """Whether the welcome dialog is still due (the user never pressed Continue in it)."""
+    return not settings.value(WELCOMED_KEY, False, type=bool)
+
+
+def confirm_host_backend(parent: QWidget | None) -> bool:
+    """Ask before giving up isolation; No is the default answer."""
+    answer = QMessageBox.warning(
+        parent, CONFIRM_TITLE, CONFIRM_TEXT,
+        QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+        QMessageBox.StandardButton.No)
+    return answer == QMessageBox.StandardButton.Yes
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:] if text else text
+
+
+class CheckRow(QFrame):
+    """One check: its state as an icon and a word, what was found, and the fix."""
+
+    sig_copied = Signal(str)
+    """The fix's command was copied to the clipboard."""
+
+    def __init__(self, check: Any, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.check = check
+        self.setObjectName(f"check-{check.id}")
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        state = check.state if check.state in STATE_ICONS else "error"
+        row = QHBoxLayout(self)
+        self.icon_label = QLabel(self)
+        self.icon_label.setPixmap(icon(STATE_ICONS[state]).pixmap(24, 24))
+        self.icon_label.setAlignment(Qt.AlignmentFlag.AlignTop)
+        self.icon_label.setAccessibleName(STATE_WORDS[state])
+        row.addWidget(self.icon_label)
+        text = QVBoxLayout()
+        self.title_label = QLabel(f"{check.title} — {STATE_WORDS[state]}", self)
+        bold = QFont(self.title_label.font())
+        bold.setBold(True)
+        self.title_label.setFont(bold)
+        text.addWidget(self.title_label)
+        self.detail_label = QLabel(_sentence(check.detail), self)
+        self.detail_label.setWordWrap(True)
+        self.detail_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        text.addWidget(self.detail_label)
+        self.fix_label = QLabel(self)
+        self.fix_label.setWordWrap(True)
+        self.fix_label.setTextInteractionFlags(
+            Qt.TextInteractionFlag.TextSelectableByMouse
+            | Qt.TextInteractionFlag.TextSelectableByKeyboard)
+        if check.fix:
+            self.fix_label.setText(f"To fix, {check.fix}")
+        else:
+            self.fix_label.hide()
+        text.addWidget(self.fix_label)
+        row.addLayout(text, 1)
+        self.copy_button = QPushButton("Copy fix", self)
+        self.copy_button.setToolTip(check.command or "")
+        self.copy_button.clicked.connect(self.copy_fix)
+        self.copy_button.setVisible(bool(check.command))
+        row.addWidget(self.copy_button, 0, Qt.AlignmentFlag.AlignTop)
+
+    def copy_fix(self) -> None:
+        if self.check.command:
+            QGuiApplication.clipboard().setText(self.check.command)
+            self.sig_copied.emit(self.check.command)
+
+
+class WelcomeDialog(QDialog):
+    """First-run welcome and Help ▸ System Check: the checks, Check Again, Continue, and the
+    host backend when Docker cannot be used. Open it with `open()` (it never blocks)."""
+
+    sig_checked = Signal(object)
+    """The checks finished: the list of core.health.Check values."""
+
+    sig_backend_changed = Signal(str)
+    """The default sandbox backend was changed here (to "host"): check the sandboxes again."""
+
+    def __init__(self, context: Any, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.context = context
+        self.checks: list[Any] = []
+        self.rows: list[CheckRow] = []
+        self.checked = False
+        self._first_run = should_welcome(context.settings)
+        self.setObjectName("welcomeDialog")
+        self.setWindowTitle("Welcome to Cairn" if self._first_run else "System Check")
+        self.setMinimumWidth(560)
+        layout = QVBoxLayout(self)
+
+        self.intro_label = QLabel(INTRO, self)
+        self.intro_label.setWordWrap(True)
+        layout.addWidget(self.intro_label)
+
+        self.rows_widget = QWidget(self)
+        self.rows_layout = QVBoxLayout(self.rows_widget)
+        self.rows_layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.rows_widget)
+
+        self.status_label = QLabel("Checking this computer…", self)
+        self.status_label.setObjectName("welcomeStatus")
+        self.status_label.setWordWrap(True)
+        self.status_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout.addWidget(self.status_label)
+
+        self.host_box = QFrame(self)
+        self.host_box.setObjectName("hostBackendBox")
+        self.host_box.setFrameShape(QFrame.Shape.StyledPanel)
+        host_row = QHBoxLayout(self.host_box)
+        host_icon = QLabel(self.host_box)
+        host_icon.setPixmap(icon("warning").pixmap(24, 24))
+        host_icon.setAlignment(Qt.AlignmentFlag.AlignTop)
+        host_row.addWidget(host_icon)
+        host_text = QVBoxLayout()
+        self.host_label = QLabel(HOST_TEXT, self.host_box)
+        self.host_label.setWordWrap(True)
+        host_text.addWidget(self.host_label)
+        self.host_button = QPushButton(HOST_BUTTON, self.host_box)
+        self.host_button.setObjectName("useHostBackend")
+        self.host_button.clicked.connect(self.use_host_backend)
+        host_text.addWidget(self.host_button, 0, Qt.AlignmentFlag.AlignLeft)
+        self.host_result = QLabel(self.host_box)
+        self.host_result.setWordWrap(True)
+        self.host_result.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.host_result.hide()
+        host_text.addWidget(self.host_result)
+        host_row.addLayout(host_text, 1)
+        self.host_box.hide()
+        layout.addWidget(self.host_box)
+
+        buttons = QHBoxLayout()
+        self.check_again_button = QPushButton("Check Again", self)
+        self.check_again_button.clicked.connect(self.run_checks)
+        buttons.addWidget(self.check_again_button)
+        buttons.addStretch(1)
+        self.continue_button = QPushButton("Continue", self)
+        self.continue_button.setDefault(True)
+        self.continue_button.setEnabled(False)
+        self.continue_button.clicked.connect(self.continue_)
+        buttons.addWidget(self.continue_button)
+        layout.addLayout(buttons)
+
+        self.run_checks()
+
+    # -- the checks ----------------------------------------------------------------------------
+
+    def run_checks(self) -> None:
+        """Run the checks in a job; the rows are replaced when the answer comes back."""
+        cairn = self.context.cairn
+        self.check_again_button.setEnabled(False)
+        self.status_label.setText("Checking this computer…")
+        self.context.jobs.job(lambda: cairn.health_checks(), key=f"welcome-checks-{id(self)}",
+                              what="check this computer", parent=self) \
+            .success(self.show_checks).failure(self._checks_failed) \
+            .finished(self._checks_finished).run()
+
+    def show_checks(self, checks: Sequence[Any]) -> None:
+        self.checks = list(checks)
+        for row in self.rows:
+            self.rows_layout.removeWidget(row)
+            row.deleteLater()
+        self.rows = []
+        for check in self.checks:
+            row = CheckRow(check, self.rows_widget)
+            row.sig_copied.connect(self._copied)
+            self.rows_layout.addWidget(row)
+            self.rows.append(row)
+        result = summary(self.checks)
+        self.status_label.setText(result.headline)
+        self.host_box.setVisible(not result.sandboxes)
+        QTimer.singleShot(0, self.fit_to_content)  # once the new rows are shown
+        self.sig_checked.emit(self.checks)
+
+    def fit_to_content(self) -> None:
+        """Grow to the height the wrapped texts need at the current width (a dialog's own size
+        does not follow its rows' height-for-width when they change after it is shown)."""
+        layout = self.layout()
+        layout.activate()
+        needed = layout.totalHeightForWidth(self.width())
+        if needed > self.height():
+            self.resize(self.width(), needed)
+
+    def _checks_failed(self, failure: JobFailure) -> None:
+        self.status_label.setText(f"{failure.sentence()}. You can still continue.")
+
+    def _checks_finished(self) -> None:
+        self.checked = True
+        self.check_again_button.setEnabled(True)
+        self.continue_button.setEnabled(True)  # whatever was found, Cairn is usable to browse
+
+    def row(self, check_id: str) -> CheckRow | None:
+        return next((r for r in self.rows if r.check.id == check_id), None)
+
+    def _copied(self, command: str) -> None:
+        signal = getattr(self.context, "sig_status", None)
+        if signal is not None:
+            signal.emit(f"Copied to the clipboard: {command}")
+
+    # -- the host backend ----------------------------------------------------------------------
+
+    def use_host_backend(self) -> None:
+        """After a confirmation, make the unsafe host backend the default for new sandboxes."""
+        if not confirm_host_backend(self):
+            return
+        cairn = self.context.cairn
+        self.host_button.setEnabled(False)
+
+        def switch() -> str:
+            cairn.set_setting(BACKEND_SETTING, HOST_BACKEND)
+            reset = getattr(cairn, "reset_sandboxes", None)
+            if callable(reset):
+                reset()  # the next sandbox is made by the backend just chosen
+            return HOST_BACKEND
+
+        self.context.jobs.job(switch, write=True, what="switch to the host backend", parent=self) \
+            .success(self._host_chosen).failure(self._host_failed).run()
+
+    def _host_chosen(self, backend: str) -> None:
+        self.host_result.setText("Runs now start on this computer with no isolation (the host "
+                                 "backend). Switch back to Docker in Settings once it works.")
+        self.host_result.show()
+        self.sig_backend_changed.emit(backend)
+
+    def _host_failed(self, failure: JobFailure) -> None:
+        self.host_result.setText(failure.sentence())
+        self.host_result.show()
+        self.host_button.setEnabled(True)
+
+    # -- leaving -------------------------------------------------------------------------------
+
+    def continue_(self) -> None:
+        """Remember that the user has been welcomed, and close."""
+        self.context.settings.setValue(WELCOMED_KEY, True)
+        self.context.settings.sync()
+        self.accept()
