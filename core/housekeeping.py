@@ -1,0 +1,785 @@
+"""Housekeeping: how much disk the data folder uses, and giving back what nothing needs any more.
+
+Owns measuring the data folder, planning a cleanup (the files of archived workspaces, vault
+objects that nothing reaches, leftovers of an interrupted cleanup) and carrying a plan out, and
+moving a task's workspace into and out of the archived state. Rows are the store's, objects the
+vault's, the lifecycle table the workspaces module's.
+
+Disk is measured the way `du` does: `st_blocks * 512` of every file, folder and link, each inode
+once. A cleanup frees a file's blocks only when its last link goes, so the plan follows links
+across items (in the order `clean` carries them out) and says exactly what will be freed.
+
+What is never removed: a workspace's rows, revisions and snapshots (history stays browsable and
+an archived workspace stays restorable from its snapshots), anything reachable from any ref of a
+vault (revisions, base and snapshot refs, import refs of an import in progress) or from any commit
+or tree the store names (revisions, snapshots, the checkpoints referencing them, workspaces'
+base and head commits, artifacts), and vault objects younger than the grace period.
+
+Snapshot refs are kept, even those of archived workspaces that no checkpoint references: a
+snapshot's commit is a revision on its workspace's revisions chain, which stays for the history,
+so dropping the ref would free nothing and would only leave the archived workspace without a way
+back (un-archiving restores the tree from its newest snapshot).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+import time
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator
+
+from core import events as ev
+from core import runs as runs_mod
+from core import workspaces
+from core.errors import CairnError, Conflict, CorruptSnapshot, InputError, NotFound, VaultError
+from core.locks import FileLock, held, lock_path
+from core.models import Source, Workspace, WorkspaceState
+from core.vault import Vault, snapshot_ref
+from core.vault.objects import run_git
+
+if TYPE_CHECKING:
+    from core.app import Cairn
+
+# Vault objects nothing reaches are removed only once they are this old: a capture, an import
+# or a snapshot writes its objects before the ref that reaches them.
+GRACE_SECONDS = 24 * 3600
+
+TRASH_PREFIX = ".trash-"     # in workspaces/: a tree taken out of place, being deleted
+QUARANTINE_PREFIX = "cairn-prune-"  # inside a vault: objects set aside until the vault checks out
+
+CATEGORIES = ("vault", "workspaces", "homes", "runs", "artifacts", "cache", "database", "other")
+_FOLDERS = {"vault": "vault", "workspaces": "workspaces", "homes": "homes", "runs": "runs",
+            "artifacts": "artifacts", "cache": "cache"}
+_DATABASE = ("cairn.db", "cairn.db-wal", "cairn.db-shm", "cairn.db-journal")
+
+KIND_LEFTOVER = "leftover"
+KIND_WORKSPACE = "archived_workspace"
+KIND_OBJECTS = "vault_objects"
+
+HOUSEKEEPING_DONE = "housekeeping.cleaned"
+
+
+def human_bytes(n: float) -> str:
+    """A size for people, in binary units: 512 B, 1.5 KiB, 20.0 MiB, 3.2 GiB."""
+    if abs(n) < 1024:
+        return f"{int(n)} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        n /= 1024
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}"
+    return f"{n:.1f} TiB"  # pragma: no cover - the loop always returns
+
+
+def disk_bytes(st: os.stat_result) -> int:
+    """The disk an inode occupies (what `du` counts)."""
+    return st.st_blocks * 512
+
+
+# -- values ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Usage:
+    """The data folder's disk use: the total and one figure per category (CATEGORIES)."""
+
+    root: str
+    total: int
+    parts: dict[str, int]
+
+    def to_json(self) -> dict:
+        return {"root": self.root, "total": self.total, "parts": dict(self.parts)}
+
+
+@dataclass(frozen=True)
+class PlanItem:
+    """One thing a cleanup removes, and the disk that frees (following links, in plan order)."""
+
+    kind: str            # KIND_LEFTOVER | KIND_WORKSPACE | KIND_OBJECTS
+    description: str     # for people: the task, the workspace, the path
+    bytes: int
+    path: str            # the folder removed (a tree, a leftover) or the vault
+    count: int = 0       # files or objects removed
+    workspace_id: str | None = None
+    task_titles: tuple[str, ...] = ()
+    source_id: str | None = None
+    objects: tuple[str, ...] = ()  # KIND_OBJECTS: paths under the vault's objects/ folder
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["task_titles"] = list(self.task_titles)
+        data.pop("objects")
+        return data
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a cleanup would do now; `clean` re-checks every item before acting on it."""
+
+    items: tuple[PlanItem, ...]
+    usage: Usage
+    notes: tuple[str, ...] = ()   # what was left out and why (a damaged vault...)
+    grace_seconds: float = GRACE_SECONDS
+    created_at: float = 0.0
+
+    @property
+    def total(self) -> int:
+        return sum(item.bytes for item in self.items)
+
+    @property
+    def empty(self) -> bool:
+        return not self.items
+
+    def to_json(self) -> dict:
+        return {"usage": self.usage.to_json(), "items": [i.to_json() for i in self.items],
+                "total": self.total, "notes": list(self.notes),
+                "grace_seconds": self.grace_seconds, "created_at": self.created_at}
+
+
+@dataclass(frozen=True)
+class Skipped:
+    item: PlanItem
+    reason: str
+
+
+@dataclass
+class Result:
+    """What a cleanup did: the disk actually freed (measured while removing), item by item."""
+
+    freed: int = 0
+    done: list[PlanItem] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"freed": self.freed, "done": [i.to_json() for i in self.done],
+                "skipped": [{"item": s.item.to_json(), "reason": s.reason} for s in self.skipped],
+                "notes": list(self.notes)}
+
+
+# -- walking -----------------------------------------------------------------------------------
+
+
+def _walk(top: str | os.PathLike[str]) -> Iterator[tuple[str, os.stat_result]]:
+    """`top` and everything under it, by lstat (links are not followed); unreadable parts are
+    left out."""
+    try:
+        st = os.lstat(top)
+    except OSError:
+        return
+    yield os.fspath(top), st
+    if not stat.S_ISDIR(st.st_mode):
+        return
+    stack = [os.fspath(top)]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for entry in it:
+                    try:
+                        est = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    yield entry.path, est
+                    if stat.S_ISDIR(est.st_mode):
+                        stack.append(entry.path)
+        except OSError:
+            continue
+
+
+def _category(name: str) -> str:
+    if name in _DATABASE:
+        return "database"
+    return _FOLDERS.get(name, "other")
+
+
+def data_usage(cairn: "Cairn") -> Usage:
+    """The data folder's size, broken down by what it holds (the same figure `du -s -B1` gives).
+
+    Each inode is counted once, in the first category it is met in, and the vault is walked
+    first: a workspace's `.git/objects` are hard links to the vault's objects, so they count as
+    the vault's, and a workspace's figure is what is its own (its files, its own git objects).
+    """
+    root = cairn.data.root
+    parts = dict.fromkeys(CATEGORIES, 0)
+    seen: set[tuple[int, int]] = set()
+    try:
+        names = os.listdir(root)
+        parts["other"] += disk_bytes(os.lstat(root))
+    except OSError as exc:
+        raise CairnError(f"cannot read the data folder {root}: {exc.strerror}") from exc
+    for name in sorted(names, key=lambda n: (CATEGORIES.index(_category(n)), n)):
+        category = _category(name)
+        for _path, st in _walk(root / name):
+            if not stat.S_ISDIR(st.st_mode) and st.st_nlink > 1:
+                key = (st.st_dev, st.st_ino)
+                if key in seen:
+                    continue
+                seen.add(key)
+            parts[category] += disk_bytes(st)
+    return Usage(str(root), sum(parts.values()), parts)
+
+
+class _Ledger:
+    """Links removed so far in a plan: a file's blocks are freed by the removal of its last link."""
+
+    def __init__(self) -> None:
+        self._removed: dict[tuple[int, int], int] = {}
+
+    def take(self, st: os.stat_result) -> int:
+        if stat.S_ISDIR(st.st_mode) or st.st_nlink <= 1:
+            return disk_bytes(st)
+        key = (st.st_dev, st.st_ino)
+        n = self._removed.get(key, 0) + 1
+        self._removed[key] = n
+        return disk_bytes(st) if n == st.st_nlink else 0
+
+    def take_tree(self, top: str | os.PathLike[str]) -> tuple[int, int]:
+        """(bytes freed, files removed) by removing `top` and everything under it."""
+        freed = files = 0
+        for _path, st in _walk(top):
+            freed += self.take(st)
+            files += not stat.S_ISDIR(st.st_mode)
+        return freed, files
+
+
+# -- removing, measured ------------------------------------------------------------------------
+
+
+def _entries(path: str) -> list[os.DirEntry]:
+    try:
+        with os.scandir(path) as it:
+            return list(it)
+    except PermissionError:  # a folder an agent made unreadable: it is ours to delete
+        os.chmod(path, 0o700)
+        with os.scandir(path) as it:
+            return list(it)
+
+
+def _unlink_measured(path: str, st: os.stat_result) -> int:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return 0
+    except PermissionError:
+        os.chmod(os.path.dirname(path), 0o700)
+        os.unlink(path)
+    return disk_bytes(st) if st.st_nlink <= 1 else 0
+
+
+def remove_measured(top: str | os.PathLike[str]) -> int:
+    """Delete `top` (a file or a whole tree, links not followed); returns the disk freed, i.e.
+    the blocks of every folder and of every file whose last link this removed."""
+    top = os.fspath(top)
+    try:
+        st = os.lstat(top)
+    except FileNotFoundError:
+        return 0
+    if not stat.S_ISDIR(st.st_mode):
+        return _unlink_measured(top, st)
+    freed = 0
+    stack: list[tuple[str, os.stat_result, bool]] = [(top, st, False)]
+    while stack:
+        path, pst, expanded = stack.pop()
+        if expanded:
+            try:
+                os.rmdir(path)
+            except PermissionError:
+                os.chmod(os.path.dirname(path), 0o700)
+                os.rmdir(path)
+            freed += disk_bytes(pst)
+            continue
+        stack.append((path, pst, True))
+        for entry in _entries(path):
+            try:
+                est = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISDIR(est.st_mode):
+                stack.append((entry.path, est, False))
+            else:
+                freed += _unlink_measured(entry.path, est)
+    return freed
+
+
+# -- archiving ---------------------------------------------------------------------------------
+
+
+def _in_flight_run(cairn: "Cairn", workspace_id: str) -> str | None:
+    marks = ",".join("?" * len(runs_mod.IN_FLIGHT))
+    row = cairn.store.query_one(
+        f"SELECT id, state FROM runs WHERE state IN ({marks}) AND (workspace_id = ? OR task_id IN "
+        f"(SELECT id FROM tasks WHERE workspace_id = ?)) ORDER BY created_at DESC LIMIT 1",
+        (*runs_mod.IN_FLIGHT, workspace_id, workspace_id))
+    return f"{row['id']} ({row['state']})" if row else None
+
+
+def _watch_lock(cairn: "Cairn", workspace_id: str) -> FileLock | None:
+    """The workspace's recording lock, held; None when someone records it (this process too)."""
+    lock = FileLock(lock_path(cairn.data.locks_root, "watch", workspace_id))
+    return lock if lock.try_acquire() else None
+
+
+def archive_task(cairn: "Cairn", task_ref: str) -> Workspace:
+    """Move the task's workspace to ARCHIVED: its rows, revisions and snapshots stay, and its
+    files go at the next cleanup. The latest files are captured into a snapshot first, so the
+    workspace can be restored. Nothing running is stopped: a run in flight, a sandbox that is up
+    or a recorder at work refuses the archive."""
+    task = cairn.task(task_ref)
+    ws = cairn.workspace_of(task)
+    if ws.state == WorkspaceState.ARCHIVED.value:
+        return ws
+    _refuse_busy(cairn, ws)
+    workspaces.check_transition(ws.state, WorkspaceState.ARCHIVED.value)
+    lock = _watch_lock(cairn, ws.id)
+    if lock is None:
+        raise Conflict(f"workspace {ws.id} is being recorded (a window or `cairnctl watch` "
+                       "follows it); close that first — archiving stops nothing")
+    try:
+        if Path(ws.root).is_dir():
+            cairn.snapshot(task.id)
+        else:
+            rev = cairn.store.latest_revision(ws.id)
+            if rev is not None:
+                cairn.make_snapshot(task.id, rev)
+        with cairn.store.transaction():
+            ws = cairn.store.get_workspace(ws.id)
+            _refuse_busy(cairn, ws)
+            workspaces.check_transition(ws.state, WorkspaceState.ARCHIVED.value)
+            cairn.store.update_workspace(ws.id, state=WorkspaceState.ARCHIVED.value)
+    finally:
+        lock.release()
+    cairn.events.publish(ev.WORKSPACE_STATE, ws.id, state=WorkspaceState.ARCHIVED.value,
+                         previous=ws.state)
+    return cairn.store.get_workspace(ws.id)
+
+
+def _refuse_busy(cairn: "Cairn", ws: Workspace) -> None:
+    run = _in_flight_run(cairn, ws.id)
+    if run:
+        raise Conflict(f"workspace {ws.id} has run {run} in flight; archiving stops nothing — "
+                       "wait for it to end or stop it first")
+    if ws.state == WorkspaceState.ACTIVE.value:
+        raise Conflict(f"the sandbox of workspace {ws.id} is up; stop the task first — "
+                       "archiving stops nothing")
+
+
+def unarchive_task(cairn: "Cairn", task_ref: str) -> Workspace:
+    """Bring an archived workspace back to PREPARED; when a cleanup removed its files, they are
+    restored (verified) from its newest restorable snapshot."""
+    task = cairn.task(task_ref)
+    ws = cairn.workspace_of(task)
+    if ws.state != WorkspaceState.ARCHIVED.value:
+        raise InputError(f"workspace {ws.id} of task {task.id} is {ws.state}, not archived")
+    root = Path(ws.root)
+    staged: Path | None = None
+    snap_tree: str | None = None
+    if not root.is_dir():
+        vault = cairn.vault_for(ws.source_id)
+        snap = next((s for s in reversed(cairn.store.list_snapshots(ws.id))
+                     if vault.objects.read_ref(snapshot_ref(s.id)) == s.revision_id), None)
+        if snap is None:
+            raise CorruptSnapshot(f"workspace {ws.id} has no files on disk and no restorable "
+                                  "snapshot")
+        staged = cairn.data.workspaces_root / f".restore-{ws.id}-{secrets.token_hex(4)}"
+        tree = workspaces.create_tree(vault, snap.revision_id, staged, branch=ws.branch,
+                                      head_commit=ws.head_commit, label=f"snapshot {snap.id}")
+        if tree != snap.tree:
+            workspaces.remove_tree(staged)
+            raise CorruptSnapshot(f"snapshot {snap.id} cannot be restored: its files do not hash "
+                                  "to the recorded tree")
+        snap_tree = tree
+    try:
+        with cairn.store.transaction():
+            current = cairn.store.get_workspace(ws.id)
+            workspaces.check_transition(current.state, WorkspaceState.PREPARED.value)
+            if staged is not None:
+                if root.exists() or root.is_symlink():
+                    raise Conflict(f"{root} appeared while the workspace was being restored")
+                os.rename(staged, root)
+                staged = None
+            elif not root.is_dir():
+                raise Conflict(f"the files of workspace {ws.id} were removed meanwhile; try again")
+            cairn.store.update_workspace(ws.id, state=WorkspaceState.PREPARED.value)
+    finally:
+        if staged is not None:
+            workspaces.remove_tree(staged)
+    cairn.events.publish(ev.WORKSPACE_STATE, ws.id, state=WorkspaceState.PREPARED.value,
+                         previous=WorkspaceState.ARCHIVED.value)
+    if snap_tree is not None:
+        cairn.capture(task.id, trigger="restore")
+    return cairn.store.get_workspace(ws.id)
+
+
+# -- reachability ------------------------------------------------------------------------------
+
+
+def _named_by_store(cairn: "Cairn", source_id: str) -> set[str]:
+    """Every commit and tree the store names for the source's workspaces."""
+    q = cairn.store.query
+    ws_ids = "(SELECT id FROM workspaces WHERE source_id = ?)"
+    names: set[str] = set()
+    for row in q("SELECT base_revision, head_commit, current_revision FROM workspaces "
+                 "WHERE source_id = ?", (source_id,)):
+        names.update(v for v in row if v)
+    for row in q(f"SELECT id, tree FROM revisions WHERE workspace_id IN {ws_ids}", (source_id,)):
+        names.update((row["id"], row["tree"]))
+    for row in q(f"SELECT revision_id, tree FROM snapshots WHERE workspace_id IN {ws_ids}",
+                 (source_id,)):
+        names.update((row["revision_id"], row["tree"]))
+    for row in q(f"SELECT c.workspace_ref, c.tree FROM checkpoints c JOIN snapshots s ON "
+                 f"c.snapshot_id = s.id WHERE s.workspace_id IN {ws_ids}", (source_id,)):
+        names.add(row["tree"])
+        names.add(row["workspace_ref"].rpartition("@")[2])
+    for row in q("SELECT revision_id FROM artifacts WHERE revision_id IS NOT NULL AND task_id IN "
+                 "(SELECT id FROM tasks WHERE source_id = ?)", (source_id,)):
+        names.add(row["revision_id"])
+    return {n for n in names if len(n) == 40}
+
+
+def _present(vault: Vault, shas: set[str]) -> list[str]:
+    if not shas:
+        return []
+    proc = run_git(["--git-dir", str(vault.git_dir), "cat-file", "--batch-check"],
+                   input="".join(f"{s}\n" for s in sorted(shas)).encode())
+    return [line.split()[0] for line in proc.stdout.decode().splitlines()
+            if line and not line.endswith(" missing")]
+
+
+def _reachable(cairn: "Cairn", vault: Vault, source_id: str) -> set[str]:
+    """Every object reachable from the vault's refs or from what the store names; a vault whose
+    history cannot be walked completely (a missing object) raises, so nothing is removed."""
+    roots = _present(vault, _named_by_store(cairn, source_id))
+    proc = run_git(["--git-dir", str(vault.git_dir), "rev-list", "--objects", "--all", "--stdin"],
+                   input="".join(f"{r}\n" for r in roots).encode(), check=False)
+    if proc.returncode != 0:
+        err = proc.stderr.decode(errors="replace").strip().splitlines()
+        raise VaultError(f"the vault {vault.git_dir} cannot be walked completely "
+                         f"({err[-1] if err else 'git exit ' + str(proc.returncode)})")
+    return {line[:40] for line in proc.stdout.decode().splitlines() if len(line) >= 40}
+
+
+def _is_hex(text: str) -> bool:
+    return all(c in "0123456789abcdef" for c in text)
+
+
+def _unreachable(vault: Vault, reachable: set[str], cutoff: float
+                 ) -> list[tuple[str, os.stat_result]]:
+    """Loose objects (and unfinished object writes) no root reaches, untouched since `cutoff`:
+    (path under objects/, lstat). Packed objects are left alone."""
+    out = []
+    objects = vault.git_dir / "objects"
+    try:
+        fans = sorted(e.name for e in os.scandir(objects)
+                      if len(e.name) == 2 and _is_hex(e.name) and e.is_dir(follow_symlinks=False))
+    except OSError:
+        return out
+    for fan in fans:
+        try:
+            entries = sorted(os.scandir(objects / fan), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            name = entry.name
+            if len(name) == 38 and _is_hex(name):
+                if fan + name in reachable:
+                    continue
+            elif not name.startswith("tmp_obj_"):
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and st.st_mtime <= cutoff:
+                out.append((f"{fan}/{name}", st))
+    return out
+
+
+# -- planning ----------------------------------------------------------------------------------
+
+
+def _leftovers(cairn: "Cairn") -> list[os.DirEntry]:
+    """Trees a cleanup had moved aside when it was interrupted."""
+    try:
+        with os.scandir(cairn.data.workspaces_root) as it:
+            return sorted((e for e in it if e.name.startswith(TRASH_PREFIX)), key=lambda e: e.name)
+    except FileNotFoundError:
+        return []
+
+
+def _owned_tree(cairn: "Cairn", ws: Workspace) -> Path | None:
+    """The workspace's folder when it is a real folder directly under the data folder's
+    workspaces/ (anything else is never deleted by a cleanup)."""
+    root = Path(ws.root)
+    try:
+        st = os.lstat(root)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode):
+        return None
+    if os.path.realpath(root.parent) != os.path.realpath(cairn.data.workspaces_root):
+        return None
+    return root
+
+
+def _stat_cache(cairn: "Cairn", workspace_id: str) -> Path:
+    return cairn.data.cache_root / f"{workspace_id}.stat"
+
+
+def plan(cairn: "Cairn", *, grace_seconds: float = GRACE_SECONDS,
+         now: float | None = None) -> Plan:
+    """What a cleanup would remove now and the disk each item frees. Reads only."""
+    now = time.time() if now is None else now
+    usage = data_usage(cairn)
+    ledger = _Ledger()
+    items: list[PlanItem] = []
+    notes: list[str] = []
+
+    for entry in _leftovers(cairn):
+        freed, files = ledger.take_tree(entry.path)
+        items.append(PlanItem(KIND_LEFTOVER, f"leftover of an interrupted cleanup: {entry.path}",
+                              freed, entry.path, files))
+
+    titles: dict[str, list[str]] = {}
+    for task in cairn.store.list_tasks():
+        if task.workspace_id:
+            titles.setdefault(task.workspace_id, []).append(task.title)
+    for ws in cairn.store.list_workspaces(states=(WorkspaceState.ARCHIVED.value,)):
+        root = _owned_tree(cairn, ws)
+        cache = _stat_cache(cairn, ws.id)
+        if root is None and Path(ws.root).exists():
+            notes.append(f"the files of archived workspace {ws.id} at {ws.root} are not in the "
+                         "data folder's workspaces/; they are left alone")
+        freed = files = 0
+        if root is not None:
+            freed, files = ledger.take_tree(root)
+        if cache.is_file():
+            more, n = ledger.take_tree(cache)
+            freed, files = freed + more, files + n
+        if root is None and not files:
+            continue
+        names = tuple(titles.get(ws.id, ()))
+        who = ", ".join(f"“{t}”" for t in names) or "no task"
+        items.append(PlanItem(KIND_WORKSPACE,
+                              f"files of archived workspace {ws.id} ({who}) at {ws.root}",
+                              freed, ws.root, files, workspace_id=ws.id, task_titles=names,
+                              source_id=ws.source_id))
+
+    for source in cairn.store.list_sources():
+        try:
+            vault = cairn.vault_for(source.id)
+            found = _unreachable(vault, _reachable(cairn, vault, source.id), now - grace_seconds)
+        except CairnError as exc:
+            notes.append(f"the vault of {source.path} is left alone: {exc}")
+            continue
+        if _quarantines(vault):
+            notes.append(f"an interrupted cleanup set objects of {source.path} aside; the next "
+                         "cleanup puts them back")
+        if not found:
+            continue
+        freed = sum(ledger.take(st) for _rel, st in found)
+        items.append(PlanItem(KIND_OBJECTS,
+                              f"{len(found)} vault objects of {source.path} that no revision, "
+                              "snapshot or checkpoint reaches (left by interrupted captures or "
+                              "imports)", freed, str(vault.git_dir), len(found),
+                              source_id=source.id, objects=tuple(rel for rel, _st in found)))
+    return Plan(tuple(items), usage, tuple(notes), grace_seconds, now)
+
+
+# -- cleaning ----------------------------------------------------------------------------------
+
+
+def clean(cairn: "Cairn", the_plan: Plan, *, now: float | None = None) -> Result:
+    """Carry out `the_plan`, item by item in its order, re-checking each under the locks that
+    matter; an item that no longer qualifies is skipped with the reason.
+
+    Order on disk, for crash safety: an archived workspace's folder is first renamed to
+    `workspaces/.trash-*` inside a store write transaction that re-reads the workspace's state
+    (so the decision and the move are one step for every other writer: an un-archive either
+    happens before and the folder stays, or after and finds it gone and restores it), then
+    deleted from there. Files first, and no row changes: the row already says "archived",
+    which means "no files on disk"; a crash leaves either the folder in place (planned again)
+    or a `.trash-*` folder (planned as a leftover). Vault objects are moved into a quarantine
+    folder inside the vault, the vault is walked again, and only then deleted; a failed walk
+    puts them back, and a quarantine left by a crash is put back at the next cleanup.
+
+    Limits: the grace period protects objects being written now; an old unreachable object
+    that a writer reuses (same content) between the walk and its ref update is caught only when
+    that ref lands before the second walk. Captures of a workspace recorded by a watcher are
+    excluded by its lock; one-off captures by another process are not.
+    """
+    now = time.time() if now is None else now
+    result = Result()
+    cutoff = now - the_plan.grace_seconds
+    _put_back_quarantines(cairn, result)
+    for item in the_plan.items:
+        try:
+            if item.kind == KIND_LEFTOVER:
+                reason = _clean_leftover(cairn, item, result)
+            elif item.kind == KIND_WORKSPACE:
+                reason = _clean_workspace(cairn, item, result)
+            elif item.kind == KIND_OBJECTS:
+                reason = _clean_objects(cairn, item, result, cutoff)
+            else:
+                reason = f"unknown kind of item {item.kind!r}"
+        except (CairnError, OSError) as exc:
+            reason = f"failed: {exc}"
+        if reason:
+            result.skipped.append(Skipped(item, reason))
+        else:
+            result.done.append(item)
+    if result.done:
+        cairn.events.publish(HOUSEKEEPING_DONE, None, freed=result.freed,
+                             items=len(result.done), skipped=len(result.skipped))
+    return result
+
+
+def _clean_leftover(cairn: "Cairn", item: PlanItem, result: Result) -> str | None:
+    path = Path(item.path)
+    if (not path.name.startswith(TRASH_PREFIX) or os.path.realpath(path.parent)
+            != os.path.realpath(cairn.data.workspaces_root)):
+        return f"{path} is not a leftover of a cleanup"
+    if not (path.exists() or path.is_symlink()):
+        return f"{path} is gone already"
+    result.freed += remove_measured(path)
+    return None
+
+
+def _clean_workspace(cairn: "Cairn", item: PlanItem, result: Result) -> str | None:
+    assert item.workspace_id
+    lock = _watch_lock(cairn, item.workspace_id)
+    if lock is None:
+        return f"workspace {item.workspace_id} is being recorded"
+    try:
+        trash = (cairn.data.workspaces_root
+                 / f"{TRASH_PREFIX}{item.workspace_id}-{secrets.token_hex(4)}")
+        moved = False
+        with cairn.store.transaction():
+            try:
+                ws = cairn.store.get_workspace(item.workspace_id)
+            except NotFound:
+                return f"workspace {item.workspace_id} no longer exists"
+            if ws.state != WorkspaceState.ARCHIVED.value:
+                return f"workspace {ws.id} is {ws.state} now, no longer archived"
+            run = _in_flight_run(cairn, ws.id)
+            if run:
+                return f"workspace {ws.id} has run {run} in flight"
+            root = _owned_tree(cairn, ws)
+            if root is not None:
+                os.rename(root, trash)
+                moved = True
+        if moved:
+            result.freed += remove_measured(trash)
+        result.freed += remove_measured(_stat_cache(cairn, item.workspace_id))
+    finally:
+        lock.release()
+    return None
+
+
+def _clean_objects(cairn: "Cairn", item: PlanItem, result: Result, cutoff: float) -> str | None:
+    assert item.source_id
+    try:
+        source: Source = cairn.store.get_source(item.source_id)
+    except NotFound:
+        return f"the source folder {item.source_id} no longer exists"
+    vault = cairn.vault_for(source.id)
+    with ExitStack() as stack:
+        try:
+            stack.enter_context(held(cairn.data.locks_root, "housekeeping", source.id,
+                                     "another cleanup is working on this vault"))
+            stack.enter_context(held(cairn.data.locks_root, "import", source.path,
+                                     f"{source.path} is being imported"))
+        except Conflict as exc:
+            return str(exc)
+        for ws in cairn.store.list_workspaces():
+            if ws.source_id != source.id:
+                continue
+            lock = _watch_lock(cairn, ws.id)
+            if lock is None:
+                return f"workspace {ws.id} of this vault is being recorded; try again later"
+            stack.callback(lock.release)
+        _restore_quarantines(vault)
+        reachable = _reachable(cairn, vault, source.id)
+        objects = vault.git_dir / "objects"
+        quarantine = vault.git_dir / f"{QUARANTINE_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
+        moved: list[tuple[Path, Path]] = []
+        needed = touched = 0
+        for rel in item.objects:
+            fan, _, name = rel.partition("/")
+            if fan + name in reachable:
+                needed += 1
+                continue
+            path = objects / rel
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            if st.st_mtime > cutoff:
+                touched += 1
+                continue
+            quarantine.mkdir(exist_ok=True)
+            target = quarantine / (fan + name)
+            os.rename(path, target)
+            moved.append((path, target))
+        try:
+            _reachable(cairn, vault, source.id)
+        except VaultError as exc:
+            for path, target in moved:
+                if not path.exists():
+                    os.rename(target, path)
+            remove_measured(quarantine)
+            return f"the vault changed during the cleanup and was left as it was ({exc})"
+        if quarantine.exists():
+            # The quarantine folder was made by this cleanup: its own blocks are not freed.
+            made = disk_bytes(os.lstat(quarantine))
+            result.freed += remove_measured(quarantine) - made
+    if needed:
+        result.notes.append(f"{needed} objects of {source.path} became reachable since the plan "
+                            "(a new ref or checkpoint) and were kept")
+    if touched:
+        result.notes.append(f"{touched} objects of {source.path} were written again since the "
+                            "plan and were kept")
+    if (needed or touched) and not moved:
+        return "no object of the plan still qualifies"
+    return None
+
+
+def _quarantines(vault: Vault) -> list[str]:
+    try:
+        with os.scandir(vault.git_dir) as it:
+            return [e.path for e in it
+                    if e.name.startswith(QUARANTINE_PREFIX) and e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+
+
+def _put_back_quarantines(cairn: "Cairn", result: Result) -> None:
+    """Before anything else: undo what an interrupted cleanup had set aside in any vault."""
+    for source in cairn.store.list_sources():
+        try:
+            vault = cairn.vault_for(source.id)
+            if not _quarantines(vault):
+                continue
+            with held(cairn.data.locks_root, "housekeeping", source.id,
+                      "another cleanup is working on this vault"):
+                _restore_quarantines(vault)
+            result.notes.append(f"objects an interrupted cleanup had set aside in the vault of "
+                                f"{source.path} were put back")
+        except (CairnError, OSError) as exc:
+            result.notes.append(f"the vault of {source.path}: {exc}")
+
+
+def _restore_quarantines(vault: Vault) -> None:
+    """Put back objects a crashed cleanup had set aside: they are judged again from scratch."""
+    objects = vault.git_dir / "objects"
+    for folder in _quarantines(vault):
+        for obj in os.scandir(folder):
+            path = objects / obj.name[:2] / obj.name[2:]
+            if path.exists():
+                os.unlink(obj.path)
+            else:
+                path.parent.mkdir(exist_ok=True)
+                os.rename(obj.path, path)
+        os.rmdir(folder)

@@ -1,0 +1,173 @@
+"""The Housekeeping dialog: how much disk Cairn's data folder uses, and a cleanup of what nothing
+needs any more (files of archived workspaces, unreachable vault objects).
+
+Owns showing the usage and the plan and asking before cleaning; measuring, planning and cleaning
+are core.housekeeping's, reached through the facade in jobs (the GUI thread never touches disk).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from core.housekeeping import Plan, Result, human_bytes
+from gui.jobs import JobFailure
+from gui.qt import (
+    QAbstractItemView,
+    QDialog,
+    QDialogButtonBox,
+    QFormLayout,
+    QHeaderView,
+    QLabel,
+    QMessageBox,
+    QPushButton,
+    Qt,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+_CATEGORY_LABELS = {
+    "vault": "Vaults (revisions, snapshots)", "workspaces": "Workspaces", "homes": "Engine homes",
+    "runs": "Run logs", "artifacts": "Artifacts", "cache": "Cache", "database": "Database",
+    "other": "Other",
+}
+_KIND_LABELS = {"archived_workspace": "Archived workspace", "vault_objects": "Unreachable objects",
+                "leftover": "Leftover"}
+
+
+class HousekeepingDialog(QDialog):
+    """Data folder size with its breakdown, the cleanup plan item by item, and "Clean up"."""
+
+    def __init__(self, context: Any, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.context = context
+        self.plan: Plan | None = None
+        self.last_result: Result | None = None
+        self.busy = False
+        # Asks the person before cleaning; replaceable (tests answer it without a modal box).
+        self.confirm: Callable[[str], bool] = self._ask
+        self.setWindowTitle("Housekeeping")
+        self.setObjectName("housekeepingDialog")
+        self.resize(720, 480)
+
+        layout = QVBoxLayout(self)
+        self.usage_label = QLabel("Measuring the data folder…", self)
+        self.usage_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.usage_label.setWordWrap(True)
+        layout.addWidget(self.usage_label)
+        form = QFormLayout()
+        self.part_labels: dict[str, QLabel] = {}
+        for key, text in _CATEGORY_LABELS.items():
+            label = QLabel("…", self)
+            label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            self.part_labels[key] = label
+            form.addRow(f"{text}:", label)
+        layout.addLayout(form)
+
+        self.items_table = QTableWidget(0, 3, self)
+        self.items_table.setHorizontalHeaderLabels(["Frees", "Kind", "What"])
+        self.items_table.verticalHeader().setVisible(False)
+        self.items_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.items_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        header = self.items_table.horizontalHeader()
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
+        layout.addWidget(self.items_table, 1)
+
+        self.total_label = QLabel("", self)
+        self.total_label.setObjectName("housekeepingTotal")
+        layout.addWidget(self.total_label)
+        self.status_label = QLabel("", self)
+        self.status_label.setObjectName("housekeepingStatus")
+        self.status_label.setWordWrap(True)
+        self.status_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout.addWidget(self.status_label)
+
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close, self)
+        self.refresh_button = QPushButton("Refresh", self)
+        self.clean_button = QPushButton("Clean up", self)
+        self.clean_button.setEnabled(False)
+        self.buttons.addButton(self.refresh_button, QDialogButtonBox.ButtonRole.ActionRole)
+        self.buttons.addButton(self.clean_button, QDialogButtonBox.ButtonRole.ActionRole)
+        self.buttons.rejected.connect(self.reject)
+        self.refresh_button.clicked.connect(self.refresh)
+        self.clean_button.clicked.connect(self.clean)
+        layout.addWidget(self.buttons)
+        self.refresh()
+
+    # -- planning ----------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Measure and plan again in a job."""
+        self._set_busy(True)
+        cairn = self.context.cairn
+        self.context.jobs.job(lambda: cairn.housekeeping_plan(), key="housekeeping-plan",
+                              what="measure the data folder", parent=self) \
+            .success(self._show_plan).failure(self._show_error) \
+            .finished(lambda: self._set_busy(False)).run()
+
+    def _show_plan(self, plan: Plan) -> None:
+        self.plan = plan
+        usage = plan.usage
+        self.usage_label.setText(f"Data folder {usage.root}: {human_bytes(usage.total)}")
+        for key, label in self.part_labels.items():
+            label.setText(human_bytes(usage.parts.get(key, 0)))
+        self.items_table.setRowCount(len(plan.items))
+        for row, item in enumerate(plan.items):
+            size = QTableWidgetItem(human_bytes(item.bytes))
+            size.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            size.setToolTip(f"{item.bytes:,} bytes")
+            self.items_table.setItem(row, 0, size)
+            kind = QTableWidgetItem(_KIND_LABELS.get(item.kind, item.kind))
+            self.items_table.setItem(row, 1, kind)
+            what = QTableWidgetItem(item.description)
+            what.setToolTip(item.description)
+            self.items_table.setItem(row, 2, what)
+        if plan.empty:
+            self.total_label.setText("Nothing to clean up")
+        else:
+            self.total_label.setText(f"Will free {human_bytes(plan.total)}")
+        if plan.notes:
+            self.total_label.setToolTip("\n".join(plan.notes))
+
+    # -- cleaning ----------------------------------------------------------------------------
+
+    def clean(self) -> None:
+        plan = self.plan
+        if plan is None or plan.empty or self.busy:
+            return
+        if not self.confirm(f"Remove {len(plan.items)} item(s) and free "
+                            f"{human_bytes(plan.total)}? Archived workspaces keep their history "
+                            "and can be restored from their snapshots."):
+            return
+        self._set_busy(True)
+        self.status_label.setText("Cleaning up…")
+        cairn = self.context.cairn
+        self.context.jobs.job(lambda: cairn.housekeeping_clean(plan), write=True,
+                              what="clean up the data folder", parent=self) \
+            .success(self._cleaned).failure(self._show_error).finished(self.refresh).run()
+
+    def _cleaned(self, result: Result) -> None:
+        self.last_result = result
+        self.plan = None  # done: the next figures come from the refresh that follows
+        lines = [f"Freed {human_bytes(result.freed)}"]
+        lines += [f"Skipped: {s.item.description} — {s.reason}" for s in result.skipped]
+        lines += result.notes
+        self.status_label.setText("\n".join(lines))
+
+    def _show_error(self, failure: JobFailure) -> None:
+        self.status_label.setText(failure.sentence())
+
+    def _set_busy(self, busy: bool) -> None:
+        self.busy = busy
+        self.refresh_button.setEnabled(not busy)
+        self.clean_button.setEnabled(not busy and self.plan is not None and not self.plan.empty)
+
+    def _ask(self, text: str) -> bool:
+        answer = QMessageBox.question(self, "Clean up", text,
+                                      QMessageBox.StandardButton.Yes
+                                      | QMessageBox.StandardButton.Cancel,
+                                      QMessageBox.StandardButton.Cancel)
+        return answer == QMessageBox.StandardButton.Yes
