@@ -1,9 +1,11 @@
 """Settings: the data folder's `settings.json` (per-engine binary, version, endpoint, model and the
-name of the keyring secret holding the API key), read, validated and replaced atomically.
+name of the keyring secret holding the API key; the defaults new tasks and sandboxes start from),
+read, validated and replaced atomically.
 
 Owns the file's IO, the key names and value checks, and turning an engine's endpoint into an
 allowlist entry. What an engine does with its settings is core.engines'; enforcing the allowlist
-is the sandbox policy's and the egress proxy's. Secret values never go here, only their names.
+is the sandbox policy's and the egress proxy's; applying the defaults is the facade's. Secret
+values never go here, only their names.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import tempfile
 from contextlib import contextmanager
 from dataclasses import fields
@@ -29,6 +32,21 @@ EXTRA_ENGINES = ("claude-code", "codex")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _MAX_TEXT = 500
 
+ENGINES_SECTION = "engines"
+DEFAULTS_SECTION = "defaults"
+# What a new task or sandbox starts from when nothing else chose: `defaults.<key>`.
+DEFAULT_KEYS = ("engine", "image", "network", "allow", "backend")
+BACKENDS = ("docker", "host")  # host: no isolation at all, only on the user's explicit choice
+
+# A Docker image reference: [registry[:port]/]name[/name...][:tag][@algorithm:digest].
+_IMAGE_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_IMAGE_HOST = rf"(?:{_IMAGE_LABEL}(?:\.{_IMAGE_LABEL})*|\[[0-9A-Fa-f:]+\])(?::[0-9]+)?/"
+_IMAGE_NAME = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_DIGEST = r"@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9A-Fa-f]{32,}"
+_IMAGE_RE = re.compile(rf"(?:{_IMAGE_HOST})?{_IMAGE_NAME}(?:/{_IMAGE_NAME})*"
+                       rf"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?(?:{_IMAGE_DIGEST})?")
+_MAX_IMAGE = 255
+
 
 def settings_path(data_root: str | os.PathLike[str]) -> Path:
     return Path(data_root) / FILE_NAME
@@ -46,11 +64,15 @@ def engine_keys() -> list[str]:
 
 # -- keys and values -----------------------------------------------------------------------------
 
+def _shapes() -> str:
+    return "engines.<engine>.<key> or defaults.<key>"
+
+
 def parse_key(key: str, *, leaf: bool = True) -> tuple[str, str | None]:
     """`engines.<engine>.<key>` → (engine, key); with `leaf=False`, `engines.<engine>` is allowed
     too (key None). Unknown engines and keys are refused with one line naming the known ones."""
     parts = key.split(".") if isinstance(key, str) else []
-    if len(parts) not in ((3,) if leaf else (2, 3)) or parts[0] != "engines":
+    if len(parts) not in ((3,) if leaf else (2, 3)) or parts[0] != ENGINES_SECTION:
         shape = "engines.<engine>.<key>" if leaf else "engines.<engine>[.<key>]"
         raise InputError(f"{key!r} is not a settings key: use {shape}, e.g. engines.codex.model")
     engine = parts[1]
@@ -63,15 +85,31 @@ def parse_key(key: str, *, leaf: bool = True) -> tuple[str, str | None]:
     return engine, name
 
 
+def parse_any_key(key: str, *, leaf: bool = True) -> tuple[str, str | None, str | None]:
+    """Any settings key → (section, engine, name): `engines.<engine>.<key>` is
+    ("engines", engine, key), `defaults.<key>` is ("defaults", None, key). With `leaf=False` the
+    groups `engines.<engine>` and `defaults` are allowed too (name None)."""
+    parts = key.split(".") if isinstance(key, str) else []
+    if parts and parts[0] == DEFAULTS_SECTION:
+        if len(parts) == 1 and not leaf:
+            return DEFAULTS_SECTION, None, None
+        if len(parts) != 2:
+            raise InputError(f"{key!r} is not a settings key: use defaults.<key> "
+                             f"(known: {', '.join(DEFAULT_KEYS)})")
+        if parts[1] not in DEFAULT_KEYS:
+            raise InputError(f"unknown default {parts[1]!r} in {key!r} "
+                             f"(known: {', '.join(DEFAULT_KEYS)})")
+        return DEFAULTS_SECTION, None, parts[1]
+    if not parts or parts[0] != ENGINES_SECTION:
+        raise InputError(f"{key!r} is not a settings key: use {_shapes()}, "
+                         f"e.g. engines.codex.model or defaults.engine")
+    engine, name = parse_key(key, leaf=leaf)
+    return ENGINES_SECTION, engine, name
+
+
 def validate_value(name: str, value: str) -> str:
     """The value to store for an engine setting, or InputError (one line)."""
-    if not isinstance(value, str):
-        raise InputError(f"the setting {name} takes text, not {type(value).__name__}")
-    value = value.strip()
-    if not value:
-        raise InputError(f"the setting {name} needs a value (use `config unset` to remove it)")
-    if len(value) > _MAX_TEXT or any(ch in value for ch in "\n\r\0"):
-        raise InputError(f"the setting {name} must be one line of at most {_MAX_TEXT} characters")
+    value = _one_line(name, value)
     if name == "binary":
         path = Path(value).expanduser()
         if not path.is_absolute():
@@ -85,6 +123,69 @@ def validate_value(name: str, value: str) -> str:
         from core.credentials import validate_secret_name
         return validate_secret_name(value)
     return value
+
+
+def _one_line(name: str, value: str) -> str:
+    if not isinstance(value, str):
+        raise InputError(f"the setting {name} takes text, not {type(value).__name__}")
+    value = value.strip()
+    if not value:
+        raise InputError(f"the setting {name} needs a value (use `config unset` to remove it)")
+    if len(value) > _MAX_TEXT or any(ch in value for ch in "\n\r\0"):
+        raise InputError(f"the setting {name} must be one line of at most {_MAX_TEXT} characters")
+    return value
+
+
+def validate_default(name: str, value: str) -> str:
+    """The value to store for `defaults.<name>`, or InputError (one line)."""
+    key = f"{DEFAULTS_SECTION}.{name}"
+    value = _one_line(key, value)
+    if name == "engine":
+        if value not in known_engines():
+            raise InputError(f"unknown engine {value!r} for {key} "
+                             f"(known: {', '.join(known_engines())})")
+        return value
+    if name == "image":
+        if len(value) > _MAX_IMAGE or not _IMAGE_RE.fullmatch(value):
+            raise InputError(f"{key} must be a Docker image reference such as cairn-sandbox:1, "
+                             f"not {value!r}")
+        return value
+    if name == "network":
+        from core.policy import Policy
+        Policy(network=value).validate()
+        return value
+    if name == "allow":
+        return ",".join(parse_allow(value))
+    if name == "backend":
+        if value not in BACKENDS:
+            raise InputError(f"unknown sandbox backend {value!r} for {key} "
+                             f"(known: {', '.join(BACKENDS)}; host means no isolation)")
+        return value
+    raise InputError(f"unknown default {name!r} (known: {', '.join(DEFAULT_KEYS)})")
+
+
+def parse_allow(text: str) -> list[str]:
+    """A comma-separated `host:port` list → its normalised entries (the egress proxy's parser),
+    or InputError naming the first unusable entry."""
+    from core.policy import Policy
+    from core.sandbox.egress import Allowlist, DestinationError, parse_destination
+    entries: list[str] = []
+    for raw in text.split(","):
+        raw = raw.strip()
+        if not raw:
+            continue
+        try:
+            Allowlist([raw])
+            entry = str(parse_destination(raw))
+        except DestinationError as exc:
+            raise InputError(f"the allowlist entry {raw!r} is not a usable host:port: {exc}") \
+                from None
+        if entry not in entries:
+            entries.append(entry)
+    if not entries:
+        raise InputError("defaults.allow needs at least one host:port, e.g. api.example.com:443")
+    Policy(network="allowlist", allow=tuple(entries)).validate()
+    return entries
 
 
 def endpoint_of(base_url: str) -> str:
@@ -151,13 +252,18 @@ def read_settings(path: str | os.PathLike[str]) -> dict:
 
 def write_settings(path: str | os.PathLike[str], data: dict) -> None:
     """Replace the file atomically: a reader sees the old or the new file, whole."""
+    replace_file(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def replace_file(path: str | os.PathLike[str], text: str) -> None:
+    """Write `text` as the whole new content of `path`: a temporary beside it, fsynced, renamed
+    over it, and the folder fsynced."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-            f.write("\n")
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -189,19 +295,38 @@ def _editing(path: Path) -> Iterator[dict]:
         os.close(lock_fd)
 
 
+def _section_of(data: dict, path: Path, name: str) -> dict:
+    section = data.setdefault(name, {})
+    if not isinstance(section, dict):
+        raise CairnError(f"the settings file {path} has a {name!r} entry that is not an object")
+    return section
+
+
 def _engines_of(data: dict, path: Path) -> dict:
-    engines = data.setdefault("engines", {})
-    if not isinstance(engines, dict):
-        raise CairnError(f"the settings file {path} has an 'engines' entry that is not an object")
-    return engines
+    return _section_of(data, path, ENGINES_SECTION)
+
+
+def check_setting(key: str, value: str) -> str:
+    """The value `set_setting` would store for `key`, or InputError; nothing is written."""
+    section_name, _engine, name = parse_any_key(key)
+    assert name is not None
+    if section_name == DEFAULTS_SECTION:
+        return validate_default(name, value)
+    return validate_value(name, value)
 
 
 def set_setting(path: str | os.PathLike[str], key: str, value: str) -> str:
-    """Validate and store one engine setting; returns the value as stored."""
-    engine, name = parse_key(key)
+    """Validate and store one setting (`engines.<engine>.<key>` or `defaults.<key>`); returns
+    the value as stored."""
+    section_name, engine, name = parse_any_key(key)
     assert name is not None
-    stored = validate_value(name, value)
     path = Path(path)
+    if section_name == DEFAULTS_SECTION:
+        stored = validate_default(name, value)
+        with _editing(path) as data:
+            _section_of(data, path, DEFAULTS_SECTION)[name] = stored
+        return stored
+    stored = validate_value(name, value)
     with _editing(path) as data:
         engines = _engines_of(data, path)
         section = engines.setdefault(engine, {})
@@ -212,27 +337,67 @@ def set_setting(path: str | os.PathLike[str], key: str, value: str) -> str:
 
 
 def unset_setting(path: str | os.PathLike[str], key: str) -> bool:
-    """Remove one engine setting; whether it was set."""
-    engine, name = parse_key(key)
+    """Remove one setting; whether it was set."""
+    section_name, engine, name = parse_any_key(key)
     path = Path(path)
     with _editing(path) as data:
+        if section_name == DEFAULTS_SECTION:
+            defaults = _section_of(data, path, DEFAULTS_SECTION)
+            removed = defaults.pop(name, None) is not None
+            if not defaults:
+                del data[DEFAULTS_SECTION]
+            return removed
         engines = _engines_of(data, path)
         section = engines.get(engine)
         if not isinstance(section, dict) or name not in section:
+            if not engines:
+                del data[ENGINES_SECTION]
             return False
         del section[name]
         if not section:
             del engines[engine]
         if not engines:
-            del data["engines"]
+            del data[ENGINES_SECTION]
     return True
 
 
 def get_setting(path: str | os.PathLike[str], key: str) -> Any:
-    """One engine setting (None when unset), or with `engines.<engine>` all of that engine's."""
-    engine, name = parse_key(key, leaf=False)
-    section = read_settings(path).get("engines", {})
+    """One setting (None when unset), or with `engines.<engine>` all of that engine's, or with
+    `defaults` every default that is set."""
+    section_name, engine, name = parse_any_key(key, leaf=False)
+    data = read_settings(path)
+    if section_name == DEFAULTS_SECTION:
+        section = data.get(DEFAULTS_SECTION)
+        section = section if isinstance(section, dict) else {}
+        return dict(section) if name is None else section.get(name)
+    section = data.get(ENGINES_SECTION, {})
     section = section.get(engine) if isinstance(section, dict) else None
     if name is None:
         return dict(section) if isinstance(section, dict) else {}
     return section.get(name) if isinstance(section, dict) else None
+
+
+def read_defaults(path: str | os.PathLike[str]) -> dict[str, str]:
+    """The defaults that are set, each checked again (the file may have been edited by hand):
+    an unusable one is a CairnError naming the file and the key."""
+    section = read_settings(path).get(DEFAULTS_SECTION) or {}
+    if not isinstance(section, dict):
+        raise CairnError(f"the settings file {path} has a 'defaults' entry that is not an object")
+    checked: dict[str, str] = {}
+    for name, value in section.items():
+        if name not in DEFAULT_KEYS:
+            continue  # a key of a later version: ignored, kept in the file
+        try:
+            checked[name] = validate_default(name, value)
+        except InputError as exc:
+            raise CairnError(f"the settings file {path} has an unusable defaults.{name}: {exc}") \
+                from None
+    return checked
+
+
+def default_policy(defaults: dict[str, str]) -> Any:
+    """The sandbox policy a new task starts with: `defaults.network` and `defaults.allow`, or
+    Policy's own defaults (no network)."""
+    from core.policy import Policy
+    allow = tuple(defaults["allow"].split(",")) if defaults.get("allow") else ()
+    return Policy(network=defaults.get("network") or "none", allow=allow).validate()

@@ -61,7 +61,7 @@ class NewTaskDialog(QDialog):
     """A task for each folder: a title per folder, one engine and one set of instructions."""
 
     def __init__(self, folders: list[Path], engines: tuple[str, ...] = DEFAULT_ENGINES,
-                 parent: QWidget | None = None):
+                 parent: QWidget | None = None, *, default_engine: str | None = None):
         super().__init__(parent)
         self.folders = list(folders)
         many = len(self.folders) > 1
@@ -85,6 +85,8 @@ class NewTaskDialog(QDialog):
             form.insertRow(0, "Folder:", where)
         self.engine_combo = QComboBox(self)
         self.engine_combo.addItems(list(engines))
+        if default_engine in engines:  # the settings' defaults.engine, when the caller knows it
+            self.engine_combo.setCurrentText(default_engine)
         self.engine_combo.currentTextChanged.connect(self._engine_changed)
         form.addRow("Engine:", self.engine_combo)
         self.instructions_edit = _instructions_edit(self, AGENT_HINT)

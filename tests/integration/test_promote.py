@@ -360,6 +360,26 @@ def test_config_set_get_show_round_trip(tmp_path):
     assert "claude-code" not in as_json(cairnctl(data, "config", "show", "--json"))["engines"]
 
 
+def test_config_defaults_round_trip_and_apply_to_a_new_task(tmp_path):
+    data = tmp_path / "data"
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    (folder / "a.txt").write_text("a\n")
+    cairnctl(data, "config", "set", "defaults.engine", "codex")
+    cairnctl(data, "config", "set", "defaults.network", "allowlist")
+    assert cairnctl(data, "config", "set", "defaults.allow",
+                    "API.example.com:443, 127.0.0.1:11434").stdout == \
+        "defaults.allow = api.example.com:443,127.0.0.1:11434\n"
+    assert cairnctl(data, "config", "get", "defaults.engine").stdout == "codex\n"
+    assert as_json(cairnctl(data, "config", "get", "defaults", "--json"))["value"] == \
+        {"engine": "codex", "network": "allowlist", "allow": "api.example.com:443,127.0.0.1:11434"}
+    made = as_json(cairnctl(data, "new", str(folder), "--json"))
+    shown = as_json(cairnctl(data, "show", made["task_id"], "--json"))
+    assert shown["engine"] == "codex"
+    cairnctl(data, "config", "unset", "defaults.engine")
+    assert cairnctl(data, "config", "get", "defaults.engine", check=False).returncode == 1
+
+
 @pytest.mark.parametrize("args,message", [
     (["set", "engines.gemini.model", "x"], "unknown engine 'gemini'"),
     (["set", "engines.codex.temperature", "1"], "unknown engine setting 'temperature'"),
@@ -367,6 +387,12 @@ def test_config_set_get_show_round_trip(tmp_path):
     (["set", "engines.codex.base_url", "not a url"], "http:// or https://"),
     (["set", "engines.codex.model"], "needs a VALUE"),
     (["get", "codex.model"], "not a settings key"),
+    (["set", "defaults.network", "internet"], "unknown network mode 'internet'"),
+    (["set", "defaults.allow", "example.com"], "'example.com' is not a usable host:port"),
+    (["set", "defaults.backend", "podman"], "unknown sandbox backend 'podman'"),
+    (["set", "defaults.image", "Not An Image"], "Docker image reference"),
+    (["set", "defaults.engine", "gemini"], "unknown engine 'gemini'"),
+    (["get", "defaults.colour"], "unknown default 'colour'"),
     (["get"], "needs a KEY"),
     (["bogus"], "invalid choice"),
 ])
