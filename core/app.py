@@ -72,9 +72,18 @@ class Cairn:
         from core.sandboxes import SandboxManager
         with self._lock:
             if self._sandboxes is None:
+                import os
+                image = (self._image or os.environ.get("CAIRN_SANDBOX_IMAGE")
+                         or self.defaults().get("image"))
                 self._sandboxes = SandboxManager(self.data, self.store, self._backend or
-                                                 _default_backend(self.data), self._image)
+                                                 _default_backend(self.data), image)
             return self._sandboxes
+
+    def reset_sandboxes(self) -> None:
+        """Forget the sandbox manager, so the next use makes a new one from the current settings
+        (backend and image); sessions and containers are not touched."""
+        with self._lock:
+            self._sandboxes = None
 
     @property
     def credentials(self):
@@ -155,15 +164,21 @@ class Cairn:
 
     # -- new task ------------------------------------------------------------------------------
 
-    def new_task(self, path: str | Path, *, title: str | None = None, engine: str = "shell",
+    def new_task(self, path: str | Path, *, title: str | None = None, engine: str | None = None,
                  instructions: str = "", quota_bytes: int | None = None,
                  expires_in: float | None = None, policy: Policy | None = None) -> NewTask:
         """Import a folder into its vault and give a new task a workspace made from it.
 
+        Without `engine` or `policy`, the settings' defaults apply (`defaults.engine`, else the
+        shell engine; `defaults.network` and `defaults.allow`, else no network).
         Bad input is refused before anything is written; a failure later undoes what was made.
         """
         from core.engines import engine_for
+        from core.settings import default_policy
+        defaults = self.defaults() if engine is None or policy is None else {}
+        engine = engine or defaults.get("engine") or "shell"
         engine_for(engine)  # an unknown engine is refused before anything is made
+        policy = policy or default_policy(defaults)
         folder = check_importable(Path(path), self.data)
         with held(self.data.locks_root, "import", str(folder),
                   f"{folder} is already being imported by another Cairn process"):
@@ -517,7 +532,7 @@ class Cairn:
         self.runs.refuse_in_flight(parent)
         last = self.runs.latest_run(parent)
         child = self._child_task(parent, TaskSource.CONTINUE, parent.workspace_id, None,
-                                 title or f"{parent.title} (continued)", message)
+                                 title or child_title(message, f"{parent.title} (continued)"), message)
         try:
             run = self.runs.start(child.id, prompt=message, mode=MODE_CONTINUE,
                                   session_id=last.engine_session_id if last else None)
@@ -544,7 +559,8 @@ class Cairn:
             trigger="base", label=f"revision {rev.id[:12]} of task {parent.id}")
         ws_id = ws.id
         child = self._child_task(parent, TaskSource.FORK, ws_id, rev.id,
-                                 title or f"{parent.title} (fork)", message, task_id=child_id)
+                                 title or child_title(message, f"{parent.title} (fork)"), message,
+                                 task_id=child_id)
         self.events.publish(ev.TASK_CREATED, child.id, parent=parent.id, source="fork",
                             from_revision=rev.id)
         last = self.runs.latest_run(parent)
@@ -656,10 +672,30 @@ class Cairn:
         return run if run and run.state in runs_mod.IN_FLIGHT else None
 
     def follow(self, run_id: str, *, on_output: Callable[[str, str], None] | None = None,
-               should_stop: Callable[[], bool] = lambda: False, interval: float = 0.1) -> Run:
-        """Observe a run from its saved offsets until it ends (or `should_stop()`)."""
-        from core.reconcile import run_liveness
+               should_stop: Callable[[], bool] = lambda: False, interval: float = 0.1,
+               record: bool = False) -> Run:
+        """Observe a run from its saved offsets until it ends (or `should_stop()`).
+
+        With `record`, the run's workspace is also watched meanwhile, so its edits become
+        revisions as they happen; when another process records it already, that one goes on."""
         run = self.store.get_run(run_id)
+        recording = False
+        if record:
+            try:
+                self.watch(run.task_id)
+                recording = True
+            except CairnError:
+                pass  # another Cairn process records this workspace, or it is gone
+        try:
+            return self._follow(run, on_output, should_stop, interval)
+        finally:
+            if recording:
+                self.stop_watching(run.workspace_id)
+
+    def _follow(self, run: Run, on_output: Callable[[str, str], None] | None,
+                should_stop: Callable[[], bool], interval: float) -> Run:
+        from core.reconcile import run_liveness
+        run_id = run.id
         self._know_secrets_of(run.task_id)
         tail = runs_mod.OutputTail(self.store, run.id, self.run_files(run), on_output)
         last_check = 0.0
@@ -740,6 +776,12 @@ class Cairn:
             return _tree_size(self.vault_for(ws.source_id), rev.tree)
         except CairnError:
             return None
+
+    def health_checks(self) -> list:
+        """The first-run checks (Docker, keyring, git, disk of the data folder) as
+        core.health.Check values; never raises, bounded to a few seconds."""
+        from core.health import run_checks
+        return run_checks(self.data.root)
 
     def status(self) -> dict:
         """Every sandbox session and snapshot, for `cairnctl status` and the GUI."""
@@ -828,17 +870,120 @@ class Cairn:
         return artifacts.verify_artifact(self, artifact_id)
 
     def set_setting(self, key: str, value: str) -> str:
-        """Set `engines.<engine>.<key>` in the settings file (validated; written atomically)."""
+        """Set `engines.<engine>.<key>` or `defaults.<key>` in the settings file (validated;
+        written atomically). A new default backend or image applies to the next sandbox use."""
         from core import settings
-        return settings.set_setting(settings.settings_path(self.data.root), key, value)
+        stored = settings.set_setting(settings.settings_path(self.data.root), key, value)
+        if key in _SANDBOX_DEFAULTS:
+            self.reset_sandboxes()
+        return stored
 
     def unset_setting(self, key: str) -> bool:
         from core import settings
-        return settings.unset_setting(settings.settings_path(self.data.root), key)
+        removed = settings.unset_setting(settings.settings_path(self.data.root), key)
+        if key in _SANDBOX_DEFAULTS:
+            self.reset_sandboxes()
+        return removed
 
     def get_setting(self, key: str):
         from core import settings
         return settings.get_setting(settings.settings_path(self.data.root), key)
+
+    def check_setting(self, key: str, value: str) -> str:
+        """The value `set_setting` would store, or InputError (one line); nothing is written."""
+        from core import settings
+        return settings.check_setting(key, value)
+
+    def defaults(self) -> dict[str, str]:
+        """The `defaults.<key>` settings that are set (engine, image, network, allow, backend)."""
+        from core import settings
+        return settings.read_defaults(settings.settings_path(self.data.root))
+
+    def setting_keys(self) -> dict[str, list[str]]:
+        """What the settings file takes: the default keys, the engines and each engine's keys,
+        and the choices of the defaults that have a fixed set (for forms)."""
+        from core import settings
+        from core.policy import NETWORK_MODES
+        return {"defaults": list(settings.DEFAULT_KEYS), "engines": settings.known_engines(),
+                "engine_keys": settings.engine_keys(), "networks": list(NETWORK_MODES),
+                "backends": list(settings.BACKENDS)}
+
+    # -- risk rules ------------------------------------------------------------------------------
+    # The data folder's `risk-rules.json`, when present, replaces the rules Cairn ships; every
+    # judge reads the rules in force at each request, so a change applies to the next one.
+
+    def risk_rules(self) -> dict:
+        """The rules in force: `text` (the file), `rules` (id, pattern, reason, when, as plain
+        values), `version`, `user` (True: the data folder's override; False: Cairn's own),
+        `path`, and `problem` (why an override cannot be used, else None)."""
+        from core import approvals
+        path = approvals.rules_path_for(self.data.root)
+        user = path != approvals.RULES_FILE
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise CairnError(f"the risk rules in {path} cannot be read: {exc.strerror}") from exc
+        rules: list[dict] = []
+        version, problem = None, None
+        try:
+            version = approvals.parse_rules(text).version
+            rules = self.check_risk_rules(text)
+        except InputError as exc:
+            problem = exc.message
+        return {"text": text, "rules": rules, "version": version, "user": user,
+                "path": str(path), "problem": problem}
+
+    def check_risk_rules(self, text: str) -> list[dict]:
+        """The rules `text` holds (as `risk_rules()` lists them), or InputError (one line,
+        naming the rule); nothing is written."""
+        from core import approvals
+        if not isinstance(text, str):
+            raise InputError("the risk rules are text (a JSON document)")
+        return [{"id": r.id, "pattern": r.pattern.pattern, "reason": r.reason,
+                 "when": dict(r.when)} for r in approvals.parse_rules(text).rules]
+
+    def set_risk_rules(self, text: str) -> dict:
+        """Validate `text` as a rules file and make it the data folder's rules (written
+        atomically); InputError (one line, naming the rule) writes nothing."""
+        from core import approvals
+        from core.settings import replace_file
+        self.check_risk_rules(text)
+        replace_file(approvals.user_rules_path(self.data.root),
+                     text if text.endswith("\n") else text + "\n")
+        return self.risk_rules()
+
+    def reset_risk_rules(self) -> bool:
+        """Go back to the rules Cairn ships; whether there was an override to remove."""
+        from core import approvals
+        try:
+            approvals.user_rules_path(self.data.root).unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+    # -- credentials -----------------------------------------------------------------------------
+    # Names only: values go into the keyring through `credentials.secrets.set` and come out only
+    # into an exec's environment. core.credentials owns the rules.
+
+    def keyring_status(self):
+        """Which keyring holds the secrets and whether it answers (a KeyringStatus). A locked
+        keyring may show its unlock prompt and wait for it: call this off the GUI thread."""
+        return self.credentials.secrets.check()
+
+    def secret_names(self) -> list[str]:
+        """The names of the secrets stored through Cairn, sorted; values are not read."""
+        return self.credentials.secrets.names()
+
+    def tasks_granted(self, secret_name: str) -> list[Task]:
+        """The tasks holding an active grant of the secret themselves (their descendants may
+        inherit it), oldest first."""
+        tasks = self.tasks()
+        holders: set[str] = set()
+        for i in range(0, len(tasks), 500):  # within SQLite's limit on bound parameters
+            rows = self.store.grant_rows_for_tasks([t.id for t in tasks[i:i + 500]])
+            holders.update(r["task_id"] for r in rows
+                           if r["secret_name"] == secret_name and r["revoked_at"] is None)
+        return [t for t in tasks if t.id in holders]
 
     # -- approvals -------------------------------------------------------------------------------
     # A run's risky commands wait in its mailbox for a person; core.approvals owns the rules, the
@@ -881,6 +1026,35 @@ class Cairn:
         self.events.publish(ev.WORKSPACE_STATE, workspace_id, state=state.value, previous=ws.state)
         return self.store.get_workspace(workspace_id)
 
+    # -- housekeeping (core.housekeeping owns the rules) ------------------------------------------
+
+    def archive_task(self, task_ref: str) -> Workspace:
+        """Archive the task's workspace (snapshot first; its files go at the next cleanup).
+        Refused while a run is in flight, its sandbox is up or it is being recorded."""
+        from core import housekeeping
+        return housekeeping.archive_task(self, task_ref)
+
+    def unarchive_task(self, task_ref: str) -> Workspace:
+        """Bring an archived workspace back, restoring its files from its newest snapshot when a
+        cleanup removed them."""
+        from core import housekeeping
+        return housekeeping.unarchive_task(self, task_ref)
+
+    def data_usage(self):
+        """The data folder's disk use by category (core.housekeeping.Usage)."""
+        from core import housekeeping
+        return housekeeping.data_usage(self)
+
+    def housekeeping_plan(self):
+        """What a cleanup would remove now and the disk it frees (core.housekeeping.Plan)."""
+        from core import housekeeping
+        return housekeeping.plan(self)
+
+    def housekeeping_clean(self, plan):
+        """Carry out a plan, re-checking each item (core.housekeeping.Result)."""
+        from core import housekeeping
+        return housekeeping.clean(self, plan)
+
     def task_details(self, task_ref: str) -> dict:
         task = self.task(task_ref)
         ws = self.workspace_of(task)
@@ -901,10 +1075,29 @@ class Cairn:
         }
 
 
+_SANDBOX_DEFAULTS = ("defaults.backend", "defaults.image")  # the settings a SandboxManager reads
+
+
+CHILD_TITLE_MAX = 60
+
+
+def child_title(message: str, fallback: str) -> str:
+    """A continuation's or fork's default title: the first line of what it was asked to do
+    (shortened), so a lineage reads as the steps taken; `fallback` when the message is empty."""
+    line = next((" ".join(l.split()) for l in message.splitlines() if l.strip()), "")
+    if not line:
+        return fallback
+    return line if len(line) <= CHILD_TITLE_MAX else line[:CHILD_TITLE_MAX - 1].rstrip() + "…"
+
+
 def _default_backend(data: DataDir):
-    """Docker unless the user chose the unsafe host backend explicitly (CAIRN_BACKEND=host)."""
+    """Docker unless the user chose the unsafe host backend explicitly: CAIRN_BACKEND wins, else
+    the setting `defaults.backend`."""
     import os
-    choice = os.environ.get("CAIRN_BACKEND", "docker")
+    choice = os.environ.get("CAIRN_BACKEND")
+    if not choice:
+        from core.settings import read_defaults, settings_path
+        choice = read_defaults(settings_path(data.root)).get("backend") or "docker"
     if choice == "host":
         from core.sandbox.host import HostBackend
         return HostBackend(data.root, allow_unsafe=True)

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from core import events as ev
 from core import runs as runs_mod
 from core.datadir import DataDir
+from core.launch import python_command, resource_path
 from core.locks import flock_holder_pid
 from core.errors import CairnError, Conflict, IllegalTransition, InputError, NotFound
 from core.models import Run, RunState as R
@@ -50,7 +51,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-RULES_FILE = REPO_ROOT / "resources" / "policy" / "risk-rules.json"
+RULES_FILE = resource_path("policy", "risk-rules.json")
+USER_RULES_NAME = "risk-rules.json"  # in the data folder: the user's rules, replacing RULES_FILE
 
 GATE_IN_SANDBOX = "/cairn/tools/approval-gate.py"
 DECISIONS_IN_SANDBOX = "/cairn/decisions"
@@ -109,28 +111,93 @@ class Verdict:
 
 def load_rules(path: Path | str | None = None) -> RuleSet:
     """The risk rules of a policy file (default: the one Cairn ships)."""
-    return _load_rules(str(Path(path) if path else RULES_FILE))
+    path = str(Path(path) if path else RULES_FILE)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CairnError(f"the risk rules in {path} cannot be used: {exc}") from exc
+    try:
+        return _parse_cached(text)
+    except InputError as exc:
+        raise CairnError(f"the risk rules in {path} cannot be used: {exc.message}") from exc
+
+
+def user_rules_path(data_root: Path | str) -> Path:
+    """The data folder's own risk rules; when present they replace the ones Cairn ships."""
+    return Path(data_root) / USER_RULES_NAME
+
+
+def rules_path_for(data_root: Path | str) -> Path:
+    """The rules file in force for a data folder: the user's override, else Cairn's."""
+    user = user_rules_path(data_root)
+    return user if user.is_file() else RULES_FILE
+
+
+def rules_for(data_root: Path | str) -> RuleSet:
+    """The rules in force for a data folder, read now (a changed file applies at once)."""
+    return load_rules(rules_path_for(data_root))
+
+
+def parse_rules(text: str) -> RuleSet:
+    """Risk rules from the text of a rules file, or InputError (one line, naming the rule)."""
+    return _parse_cached(text)
 
 
 @lru_cache(maxsize=8)
-def _load_rules(path: str) -> RuleSet:
+def _parse_cached(text: str) -> RuleSet:
     try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-        rules = []
-        for entry in doc["rules"]:
-            when = entry.get("when") or {}
-            unknown = set(when) - set(Policy.__dataclass_fields__)
-            if unknown:
-                raise ValueError(f"rule {entry['id']}: 'when' names no policy field "
-                                 f"{', '.join(sorted(unknown))}")
-            rules.append(RiskRule(str(entry["id"]), re.compile(entry["pattern"]),
-                                  str(entry["reason"]), dict(when)))
-        ids = [r.id for r in rules]
-        if len(set(ids)) != len(ids):
-            raise ValueError("two rules share an id")
-        return RuleSet(int(doc["version"]), tuple(rules))
-    except (OSError, ValueError, KeyError, TypeError, re.error) as exc:
-        raise CairnError(f"the risk rules in {path} cannot be used: {exc}") from exc
+        doc = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"the risk rules are not JSON: {_one_line(exc)}") from None
+    return _parse_doc(doc)
+
+
+def _parse_doc(doc: Any) -> RuleSet:
+    if not isinstance(doc, dict):
+        raise InputError("the risk rules must be a JSON object with 'version' and 'rules'")
+    version = doc.get("version")
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise InputError("the risk rules need an integer 'version'")
+    entries = doc.get("rules")
+    if not isinstance(entries, list):
+        raise InputError("the risk rules need a 'rules' list")
+    rules: list[RiskRule] = []
+    seen: set[str] = set()
+    for number, entry in enumerate(entries, 1):
+        name = f"rule {number}"
+        if not isinstance(entry, dict):
+            raise InputError(f"{name} is not a JSON object")
+        rule_id = entry.get("id")
+        if not isinstance(rule_id, str) or not rule_id.strip():
+            raise InputError(f"{name} needs an 'id' (text)")
+        name = f"rule {rule_id!r}"
+        if rule_id in seen:
+            raise InputError(f"two rules share the id {rule_id!r}")
+        seen.add(rule_id)
+        for key in ("pattern", "reason"):
+            if not isinstance(entry.get(key), str) or not entry[key]:
+                raise InputError(f"{name} needs a {key!r} (text)")
+        unknown_fields = set(entry) - {"id", "pattern", "reason", "when"}
+        if unknown_fields:
+            raise InputError(f"{name} has unknown fields {', '.join(sorted(unknown_fields))} "
+                             "(known: id, pattern, reason, when)")
+        when = entry.get("when") or {}
+        if not isinstance(when, dict):
+            raise InputError(f"{name}: 'when' must be an object of policy fields")
+        unknown = set(when) - set(Policy.__dataclass_fields__)
+        if unknown:
+            raise InputError(f"{name}: 'when' names no policy field {', '.join(sorted(unknown))}")
+        try:
+            pattern = re.compile(entry["pattern"])
+        except (re.error, RecursionError, OverflowError) as exc:
+            raise InputError(f"{name}: the pattern is not a usable regular expression: "
+                             f"{_one_line(exc)}") from None
+        rules.append(RiskRule(rule_id, pattern, entry["reason"], dict(when)))
+    return RuleSet(version, tuple(rules))
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
 
 
 def classify(command: str, policy: Policy, rules: RuleSet | None = None) -> Verdict:
@@ -331,11 +398,17 @@ class Judge:
         self.store = app.store
         self.timeout = timeout if timeout is not None else timeout_from_env()
         self.clock = clock
-        self.rules = rules or load_rules()
+        self._fixed_rules = rules
         self._lock = threading.RLock()
         self._answered: set[tuple[str, str]] = set()  # (exec id, request id) with a decision file
         self._reported: set[tuple[str, str]] = set()  # unusable request files already logged
         self._secrets_known: set[str] = set()  # tasks whose secrets this process has learnt
+
+    @property
+    def rules(self) -> RuleSet:
+        """The rules given to this judge, else the data folder's rules as they are now (its
+        override when there is one): an edited rules file applies to the next request."""
+        return self._fixed_rules or rules_for(self.app.data.root)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -700,7 +773,7 @@ def ensure_judge(data: DataDir) -> int | None:
                                                          os.environ.get("PYTHONPATH")) if p)}
         with open(folder / "judge.log", "ab") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "core.approvals", "serve", "--data-dir", str(data.root)],
+                python_command("core.approvals", "serve", "--data-dir", str(data.root)),
                 stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd=str(REPO_ROOT), env=env,
                 start_new_session=True, close_fds=True)
         # Reaped here when this process lives on (the GUI); adopted by init otherwise.

@@ -50,14 +50,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("new", "import a folder and start a task on a new workspace")
     p.add_argument("path")
     p.add_argument("--title")
-    p.add_argument("--engine", default="shell")
+    p.add_argument("--engine", help="the task's engine (default: the setting defaults.engine, "
+                                    "else shell)")
     p.add_argument("-m", "--message", default="",
                    help="the task's instructions; given, the first run starts at once")
     p.add_argument("--quota", type=_size, help="disk quota of the workspace, e.g. 2G")
     p.add_argument("--expires-in", type=_duration, help="expiry of the workspace, e.g. 30d or 12h")
     p.add_argument("--detach", action="store_true", help="start the first run and return")
     p.add_argument("--network", choices=["none", "allowlist", "open"],
-                   help="the sandbox's network policy from the start (default none)")
+                   help="the sandbox's network policy from the start (default: the setting "
+                        "defaults.network, else none)")
     p.add_argument("--allow", action="append", default=[], help="host:port reachable under allowlist")
     p = add("continue", "a child task that keeps working in the parent's workspace and session")
     p.add_argument("task")
@@ -152,8 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("artifacts", "list promoted artifacts")
     p.add_argument("task", nargs="?")
     p.add_argument("--verify", action="store_true", help="re-hash every listed artifact")
-    p = add("config", "engine settings: config set engines.ENGINE.KEY VALUE | get KEY | "
-                      "unset KEY | show")
+    p = add("config", "settings: config set engines.ENGINE.KEY VALUE | set defaults.KEY VALUE "
+                      "(engine, image, network, allow, backend) | get KEY | unset KEY | show")
     p.add_argument("action", choices=["set", "get", "unset", "show"])
     p.add_argument("key", nargs="?")
     p.add_argument("value", nargs="?")
@@ -168,6 +170,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("deny", "refuse a waiting command (the run is told why)")
     p.add_argument("approval", help="the approval id (or an unambiguous prefix)")
     p.add_argument("--reason", help="said to the run with the refusal")
+    # -- housekeeping
+    p = add("archive", "archive a task's workspace: snapshot it; its files go at the next "
+                       "housekeeping (history stays); refused while anything of it runs")
+    p.add_argument("task")
+    p = add("unarchive", "bring an archived workspace back (its files restored from its newest "
+                         "snapshot when they were removed)")
+    p.add_argument("task")
+    p = add("housekeeping", "show the data folder's disk use and what a cleanup would free; "
+                            "--yes cleans")
+    p.add_argument("--dry-run", action="store_true",
+                   help="only show the plan (the default without --yes)")
+    p.add_argument("--yes", action="store_true", help="carry out the cleanup")
     return parser
 
 
@@ -209,7 +223,9 @@ def _when(ts: float) -> str:
 
 def cmd_new(app: Cairn, args: argparse.Namespace) -> None:
     from core.policy import Policy
-    policy = Policy(network=args.network or "none", allow=tuple(args.allow))
+    # Without --network or --allow the settings' defaults apply (defaults.network, .allow).
+    policy = Policy(network=args.network or "none", allow=tuple(args.allow)) \
+        if args.network or args.allow else None
     made = app.new_task(args.path, title=args.title, engine=args.engine, instructions=args.message,
                         quota_bytes=args.quota, expires_in=args.expires_in, policy=policy)
     obj = {"task_id": made.task.id, "workspace_id": made.workspace.id,
@@ -369,20 +385,8 @@ def _follow(app: Cairn, args: argparse.Namespace, run_id: str) -> dict:
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    run = app.store.get_run(run_id)
-    ws_id = run.workspace_id
-    watching = False
-    try:
-        app.watch(run.task_id)
-        watching = True
-    except CairnError:
-        pass  # another Cairn process records this workspace
-    try:
-        run = app.follow(run_id, on_output=None if args.json else _print_output,
-                         should_stop=stop.is_set)
-    finally:
-        if watching and ws_id:
-            app.stop_watching(ws_id)
+    run = app.follow(run_id, on_output=None if args.json else _print_output,
+                     should_stop=stop.is_set, record=True)
     return _run_json(run)
 
 
@@ -610,7 +614,8 @@ def cmd_config(app: Cairn, args: argparse.Namespace) -> None:
               else "no settings")
         return
     if not args.key:
-        raise CairnError(f"config {args.action} needs a KEY, e.g. engines.codex.model")
+        raise CairnError(f"config {args.action} needs a KEY, e.g. engines.codex.model or "
+                         "defaults.engine")
     if args.action == "set":
         if args.value is None:
             raise CairnError("config set needs a VALUE: config set KEY VALUE")
@@ -666,6 +671,47 @@ def cmd_deny(app: Cairn, args: argparse.Namespace) -> None:
     _emit(args, a.to_json(), f"denied {a.id}: {a.command}")
 
 
+def cmd_archive(app: Cairn, args: argparse.Namespace) -> None:
+    ws = app.archive_task(args.task)
+    _emit(args, {"workspace_id": ws.id, "state": ws.state},
+          f"workspace {ws.id} archived (its files go at the next `cairnctl housekeeping --yes`)")
+
+
+def cmd_unarchive(app: Cairn, args: argparse.Namespace) -> None:
+    ws = app.unarchive_task(args.task)
+    _emit(args, {"workspace_id": ws.id, "state": ws.state, "root": ws.root},
+          f"workspace {ws.id} is {ws.state} again at {ws.root}")
+
+
+def cmd_housekeeping(app: Cairn, args: argparse.Namespace) -> None:
+    from core.housekeeping import human_bytes
+    if args.yes and args.dry_run:
+        raise CairnError("give --dry-run or --yes, not both")
+    plan = app.housekeeping_plan()
+    result = app.housekeeping_clean(plan) if args.yes else None
+
+    def text() -> str:
+        u = plan.usage
+        lines = [f"data folder {u.root}: {human_bytes(u.total)}"]
+        lines += [f"  {name:11} {human_bytes(size):>10}" for name, size in u.parts.items()]
+        if plan.empty:
+            lines.append("nothing to clean up")
+        for item in plan.items:
+            lines.append(f"{human_bytes(item.bytes):>10}  {item.description}")
+        lines += [f"note: {n}" for n in plan.notes]
+        if result is None:
+            if not plan.empty:
+                lines.append(f"will free {human_bytes(plan.total)} "
+                             "(dry run; `cairnctl housekeeping --yes` cleans)")
+        else:
+            lines += [f"skipped: {s.item.description}: {s.reason}" for s in result.skipped]
+            lines += [f"note: {n}" for n in result.notes]
+            lines.append(f"freed {human_bytes(result.freed)}")
+        return "\n".join(lines)
+    _emit(args, {"plan": plan.to_json(), "dry_run": result is None,
+                 "result": result.to_json() if result is not None else None}, text)
+
+
 def _warn_problems(event: Any) -> None:
     if event.kind == "workspace.problem":
         print(f"cairnctl: warning: {event.payload['message']}", file=sys.stderr, flush=True)
@@ -680,6 +726,7 @@ COMMANDS: dict[str, Callable[[Cairn, argparse.Namespace], None]] = {
     "continue": cmd_continue, "fork": cmd_fork,
     "promote": cmd_promote, "export": cmd_export, "artifacts": cmd_artifacts, "config": cmd_config,
     "approvals": cmd_approvals, "approve": cmd_approve, "deny": cmd_deny,
+    "archive": cmd_archive, "unarchive": cmd_unarchive, "housekeeping": cmd_housekeeping,
 }
 
 

@@ -135,7 +135,7 @@ class JobRunner(QObject):
     """A job without its own failure handler failed (a JobFailure)."""
 
     sig_busy = Signal(int)
-    """The number of jobs running or queued changed (for a status-bar activity hint)."""
+    """The number of jobs working (run observers not counted) changed: a status-bar hint."""
 
     _sig_done = Signal(int)  # only the job's number crosses threads; outcomes wait in a dict
 
@@ -181,7 +181,7 @@ class JobRunner(QObject):
                 self._observe_pool if job.observe else self._read_pool)
         pool.start(_Runnable(self._deliver, job.ident, job.what, job.work))
         job.work = None  # the runnable carries it; it comes back with the outcome
-        self.sig_busy.emit(len(self._pending))
+        self.sig_busy.emit(self.working)
 
     def supersede(self, key: str) -> None:
         """Make any job with this key in flight stale (e.g. the selection was cleared)."""
@@ -206,7 +206,7 @@ class JobRunner(QObject):
         with self._lock:
             outcome = self._outcomes.pop(ident, None)
         job = self._pending.pop(ident, None)
-        self.sig_busy.emit(len(self._pending))
+        self.sig_busy.emit(self.working)
         if job is None or outcome is None:
             return
         ok, value, _work = outcome  # released here, on the GUI thread
@@ -240,6 +240,11 @@ class JobRunner(QObject):
     @property
     def pending(self) -> int:
         return len(self._pending)
+
+    @property
+    def working(self) -> int:
+        """Jobs doing work now: observers (following a run for as long as it lasts) are not."""
+        return sum(1 for job in self._pending.values() if not job.observe)
 
     def idle(self) -> bool:
         return not self._pending

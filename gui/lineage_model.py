@@ -517,7 +517,7 @@ def badges(task: TaskRow) -> list[str]:
     if task.live:
         out.append("live")
     if task.snapshot == "stale":
-        out.append("unsnapshotted")
+        out.append("snapshot behind")
     if task.approvals:
         out.append(f"{task.approvals} to approve")
     return out

@@ -44,6 +44,7 @@ SESSIONS_KEY = "lineage-sessions"
 APPROVALS_KEY = "lineage-approvals"
 NO_TASKS_TEXT = "No tasks yet.\nDrop a repository folder on the window, or choose File ▸ New Task…"
 FILTER_DELAY_MS = 150
+STATE_COLUMN_WIDTH = 110
 EXPAND_MATCHES = 50  # matches whose ancestors are expanded when a filter is typed
 
 
@@ -81,10 +82,14 @@ class LineagePanel(QWidget):
         self.tree.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.tree.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.tree.setAlternatingRowColors(True)
+        self.tree.setIndentation(14)  # deep lineages keep room for their titles
         header = self.tree.header()
         header.setStretchLastSection(False)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        header.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
+        # The state column keeps a fixed share (its badges elide; the tooltip has them whole),
+        # so a long badge never squeezes the titles out of a narrow pane.
+        header.setSectionResizeMode(1, QHeaderView.ResizeMode.Interactive)
+        header.resizeSection(1, STATE_COLUMN_WIDTH)
         self.empty_label = QLabel(NO_TASKS_TEXT, self)
         self.empty_label.setObjectName("lineageEmpty")
         self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)

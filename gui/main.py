@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -19,7 +20,9 @@ from gui.collector import GuiThreadCollector
 from gui.context import AppContext
 from gui.jobs import describe_error
 from gui.main_window import MainWindow, app_icon
-from gui.qt import QApplication, QGuiApplication, QMessageBox, QTimer
+from gui.qt import QApplication, QGuiApplication, QMessageBox, QSettings, QTimer
+from gui.settings_dialog import DATA_DIR_KEY as DATA_DIR_SETTING
+from gui.welcome import should_welcome
 
 APP_NAME = "Cairn"
 ORGANIZATION_NAME = "cairn"
@@ -65,6 +68,36 @@ def _install_signal_handlers(window: MainWindow) -> QTimer:
     return timer
 
 
+def chosen_data_dir(command_line: Path | None, settings: QSettings) -> tuple[Path | None, bool]:
+    """The data folder to open and whether it is the one chosen in Settings: --data-dir, else
+    $CAIRN_DATA_DIR, else the Settings choice, else (None) the default."""
+    if command_line is not None or os.environ.get(DATA_DIR_ENV_VAR):
+        return command_line, False
+    chosen = settings.value(DATA_DIR_SETTING, "", type=str)
+    return (Path(chosen), True) if chosen else (None, False)
+
+
+def _open_context(command_line: Path | None) -> AppContext | None:
+    settings = QSettings()
+    data_dir, from_settings = chosen_data_dir(command_line, settings)
+    try:
+        return AppContext.open(data_dir, settings=settings)
+    except (CairnError, OSError) as exc:
+        problem = describe_error(exc)
+    if not from_settings:
+        QMessageBox.critical(None, APP_NAME, f"Cairn cannot open its data folder: {problem}")
+        return None
+    QMessageBox.warning(None, APP_NAME, f"Cairn cannot open the data folder chosen in Settings "
+                                        f"({data_dir}): {problem}\n\nThe default data folder "
+                                        "is used this time; choose another in Settings.")
+    try:
+        return AppContext.open(None, settings=settings)
+    except (CairnError, OSError) as exc:
+        QMessageBox.critical(None, APP_NAME, f"Cairn cannot open its data folder: "
+                                             f"{describe_error(exc)}")
+        return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args, qt_args = build_parser().parse_known_args(
         list(sys.argv[1:] if argv is None else argv)
@@ -83,17 +116,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     app.setWindowIcon(app_icon())
 
     # Opening the data folder touches the disk: done here, before the event loop runs.
-    try:
-        context = AppContext.open(args.data_dir)
-    except (CairnError, OSError) as exc:
-        QMessageBox.critical(None, APP_NAME, f"Cairn cannot open its data folder: "
-                                             f"{describe_error(exc)}")
+    context = _open_context(args.data_dir)
+    if context is None:
         return 2
 
     collector = GuiThreadCollector(app).start()  # before any job thread exists
     window = MainWindow(context)
     _install_signal_handlers(window)
     window.show()
+    if should_welcome(context.settings):  # the first start: what works on this machine
+        QTimer.singleShot(0, window.show_system_check)
     if args.paths:
         QTimer.singleShot(0, lambda: window.offer_paths(args.paths))
     try:

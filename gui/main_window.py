@@ -16,8 +16,10 @@ from typing import Any
 
 from gui.approvals_panel import ApprovalsPanel
 from gui.context import AppContext
+from gui.credentials_page import CredentialsPage, open_credentials_dialog
 from gui.dialogs import KeyringDialog, NewTaskDialog, NewTaskRequest, engine_choices
 from gui.folders import SortedPaths, sort_paths
+from gui.housekeeping_dialog import HousekeepingDialog
 from gui.icons import clear_cache as clear_icon_cache
 from gui.icons import icon
 from gui.jobs import JobFailure, describe_error, is_keyring_problem
@@ -40,6 +42,7 @@ from gui.qt import (
     QKeySequence,
     QLabel,
     QMainWindow,
+    QMessageBox,
     QMimeData,
     QPushButton,
     QSplitter,
@@ -52,7 +55,9 @@ from gui.qt import (
     Signal,
 )
 from gui.resources import icon_path
+from gui.settings_dialog import SettingsDialog
 from gui.task_view import EMPTY_STATE_TEXT, TaskView
+from gui.welcome import WelcomeDialog
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +133,11 @@ class MainWindow(QMainWindow):
         self._settings = context.settings
         self.new_task_dialog: NewTaskDialog | None = None
         self.keyring_dialog: KeyringDialog | None = None
+        self.settings_dialog: SettingsDialog | None = None
+        self.credentials_dialog: Any = None
+        self.housekeeping_dialog: HousekeepingDialog | None = None
+        self.system_check: WelcomeDialog | None = None
+        self._default_engine: str | None = None
         self._tray: QSystemTrayIcon | None = None
         self.setWindowTitle(WINDOW_TITLE)
         self.setWindowIcon(app_icon())
@@ -170,7 +180,7 @@ class MainWindow(QMainWindow):
         self.main_splitter.setStretchFactor(0, 1)
         self.main_splitter.setStretchFactor(1, 3)
         self.main_splitter.setSizes([320, 880])
-        self.centre_splitter.setSizes([420, 300])
+        self.centre_splitter.setSizes([320, 460])
         outer.addWidget(self.main_splitter, 1)
         self.setCentralWidget(central)
 
@@ -193,6 +203,18 @@ class MainWindow(QMainWindow):
         self.new_task_action.triggered.connect(self.choose_folder)
         file_menu.addAction(self.new_task_action)
         file_menu.addSeparator()
+        self.settings_action = QAction("&Settings…", self)
+        self.settings_action.setShortcut(QKeySequence(QKeySequence.StandardKey.Preferences))
+        self.settings_action.setMenuRole(QAction.MenuRole.PreferencesRole)
+        self.settings_action.triggered.connect(self.show_settings)
+        file_menu.addAction(self.settings_action)
+        self.credentials_action = QAction("&Credentials…", self)
+        self.credentials_action.triggered.connect(self.show_credentials)
+        file_menu.addAction(self.credentials_action)
+        self.housekeeping_action = QAction("&Housekeeping…", self)
+        self.housekeeping_action.triggered.connect(self.show_housekeeping)
+        file_menu.addAction(self.housekeeping_action)
+        file_menu.addSeparator()
         self.quit_action = QAction("&Quit", self)
         self.quit_action.setShortcut(QKeySequence(QKeySequence.StandardKey.Quit))
         self.quit_action.triggered.connect(self.close)
@@ -211,6 +233,15 @@ class MainWindow(QMainWindow):
         self.approvals_action.setShortcut(QKeySequence("Ctrl+Shift+A"))
         self.approvals_action.triggered.connect(self.show_approvals)
         view_menu.addAction(self.approvals_action)
+
+        help_menu = self.menuBar().addMenu("&Help")
+        self.system_check_action = QAction("&System Check…", self)
+        self.system_check_action.triggered.connect(self.show_system_check)
+        help_menu.addAction(self.system_check_action)
+        self.about_action = QAction("&About Cairn", self)
+        self.about_action.setMenuRole(QAction.MenuRole.AboutRole)
+        self.about_action.triggered.connect(self.show_about)
+        help_menu.addAction(self.about_action)
 
     def _connect(self) -> None:
         ctx = self.context
@@ -239,6 +270,16 @@ class MainWindow(QMainWindow):
         self.check_sandboxes()
         self.reconcile()
         self.lineage.reload()
+        self.load_defaults()
+
+    def load_defaults(self) -> None:
+        """The settings the window's dialogs start from (the default engine)."""
+        cairn = self.context.cairn
+        if not callable(getattr(cairn, "defaults", None)):
+            return
+        self.context.jobs.job(cairn.defaults, key="defaults", what="read the settings",
+                              parent=self) \
+            .success(lambda d: setattr(self, "_default_engine", d.get("engine") or None)).run()
 
     def check_sandboxes(self) -> None:
         cairn = self.context.cairn
@@ -405,6 +446,69 @@ class MainWindow(QMainWindow):
         self.tabs.setCurrentWidget(self.approvals_panel)
         self.approvals_panel.focus_first()
 
+    # -- settings, credentials, housekeeping, system check ----------------------------------------
+
+    def show_settings(self) -> SettingsDialog:
+        if self.settings_dialog is not None and self.settings_dialog.isVisible():
+            self.settings_dialog.raise_()
+            return self.settings_dialog
+        dialog = SettingsDialog(self.context, self)
+        page = CredentialsPage(self.context, dialog)
+        page.set_task(self.lineage.selected_task())
+        dialog.pages.addTab(page, "Credentials")
+        dialog.credentials_page = page
+        dialog.sig_saved.connect(self._settings_saved)
+        self.settings_dialog = dialog
+        dialog.open()
+        return dialog
+
+    def _settings_saved(self, keys: Any) -> None:
+        self.load_defaults()
+        if any(str(k).startswith(("defaults.backend", "defaults.image")) for k in keys or ()):
+            self.check_sandboxes()
+
+    def show_credentials(self):
+        """The keyring's secrets and the selected task's grants, in a window of their own."""
+        if self.credentials_dialog is not None and self.credentials_dialog.isVisible():
+            self.credentials_dialog.raise_()
+            return self.credentials_dialog
+        self.credentials_dialog = open_credentials_dialog(
+            self.context, self, task_id=self.lineage.selected_task())
+        self.credentials_dialog.destroyed.connect(
+            lambda: setattr(self, "credentials_dialog", None))
+        return self.credentials_dialog
+
+    def show_housekeeping(self) -> HousekeepingDialog:
+        if self.housekeeping_dialog is not None and self.housekeeping_dialog.isVisible():
+            self.housekeeping_dialog.raise_()
+            return self.housekeeping_dialog
+        dialog = HousekeepingDialog(self.context, self)
+        dialog.finished.connect(lambda _result: self.lineage.reload())
+        self.housekeeping_dialog = dialog
+        dialog.open()
+        return dialog
+
+    def show_system_check(self) -> WelcomeDialog:
+        """The first-run checks (Docker, keyring, git, disk), also from Help ▸ System Check."""
+        if self.system_check is not None and self.system_check.isVisible():
+            self.system_check.raise_()
+            return self.system_check
+        dialog = WelcomeDialog(self.context, self)
+        dialog.sig_backend_changed.connect(lambda _backend: self.check_sandboxes())
+        dialog.finished.connect(lambda _result: self.check_sandboxes())
+        self.system_check = dialog
+        dialog.open()
+        return dialog
+
+    def show_about(self) -> None:
+        from core import __version__
+        data_dir = self.context.data_dir
+        QMessageBox.about(
+            self, "About Cairn",
+            f"<b>Cairn {__version__}</b><p>Run coding agents on your repositories in isolated, "
+            "recorded and resumable workspaces.</p>"
+            + (f"<p>Data: {_escape(str(data_dir))}</p>" if data_dir else ""))
+
     # -- new tasks -------------------------------------------------------------------------------
 
     def choose_folder(self) -> None:
@@ -430,7 +534,8 @@ class MainWindow(QMainWindow):
             self.sig_folders_dropped.emit(sorted_paths.folders)
 
     def open_new_task_dialog(self, folders: list[Path]) -> NewTaskDialog:
-        dialog = NewTaskDialog(folders, engine_choices(self.context.cairn), self)
+        dialog = NewTaskDialog(folders, engine_choices(self.context.cairn), self,
+                               default_engine=self._default_engine)
         dialog.accepted.connect(lambda: self.create_tasks(dialog.requests()))
         self.new_task_dialog = dialog
         dialog.open()

@@ -59,7 +59,8 @@ class RunFollowers(QObject):
                 bridge.post(Event(RUN_OUTPUT, run_id, {"run_id": run_id, "stream": stream,
                                                        "text": text}))
 
-            return cairn.follow(run_id, on_output=on_output, should_stop=stop.is_set)
+            return cairn.follow(run_id, on_output=on_output, should_stop=stop.is_set,
+                                record=True)
 
         self._jobs.job(work, observe=True, what=f"follow run {run_id}") \
             .success(lambda run: self._ended(run_id, run)) \

@@ -309,6 +309,7 @@ class TaskView(QWidget):
 
     def _show_run_state(self) -> None:
         run = self.data.run if self.data else None
+        self.output.setPlaceholderText(output_placeholder(run))
         if run is None:
             self.state_label.setText("Not started yet.")
             return
@@ -545,6 +546,15 @@ class TaskView(QWidget):
 
         self._act("export the patch", work, done=f"Exported the patch of {title} to {path}",
                   busy="exporting")
+
+
+def output_placeholder(run: Any) -> str:
+    """What the empty output area says: why it is empty."""
+    if run is None:
+        return "No run yet. Start runs the instructions in the task's sandbox."
+    if run.state in FOLLOWABLE:
+        return "Waiting for the run's output…"
+    return "The run printed nothing."
 
 
 def _escape(text: str) -> str:

@@ -13,6 +13,7 @@ import os
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import re  # noqa: E402
+import subprocess  # noqa: E402
 import threading  # noqa: E402
 import uuid  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -40,6 +41,21 @@ def artifacts_dir(request: pytest.FixtureRequest) -> Path:
     root = Path(os.environ.get("CAIRN_TEST_ARTIFACTS", REPO_ROOT / "test-artifacts"))
     path = root / re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.nodeid)
     path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A git repository with a commit and an uncommitted file, as a person's checkout is."""
+    path = tmp_path / "login-service"
+    path.mkdir()
+    (path / "README.md").write_text("# login service\n")
+    (path / "app.py").write_text("def login(user):\n    return user == 'admin'\n")
+    git = ["git", "-c", "user.name=T", "-c", "user.email=t@localhost"]
+    subprocess.run([*git, "init", "-q", "-b", "main"], cwd=path, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=path, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "first"], cwd=path, check=True)
+    (path / "notes.txt").write_text("todo: logout\n")
     return path
 
 
@@ -75,6 +91,17 @@ def docker_client():
     client = docker.from_env()
     yield client
     client.close()
+
+
+@pytest.fixture(scope="session")
+def sandbox_image(docker_client) -> str:
+    """The default sandbox image (CAIRN_SANDBOX_IMAGE to name another), or a skip."""
+    image = os.environ.get("CAIRN_SANDBOX_IMAGE", "cairn-sandbox:1")
+    try:
+        docker_client.images.get(image)
+    except Exception:
+        pytest.skip(f"the sandbox image {image} is not built (tests/images/build.sh builds it)")
+    return image
 
 
 def _is_secret_service(backend: object) -> bool:

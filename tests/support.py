@@ -70,3 +70,16 @@ def engine_session_of(data_dir: Path, task_id: str) -> str | None:
         return store.runs_of([task_id])[-1].engine_session_id
     finally:
         store.close()
+
+
+def release_data_dir(data_dir: Path, docker_client) -> None:
+    """Stop what a test's data folder left running: its approvals judge, its containers and its
+    egress proxies."""
+    from core import approvals
+    from core.sandbox import egress
+    data = data_dir.resolve()
+    approvals.stop_judge(data)
+    for c in docker_client.containers.list(all=True, filters={"label": f"cairn.data_dir={data}"}):
+        c.remove(force=True)
+    for sock in (data_dir / "egress").glob("*/sandbox/egress.sock"):
+        egress.stop(sock)

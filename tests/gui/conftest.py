@@ -4,7 +4,6 @@ folder, the context widgets get, and a shown main window."""
 from __future__ import annotations
 
 import gc
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -55,18 +54,3 @@ def window(qtbot, context) -> MainWindow:
     qtbot.waitUntil(lambda: win.lineage._loaded, timeout=10_000)
     yield win
     win.close()
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    """A small git repository with a commit and an uncommitted file."""
-    path = tmp_path / "login-service"
-    path.mkdir()
-    (path / "README.md").write_text("# login service\n")
-    (path / "app.py").write_text("def login(user):\n    return user == 'admin'\n")
-    git = ["git", "-c", "user.name=T", "-c", "user.email=t@localhost"]
-    subprocess.run([*git, "init", "-q"], cwd=path, check=True)
-    subprocess.run([*git, "add", "-A"], cwd=path, check=True)
-    subprocess.run([*git, "commit", "-q", "-m", "first"], cwd=path, check=True)
-    (path / "notes.txt").write_text("todo: logout\n")
-    return path

@@ -220,3 +220,17 @@ def test_the_work_and_its_closure_are_released_on_the_gui_thread(qtbot, runner):
     qtbot.waitUntil(runner.idle)
     qtbot.waitUntil(lambda: bool(released_on))
     assert released_on == [threading.main_thread().name]
+
+
+def test_observers_do_not_count_as_work(qtbot, runner):
+    """Following a run lasts as long as the run: the status bar's "Working…" is for real work."""
+    counts = []
+    runner.sig_busy.connect(counts.append)
+    release = threading.Event()
+    runner.job(lambda: release.wait(5), observe=True).run()
+    assert runner.pending == 1 and runner.working == 0 and counts == [0]
+    runner.job(lambda: None).run()
+    qtbot.waitUntil(lambda: runner.pending == 1)
+    assert counts[1] == 1 and counts[-1] == 0
+    release.set()
+    qtbot.waitUntil(runner.idle)

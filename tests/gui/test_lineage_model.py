@@ -183,7 +183,7 @@ def test_rows_carry_title_badge_text_and_badge_roles(qtbot):
     index = model.index_of_task(row.task_id)
     assert index.data() == "Fix the login test"
     state = index.siblingAtColumn(1)
-    assert state.data() == "waiting for approval · live · unsnapshotted · 2 to approve"
+    assert state.data() == "waiting for approval · live · snapshot behind · 2 to approve"
     assert state.data(Qt.ItemDataRole.ForegroundRole) is not None
     assert index.data(ROLE_RUN_STATE) == "waiting_approval"
     assert index.data(ROLE_LIVE_SESSION) is True

@@ -474,3 +474,63 @@ def test_cairn_shows_a_real_window_under_x(tmp_path, artifacts_dir, x_display):
     assert result.returncode == 0, result.stderr
     assert "platform: xcb windows: ['Cairn']" in result.stdout
     assert shot.is_file() and shot.stat().st_size > 1000
+
+
+def test_settings_open_with_a_credentials_page_for_the_selected_task(qtbot, window, cairn, repo):
+    made = cairn.new_task(repo)
+    window.lineage.reload()
+    qtbot.waitUntil(lambda: window.lineage.select_task(made.task.id), timeout=10_000)
+    window.settings_action.trigger()
+    dialog = window.settings_dialog
+    qtbot.waitUntil(dialog.isVisible, timeout=5_000)
+    titles = [dialog.pages.tabText(i) for i in range(dialog.pages.count())]
+    assert titles[-1] == "Credentials" and "General" in titles
+    qtbot.waitUntil(lambda: dialog.credentials_page.task_combo.currentData() == made.task.id,
+                    timeout=10_000)
+    window.settings_action.trigger()  # a second time brings the same dialog forward
+    assert window.settings_dialog is dialog
+    dialog.reject()
+
+
+def test_the_default_engine_setting_preselects_the_new_task_engine(qtbot, context, cairn,
+                                                                   settings, repo):
+    cairn.set_setting("defaults.engine", "codex")
+    win = MainWindow(context)
+    qtbot.addWidget(win)
+    qtbot.waitUntil(lambda: win._default_engine == "codex", timeout=10_000)
+    dialog = win.open_new_task_dialog([repo])
+    assert dialog.engine_combo.currentText() == "codex"
+    dialog.reject()
+    win.close()
+
+
+def test_credentials_housekeeping_and_system_check_open_from_the_menus(qtbot, window):
+    window.credentials_action.trigger()
+    credentials = window.credentials_dialog
+    qtbot.waitUntil(credentials.isVisible, timeout=5_000)
+    credentials.close()
+    qtbot.waitUntil(lambda: window.credentials_dialog is None, timeout=5_000)
+
+    window.housekeeping_action.trigger()
+    qtbot.waitUntil(window.housekeeping_dialog.isVisible, timeout=5_000)
+    window.housekeeping_dialog.reject()
+
+    window.system_check_action.trigger()
+    check = window.system_check
+    qtbot.waitUntil(lambda: check.isVisible() and check.checked, timeout=15_000)
+    assert {row for row in ("docker", "keyring", "git", "disk") if check.row(row) is not None} \
+        == {"docker", "keyring", "git", "disk"}
+    check.reject()
+    assert window.menuBar().actions()[-1].text() == "&Help"
+
+
+def test_the_data_folder_chosen_in_settings_is_used_unless_one_is_given(tmp_path, settings,
+                                                                         monkeypatch):
+    from gui.main import DATA_DIR_SETTING, chosen_data_dir
+    monkeypatch.delenv("CAIRN_DATA_DIR", raising=False)
+    assert chosen_data_dir(None, settings) == (None, False)
+    settings.setValue(DATA_DIR_SETTING, str(tmp_path / "chosen"))
+    assert chosen_data_dir(None, settings) == (tmp_path / "chosen", True)
+    assert chosen_data_dir(tmp_path / "given", settings) == (tmp_path / "given", False)
+    monkeypatch.setenv("CAIRN_DATA_DIR", str(tmp_path / "env"))
+    assert chosen_data_dir(None, settings) == (None, False)  # the environment wins (datadir)

@@ -118,3 +118,12 @@ def test_promote_to_branch_asks_for_the_name(qtbot, shown, repo, monkeypatch):
     branches = subprocess.run(["git", "branch", "--list", "cairn/from-gui"], cwd=repo,
                               capture_output=True, text=True, check=True).stdout
     assert "cairn/from-gui" in branches
+
+
+def test_the_empty_output_says_why_it_is_empty():
+    from types import SimpleNamespace
+
+    from gui.task_view import output_placeholder
+    assert output_placeholder(None).startswith("No run yet")
+    assert output_placeholder(SimpleNamespace(state="running")) == "Waiting for the run's output…"
+    assert output_placeholder(SimpleNamespace(state="succeeded")) == "The run printed nothing."

@@ -1,0 +1,16 @@
+"""A continuation's or fork's default title is the first line of what it was asked to do."""
+
+from core.app import CHILD_TITLE_MAX, child_title
+
+
+def test_the_first_line_with_its_spaces_collapsed():
+    assert child_title("\n  fix   the login\ttest \nthen more", "x (continued)") == "fix the login test"
+
+
+def test_a_long_line_is_shortened():
+    title = child_title("word " * 40, "x (fork)")
+    assert len(title) == CHILD_TITLE_MAX and title.endswith("…")
+
+
+def test_an_empty_message_keeps_the_fallback():
+    assert child_title("  \n\t", "x (fork)") == "x (fork)"
