@@ -44,3 +44,19 @@ class VaultError(CairnError):
 
 class QuotaExceeded(CairnError):
     """A workspace grew past its disk quota."""
+
+
+def exception_chain(exc: BaseException) -> list[BaseException]:
+    """The exception and every one behind it (causes, contexts, exceptions carried in args),
+    each once: libraries such as docker-py and requests wrap the OS error that says what
+    happened several layers down."""
+    seen: list[BaseException] = []
+    stack: list[BaseException | None] = [exc]
+    while stack:
+        e = stack.pop()
+        if e is None or any(e is s for s in seen):
+            continue
+        seen.append(e)
+        stack.extend([e.__cause__, e.__context__])
+        stack.extend(a for a in getattr(e, "args", ()) if isinstance(a, BaseException))
+    return seen

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from core.errors import exception_chain
 from core.sandbox.docker import DEFAULT_SOCKET
 
 OK = "ok"
@@ -227,19 +228,6 @@ def docker_api_version(base_url: str, timeout: float) -> str:
         client.close()
 
 
-def _chain(exc: BaseException) -> list[BaseException]:
-    seen: list[BaseException] = []
-    stack: list[BaseException | None] = [exc]
-    while stack:
-        e = stack.pop()
-        if e is None or any(e is s for s in seen):
-            continue
-        seen.append(e)
-        stack.extend([e.__cause__, e.__context__])
-        stack.extend(a for a in getattr(e, "args", ()) if isinstance(a, BaseException))
-    return seen
-
-
 def _is_permission(exc: BaseException) -> bool:
     return isinstance(exc, PermissionError) or (
         isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM))
@@ -276,7 +264,7 @@ def check_docker(*, which: Callable[[str], str | None] = shutil.which,
     try:
         version = (docker_version or docker_api_version)(where, timeout)
     except Exception as exc:  # noqa: BLE001 - docker-py wraps transport failures in many ways
-        chain = _chain(exc)
+        chain = exception_chain(exc)
         text = " ".join(str(e) for e in chain)
         if any(_is_permission(e) for e in chain) or "Permission denied" in text:
             return _docker_permission(path or where)

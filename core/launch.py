@@ -7,6 +7,7 @@ judge, the egress proxy); what those processes do belongs to their modules.
 
 from __future__ import annotations
 
+import importlib
 import os
 import runpy
 import sys
@@ -59,6 +60,17 @@ def restore_library_path(environ: MutableMapping[str, str] | None = None) -> Non
         env["LD_LIBRARY_PATH"] = saved
     else:
         env.pop("LD_LIBRARY_PATH", None)
+
+
+def bundle_entry(main_module: str) -> None:
+    """What each of the bundle's executables runs: one of Cairn's helper processes when the
+    command line asks for it with MODULE_SWITCH, else `main()` of `main_module`, which is
+    imported only then (so a helper process never loads Qt). Exits with the exit code."""
+    restore_library_path()
+    code = run_module_switch(sys.argv[1:])
+    if code is None:
+        code = importlib.import_module(main_module).main()
+    sys.exit(code)
 
 
 def run_module_switch(argv: Sequence[str]) -> int | None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from core import events as ev
 from core.events import Event
+from core.models import RunState
 from gui.context import AppContext
 from gui.events import APPROVAL_DECIDED, APPROVAL_REQUESTED
 from gui.lineage_model import ROLE_TASK_ID, LineageFilter, LineageModel
@@ -42,6 +43,7 @@ from gui.queries import (
 LOAD_KEY = "lineage"
 SESSIONS_KEY = "lineage-sessions"
 APPROVALS_KEY = "lineage-approvals"
+ENDED = frozenset(s.value for s in RunState if not s.in_flight)
 NO_TASKS_TEXT = "No tasks yet.\nDrop a repository folder on the window, or choose File ▸ New Task…"
 FILTER_DELAY_MS = 150
 STATE_COLUMN_WIDTH = 110
@@ -162,7 +164,7 @@ class LineagePanel(QWidget):
             if select:
                 self.select_task(row.task_id)
 
-        self.context.jobs.job(lambda: task_row(cairn, task_id), what="load the new task",
+        self.context.jobs.job(lambda: task_row(cairn, task_id), what="load the task",
                               parent=self).success(shown).run()
 
     def refresh_sessions(self) -> None:
@@ -196,6 +198,10 @@ class LineagePanel(QWidget):
                     self.model.set_task_fields(task_id, run_state=state)
                 if state in FOLLOWABLE and event.subject:
                     self.context.followers.follow(event.subject)
+                elif task_id and state in ENDED and self.model.task_node(task_id) is not None:
+                    # The run's checkpoint and last revisions may have come before the row
+                    # did (a new fork or continuation): read the whole row again.
+                    self.fetch_task(task_id)
                 sessions_changed = True
             elif event.kind == ev.WORKSPACE_STATE:
                 task_id = self.model.task_for_workspace(event.subject or "")

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from core.errors import Conflict
+from core.errors import Conflict, exception_chain
 from core.sandbox.base import (
     CONTAINER_HOME,
     CONTAINER_RUNS,
@@ -121,7 +121,7 @@ class DockerBackend(SandboxBackend):
     def _unavailable(self, exc: BaseException) -> SandboxUnavailable:
         where = self._where()
         socket_path = where[len("unix://"):] if where.startswith("unix://") else None
-        chain = _exception_chain(exc)
+        chain = exception_chain(exc)
         text = " ".join(str(e) for e in chain)
         if any(isinstance(e, PermissionError) for e in chain) or "Permission denied" in text:
             return SandboxUnavailable.permission_denied(socket_path or where)
@@ -601,19 +601,6 @@ def _image_path(image: Mapping[str, Any]) -> str:
 
 def _text(parts: list[bytes]) -> str:
     return b"".join(parts).decode("utf-8", errors="replace")
-
-
-def _exception_chain(exc: BaseException) -> list[BaseException]:
-    seen: list[BaseException] = []
-    stack = [exc]
-    while stack:
-        e = stack.pop()
-        if e is None or any(e is s for s in seen):
-            continue
-        seen.append(e)
-        stack.extend([e.__cause__, e.__context__])
-        stack.extend(a for a in getattr(e, "args", ()) if isinstance(a, BaseException))
-    return seen
 
 
 def _first_line(text: str) -> str:

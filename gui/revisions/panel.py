@@ -11,8 +11,8 @@ from __future__ import annotations
 from core import events as ev
 from gui.diff import DiffViewer
 from gui.qt import (QAbstractItemView, QComboBox, QGuiApplication, QHBoxLayout, QHeaderView,
-                    QItemSelectionModel, QLabel, QMenu, QPoint, QPushButton, QSplitter, Qt,
-                    QTableView, QTimer, QVBoxLayout, QWidget, Signal)
+                    QItemSelectionModel, QLabel, QMenu, QPoint, QPushButton, QSizePolicy,
+                    QSplitter, Qt, QTableView, QTimer, QVBoxLayout, QWidget, Signal)
 from gui.revisions import data
 from gui.revisions.timeline_model import COL_RUN, TimelineModel
 
@@ -82,8 +82,9 @@ class RevisionsPanel(QWidget):
 
         # One line above the timeline and one below it, so the rows get the height.
         bar = QHBoxLayout()
-        bar.addWidget(self.heading)
-        bar.addStretch(1)
+        # A long task title gives way (elided by the label's width) before the controls do.
+        self.heading.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        bar.addWidget(self.heading, 1)
         bar.addWidget(self.other_label)
         bar.addWidget(self.other_picker)
         bar.addWidget(self.fork_button)
@@ -177,8 +178,10 @@ class RevisionsPanel(QWidget):
         selected = self.selected_revisions()
         other = self.other_picker.currentData() or NO_OTHER
         self._timeline = timeline
-        self.heading.setText(f"{timeline.title} — {len(timeline.entries)} revision"
-                             f"{'' if len(timeline.entries) == 1 else 's'}")
+        count = len(timeline.entries)
+        # The count first: a narrow pane clips the end of the heading, not the figure.
+        self.heading.setText(f"{count} revision{'' if count == 1 else 's'} · {timeline.title}")
+        self.heading.setToolTip(timeline.title)
         selection = self.table.selectionModel()
         selection.blockSignals(True)
         try:

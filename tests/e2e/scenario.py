@@ -246,6 +246,10 @@ class Scenario:
             raise Failed("the fork's workspace is not the first revision plus its own edit")
         self.result["fork"] = fork.id
         self.shot("fork-finished")
+        sessions = w.sessions_panel
+        self.show_tab(sessions)
+        self.wait(lambda: sessions.sessions.rowCount() >= 2, "both sandboxes in the sessions tab")
+        self.shot("sessions-and-snapshots")
 
         # Continue the fork with a risky command: approve it.
         self.click_action(CONTINUE)
@@ -314,6 +318,8 @@ class Scenario:
             index = model.index_of_task(task.id)
             shown[task.id] = {
                 "title": index.data() if index.isValid() else None,
+                # What the tree says live must be what it reads back after a relaunch.
+                "badges": index.siblingAtColumn(1).data() if index.isValid() else None,
                 "parent": task.parent_task_id,
                 "tree_parent": (index.parent().data(ROLE_TASK_ID)
                                 if index.isValid() and index.parent().isValid() else None),
