@@ -17,11 +17,14 @@ from gui.events import APPROVAL_DECIDED, APPROVAL_REQUESTED
 from gui.lineage_model import ROLE_TASK_ID, LineageFilter, LineageModel
 from gui.qt import (
     QAbstractItemView,
+    QGuiApplication,
     QHeaderView,
     QItemSelectionModel,
     QLabel,
     QLineEdit,
+    QMenu,
     QModelIndex,
+    QPoint,
     QStackedWidget,
     Qt,
     QTimer,
@@ -85,6 +88,8 @@ class LineagePanel(QWidget):
         self.tree.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.tree.setAlternatingRowColors(True)
         self.tree.setIndentation(14)  # deep lineages keep room for their titles
+        self.tree.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.tree.customContextMenuRequested.connect(self._show_context_menu)
         header = self.tree.header()
         header.setStretchLastSection(False)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
@@ -166,6 +171,50 @@ class LineagePanel(QWidget):
 
         self.context.jobs.job(lambda: task_row(cairn, task_id), what="load the task",
                               parent=self).success(shown).run()
+
+    # -- the row's context menu ------------------------------------------------------------------
+
+    def context_menu_for(self, task_id: str) -> QMenu:
+        """Archive (or bring back) the task's workspace, copy its id."""
+        node = self.model.task_node(task_id)
+        menu = QMenu(self)
+        archived = node is not None and node.task.workspace_state == "archived"
+        if archived:
+            action = menu.addAction("Unarchive Task")
+            action.setToolTip("Bring the workspace back (its files from its newest snapshot if a "
+                              "cleanup removed them)")
+            action.triggered.connect(lambda: self.set_archived(task_id, False))
+        else:
+            action = menu.addAction("Archive Task")
+            action.setToolTip("Snapshot the workspace and let File ▸ Housekeeping free its files; "
+                              "history stays browsable")
+            action.triggered.connect(lambda: self.set_archived(task_id, True))
+        menu.setToolTipsVisible(True)
+        menu.addSeparator()
+        menu.addAction("Copy Task ID").triggered.connect(
+            lambda: QGuiApplication.clipboard().setText(task_id))
+        return menu
+
+    def _show_context_menu(self, pos: QPoint) -> None:
+        index = self.tree.indexAt(pos)
+        task_id = index.data(ROLE_TASK_ID) if index.isValid() else None
+        if task_id:
+            self.context_menu_for(task_id).popup(self.tree.viewport().mapToGlobal(pos))
+
+    def set_archived(self, task_id: str, archived: bool) -> None:
+        """Archive or unarchive a task's workspace (a write job); the core refuses while a run or
+        its sandbox is live, and says so."""
+        cairn = self.context.cairn
+        work = (lambda: cairn.archive_task(task_id)) if archived else \
+            (lambda: cairn.unarchive_task(task_id))
+        verb = "archive" if archived else "unarchive"
+
+        def done(_ws: Any) -> None:
+            self.fetch_task(task_id)
+            self.context.sig_status.emit(f"Task {task_id} {verb}d")
+
+        self.context.jobs.job(work, write=True, what=f"{verb} task {task_id}", parent=self) \
+            .success(done).run()
 
     def refresh_sessions(self) -> None:
         """Ask which sandboxes are live (a job) and update the rows' live badges."""

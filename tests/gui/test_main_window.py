@@ -534,3 +534,22 @@ def test_the_data_folder_chosen_in_settings_is_used_unless_one_is_given(tmp_path
     assert chosen_data_dir(tmp_path / "given", settings) == (tmp_path / "given", False)
     monkeypatch.setenv("CAIRN_DATA_DIR", str(tmp_path / "env"))
     assert chosen_data_dir(None, settings) == (None, False)  # the environment wins (datadir)
+
+
+def test_a_task_is_archived_and_brought_back_from_the_tree(qtbot, window, cairn, repo):
+    made = cairn.new_task(repo)
+    task_id = made.task.id
+    window.lineage.reload()
+    qtbot.waitUntil(lambda: window.lineage.model.task_node(task_id) is not None, timeout=10_000)
+    menu = window.lineage.context_menu_for(task_id)
+    archive = next(a for a in menu.actions() if a.text() == "Archive Task")
+    archive.trigger()
+    node = window.lineage.model.task_node(task_id)
+    qtbot.waitUntil(lambda: node.task.workspace_state == "archived", timeout=10_000)
+    assert cairn.workspace_of(cairn.task(task_id)).state == "archived"
+
+    menu = window.lineage.context_menu_for(task_id)
+    assert [a.text() for a in menu.actions() if a.text()] == ["Unarchive Task", "Copy Task ID"]
+    next(a for a in menu.actions() if a.text() == "Unarchive Task").trigger()
+    qtbot.waitUntil(lambda: node.task.workspace_state != "archived", timeout=10_000)
+    assert "unarchived" in window.statusBar().currentMessage()
