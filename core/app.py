@@ -596,7 +596,10 @@ class Cairn:
             exit_code, note = 1, problem
         if run.workspace_id and Path(self.store.get_workspace(run.workspace_id).root).is_dir():
             try:
-                self.capture(run.task_id, trigger="watch", run_id=run.id)
+                if exit_code is None:  # lost: what is there is recorded, its resume checkpoints
+                    self.capture(run.task_id, trigger="watch", run_id=run.id)
+                else:  # ended: the files it left become durable, so they are what comes back
+                    self.checkpoint(run.task_id)
             except CairnError as exc:
                 log.warning("could not record the files of run %s: %s", run.id, exc)
         if exit_code is None:

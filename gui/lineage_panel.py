@@ -7,6 +7,7 @@ selected. The tree's shape and rows belong to gui.lineage_model.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from core import events as ev
@@ -165,7 +166,11 @@ class LineagePanel(QWidget):
         cairn = self.context.cairn
 
         def shown(row: TaskRow) -> None:
+            known = self.model.task_node(row.task_id)
+            if known is not None:  # whether its sandbox is live is the sessions check's to say
+                row = replace(row, live=known.task.live)
             self.add_task_row(row)
+            self._sessions_timer.start()
             if select:
                 self.select_task(row.task_id)
 
