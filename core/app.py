@@ -734,6 +734,24 @@ class Cairn:
         except CairnError:
             pass
 
+    def session_stats(self, session_id: str) -> dict:
+        """Live figures of one sandbox: cpu_percent, memory_bytes, memory_limit_bytes, pids,
+        uptime_s (None where the backend cannot tell). A sandbox that is not there, or not as it
+        was made, has none: `running` False and a `note` saying why. Takes about a second (the
+        engine samples the CPU twice)."""
+        from core.sandbox.base import Attached, Gone
+        record = next((r for r in self.store.list_sessions() if r.id == session_id), None)
+        if record is None:
+            raise NotFound(f"no sandbox session {session_id}")
+        if record.status != "live":  # attaching would start it again: figures are not worth that
+            return {"running": False, "note": f"the sandbox is {record.status}"}
+        ws = self.store.get_workspace(record.workspace_id)
+        attached = self.sandboxes.attach_as_made(record, ws)
+        if isinstance(attached, Attached):
+            return attached.live.stats()
+        why = attached.reason if isinstance(attached, Gone) else "; ".join(attached.reasons)
+        return {"running": False, "note": why}
+
     def stop(self, task_ref: str, *, grace: float = 10.0) -> dict:
         """Cancel the task's run in flight (TERM, then KILL) and stop its sandbox."""
         task = self.task(task_ref)

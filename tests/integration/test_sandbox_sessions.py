@@ -37,6 +37,25 @@ def test_status_lists_sessions_and_snapshots_and_stop_stops_both(task, docker_cl
     assert session(data)["state"] == "running" and session(data)["generation"] == s["generation"]
 
 
+def test_a_running_sandbox_has_cpu_and_memory_figures(task, docker_client):
+    from core.app import Cairn
+    from core.errors import NotFound
+    data, task_id, _ = task
+    start_steps(data, task_id, "sleep 60")
+    wait_for(lambda: step_of(data, latest_run(data, task_id)) == 0, what="the run to start")
+    with Cairn(data) as cairn:
+        stats = cairn.session_stats(session(data)["session_id"])
+        assert stats["running"] and stats["uptime_s"] > 0
+        assert stats["memory_bytes"] > 0 and stats["memory_limit_bytes"] > 0
+        assert stats["cpu_percent"] is not None and stats["pids"] >= 1
+        with pytest.raises(NotFound):
+            cairn.session_stats("ses_nonexistent")
+        cairn.stop(task_id)
+        stopped = cairn.session_stats(session(data)["session_id"])
+        assert stopped["running"] is False and "stopped" in stopped["note"]
+        assert session(data)["state"] == "stopped"  # asking did not start it again
+
+
 def test_reconcile_settles_runs_and_lists_orphans_without_deleting(task, docker_client):
     data, task_id, _ = task
     finished = start_steps(data, task_id, "echo hi")
