@@ -379,6 +379,19 @@ class Cairn:
 
     # -- snapshots -----------------------------------------------------------------------------
 
+    def revision_stats(self, task_ref: str, pairs: list[tuple[str | None, str]]
+                       ) -> dict[str, tuple[int, int, int]]:
+        """(files changed, lines added, lines removed) of each (parent, revision) pair, by
+        revision id, without building hunks."""
+        from core.diffs import diff_stats
+        git_dir = self.vault_for(self.task(task_ref).source_id).git_dir
+        return {rev: diff_stats(git_dir, parent, rev) for parent, rev in pairs}
+
+    def blob_sizes(self, task_ref: str, shas: list[str]) -> dict[str, int]:
+        """Sizes of the task's vault blobs by id, without reading them."""
+        from core.diffs import blob_sizes
+        return blob_sizes(self.vault_for(self.task(task_ref).source_id).git_dir, shas)
+
     def snapshot(self, task_ref: str) -> Snapshot:
         """Capture (verifying), make the objects durable, then write the snapshot ref and row."""
         task = self.task(task_ref)

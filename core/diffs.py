@@ -344,6 +344,19 @@ def diff_revisions(git_dir: Path, old: str | None, new: str, *, context: int = 3
     return diff
 
 
+def blob_sizes(git_dir: Path, shas: list[str]) -> dict[str, int]:
+    """Sizes of blobs without reading them (for "binary file, N bytes"); unknown ids are left
+    out."""
+    proc = run_git(["--git-dir", str(git_dir), "cat-file", "--batch-check"],
+                   input="".join(f"{s}\n" for s in shas).encode(), check=False)
+    out: dict[str, int] = {}
+    for line in proc.stdout.decode(errors="replace").splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[1] == "blob" and parts[2].isdigit():
+            out[parts[0]] = int(parts[2])
+    return out
+
+
 def diff_stats(git_dir: Path, old: str | None, new: str, *,
                find_renames: bool = True) -> tuple[int, int, int]:
     """(files changed, lines added, lines removed) without building any hunks."""

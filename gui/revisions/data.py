@@ -9,11 +9,9 @@ need; the widgets own showing them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from core.diffs import Diff, diff_stats
-from core.vault.objects import run_git
+from core.diffs import Diff
 from gui.diff.model import binary_shas
 
 DIFF_MAX_BYTES = 4_000_000
@@ -110,12 +108,7 @@ def _relation(by_id: dict, task_id: str, other_id: str) -> str:
 def revision_stats(cairn: Any, task_id: str,
                    pairs: list[tuple[str | None, str]]) -> dict[str, tuple[int, int, int]]:
     """(files, added, removed) of each revision against its parent, by revision id."""
-    task = cairn.task(task_id)
-    git_dir = cairn.vault_for(task.source_id).git_dir
-    out: dict[str, tuple[int, int, int]] = {}
-    for parent, rev in pairs:
-        out[rev] = diff_stats(git_dir, parent, rev)
-    return out
+    return cairn.revision_stats(task_id, pairs)
 
 
 def load_diff(cairn: Any, task_id: str, old_ref: str, new_ref: str, *,
@@ -124,18 +117,5 @@ def load_diff(cairn: Any, task_id: str, old_ref: str, new_ref: str, *,
     sizes: dict[str, int] = {}
     shas = binary_shas(diff)
     if shas:
-        task = cairn.task(task_id)
-        sizes = blob_sizes(cairn.vault_for(task.source_id).git_dir, shas)
+        sizes = cairn.blob_sizes(task_id, shas)
     return DiffResult(diff, sizes, old_ref, new_ref)
-
-
-def blob_sizes(git_dir: Path, shas: list[str]) -> dict[str, int]:
-    """Sizes of blobs without reading them (for "binary file, N bytes")."""
-    proc = run_git(["--git-dir", str(git_dir), "cat-file", "--batch-check"],
-                   input="".join(f"{s}\n" for s in shas).encode(), check=False)
-    out: dict[str, int] = {}
-    for line in proc.stdout.decode(errors="replace").splitlines():
-        parts = line.split()
-        if len(parts) == 3 and parts[1] == "blob" and parts[2].isdigit():
-            out[parts[0]] = int(parts[2])
-    return out
