@@ -2,13 +2,15 @@
 report reads in words; the loading functions run inside jobs and use no Qt.
 
 Owns joining `Cairn.status()` with the tasks (a sandbox is listed under the task whose workspace
-it serves), asking for CPU and memory figures where the facade offers them, and finding each
-task's last resume report.
+it serves), asking for CPU and memory figures where the facade offers them, finding each task's
+last resume report, and whether (and why not) the selected task's workspace can be snapshotted.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 # The facade method for live figures of one sandbox session (cpu_percent, memory_bytes,
@@ -113,6 +115,61 @@ def load_sessions(cairn: Any) -> SessionsData:
         if report:
             out.resumes[task.id] = ResumeInfo(task.id, run.id, report)
     return out
+
+
+# -- Snapshot Now -----------------------------------------------------------------------------
+
+# The workspace states whose files are on disk and recorded (core.workspaces.require_tree).
+SNAPSHOTTABLE_STATES = ("prepared", "active", "frozen")
+
+
+@dataclass
+class SnapshotTarget:
+    """The task whose workspace Snapshot Now would snapshot, and the facts that allow it."""
+
+    task_id: str
+    task_title: str
+    workspace_id: str
+    workspace_state: str
+    present: bool  # the workspace folder is on disk
+
+    def refusal(self) -> str | None:
+        """Why this workspace cannot be snapshotted now, in words; None when it can."""
+        if self.workspace_state == "archived":
+            return (f"the workspace of {self.task_title} is archived; unarchive the task to "
+                    "snapshot it")
+        if self.workspace_state not in SNAPSHOTTABLE_STATES:
+            return (f"the workspace of {self.task_title} is {self.workspace_state}; its files "
+                    "are not on disk")
+        if not self.present:
+            return (f"the workspace folder of {self.task_title} is missing (deleted outside "
+                    "Cairn)")
+        return None
+
+
+@dataclass
+class SnapshotMade:
+    """What Snapshot Now made: the snapshot and the revision it holds."""
+
+    task_id: str
+    task_title: str
+    snapshot_id: str
+    revision: str
+    reused: bool  # the latest revision already had a restorable snapshot, which was kept
+
+
+def load_snapshot_target(cairn: Any, task_id: str) -> SnapshotTarget:
+    task = cairn.task(task_id)
+    ws = cairn.workspace_of(task)
+    return SnapshotTarget(task.id, task.title, ws.id, ws.state, Path(ws.root).is_dir())
+
+
+def take_snapshot(cairn: Any, task_id: str, task_title: str) -> SnapshotMade:
+    """A verifying capture of the workspace, then a durable snapshot of its latest revision."""
+    started = time.time()
+    snap = cairn.snapshot(task_id)
+    return SnapshotMade(task_id, task_title, snap.id, snap.revision_id,
+                        reused=snap.created_at < started)
 
 
 def _latest_run(cairn: Any, task: Any):

@@ -1,7 +1,7 @@
-"""The Sessions & Snapshots tab: every sandbox and every snapshot, Stop / Resume / Reconcile, and
-what the last resume did, in words.
+"""The Sessions & Snapshots tab: every sandbox and every snapshot, Stop / Resume / Reconcile,
+Snapshot Now, and what the last resume did, in words.
 
-Owns showing `Cairn.status()` and running those three actions as jobs (results and errors shown
+Owns showing `Cairn.status()` and running those four actions as jobs (results and errors shown
 here). A sandbox on the host backend is labelled UNSAFE wherever it appears: it has no isolation.
 """
 
@@ -21,6 +21,8 @@ SNAPSHOT_COLUMNS = ("Snapshot", "Task", "Revision", "Age", "Size", "Restorable")
 UNSAFE_TEXT = "UNSAFE: host, no isolation"
 UNSAFE_TOOLTIP = ("This sandbox runs directly on your computer (the host backend): the agent can "
                   "read and change anything your user can. It has no isolation.")
+SNAPSHOT_TEXT = "Snapshot Now"
+SNAPSHOT_BUSY_TEXT = "Snapshotting…"
 REFRESH_MS = 5_000
 EVENT_REFRESH_MS = 250
 
@@ -60,7 +62,10 @@ class SessionsPanel(QWidget):
     """The tables show a fresh `status()`."""
 
     sig_action_done = Signal(str, bool)
-    """Stop, Resume or Reconcile ended: (action, succeeded)."""
+    """Stop, Resume, Reconcile or Snapshot ended: (action, succeeded)."""
+
+    sig_target_checked = Signal()
+    """The workspace Snapshot Now would snapshot was checked (the button's state is current)."""
 
     def __init__(self, context, parent: QWidget | None = None):
         super().__init__(parent)
@@ -70,6 +75,11 @@ class SessionsPanel(QWidget):
         self._data = data.SessionsData()
         self._busy: str | None = None
         self._last_resume: dict[str, dict] = {}  # by task id: reports seen from actions/events
+        self._target: data.SnapshotTarget | None = None  # what Snapshot Now would snapshot
+        self._target_problem: tuple[str, str] | None = None  # (task id, why it was not checked)
+        self._made_snapshot: str | None = None  # selected in the table once it is listed
+        self._loading = False  # a load is in flight; another waits for it (`_reload`)
+        self._reload = False
         self._key = f"sessions-{id(self)}"
 
         self.problem = QLabel(self)
@@ -95,6 +105,9 @@ class SessionsPanel(QWidget):
         self.stop_button.clicked.connect(self.stop_selected)
         self.resume_button.clicked.connect(self.resume_selected)
         self.reconcile_button.clicked.connect(self.reconcile)
+        self.snapshot_button = QPushButton(SNAPSHOT_TEXT, self)
+        self.snapshot_button.setObjectName("snapshotNow")
+        self.snapshot_button.clicked.connect(self.snapshot_selected)
 
         self.message = QLabel(self)
         self.message.setObjectName("sessionsMessage")
@@ -117,12 +130,15 @@ class SessionsPanel(QWidget):
         top_layout.addWidget(QLabel("Sandboxes", top))
         top_layout.addWidget(self.sessions, 1)
         top_layout.addLayout(buttons)
-        top_layout.addWidget(self.message)
         top_layout.addWidget(self.resume_report)
         bottom = QWidget(self)
         bottom_layout = QVBoxLayout(bottom)
         bottom_layout.setContentsMargins(0, 0, 0, 0)
-        bottom_layout.addWidget(QLabel("Snapshots", bottom))
+        snapshots_head = QHBoxLayout()
+        snapshots_head.addWidget(QLabel("Snapshots", bottom))
+        snapshots_head.addStretch(1)
+        snapshots_head.addWidget(self.snapshot_button)
+        bottom_layout.addLayout(snapshots_head)
         bottom_layout.addWidget(self.snapshots, 1)
         splitter = QSplitter(Qt.Orientation.Vertical, self)
         splitter.addWidget(top)
@@ -131,6 +147,7 @@ class SessionsPanel(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.problem)
         layout.addWidget(splitter, 1)
+        layout.addWidget(self.message)  # the panel's status line, under both tables
 
         self._refresh_timer = QTimer(self)
         self._refresh_timer.setInterval(REFRESH_MS)
@@ -156,6 +173,7 @@ class SessionsPanel(QWidget):
         self._task_id = task_id
         self._select_task_row()
         self._show_resume_report()
+        self._check_target()
 
     def _select_task_row(self) -> None:
         if self._task_id is None:
@@ -176,12 +194,65 @@ class SessionsPanel(QWidget):
     # -- loading ------------------------------------------------------------------------------
 
     def refresh(self) -> None:
+        """Load the tables again. One load at a time: `status()` of a large workspace takes
+        seconds of a job thread, and overlapping loads (timer, events, actions) would only
+        compete with the GUI thread for the interpreter; a request meanwhile runs once after."""
+        self._check_target()
+        if self._loading:
+            self._reload = True
+            return
+        self._loading = True
+        self._reload = False
         cairn = self._cairn
         self._jobs.job(lambda: data.load_sessions(cairn), key=f"{self._key}-load",
                        what="list the sandboxes and snapshots", parent=self) \
             .success(self._show_data) \
             .failure(lambda failure: self._show_message(failure.sentence(), error=True)) \
+            .finished(self._load_finished) \
             .run()
+
+    def _load_finished(self) -> None:
+        self._loading = False
+        if self._reload:
+            self.refresh()
+
+    def _snapshot_task_id(self) -> str | None:
+        """The task Snapshot Now acts on: the selected sandbox's, else the window's selection."""
+        s = self.selected_session()
+        if s is not None and s.task_id is not None:
+            return s.task_id
+        return self._task_id
+
+    def _check_target(self) -> None:
+        """Ask (in a job) whether the workspace Snapshot Now would snapshot can be snapshotted."""
+        task_id = self._snapshot_task_id()
+        key = f"{self._key}-target"
+        if task_id is None or not self._offers("snapshot"):
+            self._jobs.supersede(key)
+            self._target = None
+            self._update_buttons()
+            return
+        if self._target is not None and self._target.task_id != task_id:
+            self._target = None  # never offer the button with another task's facts
+            self._update_buttons()
+        cairn = self._cairn
+        self._jobs.job(lambda: data.load_snapshot_target(cairn, task_id), key=key,
+                       what="check the task's workspace", parent=self) \
+            .success(self._target_checked) \
+            .failure(lambda failure: self._target_failed(task_id, failure)) \
+            .run()
+
+    def _target_checked(self, target: data.SnapshotTarget) -> None:
+        self._target = target
+        self._target_problem = None
+        self._update_buttons()
+        self.sig_target_checked.emit()
+
+    def _target_failed(self, task_id: str, failure) -> None:
+        self._target = None
+        self._target_problem = (task_id, failure.message)
+        self._update_buttons()
+        self.sig_target_checked.emit()
 
     def showEvent(self, event) -> None:  # noqa: N802 (Qt override)
         super().showEvent(event)
@@ -260,7 +331,10 @@ class SessionsPanel(QWidget):
     def _fill_snapshots(self, loaded: data.SessionsData) -> None:
         table = self.snapshots
         table.setRowCount(len(loaded.snapshots))
+        made = None
         for row, p in enumerate(loaded.snapshots):
+            if p.snapshot_id == self._made_snapshot:
+                made = row
             table.setItem(row, P_ID, _item(p.snapshot_id, f"state {p.state}" if p.state else None))
             table.setItem(row, P_TASK, _item(p.task_title, p.workspace_id))
             table.setItem(row, P_REVISION, _item(p.revision[:12], p.revision))
@@ -269,12 +343,18 @@ class SessionsPanel(QWidget):
             table.setItem(row, P_RESTORABLE, _item(
                 "yes" if p.restorable else "NO",
                 None if p.restorable else "its reference in the vault is missing or moved"))
+        if made is not None:
+            table.selectRow(made)
+            table.scrollToItem(table.item(made, P_ID))
+            self._made_snapshot = None
 
     # -- actions ------------------------------------------------------------------------------
 
     def _on_session_selected(self) -> None:
         self._update_buttons()
         self._show_resume_report()
+        if self._snapshot_task_id() != (self._target.task_id if self._target else None):
+            self._check_target()
 
     def _update_buttons(self) -> None:
         s = self.selected_session()
@@ -285,6 +365,34 @@ class SessionsPanel(QWidget):
                                     and s.state in ("running", "unknown"))
         self.resume_button.setEnabled(idle and has_task and offers("resume"))
         self.reconcile_button.setEnabled(idle and offers("reconcile"))
+        can_snapshot, why = self._snapshot_state()
+        self.snapshot_button.setText(SNAPSHOT_BUSY_TEXT if self._busy == "snapshot"
+                                     else SNAPSHOT_TEXT)
+        self.snapshot_button.setEnabled(idle and can_snapshot)
+        self.snapshot_button.setToolTip(why)
+
+    def _snapshot_state(self) -> tuple[bool, str]:
+        """Whether Snapshot Now can run now, and its tooltip (the reason when it cannot)."""
+        if not self._offers("snapshot"):
+            return False, "This version of Cairn's core cannot make snapshots"
+        if self._busy == "snapshot":
+            return False, "Snapshotting the workspace…"
+        task_id = self._snapshot_task_id()
+        if task_id is None:
+            return False, "Select a task to snapshot its workspace"
+        target = self._target
+        if target is None or target.task_id != task_id:
+            if self._target_problem is not None and self._target_problem[0] == task_id:
+                return False, ("The task's workspace could not be checked: "
+                               f"{self._target_problem[1]}")
+            return False, "Checking the task's workspace…"
+        refusal = target.refusal()
+        if refusal is not None:
+            return False, refusal[:1].upper() + refusal[1:]
+        if self._busy is not None:
+            return False, f"Waiting for {self._busy} to finish"
+        return True, (f"Capture the workspace of {target.task_title} now and keep its latest "
+                      "revision as a durable snapshot")
 
     def _offers(self, method: str) -> bool:
         return callable(getattr(self._cairn, method, None))
@@ -304,6 +412,16 @@ class SessionsPanel(QWidget):
         task_id, cairn = s.task_id, self._cairn
         self._run_action("resume", f"Resuming {s.task_title}…",
                          lambda: (task_id, cairn.resume(task_id)), self._resumed)
+
+    def snapshot_selected(self) -> None:
+        """Snapshot Now: a verifying capture of the task's workspace, then a durable snapshot."""
+        target = self._target
+        if (target is None or target.task_id != self._snapshot_task_id()
+                or target.refusal() is not None or self._busy is not None):
+            return
+        task_id, title, cairn = target.task_id, target.task_title, self._cairn
+        self._run_action("snapshot", f"Snapshotting the workspace of {title}…",
+                         lambda: data.take_snapshot(cairn, task_id, title), self._snapshotted)
 
     def reconcile(self) -> None:
         cairn = self._cairn
@@ -356,6 +474,19 @@ class SessionsPanel(QWidget):
                            f"{getattr(run, 'state', 'running')}.")
         self._show_resume_report(task_id)
 
+    def _snapshotted(self, made: data.SnapshotMade) -> None:
+        self._made_snapshot = made.snapshot_id
+        if made.reused:
+            text = (f"Snapshot: the latest revision {made.revision[:12]} of {made.task_title} "
+                    f"already had snapshot {made.snapshot_id}; it was kept.")
+        else:
+            text = (f"Snapshot {made.snapshot_id} made of revision {made.revision[:12]} "
+                    f"({made.task_title}).")
+        self._show_message(text)
+        status = getattr(self._context, "sig_status", None)
+        if status is not None:
+            status.emit(text)
+
     def _reconciled(self, report) -> None:
         d = report.to_dict() if hasattr(report, "to_dict") else dict(report or {})
         self._show_message(describe_reconcile(d))
@@ -406,4 +537,5 @@ def describe_reconcile(d: dict) -> str:
 
 
 _ACTION_WHAT = {"stop": "stop the task's sandbox", "resume": "resume the task",
-                "reconcile": "reconcile sandboxes and runs"}
+                "reconcile": "reconcile sandboxes and runs",
+                "snapshot": "snapshot the task's workspace"}

@@ -1,10 +1,14 @@
 """The Sessions & Snapshots tab over a fake facade: running, stopped, gone and unsafe sandboxes,
 snapshots, CPU/memory left empty with the reason when the facade has no stats, Stop / Resume /
-Reconcile as jobs with their results and errors shown, and the last resume told in words."""
+Reconcile as jobs with their results and errors shown, and the last resume told in words. Over a
+real facade on a temporary data folder (no Docker needed): Snapshot Now, when it is offered, the
+snapshot it makes, and a workspace deleted behind the panel's back."""
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -15,8 +19,8 @@ from gui.context import AppContext
 from gui.qt import QCoreApplication, QEvent, QSettings
 from gui.sessions import SessionsPanel
 from gui.sessions import data as sessions_data
-from gui.sessions.panel import (S_BACKEND, S_CPU, S_MEMORY, S_STATE, S_TASK, S_UPTIME,
-                                UNSAFE_TEXT)
+from gui.sessions.panel import (P_ID, P_REVISION, S_BACKEND, S_CPU, S_MEMORY, S_STATE, S_TASK,
+                                S_UPTIME, SNAPSHOT_BUSY_TEXT, SNAPSHOT_TEXT, UNSAFE_TEXT)
 
 RECREATED = {"run_id": "run-2", "path": ["checkpoint: ck-1", "workspace: restored",
                                          "sandbox: recreated",
@@ -252,3 +256,116 @@ def test_describe_resume_covers_each_outcome():
     assert "restored the checkpoint into a new workspace (ws-9)" in text
     assert "created a new sandbox" in text
     assert "started over from the first step" in text
+
+
+# -- Snapshot Now over a real facade -------------------------------------------------------------
+
+def test_snapshot_now_is_not_offered_by_a_facade_without_snapshots(qtbot, make_panel):
+    panel = make_panel(FakeCairn())
+    panel.set_task("task-a")
+    assert not panel.snapshot_button.isEnabled()
+    assert "cannot make snapshots" in panel.snapshot_button.toolTip()
+
+
+@pytest.fixture
+def real_panel(qtbot, context):
+    panel = SessionsPanel(context)
+    qtbot.addWidget(panel)
+    panel.resize(1000, 700)
+    panel.show()
+    with qtbot.waitSignal(panel.sig_loaded, timeout=10_000):
+        pass
+    yield panel
+    panel.close()
+    panel.deleteLater()
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+
+
+def _select(qtbot, panel, task_id) -> None:
+    with qtbot.waitSignal(panel.sig_target_checked, timeout=10_000):
+        panel.set_task(task_id)
+
+
+def _snapshot_rows(panel) -> list[tuple[str, str]]:
+    table = panel.snapshots
+    return [(table.item(r, P_ID).text(), table.item(r, P_REVISION).toolTip())
+            for r in range(table.rowCount())]
+
+
+def test_snapshot_now_needs_a_task_with_its_workspace_on_disk(qtbot, cairn, real_panel, repo,
+                                                             tmp_path):
+    panel = real_panel
+    assert not panel.snapshot_button.isEnabled()
+    assert panel.snapshot_button.toolTip() == "Select a task to snapshot its workspace"
+
+    present = cairn.new_task(repo, title="present").task
+    _select(qtbot, panel, present.id)
+    assert panel.snapshot_button.isEnabled()
+    assert "present" in panel.snapshot_button.toolTip()
+
+    archived = cairn.new_task(repo, title="archived").task
+    cairn.archive_task(archived.id)
+    _select(qtbot, panel, archived.id)
+    assert not panel.snapshot_button.isEnabled()
+    assert "is archived" in panel.snapshot_button.toolTip()
+
+    gone = cairn.new_task(repo, title="gone").task
+    shutil.rmtree(cairn.workspace_of(gone).root)
+    _select(qtbot, panel, gone.id)
+    assert not panel.snapshot_button.isEnabled()
+    assert "folder of gone is missing" in panel.snapshot_button.toolTip()
+
+    _select(qtbot, panel, present.id)
+    assert panel.snapshot_button.isEnabled()
+    panel.set_task(None)
+    assert not panel.snapshot_button.isEnabled()
+
+
+def test_snapshot_now_makes_a_snapshot_that_appears_in_the_table(qtbot, cairn, real_panel, repo):
+    panel = real_panel
+    task = cairn.new_task(repo, title="login").task
+    (Path(cairn.workspace_of(task).root) / "new.txt").write_text("unrecorded edit\n")
+    _select(qtbot, panel, task.id)
+    assert cairn.snapshots(task.id) == []
+
+    with qtbot.waitSignal(panel.sig_action_done, timeout=30_000) as done:
+        panel.snapshot_button.click()
+        assert panel.snapshot_button.text() == SNAPSHOT_BUSY_TEXT
+        assert not panel.snapshot_button.isEnabled()
+        assert panel.message.text() == "Snapshotting the workspace of login…"
+    assert done.args == ["snapshot", True]
+
+    [snap] = cairn.snapshots(task.id)
+    latest = cairn.revisions(task.id)[-1]
+    assert snap.revision_id == latest.id and latest.trigger == "checkpoint"  # the edit is in it
+    assert panel.message.text() == (f"Snapshot {snap.id} made of revision {latest.id[:12]} "
+                                    "(login).")
+    qtbot.waitUntil(lambda: (snap.id, latest.id) in _snapshot_rows(panel), timeout=10_000)
+    assert panel.snapshot_button.text() == SNAPSHOT_TEXT
+    qtbot.waitUntil(panel.snapshot_button.isEnabled, timeout=10_000)
+
+    with qtbot.waitSignal(panel.sig_action_done, timeout=30_000):
+        panel.snapshot_button.click()  # nothing changed since: the same snapshot is kept
+    assert len(cairn.snapshots(task.id)) == 1
+    assert f"already had snapshot {snap.id}" in panel.message.text()
+
+
+def test_a_workspace_deleted_behind_the_panel_says_why_the_snapshot_failed(qtbot, cairn,
+                                                                          real_panel, repo):
+    panel = real_panel
+    task = cairn.new_task(repo, title="doomed").task
+    _select(qtbot, panel, task.id)
+    assert panel.snapshot_button.isEnabled()
+    root = cairn.workspace_of(task).root
+    shutil.rmtree(root)  # after the check: the panel still offers the button
+
+    with qtbot.waitSignal(panel.sig_action_done, timeout=30_000) as done:
+        panel.snapshot_button.click()
+    assert done.args == ["snapshot", False]
+    message = panel.message.text()
+    assert message.startswith("Snapshot failed: the workspace folder")
+    assert root in message and "missing" in message
+    assert panel.message.property("error") is True
+    assert cairn.snapshots(task.id) == []
+    qtbot.waitUntil(lambda: not panel.snapshot_button.isEnabled(), timeout=10_000)
+    assert "missing" in panel.snapshot_button.toolTip()
