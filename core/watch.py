@@ -210,9 +210,42 @@ def _encode_stat_cache(workspace_id: str, head: str, index: TreeIndex) -> bytes:
         dirs[folder] = {name: None if rec is None else
                         (rec.mode, bytes.fromhex(rec.sha), rec.stat, rec.seen_at)
                         for name, rec in children.items()}
-    payload = pickle.dumps({"workspace": workspace_id, "head": head, "dirs": dirs},
-                           protocol=pickle.HIGHEST_PROTOCOL)
+    # Pickled through a Python-level writer: the C pickler hands it each 64 KiB frame, and each
+    # call lets other threads take the GIL. `pickle.dumps` of a 100,000-file cache holds it for
+    # over 100 ms in one call, and the GUI thread would stall that long. Same bytes either way.
+    out = _FrameSink()
+    pickle.Pickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(
+        {"workspace": workspace_id, "head": head, "dirs": dirs})
+    payload = b"".join(out.frames)
     return _CACHE_MAGIC + hashlib.sha256(payload).digest() + payload
+
+
+class _FrameSink:
+    """Collects the pickler's output frames (see _encode_stat_cache)."""
+
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+
+    def write(self, data) -> int:
+        self.frames.append(bytes(data))
+        return len(data)
+
+
+class _FrameSource:
+    """Feeds the unpickler one frame per Python-level call, so other threads get the GIL
+    between frames (one `load` of a 100,000-file cache from memory holds it throughout)."""
+
+    def __init__(self, payload: bytes) -> None:
+        self._data = io.BytesIO(payload)
+
+    def read(self, n: int = -1) -> bytes:
+        return self._data.read(n)
+
+    def readinto(self, buffer) -> int:
+        return self._data.readinto(buffer)
+
+    def readline(self) -> bytes:
+        return self._data.readline()
 
 
 def _decode_stat_cache(data: bytes, workspace_id: str, head: str, head_tree: str) -> TreeIndex | None:
@@ -223,12 +256,16 @@ def _decode_stat_cache(data: bytes, workspace_id: str, head: str, head_tree: str
     if hashlib.sha256(payload).digest() != digest:
         return None
     try:
-        doc = _PlainUnpickler(io.BytesIO(payload)).load()
+        doc = _PlainUnpickler(_FrameSource(payload)).load()
         if doc["workspace"] != workspace_id or doc["head"] != head:
             return None
         raw_dirs = doc["dirs"]
+        del doc
         dirs: dict[str, dict[str, FileRecord | None]] = {}
-        for folder, children in raw_dirs.items():
+        for folder in list(raw_dirs):
+            # Each folder's raw records are freed as it is converted: freeing them all at once
+            # at the end would hold the GIL for tens of milliseconds in one go.
+            children = raw_dirs.pop(folder)
             out: dict[str, FileRecord | None] = {}
             for name, rec in children.items():
                 if not isinstance(name, str) or not name or "/" in name:
