@@ -6,8 +6,11 @@ first, what is undone on failure); each of those modules owns its own details.
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import shutil
+import subprocess
 import threading
 import time
 from dataclasses import dataclass
@@ -46,8 +49,13 @@ class Cairn:
     """Cairn's domain behind one object. Thread-safe; long operations block the caller."""
 
     def __init__(self, data_dir: str | Path | None = None, *, backend: object | None = None,
-                 image: str | None = None, secrets: object | None = None):
+                 image: str | None = None, secrets: object | None = None,
+                 captures_in_child: bool = False):
+        """`captures_in_child`: one-off captures (checkpoints, snapshots) of a workspace this
+        process does not watch run in a child process, so a big tree's walk and index never
+        compete with this process's other threads for the interpreter (the desktop app)."""
         self.data = DataDir.resolve(data_dir)
+        self._captures_in_child = captures_in_child
         try:
             self.data.ensure()
         except OSError as exc:
@@ -342,6 +350,8 @@ class Cairn:
             entry = self._recorders.get(ws.id)
         if entry is not None:
             captured = entry[0].capture(trigger, full=True, run_id=run_id)
+        elif self._captures_in_child:
+            return self._capture_in_child(task, ws, trigger, run_id)
         else:
             self._sync_revision_rows(ws)
             recorder = self._recorder(ws)
@@ -356,6 +366,28 @@ class Cairn:
         latest = self.store.latest_revision(ws.id)
         assert latest is not None
         return latest, False
+
+    def _capture_in_child(self, task: Task, ws: Workspace, trigger: str,
+                          run_id: str | None) -> tuple[Revision, bool]:
+        """`capture` by `cairnctl capture` in a child process; its revision is announced here."""
+        from core.launch import python_command
+        argv = python_command("core.cli", "--data-dir", str(self.data.root), "capture", task.id,
+                              "--trigger", trigger, "--json")
+        if run_id:
+            argv += ["--run", run_id]
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        if proc.returncode != 0:
+            lines = proc.stderr.strip().splitlines()
+            raise CairnError(lines[-1].removeprefix("cairnctl: ") if lines else
+                             f"the capture of {ws.root} failed (exit code {proc.returncode})")
+        out = json.loads(proc.stdout)
+        self._sync_revision_rows(self.store.get_workspace(ws.id))
+        rev = self.store.get_revision(ws.id, out["revision"])
+        if out["changed"]:
+            self.events.publish(ev.REVISION_RECORDED, ws.id, revision=rev.id, trigger=rev.trigger,
+                                files_changed=rev.files_changed, run_id=rev.run_id)
+        self._check_quota(ws)
+        return rev, bool(out["changed"])
 
     def _check_quota(self, ws: Workspace) -> None:
         """Report a workspace over its disk quota as a problem event; the capture is kept."""
@@ -689,27 +721,73 @@ class Cairn:
 
     def follow(self, run_id: str, *, on_output: Callable[[str, str], None] | None = None,
                should_stop: Callable[[], bool] = lambda: False, interval: float = 0.1,
-               record: bool = False) -> Run:
+               record: bool | str = False) -> Run:
         """Observe a run from its saved offsets until it ends (or `should_stop()`).
 
         With `record`, the run's workspace is also watched meanwhile, so its edits become
-        revisions as they happen; when another process records it already, that one goes on."""
+        revisions as they happen: in this process (True), or in a child process (RECORD_CHILD,
+        for a process that must stay light: a big workspace's index and its captures then
+        live elsewhere). Either way the recording stops before the run's final checkpoint, and
+        revisions recorded by any process are announced here as they appear. When another
+        process records the workspace already, that one goes on."""
         run = self.store.get_run(run_id)
-        recording = False
-        if record:
+        stop_recording: Callable[[], None] = lambda: None  # noqa: E731
+        if record == RECORD_CHILD:
+            stop_recording = self._record_in_child(run.task_id, run.workspace_id)
+        elif record:
             try:
                 self.watch(run.task_id)
-                recording = True
+                stop_recording = lambda: self.stop_watching(run.workspace_id)  # noqa: E731
             except CairnError:
                 pass  # another Cairn process records this workspace, or it is gone
+        news = None if record is True else self._revision_news(run.workspace_id)
         try:
-            return self._follow(run, on_output, should_stop, interval)
+            return self._follow(run, on_output, should_stop, interval, stop_recording, news)
         finally:
-            if recording:
-                self.stop_watching(run.workspace_id)
+            stop_recording()
+
+    def _revision_news(self, workspace_id: str | None) -> Callable[[], None] | None:
+        """What announces, in this process, the revisions another process records in the
+        workspace (each once, in order); None without a workspace."""
+        if not workspace_id:
+            return None
+        latest = self.store.latest_revision(workspace_id)
+        seen = [latest.seq if latest else 0]
+
+        def announce() -> None:
+            for rev in self.store.list_revisions(workspace_id):
+                if rev.seq > seen[0]:
+                    seen[0] = rev.seq
+                    self.events.publish(ev.REVISION_RECORDED, workspace_id, revision=rev.id,
+                                        trigger=rev.trigger, files_changed=rev.files_changed,
+                                        run_id=rev.run_id)
+        return announce
+
+    def _record_in_child(self, task_id: str, workspace_id: str) -> Callable[[], None]:
+        """Start `cairnctl watch` for the task; returns what stops it (once, waiting for its
+        last capture). Its messages go to the cache folder, not to this process's output."""
+        from core.launch import python_command
+        log_path = self.data.cache_root / f"{workspace_id}.watch.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log_file:
+            child = subprocess.Popen(
+                python_command("core.cli", "--data-dir", str(self.data.root), "watch", task_id),
+                stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
+                start_new_session=True, close_fds=True)
+
+        def stop() -> None:
+            if child.poll() is None:
+                child.terminate()
+                try:
+                    child.wait(RECORDER_STOP_S)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+                    child.wait()
+        return stop
 
     def _follow(self, run: Run, on_output: Callable[[str, str], None] | None,
-                should_stop: Callable[[], bool], interval: float) -> Run:
+                should_stop: Callable[[], bool], interval: float,
+                stop_recording: Callable[[], None], news: Callable[[], None] | None) -> Run:
         from core.reconcile import run_liveness
         run_id = run.id
         self._know_secrets_of(run.task_id)
@@ -727,6 +805,9 @@ class Cairn:
             code = files.exit_code
             if code is not None:
                 tail.poll(final=True)
+                stop_recording()  # its last capture lands before the run's checkpoint
+                if news is not None:
+                    news()
                 return self.end_run(run.id, code)
             if run.state in (RunState.QUEUED.value, RunState.PREPARING.value):
                 time.sleep(interval)  # being launched: nothing to look at yet
@@ -735,7 +816,10 @@ class Cairn:
                 last_check = time.monotonic()
                 alive, why = run_liveness(self, run)
                 if alive is False and files.exit_code is None:
+                    stop_recording()
                     return self.end_run(run.id, None, note=f"interrupted: {why}")
+                if news is not None:
+                    news()
             time.sleep(interval)
         return self.store.get_run(run_id)
 
@@ -1112,6 +1196,9 @@ class Cairn:
 _SANDBOX_DEFAULTS = ("defaults.backend", "defaults.image")  # the settings a SandboxManager reads
 
 
+RECORD_CHILD = "child"  # Cairn.follow(record=...): watch the workspace from a child process
+RECORDER_STOP_S = 30.0  # how long a child recorder may take to write its last capture
+
 CHILD_TITLE_MAX = 60
 
 
@@ -1142,8 +1229,15 @@ def _default_backend(data: DataDir):
 
 
 def _tree_size(vault: Vault, tree: str) -> int:
+    return _tree_size_in(str(vault.git_dir), tree)
+
+
+@functools.lru_cache(maxsize=4096)
+def _tree_size_in(git_dir: str, tree: str) -> int:
+    """A tree's bytes, once per tree id (a tree never changes): `status()` asks for every
+    snapshot and sandbox each time, and a 100,000-file tree takes seconds to walk."""
     from core.vault.objects import run_git
-    out = run_git(["--git-dir", str(vault.git_dir), "ls-tree", "-r", "-l", "-z", tree]).stdout
+    out = run_git(["--git-dir", git_dir, "ls-tree", "-r", "-l", "-z", tree]).stdout
     total = 0
     for entry in out.split(b"\0"):
         fields = entry.split(None, 4)

@@ -79,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("task")
     p = add("capture", "record the workspace's files now (a full, verifying capture)")
     p.add_argument("task")
+    p.add_argument("--trigger", default="manual",
+                   choices=("manual", "watch", "checkpoint", "external"),
+                   help="what the revision says caused it (default: manual)")
+    p.add_argument("--run", default=None, metavar="RUN", help="the run whose edits these are")
     p = add("watch", "record every change of a task's workspace until interrupted")
     p.add_argument("task")
     p = add("diff", "diff two revisions (default: base to latest); REV may be TASK:REV")
@@ -326,7 +330,7 @@ def cmd_revisions(app: Cairn, args: argparse.Namespace) -> None:
 
 
 def cmd_capture(app: Cairn, args: argparse.Namespace) -> None:
-    rev, changed = app.capture(args.task)
+    rev, changed = app.capture(args.task, trigger=args.trigger, run_id=args.run)
     _emit(args, {"revision": rev.id, "changed": changed, "files_changed": rev.files_changed if changed else 0},
           f"{rev.id}" + ("" if changed else "  (no change since the last revision)"))
 

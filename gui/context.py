@@ -50,7 +50,7 @@ class AppContext(QObject):
              ) -> "AppContext":
         """Open the facade on a data folder (before the event loop runs: it touches the disk)."""
         from core.app import Cairn
-        cairn = Cairn(data_dir)
+        cairn = Cairn(data_dir, captures_in_child=True)
         return cls(cairn, settings=settings, data_dir=cairn.data.root)
 
     def set_sandbox_problem(self, problem: str | None) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from core.app import RECORD_CHILD
 from core.events import Event
 from gui.events import RUN_OUTPUT, EventBridge
 from gui.jobs import JobFailure, JobRunner
@@ -59,8 +60,10 @@ class RunFollowers(QObject):
                 bridge.post(Event(RUN_OUTPUT, run_id, {"run_id": run_id, "stream": stream,
                                                        "text": text}))
 
+            # The workspace is recorded by a child process: a big tree's index and captures
+            # would otherwise compete with the window for this process's interpreter.
             return cairn.follow(run_id, on_output=on_output, should_stop=stop.is_set,
-                                record=True)
+                                record=RECORD_CHILD)
 
         self._jobs.job(work, observe=True, what=f"follow run {run_id}") \
             .success(lambda run: self._ended(run_id, run)) \
