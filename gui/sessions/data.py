@@ -16,8 +16,7 @@ from typing import Any
 # The facade method for live figures of one sandbox session (cpu_percent, memory_bytes,
 # memory_limit_bytes, pids, uptime_s); until the facade has it the columns say why they are empty.
 STATS_METHOD = "session_stats"
-NO_STATS_REASON = ("CPU and memory figures need per-session stats from the sandbox backend, "
-                   "which this version of Cairn's core does not offer yet")
+NO_STATS_REASON = "this Cairn core offers no per-session CPU and memory figures"
 NOT_RUNNING_REASON = "only a running sandbox has CPU and memory figures"
 
 
@@ -98,7 +97,7 @@ def load_sessions(cairn: Any) -> SessionsData:
                 row.memory_bytes = stats.get("memory_bytes")
                 row.memory_limit_bytes = stats.get("memory_limit_bytes")
                 row.uptime_s = stats.get("uptime_s")
-                row.stats_note = "from the sandbox backend"
+                row.stats_note = stats.get("note") or "from the sandbox backend"
         out.sessions.append(row)
     for snap in status.get("snapshots", []):
         task = task_of_ws.get(snap.get("workspace_id"))
