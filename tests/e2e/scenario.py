@@ -252,18 +252,7 @@ class Scenario:
         self.shot("sessions-and-snapshots")
 
         # Continue the fork with a risky command: approve it.
-        self.click_action(CONTINUE)
-        cont_dialog = self.wait(lambda: getattr(w.task_view, "continue_dialog", None) is not None
-                                and w.task_view.continue_dialog.isVisible()
-                                and w.task_view.continue_dialog, "the Continue dialog")
-        self.type_into(cont_dialog.instructions_edit, APPROVE_COMMAND)
-        self.shot("continue-dialog")
-        self.click(cont_dialog.ok_button)
-        cont = self.wait(lambda: next((t for t in self.tasks() if t.parent_task_id == fork.id), None),
-                         "the continuation")
-        card = self.wait_card(APPROVE_COMMAND)
-        self.show_tab(w.approvals_panel)
-        self.shot("approval-waiting")
+        cont, card = self.continue_with(fork, APPROVE_COMMAND, "approval-waiting")
         self.click(card.approve_button)
         self.wait_run(cont.id, ("succeeded",), "the approved run to succeed")
         cont_ws = Path(w.context.cairn.workspace_of(cont).root)
@@ -272,17 +261,7 @@ class Scenario:
 
         # Continue again with another risky command: deny it.
         self.select_task(cont.id)
-        self.click_action(CONTINUE)
-        again_dialog = self.wait(lambda: w.task_view.continue_dialog is not cont_dialog
-                                 and w.task_view.continue_dialog.isVisible()
-                                 and w.task_view.continue_dialog, "the second Continue dialog")
-        self.type_into(again_dialog.instructions_edit, DENY_COMMAND)
-        self.click(again_dialog.ok_button)
-        denied = self.wait(lambda: next((t for t in self.tasks() if t.parent_task_id == cont.id), None),
-                           "the second continuation")
-        card = self.wait_card(DENY_COMMAND)
-        self.show_tab(w.approvals_panel)
-        self.shot("second-approval-waiting")
+        denied, card = self.continue_with(cont, DENY_COMMAND, "second-approval-waiting")
         self.click(card.deny_button)
         self.wait_run(denied.id, ("failed",), "the denied run to fail")
         if not (cont_ws / "app.py").is_file():
@@ -293,6 +272,25 @@ class Scenario:
         self.show_tab(w.revisions_panel)
         self.shot("after-approve-and-deny")
         self.result["state"] = self.state()
+
+    def continue_with(self, task, command: str, shot: str):
+        """Continue the shown task with a risky command through the Continue dialog; returns
+        the continuation and its approval card, once the card is in the queue."""
+        w = self.w
+        before = getattr(w.task_view, "continue_dialog", None)
+        self.click_action(CONTINUE)
+        dialog = self.wait(lambda: w.task_view.continue_dialog is not before
+                           and w.task_view.continue_dialog.isVisible()
+                           and w.task_view.continue_dialog, "the Continue dialog")
+        self.type_into(dialog.instructions_edit, command)
+        self.shot("continue-dialog")
+        self.click(dialog.ok_button)
+        child = self.wait(lambda: next((t for t in self.tasks() if t.parent_task_id == task.id),
+                                       None), "the continuation")
+        card = self.wait_card(command)
+        self.show_tab(w.approvals_panel)
+        self.shot(shot)
+        return child, card
 
     def wait_card(self, command: str):
         panel = self.w.approvals_panel
