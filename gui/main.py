@@ -18,7 +18,7 @@ from core.datadir import ENV_VAR as DATA_DIR_ENV_VAR
 from core.errors import CairnError
 from gui.collector import GuiThreadCollector
 from gui.context import AppContext
-from gui.jobs import describe_error
+from gui.jobs import describe_error, share_the_interpreter_with_the_gui
 from gui.main_window import MainWindow, app_icon
 from gui.qt import QApplication, QGuiApplication, QMessageBox, QSettings, QTimer
 from gui.settings_dialog import DATA_DIR_KEY as DATA_DIR_SETTING
@@ -105,6 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.data_dir is not None and args.data_dir.exists() and not args.data_dir.is_dir():
         build_parser().error(f"--data-dir {args.data_dir} exists and is not a folder")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    share_the_interpreter_with_the_gui()
 
     QApplication.setApplicationName(APP_NAME)
     QApplication.setApplicationDisplayName(APP_NAME)

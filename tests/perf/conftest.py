@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from gui.jobs import share_the_interpreter_with_the_gui
+
+# The window is measured as the app runs it: with the app's interpreter switch interval.
+share_the_interpreter_with_the_gui()
+
 
 def pytest_collect_file(file_path, parent):
     # A file named on the command line is collected by pytest itself; only add the ones found by
