@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from core import events as ev
 from core import runs as runs_mod
 from core.datadir import DataDir
-from core.launch import python_command, resource_path
+from core.launch import python_command, resource_path, stop_process
 from core.locks import flock_holder_pid
 from core.errors import CairnError, Conflict, IllegalTransition, InputError, NotFound
 from core.models import Run, RunState as R
@@ -789,17 +789,7 @@ def stop_judge(data_root: Path, timeout: float = 5.0) -> bool:
     pid = judge_pid(data_root)
     if pid is None:
         return False
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            return True
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if judge_pid(data_root) is None:
-                return True
-            time.sleep(0.02)
-    return judge_pid(data_root) is None
+    return stop_process(pid, lambda: judge_pid(data_root) is not None, timeout)
 
 
 def serve(data_dir: str | Path, *, idle_exit: float = IDLE_EXIT_S) -> int:

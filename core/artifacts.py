@@ -38,6 +38,7 @@ from core.errors import CairnError, Conflict, InputError, NotFound
 from core.ids import new_id
 from core.models import Revision, Run, Task, Workspace
 from core.redact import MIN_SECRET_LENGTH, encodings_of
+from core.safe_fs import fsync_dir
 from core.vault import Vault
 from core.vault.objects import MODE_EXEC, MODE_FILE, MODE_GITLINK, MODE_LINK, git_env, run_git
 
@@ -354,14 +355,6 @@ def _hash_file(path: Path) -> tuple[str, int]:
     return digest.hexdigest(), size
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class ArtifactStore:
     """Content-addressed files: `sha256/ab/cdef…` under the data folder's `artifacts/`. Files are
     written whole (temp file, fsync, rename), read-only, and re-hashed whenever they are read."""
@@ -395,7 +388,7 @@ class ArtifactStore:
             else:
                 os.chmod(tmp, 0o444)
                 os.replace(tmp, final)
-                _fsync_dir(final.parent)
+                fsync_dir(final.parent)
             return sha, size
         except BaseException:
             tmp.unlink(missing_ok=True)

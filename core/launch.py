@@ -10,8 +10,10 @@ from __future__ import annotations
 import importlib
 import os
 import runpy
+import signal
 import sys
-from collections.abc import MutableMapping, Sequence
+import time
+from collections.abc import Callable, MutableMapping, Sequence
 from pathlib import Path
 
 # A frozen app has no interpreter to give `-m`: its executables take this switch instead.
@@ -86,3 +88,19 @@ def run_module_switch(argv: Sequence[str]) -> int | None:
     sys.argv = [module, *args]  # runpy puts the module's file name in sys.argv[0]
     runpy.run_module(module, run_name="__main__", alter_sys=True)
     return 0
+
+
+def stop_process(pid: int, running: Callable[[], bool], timeout: float) -> bool:
+    """Stop one of Cairn's own background processes: SIGTERM, then SIGKILL, each given
+    `timeout` seconds; `running()` says whether it still serves. True once it is gone."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return True
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not running():
+                return True
+            time.sleep(0.02)
+    return not running()

@@ -16,6 +16,15 @@ from core.errors import CairnError
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """Make a folder's entries durable (after a rename into it or an unlink in it)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _parts(rel: str | os.PathLike[str]) -> list[str]:
     parts = [p for p in Path(rel).parts if p not in ("", ".")]
     if any(p == ".." or p.startswith("/") for p in parts):

@@ -22,6 +22,7 @@ from typing import Any, Iterator
 from urllib.parse import urlsplit
 
 from core.errors import CairnError, InputError
+from core.safe_fs import fsync_dir
 
 FILE_NAME = "settings.json"
 
@@ -273,11 +274,7 @@ def replace_file(path: str | os.PathLike[str], text: str) -> None:
         except FileNotFoundError:
             pass
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    fsync_dir(path.parent)
 
 
 @contextmanager

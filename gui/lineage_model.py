@@ -44,6 +44,10 @@ ROLE_SNAPSHOT = Qt.ItemDataRole.UserRole + 5
 ROLE_APPROVALS = Qt.ItemDataRole.UserRole + 6
 ROLE_SOURCE_PATH = Qt.ItemDataRole.UserRole + 7
 ROLE_BADGES = Qt.ItemDataRole.UserRole + 8
+# The roles that hand out one field of a task's row as it is.
+TASK_ROLE_FIELDS = {ROLE_TASK_ID: "task_id", ROLE_RUN_STATE: "run_state",
+                    ROLE_LIVE_SESSION: "live", ROLE_SNAPSHOT: "snapshot",
+                    ROLE_APPROVALS: "approvals", ROLE_SOURCE_PATH: "source_path"}
 
 ROOT, SOURCE, TASK = "root", "source", "task"
 
@@ -477,23 +481,12 @@ class LineageModel(QAbstractItemModel):
             return self._icon("task")
         if role == Qt.ItemDataRole.ToolTipRole:
             return tooltip(task)
-        if role == ROLE_TASK_ID:
-            return task.task_id
         if role == ROLE_KIND:
             return TASK
-        if role == ROLE_RUN_STATE:
-            return task.run_state
-        if role == ROLE_LIVE_SESSION:
-            return task.live
-        if role == ROLE_SNAPSHOT:
-            return task.snapshot
-        if role == ROLE_APPROVALS:
-            return task.approvals
-        if role == ROLE_SOURCE_PATH:
-            return task.source_path
         if role == ROLE_BADGES:
             return badges(task)
-        return None
+        field_name = TASK_ROLE_FIELDS.get(role)
+        return getattr(task, field_name) if field_name else None
 
     def _icon(self, name: str):
         cached = self._icons.get(name)

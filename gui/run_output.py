@@ -8,9 +8,10 @@ drawing the blocks belongs to the task view.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
+
+from core.engines.base import json_object
 
 PLAIN, STDERR, MESSAGE, TOOL, TOOL_RESULT, EDIT, RESULT, ERROR, SESSION, NOTE = (
     "plain", "stderr", "message", "tool", "tool_result", "edit", "result", "error", "session",
@@ -139,11 +140,8 @@ def parse_line(line: str, stream: str = "stdout") -> list[OutputBlock]:
     """The blocks one complete output line becomes."""
     stripped = line.strip()
     if stripped.startswith("{") and stripped.endswith("}"):
-        try:
-            event = json.loads(stripped)
-        except ValueError:
-            event = None
-        if isinstance(event, dict):
+        event = json_object(stripped)
+        if event is not None:
             for reader in (_claude, _codex, _cairn):
                 blocks = reader(event)
                 if blocks is not None:

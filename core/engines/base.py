@@ -8,9 +8,20 @@ program. Runs, resume and lineage stay engine-neutral and only talk to this cont
 from __future__ import annotations
 
 import abc
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+
+def json_object(line: str) -> dict[str, Any] | None:
+    """One line of an engine's JSON output (or of its session files) as an object; None for
+    anything else (plain text, a truncated line, a JSON value that is not an object)."""
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 # How a run relates to the engine's own conversation.
 MODE_START = "start"        # a new engine session

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from core.engines.base import (MODE_CONTINUE, MODE_FALLBACK, MODE_FORK, MODE_START, MODES, Engine,
-                               EngineEvent, EngineSettings, LaunchContext, ResumeCheck)
+                               EngineEvent, EngineSettings, LaunchContext, ResumeCheck, json_object)
 from core.safe_fs import write_file
 from core.errors import InputError
 
@@ -102,11 +102,8 @@ def transcript_cwd(path: Path, *, max_lines: int = 200) -> str | None:
     try:
         with path.open(encoding="utf-8", errors="replace") as f:
             for _, line in zip(range(max_lines), f):
-                try:
-                    entry = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(entry, dict) and isinstance(entry.get("cwd"), str):
+                entry = json_object(line)
+                if entry is not None and isinstance(entry.get("cwd"), str):
                     return entry["cwd"]
     except OSError:
         return None
@@ -345,11 +342,8 @@ class ClaudeCodeEngine(Engine):
     # -- output -------------------------------------------------------------------------------
 
     def parse_line(self, line: str) -> list[EngineEvent]:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            return []
-        if not isinstance(record, dict):
+        record = json_object(line)
+        if record is None:
             return []
         kind = record.get("type")
         if kind == LAUNCH_MARKER:

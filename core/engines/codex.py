@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from core.engines.base import (MODE_CONTINUE, MODE_FALLBACK, MODE_FORK, MODE_START, MODES, Engine,
-                               EngineEvent, EngineSettings, LaunchContext, ResumeCheck)
+                               EngineEvent, EngineSettings, LaunchContext, ResumeCheck, json_object)
 from core.safe_fs import ensure_dir, write_file
 from core.errors import InputError
 
@@ -286,11 +286,8 @@ class CodexEngine(Engine):
     # -- output -------------------------------------------------------------------------------
 
     def parse_line(self, line: str) -> list[EngineEvent]:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            return []
-        if not isinstance(record, dict):
+        record = json_object(line)
+        if record is None:
             return []
         kind = record.get("type")
         if kind == "thread.started" and record.get("thread_id"):

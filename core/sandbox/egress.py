@@ -45,7 +45,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from core.launch import python_command, resource_path
+from core.launch import python_command, resource_path, stop_process
 from core.locks import flock_holder_pid
 
 SANDBOX_EGRESS_DIR = "/cairn/egress"
@@ -1056,17 +1056,9 @@ def stop(socket_path: os.PathLike | str, timeout: float = STOP_TIMEOUT_S) -> boo
     pid = running_pid(paths.socket)
     if pid is None:
         return False
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            return True
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if running_pid(paths.socket) is None:
-                return True
-            time.sleep(0.02)
-    raise EgressError(f"egress proxy pid {pid} did not stop")
+    if not stop_process(pid, lambda: running_pid(paths.socket) is not None, timeout):
+        raise EgressError(f"egress proxy pid {pid} did not stop")
+    return True
 
 
 def _tail(path: Path, limit: int = 800) -> str:

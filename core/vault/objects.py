@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import VaultError
+from core.safe_fs import fsync_dir
 
 MODE_FILE = "100644"
 MODE_EXEC = "100755"
@@ -127,14 +128,6 @@ def _syncfs(path: Path) -> None:
     except (OSError, AttributeError):
         pass
     os.sync()
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class ObjectStore:
@@ -403,7 +396,7 @@ class ObjectStore:
             fd = -1
             os.replace(lock, path)
             if durable:
-                _fsync_dir(path.parent)
+                fsync_dir(path.parent)
         finally:
             if fd >= 0:
                 os.close(fd)

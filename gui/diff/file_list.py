@@ -5,7 +5,8 @@ from __future__ import annotations
 from core.diffs import FileDiff
 from gui.diff.colors import GREEN, RED, blend
 from gui.diff.model import counts_text, file_label, file_summary, status_letter
-from gui.qt import QAbstractTableModel, QColor, QFont, QModelIndex, QPalette, Qt, QWidget
+from gui.qt import QColor, QFont, QModelIndex, QPalette, Qt, QWidget
+from gui.table_model import RowsTableModel
 
 COL_STATUS, COL_PATH, COL_COUNTS = range(3)
 HEADERS = ("", "File", "+/−")
@@ -15,41 +16,31 @@ _LETTER_COLOURS = {"A": GREEN, "D": RED, "M": QColor(200, 140, 20), "R": QColor(
                    "S": QColor(120, 120, 120)}
 
 
-class FileListModel(QAbstractTableModel):
+class FileListModel(RowsTableModel):
+    headers = HEADERS
+
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
-        self._files: list[FileDiff] = []
+        self._rows: list[FileDiff] = []
         self._palette = QPalette()
 
     def set_files(self, files: list[FileDiff]) -> None:
         self.beginResetModel()
-        self._files = list(files)
+        self._rows = list(files)
         self.endResetModel()
 
     def set_palette(self, palette: QPalette) -> None:
         self._palette = palette
-        if self._files:
-            self.dataChanged.emit(self.index(0, 0), self.index(len(self._files) - 1, COL_COUNTS))
+        if self._rows:
+            self.dataChanged.emit(self.index(0, 0), self.index(len(self._rows) - 1, COL_COUNTS))
 
     def file(self, row: int) -> FileDiff:
-        return self._files[row]
-
-    def rowCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802, B008
-        return 0 if parent.isValid() else len(self._files)
-
-    def columnCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802, B008
-        return 0 if parent.isValid() else len(HEADERS)
-
-    def headerData(self, section: int, orientation: Qt.Orientation,  # noqa: N802
-                   role: int = Qt.ItemDataRole.DisplayRole):
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
-            return HEADERS[section]
-        return None
+        return self._rows[row]
 
     def data(self, index: QModelIndex, role: int = Qt.ItemDataRole.DisplayRole):
         if not index.isValid():
             return None
-        f = self._files[index.row()]
+        f = self._rows[index.row()]
         col = index.column()
         if role == Qt.ItemDataRole.DisplayRole:
             if col == COL_STATUS:

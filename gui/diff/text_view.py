@@ -16,6 +16,10 @@ from gui.qt import (QElapsedTimer, QEvent, QFont, QFontDatabase, QPainter, QPain
                     QPlainTextEdit, QRect, QRectF, QResizeEvent, QSize, QSyntaxHighlighter, Qt,
                     QTextCursor, QTextOption, QTimer, QWidget, Signal)
 
+# Each kind of row's background: the DiffColors field that paints it (context rows have none).
+ROW_BACKGROUNDS = {ROW_ADDED: "added_bg", ROW_REMOVED: "removed_bg", ROW_HUNK: "hunk_bg",
+                   ROW_NOTE: "note_bg", ROW_FILLER: "filler_bg"}
+
 NUMBERS_BOTH = "both"   # unified view: old and new line numbers
 NUMBERS_OLD = "old"
 NUMBERS_NEW = "new"
@@ -198,18 +202,8 @@ class DiffTextView(QPlainTextEdit):
     # -- row backgrounds --------------------------------------------------------------------
 
     def _row_brush(self, kind: str):
-        c = self.colors
-        if kind == ROW_ADDED:
-            return c.added_bg
-        if kind == ROW_REMOVED:
-            return c.removed_bg
-        if kind == ROW_HUNK:
-            return c.hunk_bg
-        if kind == ROW_NOTE:
-            return c.note_bg
-        if kind == ROW_FILLER:
-            return c.filler_bg
-        return None
+        name = ROW_BACKGROUNDS.get(kind)
+        return getattr(self.colors, name) if name else None
 
     def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802 (Qt override)
         kinds = self.rows.kinds

@@ -10,8 +10,9 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from gui.qt import QAbstractTableModel, QModelIndex, QObject, Qt
+from gui.qt import QModelIndex, QObject, Qt
 from gui.revisions.data import TimelineEntry
+from gui.table_model import RowsTableModel
 
 COL_SEQ, COL_TIME, COL_TRIGGER, COL_RUN, COL_FILES, COL_LINES = range(6)
 HEADERS = ("#", "Time", "Trigger", "Run", "Files", "+/−")
@@ -34,11 +35,13 @@ def when(ts: float, now: float | None = None) -> str:
     return time.strftime("%Y-%m-%d %H:%M", local)
 
 
-class TimelineModel(QAbstractTableModel):
+class TimelineModel(RowsTableModel):
+    headers = HEADERS
+
     def __init__(self, parent: QObject | None = None,
                  on_stats_wanted: Callable[[str], None] | None = None):
         super().__init__(parent)
-        self._entries: list[TimelineEntry] = []
+        self._rows: list[TimelineEntry] = []
         self._stats: dict[str, tuple[int, int, int]] = {}
         self._asked: set[str] = set()
         self._on_stats_wanted = on_stats_wanted
@@ -47,20 +50,20 @@ class TimelineModel(QAbstractTableModel):
 
     def set_entries(self, entries: list[TimelineEntry], *, keep_stats: bool = False) -> None:
         self.beginResetModel()
-        self._entries = sorted(entries, key=lambda e: (e.seq, e.created_at), reverse=True)
+        self._rows = sorted(entries, key=lambda e: (e.seq, e.created_at), reverse=True)
         if not keep_stats:
             self._stats.clear()
             self._asked.clear()
         self.endResetModel()
 
     def entries(self) -> list[TimelineEntry]:
-        return list(self._entries)
+        return list(self._rows)
 
     def entry(self, row: int) -> TimelineEntry:
-        return self._entries[row]
+        return self._rows[row]
 
     def row_of(self, revision_id: str) -> int:
-        for row, e in enumerate(self._entries):
+        for row, e in enumerate(self._rows):
             if e.id == revision_id:
                 return row
         return -1
@@ -81,22 +84,10 @@ class TimelineModel(QAbstractTableModel):
 
     # -- Qt model ---------------------------------------------------------------------------
 
-    def rowCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802, B008
-        return 0 if parent.isValid() else len(self._entries)
-
-    def columnCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802, B008
-        return 0 if parent.isValid() else len(HEADERS)
-
-    def headerData(self, section: int, orientation: Qt.Orientation,  # noqa: N802
-                   role: int = Qt.ItemDataRole.DisplayRole):
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
-            return HEADERS[section]
-        return None
-
     def data(self, index: QModelIndex, role: int = Qt.ItemDataRole.DisplayRole):
         if not index.isValid():
             return None
-        e = self._entries[index.row()]
+        e = self._rows[index.row()]
         col = index.column()
         if role == Qt.ItemDataRole.DisplayRole:
             if col == COL_SEQ:

@@ -1,5 +1,5 @@
-"""Helpers the GUI tests and the lineage benchmark share: generated lineages, drag and drop
-events, and a meter for the longest stall of the event loop."""
+"""Helpers the GUI tests and the benchmarks share: generated lineages, drag and drop events,
+and a meter for the longest stall of the event loop."""
 
 from __future__ import annotations
 
@@ -126,6 +126,19 @@ class StallMeter(QObject):
     def __exit__(self, *exc: object) -> None:
         self._tick()  # the stretch since the last tick counts too
         self._timer.stop()
+
+
+def longest_stall_while(condition, timeout_s: float) -> float:
+    """Spin the event loop until `condition()`; the longest stall of a 5 ms timer meanwhile (ms).
+    Raises TimeoutError when the condition does not come within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    with StallMeter() as meter:
+        while not condition():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"not done within {timeout_s:.0f} s")
+            QApplication.processEvents()
+            time.sleep(0.001)
+    return meter.longest_ms
 
 
 def wait_for(predicate, timeout: float = 10.0, step_ms: int = 10) -> bool:

@@ -17,7 +17,8 @@ from gui.diff import DiffViewer
 from gui.diff.model import ROW_ADDED, ROW_REMOVED, SIDE_BY_SIDE, UNIFIED
 from gui.diff.viewer import CHUNK_LINES
 from gui.jobs import JobRunner
-from gui.qt import QApplication, QColor, QCoreApplication, QEvent, QElapsedTimer, QPalette, QTextCharFormat, Qt, QTimer
+from gui.qt import QColor, QCoreApplication, QEvent, QPalette, QTextCharFormat, Qt
+from tests.gui.support import longest_stall_while
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 
@@ -255,34 +256,6 @@ def test_diff_colours_follow_the_palette(qtbot, viewer, repo):
     assert viewer.unified.colors.added_bg.lightnessF() < 0.5
 
 
-def _longest_stall_while(qtbot, condition, timeout_s: float) -> float:
-    """The longest gap between ticks of a 5 ms timer while waiting for `condition`, in ms."""
-    clock = QElapsedTimer()
-    clock.start()
-    last = [clock.elapsed()]
-    worst = [0]
-
-    def tick() -> None:
-        now = clock.elapsed()
-        worst[0] = max(worst[0], now - last[0])
-        last[0] = now
-
-    timer = QTimer()
-    timer.setInterval(5)
-    timer.timeout.connect(tick)
-    timer.start()
-    deadline = time.monotonic() + timeout_s
-    try:
-        while not condition():
-            assert time.monotonic() < deadline, "timed out"
-            QApplication.processEvents()
-            time.sleep(0.001)
-        tick()
-    finally:
-        timer.stop()
-    return worst[0]
-
-
 def test_huge_diff_paints_first_chunk_then_show_more_appends_without_blocking(
         qtbot, viewer, repo):
     count = 24_000
@@ -304,13 +277,13 @@ def test_huge_diff_paints_first_chunk_then_show_more_appends_without_blocking(
     assert f"{total - CHUNK_LINES:,} not shown yet" in viewer.more_button.text()
     assert first < 5.0  # loose: timing belongs to tests/perf/bench_diff_view.py
 
-    stall = _longest_stall_while(qtbot, lambda: viewer.colouring_complete, 30)
+    stall = longest_stall_while(lambda: viewer.colouring_complete, 30)
     assert stall < 500, f"the event loop stalled {stall} ms while colouring"
 
     viewer.more_button.click()
     assert viewer.shown_rows == 2 * CHUNK_LINES
     assert viewer.unified.document().blockCount() == 2 * CHUNK_LINES
-    stall = _longest_stall_while(qtbot, lambda: viewer.colouring_complete, 30)
+    stall = longest_stall_while(lambda: viewer.colouring_complete, 30)
     assert stall < 500, f"the event loop stalled {stall} ms after show more"
     last_row = viewer.unified.document().findBlockByNumber(2 * CHUNK_LINES - 1)
     assert last_row.text() == viewer.unified.rows.texts[-1]

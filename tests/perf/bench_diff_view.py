@@ -31,7 +31,8 @@ from _common import GIT_IDENTITY, median, print_table, verdict  # noqa: E402
 from core.diffs import diff_revisions, render_unified  # noqa: E402
 from gui.diff import DiffViewer  # noqa: E402
 from gui.jobs import JobRunner  # noqa: E402
-from gui.qt import QApplication, QElapsedTimer, QPlainTextEdit, QTimer  # noqa: E402
+from gui.qt import QApplication, QPlainTextEdit  # noqa: E402
+from tests.gui.support import longest_stall_while  # noqa: E402
 
 RATIO_TARGET = 2.0
 SIZE = (1100, 800)
@@ -63,35 +64,6 @@ def make_diff(diff_lines: int, folder: Path):
     return diff_revisions(repo / ".git", old, new, max_bytes=None)
 
 
-def _process_until(condition, timeout_s: float = 120.0) -> float:
-    """Run the event loop until `condition()`; return the longest stall of a 5 ms timer (ms)."""
-    clock = QElapsedTimer()
-    clock.start()
-    last = [clock.elapsed()]
-    worst = [0]
-
-    def tick() -> None:
-        now = clock.elapsed()
-        worst[0] = max(worst[0], now - last[0])
-        last[0] = now
-
-    timer = QTimer()
-    timer.setInterval(5)
-    timer.timeout.connect(tick)
-    timer.start()
-    deadline = time.monotonic() + timeout_s
-    try:
-        while not condition():
-            if time.monotonic() > deadline:
-                raise TimeoutError("the viewer did not finish in time")
-            QApplication.processEvents()
-            time.sleep(0.0005)
-        tick()
-    finally:
-        timer.stop()
-    return float(worst[0])
-
-
 def measure_plain(text: str) -> float:
     edit = QPlainTextEdit()
     edit.resize(*SIZE)
@@ -116,7 +88,7 @@ def measure_viewer(diff, jobs: JobRunner) -> dict:
     viewer.set_diff(diff)
     viewer.unified.viewport().repaint()
     first_paint = time.perf_counter() - started
-    stall_first = _process_until(lambda: viewer.colouring_complete)
+    stall_first = longest_stall_while(lambda: viewer.colouring_complete, 120)
     first_coloured = time.perf_counter() - started
     shown_at_first = viewer.shown_rows
     clicks = 0
@@ -124,7 +96,7 @@ def measure_viewer(diff, jobs: JobRunner) -> dict:
     while viewer.shown_rows < viewer.total_rows:
         viewer.show_more()
         clicks += 1
-        stall_all = max(stall_all, _process_until(lambda: viewer.colouring_complete))
+        stall_all = max(stall_all, longest_stall_while(lambda: viewer.colouring_complete, 120))
     everything = time.perf_counter() - started
     total_rows = viewer.total_rows
     viewer.close()
