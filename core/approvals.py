@@ -28,21 +28,23 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from core import events as ev
 from core import runs as runs_mod
 from core.datadir import DataDir
+from core.errors import CairnError, Conflict, IllegalTransition, InputError, NotFound
 from core.launch import python_command, resource_path, stop_process
 from core.locks import flock_holder_pid
-from core.errors import CairnError, Conflict, IllegalTransition, InputError, NotFound
-from core.models import Run, RunState as R
+from core.models import Run
+from core.models import RunState as R
 from core.policy import Policy
-from core.sandbox.base import CONTAINER_RUNS
 from core.redact import redact
+from core.sandbox.base import CONTAINER_RUNS
 
 if TYPE_CHECKING:
     from core.app import Cairn
@@ -179,8 +181,10 @@ def _parse_doc(doc: Any) -> RuleSet:
                 raise InputError(f"{name} needs a {key!r} (text)")
         unknown_fields = set(entry) - {"id", "pattern", "reason", "when"}
         if unknown_fields:
-            raise InputError(f"{name} has unknown fields {', '.join(sorted(unknown_fields))} "
-                             "(known: id, pattern, reason, when)")
+            raise InputError(
+                f"{name} has unknown fields {', '.join(sorted(unknown_fields))} "
+                "(known: id, pattern, reason, when)"
+            )
         when = entry.get("when") or {}
         if not isinstance(when, dict):
             raise InputError(f"{name}: 'when' must be an object of policy fields")
@@ -190,8 +194,9 @@ def _parse_doc(doc: Any) -> RuleSet:
         try:
             pattern = re.compile(entry["pattern"])
         except (re.error, RecursionError, OverflowError) as exc:
-            raise InputError(f"{name}: the pattern is not a usable regular expression: "
-                             f"{_one_line(exc)}") from None
+            raise InputError(
+                f"{name}: the pattern is not a usable regular expression: {_one_line(exc)}"
+            ) from None
         rules.append(RiskRule(rule_id, pattern, entry["reason"], dict(when)))
     return RuleSet(version, tuple(rules))
 
@@ -206,8 +211,11 @@ def classify(command: str, policy: Policy, rules: RuleSet | None = None) -> Verd
     if command in policy.approved:
         return Verdict(False, "remembered", "approved for this task before")
     if len(command) > MAX_CHECKED_CHARS:
-        return Verdict(True, "too-long", f"is longer than {MAX_CHECKED_CHARS} characters, too long "
-                       "to check automatically")
+        return Verdict(
+            True,
+            "too-long",
+            f"is longer than {MAX_CHECKED_CHARS} characters, too long to check automatically",
+        )
     for rule in (rules or load_rules()).rules:
         if rule.applies(policy) and rule.pattern.search(command):
             return Verdict(True, rule.id, rule.reason)
@@ -316,8 +324,9 @@ def read_request(folder: Path, request_id: str, run: Run) -> Request:
     created = doc.get("created_at")
     created = float(created) if isinstance(created, (int, float)) and created > 0 else 0.0
     engine = doc.get("engine") if isinstance(doc.get("engine"), str) else run.engine
-    return Request(request_id, run.id, run.exec_id, engine[:64], tool[:128], command, cwd[:4096],
-                   created)
+    return Request(
+        request_id, run.id, run.exec_id, engine[:64], tool[:128], command, cwd[:4096], created
+    )
 
 
 # -- approvals (rows) --------------------------------------------------------------------------
@@ -347,21 +356,42 @@ class Approval:
         return max(0.0, end - self.created_at)
 
     def to_json(self, now: float | None = None) -> dict:
-        return {"id": self.id, "run_id": self.run_id, "task_id": self.task_id,
-                "command": self.command, "rule": self.rule, "reason": self.reason,
-                "state": self.state, "decided_by": self.decided_by, "decided_at": self.decided_at,
-                "policy_version": self.policy_version, "created_at": self.created_at,
-                "timeout_at": self.timeout_at, "waiting_s": round(self.waiting_s(now), 3),
-                "auto": self.auto}
+        return {
+            "id": self.id,
+            "run_id": self.run_id,
+            "task_id": self.task_id,
+            "command": self.command,
+            "rule": self.rule,
+            "reason": self.reason,
+            "state": self.state,
+            "decided_by": self.decided_by,
+            "decided_at": self.decided_at,
+            "policy_version": self.policy_version,
+            "created_at": self.created_at,
+            "timeout_at": self.timeout_at,
+            "waiting_s": round(self.waiting_s(now), 3),
+            "auto": self.auto,
+        }
 
 
-_SELECT = ("SELECT a.*, r.task_id AS task_id FROM approvals a LEFT JOIN runs r ON r.id = a.run_id")
+_SELECT = "SELECT a.*, r.task_id AS task_id FROM approvals a LEFT JOIN runs r ON r.id = a.run_id"
 
 
 def _approval(row: sqlite3.Row) -> Approval:
-    return Approval(row["id"], row["run_id"], row["task_id"], row["command"], row["rule"],
-                    row["reason"], row["state"], row["decided_by"], row["decided_at"],
-                    row["policy_version"], row["created_at"], row["timeout_at"])
+    return Approval(
+        row["id"],
+        row["run_id"],
+        row["task_id"],
+        row["command"],
+        row["rule"],
+        row["reason"],
+        row["state"],
+        row["decided_by"],
+        row["decided_at"],
+        row["policy_version"],
+        row["created_at"],
+        row["timeout_at"],
+    )
 
 
 def os_user() -> str:
@@ -392,8 +422,14 @@ class Judge:
     rest waits for `approve` or `deny` (or is denied at its timeout). Any number of judges, in
     any processes, may poll the same data folder: every decision is claimed in one statement."""
 
-    def __init__(self, app: "Cairn", *, timeout: float | None = None,
-                 clock: Callable[[], float] = time.time, rules: RuleSet | None = None):
+    def __init__(
+        self,
+        app: Cairn,
+        *,
+        timeout: float | None = None,
+        clock: Callable[[], float] = time.time,
+        rules: RuleSet | None = None,
+    ):
         self.app = app
         self.store = app.store
         self.timeout = timeout if timeout is not None else timeout_from_env()
@@ -414,14 +450,16 @@ class Judge:
 
     def list(self, *, pending_only: bool = True) -> list[Approval]:
         where = " WHERE a.state = ?" if pending_only else ""
-        rows = self.store.query(f"{_SELECT}{where} ORDER BY a.created_at, a.id",
-                                (PENDING,) if pending_only else ())
+        rows = self.store.query(
+            f"{_SELECT}{where} ORDER BY a.created_at, a.id", (PENDING,) if pending_only else ()
+        )
         return [_approval(r) for r in rows]
 
     def get(self, ref: str) -> Approval:
         """An approval by its id or an unambiguous prefix of it."""
-        rows = self.store.query(f"{_SELECT} WHERE substr(a.id, 1, ?) = ? ORDER BY a.id",
-                                (len(ref), ref))
+        rows = self.store.query(
+            f"{_SELECT} WHERE substr(a.id, 1, ?) = ? ORDER BY a.id", (len(ref), ref)
+        )
         exact = [r for r in rows if r["id"] == ref]
         if exact or len(rows) == 1:
             return _approval((exact or rows)[0])
@@ -451,8 +489,9 @@ class Judge:
 
     def _runs_in_flight(self) -> list[Run]:
         marks = ",".join("?" * len(runs_mod.IN_FLIGHT))
-        rows = self.store.query(f"SELECT id FROM runs WHERE state IN ({marks}) ORDER BY created_at",
-                                runs_mod.IN_FLIGHT)
+        rows = self.store.query(
+            f"SELECT id FROM runs WHERE state IN ({marks}) ORDER BY created_at", runs_mod.IN_FLIGHT
+        )
         ids = [r["id"] for r in rows]
         found = []
         for run_id in ids:
@@ -481,8 +520,15 @@ class Judge:
                 if key not in self._reported:
                     self._reported.add(key)
                     log.warning("request %s of run %s is refused: %s", request_id, run.id, exc)
-                self._write_decision(run, request_id, "deny", f"the request is unusable: {exc}",
-                                     rule=None, by=BY_RULES, policy_version=None)
+                self._write_decision(
+                    run,
+                    request_id,
+                    "deny",
+                    f"the request is unusable: {exc}",
+                    rule=None,
+                    by=BY_RULES,
+                    policy_version=None,
+                )
                 continue
             made = self._take(run, request, now)
             if made is not None:
@@ -497,8 +543,15 @@ class Judge:
         if row is not None:
             known = _approval(row)
             if known.run_id != run.id:
-                self._write_decision(run, request.id, "deny", "the request id is already used",
-                                     rule=None, by=BY_RULES, policy_version=None)
+                self._write_decision(
+                    run,
+                    request.id,
+                    "deny",
+                    "the request id is already used",
+                    rule=None,
+                    by=BY_RULES,
+                    policy_version=None,
+                )
             elif known.state != PENDING:
                 # Decided, but the process that decided stopped before writing the file.
                 self._write_decision_of(run, known)
@@ -512,22 +565,45 @@ class Judge:
         command = redact(request.command)
         created = min(now, request.created_at) if request.created_at > 0 else now
         if not verdict.needs_approval:
-            made = Approval(request.id, run.id, run.task_id, command, verdict.rule_id,
-                            verdict.reason, AUTO_ALLOWED, BY_RULES, now, policy.version, created,
-                            None)
+            made = Approval(
+                request.id,
+                run.id,
+                run.task_id,
+                command,
+                verdict.rule_id,
+                verdict.reason,
+                AUTO_ALLOWED,
+                BY_RULES,
+                now,
+                policy.version,
+                created,
+                None,
+            )
             if not self._insert(made):
                 return None
             self._write_decision_of(run, made)
             self.app.events.publish(ev.APPROVAL_DECIDED, run.id, **self._event(made))
             return made
-        made = Approval(request.id, run.id, run.task_id, command, verdict.rule_id,
-                        verdict.reason, PENDING, None, None, policy.version, created,
-                        created + self.timeout)
+        made = Approval(
+            request.id,
+            run.id,
+            run.task_id,
+            command,
+            verdict.rule_id,
+            verdict.reason,
+            PENDING,
+            None,
+            None,
+            policy.version,
+            created,
+            created + self.timeout,
+        )
         if not self._insert(made):
             return None
         log.info("run %s waits for approval %s: %s", run.id, made.id, made.command)
-        self.app.events.publish(ev.APPROVAL_REQUESTED, run.id, **self._event(made),
-                                tool=request.tool, cwd=request.cwd)
+        self.app.events.publish(
+            ev.APPROVAL_REQUESTED, run.id, **self._event(made), tool=request.tool, cwd=request.cwd
+        )
         return made
 
     def _learn_secrets(self, task_id: str) -> None:
@@ -548,8 +624,20 @@ class Judge:
                 "INSERT OR IGNORE INTO approvals (id, run_id, command, rule, reason, state, "
                 "decided_by, decided_at, policy_version, created_at, timeout_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (a.id, a.run_id, a.command, a.rule, a.reason, a.state, a.decided_by, a.decided_at,
-                 a.policy_version, a.created_at, a.timeout_at))
+                (
+                    a.id,
+                    a.run_id,
+                    a.command,
+                    a.rule,
+                    a.reason,
+                    a.state,
+                    a.decided_by,
+                    a.decided_at,
+                    a.policy_version,
+                    a.created_at,
+                    a.timeout_at,
+                ),
+            )
             return cur.rowcount == 1
 
     def _sweep(self, now: float) -> list[Approval]:
@@ -584,21 +672,32 @@ class Judge:
             return False
         return (files.folder / REQUESTS_FOLDER / f"{request_id}.json").exists()
 
-    def _claim(self, approval_id: str, state: str, by: str | None, now: float,
-               policy_version: int | None = None) -> bool:
+    def _claim(
+        self,
+        approval_id: str,
+        state: str,
+        by: str | None,
+        now: float,
+        policy_version: int | None = None,
+    ) -> bool:
         with self.store.transaction() as conn:
             cur = conn.execute(
                 "UPDATE approvals SET state = ?, decided_by = ?, decided_at = ?, "
                 "policy_version = COALESCE(?, policy_version) WHERE id = ? AND state = ?",
-                (state, by, now, policy_version, approval_id, PENDING))
+                (state, by, now, policy_version, approval_id, PENDING),
+            )
             return cur.rowcount == 1
 
     def _settle_state(self, run: Run) -> None:
         """RUNNING while nothing waits for a person, WAITING_APPROVAL (with a checkpoint) while
         something does. Whoever makes the move writes the checkpoint."""
         run = self.store.get_run(run.id)
-        waiting = self.store.query_one("SELECT 1 FROM approvals WHERE run_id = ? AND state = ? "
-                                       "LIMIT 1", (run.id, PENDING)) is not None
+        waiting = (
+            self.store.query_one(
+                "SELECT 1 FROM approvals WHERE run_id = ? AND state = ? LIMIT 1", (run.id, PENDING)
+            )
+            is not None
+        )
         try:
             if waiting and run.state == R.RUNNING.value:
                 moved = runs_mod.move(self.store, run.id, R.WAITING_APPROVAL)
@@ -613,35 +712,50 @@ class Judge:
             try:
                 self.app.checkpoint(moved.task_id)
             except CairnError as exc:
-                log.warning("no checkpoint for run %s while it waits for approval: %s",
-                            moved.id, exc)
+                log.warning(
+                    "no checkpoint for run %s while it waits for approval: %s", moved.id, exc
+                )
 
     # -- deciding ----------------------------------------------------------------------------
 
-    def approve(self, approval_ref: str, *, remember: bool = False,
-                by: str | None = None) -> Approval:
+    def approve(
+        self, approval_ref: str, *, remember: bool = False, by: str | None = None
+    ) -> Approval:
         """Let the command run. With `remember`, the task's policy (a new version) lets this exact
         command run from now on without asking."""
         return self._decide(approval_ref, APPROVED, by or os_user(), remember=remember)
 
-    def deny(self, approval_ref: str, *, by: str | None = None,
-             reason: str | None = None) -> Approval:
+    def deny(
+        self, approval_ref: str, *, by: str | None = None, reason: str | None = None
+    ) -> Approval:
         return self._decide(approval_ref, DENIED, by or os_user(), note=reason)
 
-    def _decide(self, approval_ref: str, state: str, by: str, *, remember: bool = False,
-                note: str | None = None) -> Approval:
+    def _decide(
+        self,
+        approval_ref: str,
+        state: str,
+        by: str,
+        *,
+        remember: bool = False,
+        note: str | None = None,
+    ) -> Approval:
         with self._lock:
             a = self.get(approval_ref)
             if a.state != PENDING:
-                raise Conflict(f"approval {a.id} is {a.state} already"
-                               + (f" (by {a.decided_by})" if a.decided_by else ""))
+                raise Conflict(
+                    f"approval {a.id} is {a.state} already"
+                    + (f" (by {a.decided_by})" if a.decided_by else "")
+                )
             run = self.store.get_run(a.run_id)
             if not self._still_asked(run, a.id):
                 if self._claim(a.id, WITHDRAWN, None, self.clock()):
-                    self.app.events.publish(ev.APPROVAL_DECIDED, run.id,
-                                            **self._event(self.get(a.id)))
-                raise Conflict(f"run {run.id} no longer waits for approval {a.id} (it is "
-                               f"{run.state}); nothing was decided")
+                    self.app.events.publish(
+                        ev.APPROVAL_DECIDED, run.id, **self._event(self.get(a.id))
+                    )
+                raise Conflict(
+                    f"run {run.id} no longer waits for approval {a.id} (it is "
+                    f"{run.state}); nothing was decided"
+                )
             now = self.clock()
             policy_changed = None
             with self.store.transaction():
@@ -658,13 +772,25 @@ class Judge:
                 why = f"approved by {by}" + (" (remembered for this task)" if remember else "")
             else:
                 why = f"denied by {by}" + (f": {note}" if note else "")
-            self._write_decision(run, a.id, "allow" if state == APPROVED else "deny", why,
-                                 rule=a.rule, by=by, policy_version=decided.policy_version)
+            self._write_decision(
+                run,
+                a.id,
+                "allow" if state == APPROVED else "deny",
+                why,
+                rule=a.rule,
+                by=by,
+                policy_version=decided.policy_version,
+            )
             if policy_changed:
-                self.app.events.publish(ev.POLICY_CHANGED, policy_changed[0],
-                                        version=policy_changed[1], approved=a.command)
-            self.app.events.publish(ev.APPROVAL_DECIDED, run.id, **self._event(decided),
-                                    remembered=remember)
+                self.app.events.publish(
+                    ev.POLICY_CHANGED,
+                    policy_changed[0],
+                    version=policy_changed[1],
+                    approved=a.command,
+                )
+            self.app.events.publish(
+                ev.APPROVAL_DECIDED, run.id, **self._event(decided), remembered=remember
+            )
             self._settle_state(run)
             return decided
 
@@ -676,40 +802,77 @@ class Judge:
     def _write_decision_of(self, run: Run, a: Approval) -> None:
         allow = a.state in (APPROVED, AUTO_ALLOWED)
         if a.state == AUTO_ALLOWED:
-            why = "allowed by the task's remembered approvals" if a.rule == "remembered" else \
-                "allowed by Cairn's risk rules"
+            why = (
+                "allowed by the task's remembered approvals"
+                if a.rule == "remembered"
+                else "allowed by Cairn's risk rules"
+            )
         elif a.state == TIMED_OUT:
             why = f"no decision within {(a.timeout_at or 0) - a.created_at:g} s"
         elif a.state == WITHDRAWN:
             why = "the run moved on before a decision"
         else:
             why = f"{a.state} by {a.decided_by}"
-        self._write_decision(run, a.id, "allow" if allow else "deny", why, rule=a.rule,
-                             by=a.decided_by, policy_version=a.policy_version)
+        self._write_decision(
+            run,
+            a.id,
+            "allow" if allow else "deny",
+            why,
+            rule=a.rule,
+            by=a.decided_by,
+            policy_version=a.policy_version,
+        )
 
-    def _write_decision(self, run: Run, request_id: str, decision: str, reason: str, *,
-                        rule: str | None, by: str | None, policy_version: int | None) -> None:
+    def _write_decision(
+        self,
+        run: Run,
+        request_id: str,
+        decision: str,
+        reason: str,
+        *,
+        rule: str | None,
+        by: str | None,
+        policy_version: int | None,
+    ) -> None:
         root = ensure_decisions_root(self.app.data.root, run.workspace_id or "_")
         folder = root / run.exec_id
         folder.mkdir(exist_ok=True)
         os.chmod(folder, 0o755)
-        write_json_atomic(folder / f"{request_id}.json", {
-            "id": request_id, "run_id": run.id, "exec_id": run.exec_id, "decision": decision,
-            "reason": reason, "rule": rule, "decided_by": by, "decided_at": self.clock(),
-            "policy_version": policy_version, "rules_version": self.rules.version})
+        write_json_atomic(
+            folder / f"{request_id}.json",
+            {
+                "id": request_id,
+                "run_id": run.id,
+                "exec_id": run.exec_id,
+                "decision": decision,
+                "reason": reason,
+                "rule": rule,
+                "decided_by": by,
+                "decided_at": self.clock(),
+                "policy_version": policy_version,
+                "rules_version": self.rules.version,
+            },
+        )
         self._answered.add((run.exec_id, request_id))
 
     @staticmethod
     def _event(a: Approval) -> dict:
-        return {"approval_id": a.id, "task_id": a.task_id, "command": a.command, "rule": a.rule,
-                "reason": a.reason, "approval_state": a.state, "decided_by": a.decided_by,
-                "timeout_at": a.timeout_at}
+        return {
+            "approval_id": a.id,
+            "task_id": a.task_id,
+            "command": a.command,
+            "rule": a.rule,
+            "reason": a.reason,
+            "approval_state": a.state,
+            "decided_by": a.decided_by,
+            "timeout_at": a.timeout_at,
+        }
 
 
 # -- wiring a run to the gate --------------------------------------------------------------------
 
 
-def gate_command(app: "Cairn", workspace_id: str, live: "LiveSession") -> list[str]:
+def gate_command(app: Cairn, workspace_id: str, live: LiveSession) -> list[str]:
     """The gate's command for this sandbox, or [] (with a problem event) when the sandbox cannot
     run it (an image without python3): the run then goes ungated, and says so."""
     argv = ["python3", live.visible_path(GATE_IN_SANDBOX)]
@@ -721,22 +884,29 @@ def gate_command(app: "Cairn", workspace_id: str, live: "LiveSession") -> list[s
         ok, why = False, str(exc)
     if ok:
         return argv
-    app.events.publish(ev.WORKSPACE_PROBLEM, workspace_id,
-                       message=f"the approval gate cannot run in this sandbox "
-                               f"({why or 'no python3'}); commands of this run are NOT checked "
-                               "for approval",
-                       about="approvals")
+    app.events.publish(
+        ev.WORKSPACE_PROBLEM,
+        workspace_id,
+        message=f"the approval gate cannot run in this sandbox "
+        f"({why or 'no python3'}); commands of this run are NOT checked "
+        "for approval",
+        about="approvals",
+    )
     return []
 
 
-def gate_environment(run: Run, live: "LiveSession") -> dict[str, str]:
+def gate_environment(run: Run, live: LiveSession) -> dict[str, str]:
     """What the gate needs to know in each exec: which run and attempt it asks for, its
     mailbox, and how long to wait."""
-    return {"CAIRN_RUN_ID": run.id, "CAIRN_EXEC_ID": run.exec_id,
-            "CAIRN_APPROVAL_TIMEOUT": f"{timeout_from_env():g}",
-            "CAIRN_APPROVAL_REQUESTS": live.visible_path(f"{CONTAINER_RUNS}/{run.exec_id}/"
-                                                     f"{REQUESTS_FOLDER}"),
-            "CAIRN_APPROVAL_DECISIONS": live.visible_path(f"{DECISIONS_IN_SANDBOX}/{run.exec_id}")}
+    return {
+        "CAIRN_RUN_ID": run.id,
+        "CAIRN_EXEC_ID": run.exec_id,
+        "CAIRN_APPROVAL_TIMEOUT": f"{timeout_from_env():g}",
+        "CAIRN_APPROVAL_REQUESTS": live.visible_path(
+            f"{CONTAINER_RUNS}/{run.exec_id}/{REQUESTS_FOLDER}"
+        ),
+        "CAIRN_APPROVAL_DECISIONS": live.visible_path(f"{DECISIONS_IN_SANDBOX}/{run.exec_id}"),
+    }
 
 
 # -- the detached judge ----------------------------------------------------------------------------
@@ -768,14 +938,23 @@ def ensure_judge(data: DataDir) -> int | None:
             return pid
         folder = judge_dir(data.root)
         folder.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ,
-               "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT),
-                                                         os.environ.get("PYTHONPATH")) if p)}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p
+            ),
+        }
         with open(folder / "judge.log", "ab") as out:
             proc = subprocess.Popen(
                 python_command("core.approvals", "serve", "--data-dir", str(data.root)),
-                stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd=str(REPO_ROOT), env=env,
-                start_new_session=True, close_fds=True)
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                cwd=str(REPO_ROOT),
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+            )
         # Reaped here when this process lives on (the GUI); adopted by init otherwise.
         threading.Thread(target=proc.wait, name="judge-reaper", daemon=True).start()
         return proc.pid
@@ -820,13 +999,16 @@ def serve(data_dir: str | Path, *, idle_exit: float = IDLE_EXIT_S) -> int:
         with Cairn(data.root) as app:
             judge = Judge(app)
             idle_since: float | None = None
-            gone: set[str] = set()   # runs whose process is known to be gone
+            gone: set[str] = set()  # runs whose process is known to be gone
             checked = 0.0
             while not stop.is_set() and data.db_path.exists():
                 try:
                     judge.poll()
-                    active = [r for r in judge._runs_in_flight()
-                              if runs_mod.run_files(app.data.runs_root, r).exit_code is None]
+                    active = [
+                        r
+                        for r in judge._runs_in_flight()
+                        if runs_mod.run_files(app.data.runs_root, r).exit_code is None
+                    ]
                 except (CairnError, OSError, sqlite3.Error) as exc:
                     log.warning("judging failed (trying again): %s", exc)
                     active = []
@@ -847,9 +1029,10 @@ def serve(data_dir: str | Path, *, idle_exit: float = IDLE_EXIT_S) -> int:
     return 0
 
 
-def _gone(app: "Cairn", run: Run) -> bool:
+def _gone(app: Cairn, run: Run) -> bool:
     """True only when the run's process is known to be gone (an unknown answer is not gone)."""
     from core.reconcile import run_liveness
+
     try:
         alive, _ = run_liveness(app, run)
     except (CairnError, OSError) as exc:
@@ -859,16 +1042,19 @@ def _gone(app: "Cairn", run: Run) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m core.approvals",
-                                     description="Cairn's approvals judge for one data folder.")
+    parser = argparse.ArgumentParser(
+        prog="python -m core.approvals", description="Cairn's approvals judge for one data folder."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("serve", help="allow what the risk rules pass and apply timeouts, "
-                                     "until no run needs it")
+    p = sub.add_parser(
+        "serve", help="allow what the risk rules pass and apply timeouts, until no run needs it"
+    )
     p.add_argument("--data-dir", required=True)
     p.add_argument("--idle-exit", type=float, default=IDLE_EXIT_S)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s judge %(levelname)s %(message)s")
     from core.redact import install_log_redaction
+
     install_log_redaction()
     return serve(args.data_dir, idle_exit=args.idle_exit)
 
@@ -876,4 +1062,5 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     # Run the one copy of this module everything else imports, not a second `__main__` one.
     from core.approvals import main as _main
+
     sys.exit(_main())

@@ -27,10 +27,11 @@ import subprocess
 import tarfile
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from email.header import Header
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from core.credentials import KeyringUnavailable, SecretMissing
 from core.diffs import quote_path
@@ -65,12 +66,13 @@ _NAMED_HITS = 5  # how many hits an error names before it only counts
 
 # -- errors ---------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class ScanHit:
     """A secret found: where and what kind. Never the value."""
 
-    path: str        # the file's path in the revision, or what was scanned ("the evidence")
-    kind: str        # "GitHub token", "the granted secret 'openai'", ...
+    path: str  # the file's path in the revision, or what was scanned ("the evidence")
+    kind: str  # "GitHub token", "the granted secret 'openai'", ...
     line: int | None = None
     in_name: bool = False
 
@@ -90,9 +92,10 @@ class SecretFound(CairnError):
     def __init__(self, what: str, hits: list[ScanHit]):
         named = ", ".join(h.describe() for h in hits[:_NAMED_HITS])
         more = f" and {len(hits) - _NAMED_HITS} more" if len(hits) > _NAMED_HITS else ""
-        super().__init__(f"{what} refused: a secret was found in {named}{more}",
-                         hint="remove it from the workspace, capture a new revision and promote "
-                              "that one")
+        super().__init__(
+            f"{what} refused: a secret was found in {named}{more}",
+            hint="remove it from the workspace, capture a new revision and promote that one",
+        )
         self.hits = hits
 
 
@@ -111,26 +114,43 @@ class CorruptArtifact(CairnError):
 # not match. A file holding none of a pattern's needles is not searched with it: `in` on bytes is
 # far faster than a regex that starts with a look-behind.
 TOKEN_PATTERNS: tuple[tuple[str, tuple[bytes, ...], re.Pattern[bytes]], ...] = tuple(
-    (kind, needles, re.compile(pattern)) for kind, needles, pattern in (
-        ("private key", (b"PRIVATE KEY",),
-         rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"),
-        ("AWS access key id", (b"AKIA", b"ASIA", b"ABIA", b"ACCA"),
-         rb"(?<![A-Z0-9])(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}(?![A-Z0-9])"),
-        ("GitHub token", (b"ghp_", b"gho_", b"ghu_", b"ghs_", b"ghr_"),
-         rb"(?<![A-Za-z0-9_])gh[pousr]_[A-Za-z0-9]{36,255}(?![A-Za-z0-9_])"),
+    (kind, needles, re.compile(pattern))
+    for kind, needles, pattern in (
+        (
+            "private key",
+            (b"PRIVATE KEY",),
+            rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----",
+        ),
+        (
+            "AWS access key id",
+            (b"AKIA", b"ASIA", b"ABIA", b"ACCA"),
+            rb"(?<![A-Z0-9])(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}(?![A-Z0-9])",
+        ),
+        (
+            "GitHub token",
+            (b"ghp_", b"gho_", b"ghu_", b"ghs_", b"ghr_"),
+            rb"(?<![A-Za-z0-9_])gh[pousr]_[A-Za-z0-9]{36,255}(?![A-Za-z0-9_])",
+        ),
         ("GitHub token", (b"github_pat_",), rb"(?<![A-Za-z0-9_])github_pat_[A-Za-z0-9_]{60,255}"),
         ("GitLab token", (b"glpat-",), rb"(?<![A-Za-z0-9_])glpat-[A-Za-z0-9_-]{20,}"),
-        ("Anthropic API key", (b"sk-ant-",),
-         rb"(?<![A-Za-z0-9_-])sk-ant-[a-z]+[0-9]*-[A-Za-z0-9_-]{20,}"),
-        ("OpenAI-style API key", (b"sk-",),
-         rb"(?<![A-Za-z0-9_-])sk-(?!ant-)(?:proj-|svcacct-|admin-)?"
-         rb"(?=[A-Za-z0-9_-]{0,200}[0-9])(?=[A-Za-z0-9_-]{0,200}[A-Za-z])[A-Za-z0-9_-]{32,}"),
+        (
+            "Anthropic API key",
+            (b"sk-ant-",),
+            rb"(?<![A-Za-z0-9_-])sk-ant-[a-z]+[0-9]*-[A-Za-z0-9_-]{20,}",
+        ),
+        (
+            "OpenAI-style API key",
+            (b"sk-",),
+            rb"(?<![A-Za-z0-9_-])sk-(?!ant-)(?:proj-|svcacct-|admin-)?"
+            rb"(?=[A-Za-z0-9_-]{0,200}[0-9])(?=[A-Za-z0-9_-]{0,200}[A-Za-z])[A-Za-z0-9_-]{32,}",
+        ),
         ("Slack token", (b"xox",), rb"(?<![A-Za-z0-9])xox[abposr]-[0-9A-Za-z-]{10,}"),
         ("Google API key", (b"AIza",), rb"(?<![A-Za-z0-9])AIza[0-9A-Za-z_-]{35}"),
         ("Stripe live key", (b"k_live_",), rb"(?<![A-Za-z0-9])[rs]k_live_[0-9A-Za-z]{20,}"),
         ("npm token", (b"npm_",), rb"(?<![A-Za-z0-9_])npm_[A-Za-z0-9]{36}(?![A-Za-z0-9])"),
         ("Hugging Face token", (b"hf_",), rb"(?<![A-Za-z0-9_])hf_[A-Za-z0-9]{34,}(?![A-Za-z0-9])"),
-    ))
+    )
+)
 
 
 class SecretScanner:
@@ -145,7 +165,7 @@ class SecretScanner:
                 continue
             for form in encodings_of(value):
                 forms.setdefault(form.encode("utf-8"), name)
-        self.secret_names = sorted(set((secrets or {})) - set(self.too_short))
+        self.secret_names = sorted(set(secrets or {}) - set(self.too_short))
         self._names = forms
         ordered = sorted(forms, key=len, reverse=True)
         self._values = re.compile(b"|".join(re.escape(f) for f in ordered)) if ordered else None
@@ -185,28 +205,31 @@ class ScanReport:
     secrets_too_short: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {"files_scanned": self.files_scanned,
-                "files_already_committed": self.files_already_committed,
-                "secrets_checked": self.secrets_checked,
-                "secrets_not_in_keyring": self.secrets_not_in_keyring,
-                "secrets_too_short": self.secrets_too_short,
-                "token_kinds": sorted({kind for kind, _, _ in TOKEN_PATTERNS})}
+        return {
+            "files_scanned": self.files_scanned,
+            "files_already_committed": self.files_already_committed,
+            "secrets_checked": self.secrets_checked,
+            "secrets_not_in_keyring": self.secrets_not_in_keyring,
+            "secrets_too_short": self.secrets_too_short,
+            "token_kinds": sorted({kind for kind, _, _ in TOKEN_PATTERNS}),
+        }
 
 
 def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def lineage_secret_names(app: "Cairn", task: Task) -> list[str]:
+def lineage_secret_names(app: Cairn, task: Task) -> list[str]:
     """Every secret ever granted anywhere in the task's lineage, revoked ones included: a continue
     shares its parent's workspace, and an agent may have written a secret before it was revoked."""
     from core import lineage
+
     members = lineage.members(app.store, lineage.root_of(app.store, task.id))
     rows = app.store.grant_rows_for_tasks([t.id for t in members] or [task.id])
     return sorted({r["secret_name"] for r in rows})
 
 
-def scanner_for(app: "Cairn", task: Task, what: str) -> tuple[SecretScanner, ScanReport]:
+def scanner_for(app: Cairn, task: Task, what: str) -> tuple[SecretScanner, ScanReport]:
     """A scanner loaded with the current values of the lineage's secrets, read from the keyring
     now. A lineage with no grants never touches the keyring; one with grants and no usable
     keyring is refused (ScanUnavailable) rather than promoted unscanned."""
@@ -225,21 +248,25 @@ def scanner_for(app: "Cairn", task: Task, what: str) -> tuple[SecretScanner, Sca
                 raise ScanUnavailable(
                     f"{what} refused: the secrets granted to this task's lineage ({listed}) "
                     f"cannot be read to scan for them: {exc.detail}",
-                    hint="start or unlock your desktop keyring and try again") from None
+                    hint="start or unlock your desktop keyring and try again",
+                ) from None
     scanner = SecretScanner(values)
-    return scanner, ScanReport(secrets_checked=scanner.secret_names,
-                               secrets_not_in_keyring=missing,
-                               secrets_too_short=scanner.too_short)
+    return scanner, ScanReport(
+        secrets_checked=scanner.secret_names,
+        secrets_not_in_keyring=missing,
+        secrets_too_short=scanner.too_short,
+    )
 
 
 # -- reading revisions ----------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class TreeItem:
     mode: str
-    kind: str   # "blob" | "tree" | "commit"
+    kind: str  # "blob" | "tree" | "commit"
     sha: str
-    path: str   # decoded with surrogateescape: round-trips any bytes
+    path: str  # decoded with surrogateescape: round-trips any bytes
 
 
 def list_tree(vault: Vault, treeish: str, *, with_trees: bool = False) -> list[TreeItem]:
@@ -286,8 +313,13 @@ def head_at_import(vault: Vault, ws: Workspace) -> str | None:
     return None if head in (None, "", "-") else head
 
 
-def scan_items(vault: Vault, items: Iterable[TreeItem], scanner: SecretScanner,
-               report: ScanReport, skip: set[str]) -> list[ScanHit]:
+def scan_items(
+    vault: Vault,
+    items: Iterable[TreeItem],
+    scanner: SecretScanner,
+    report: ScanReport,
+    skip: set[str],
+) -> list[ScanHit]:
     """Scan the files among `items` (blobs whose content is not in `skip`)."""
     hits: list[ScanHit] = []
     for item in items:
@@ -305,26 +337,42 @@ def scan_items(vault: Vault, items: Iterable[TreeItem], scanner: SecretScanner,
 def _normalise_path(path: str) -> str:
     parts = [p for p in path.replace("\\", "/").split("/") if p not in ("", ".")]
     if path.startswith("/") or ".." in parts or not parts:
-        raise InputError(f"{path!r} is not a path inside the workspace (give it relative to the "
-                         "workspace's top, e.g. src/app.py)")
+        raise InputError(
+            f"{path!r} is not a path inside the workspace (give it relative to the "
+            "workspace's top, e.g. src/app.py)"
+        )
     return "/".join(parts)
 
 
 def find_file(vault: Vault, rev: Revision, path: str) -> TreeItem:
     rel = _normalise_path(path)
-    proc = run_git(["--literal-pathspecs", "--git-dir", str(vault.git_dir), "ls-tree", "-z",
-                    "--full-tree", rev.id, "--", rel])
+    proc = run_git(
+        [
+            "--literal-pathspecs",
+            "--git-dir",
+            str(vault.git_dir),
+            "ls-tree",
+            "-z",
+            "--full-tree",
+            rev.id,
+            "--",
+            rel,
+        ]
+    )
     for entry in proc.stdout.split(b"\0"):
         meta, _, raw = entry.partition(b"\t")
         if os.fsdecode(raw) != rel:
             continue
         mode, kind, sha = meta.decode().split(" ")
         if kind == "tree":
-            raise InputError(f"{rel} is a folder in revision {rev.id[:12]}; give a file, or "
-                             "promote the whole revision without --path")
+            raise InputError(
+                f"{rel} is a folder in revision {rev.id[:12]}; give a file, or "
+                "promote the whole revision without --path"
+            )
         if mode == MODE_LINK:
-            raise InputError(f"{rel} is a symbolic link in revision {rev.id[:12]}; promote the "
-                             "file it points to")
+            raise InputError(
+                f"{rel} is a symbolic link in revision {rev.id[:12]}; promote the file it points to"
+            )
         if mode == MODE_GITLINK:
             raise InputError(f"{rel} is a submodule in revision {rev.id[:12]}, not a file")
         return TreeItem(mode, kind, sha, rel)
@@ -332,6 +380,7 @@ def find_file(vault: Vault, rev: Revision, path: str) -> TreeItem:
 
 
 # -- the artifact store ---------------------------------------------------------------------------
+
 
 class _HashingWriter:
     def __init__(self, out: BinaryIO):
@@ -424,11 +473,14 @@ class ArtifactStore:
 
 
 def _mismatch(label: str, path: Path, found: str, recorded: str) -> CorruptArtifact:
-    return CorruptArtifact(f"{label} is corrupt: {path} hashes to {found[:16]}…, not the recorded "
-                           f"{recorded[:16]}…; it was changed after it was promoted")
+    return CorruptArtifact(
+        f"{label} is corrupt: {path} hashes to {found[:16]}…, not the recorded "
+        f"{recorded[:16]}…; it was changed after it was promoted"
+    )
 
 
 # -- artifacts ------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Artifact:
@@ -436,7 +488,7 @@ class Artifact:
     task_id: str
     run_id: str | None
     revision_id: str | None
-    path: str | None        # the file's path in the revision; None for a whole revision
+    path: str | None  # the file's path in the revision; None for a whole revision
     sha256: str
     provenance: dict
     created_at: float
@@ -450,20 +502,38 @@ class Artifact:
         return self.provenance.get("size")
 
     def to_json(self) -> dict:
-        return {"artifact_id": self.id, "task_id": self.task_id, "run_id": self.run_id,
-                "revision": self.revision_id, "path": self.path, "sha256": self.sha256,
-                "kind": self.kind, "size": self.size, "created_at": self.created_at,
-                "provenance": self.provenance}
+        return {
+            "artifact_id": self.id,
+            "task_id": self.task_id,
+            "run_id": self.run_id,
+            "revision": self.revision_id,
+            "path": self.path,
+            "sha256": self.sha256,
+            "kind": self.kind,
+            "size": self.size,
+            "created_at": self.created_at,
+            "provenance": self.provenance,
+        }
 
 
 def _artifact(row: Any) -> Artifact:
-    return Artifact(row["id"], row["task_id"], row["run_id"], row["revision_id"], row["path"],
-                    row["sha256"], json.loads(row["provenance"] or "{}"), row["created_at"])
+    return Artifact(
+        row["id"],
+        row["task_id"],
+        row["run_id"],
+        row["revision_id"],
+        row["path"],
+        row["sha256"],
+        json.loads(row["provenance"] or "{}"),
+        row["created_at"],
+    )
 
 
-def get_artifact(app: "Cairn", artifact_id: str) -> Artifact:
-    rows = app.store.query("SELECT * FROM artifacts WHERE id = ? OR id LIKE ? ORDER BY id LIMIT 2",
-                           (artifact_id, f"{artifact_id}%"))
+def get_artifact(app: Cairn, artifact_id: str) -> Artifact:
+    rows = app.store.query(
+        "SELECT * FROM artifacts WHERE id = ? OR id LIKE ? ORDER BY id LIMIT 2",
+        (artifact_id, f"{artifact_id}%"),
+    )
     exact = [r for r in rows if r["id"] == artifact_id]
     if exact:
         return _artifact(exact[0])
@@ -474,17 +544,19 @@ def get_artifact(app: "Cairn", artifact_id: str) -> Artifact:
     raise NotFound(f"no artifact with id {artifact_id!r}")
 
 
-def list_artifacts(app: "Cairn", task_ids: list[str] | None = None) -> list[Artifact]:
+def list_artifacts(app: Cairn, task_ids: list[str] | None = None) -> list[Artifact]:
     if task_ids is None:
         rows = app.store.query("SELECT * FROM artifacts ORDER BY created_at, id")
     else:
         marks = ",".join("?" * len(task_ids)) or "NULL"
-        rows = app.store.query(f"SELECT * FROM artifacts WHERE task_id IN ({marks}) "
-                               "ORDER BY created_at, id", tuple(task_ids))
+        rows = app.store.query(
+            f"SELECT * FROM artifacts WHERE task_id IN ({marks}) ORDER BY created_at, id",
+            tuple(task_ids),
+        )
     return [_artifact(r) for r in rows]
 
 
-def run_of(app: "Cairn", task: Task, rev: Revision) -> Run | None:
+def run_of(app: Cairn, task: Task, rev: Revision) -> Run | None:
     """The run that produced the revision: the one it names, else the task's last run started
     before it was recorded."""
     if rev.run_id:
@@ -496,7 +568,7 @@ def run_of(app: "Cairn", task: Task, rev: Revision) -> Run | None:
     return earlier[-1] if earlier else None
 
 
-def provenance_of(app: "Cairn", task: Task, rev: Revision, ws: Workspace) -> dict:
+def provenance_of(app: Cairn, task: Task, rev: Revision, ws: Workspace) -> dict:
     run = run_of(app, task, rev)
     contract: dict = {}
     if run is not None:
@@ -504,18 +576,31 @@ def provenance_of(app: "Cairn", task: Task, rev: Revision, ws: Workspace) -> dic
         contract = dict(ck.tool_contract) if ck else {}
     engine = run.engine if run else task.engine
     tools = contract.get("tools") or {}
-    return {"task_id": task.id, "task_title": task.title, "run_id": run.id if run else None,
-            "revision": rev.id, "tree": rev.tree, "workspace_id": ws.id,
-            "source_path": app.store.get_source(task.source_id).path,
-            "engine": engine, "engine_version": tools.get(engine),
-            "tool_contract": contract or None, "revision_created_at": rev.created_at}
+    return {
+        "task_id": task.id,
+        "task_title": task.title,
+        "run_id": run.id if run else None,
+        "revision": rev.id,
+        "tree": rev.tree,
+        "workspace_id": ws.id,
+        "source_path": app.store.get_source(task.source_id).path,
+        "engine": engine,
+        "engine_version": tools.get(engine),
+        "tool_contract": contract or None,
+        "revision_created_at": rev.created_at,
+    }
 
 
 def write_tar(vault: Vault, items: list[TreeItem], out: Any) -> int:
     """The deterministic tar of a revision (see FORMAT_TAR); the number of submodules left out."""
     left_out = 0
-    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT, encoding="utf-8",
-                      errors="surrogateescape") as tar:
+    with tarfile.open(
+        fileobj=out,
+        mode="w|",
+        format=tarfile.PAX_FORMAT,
+        encoding="utf-8",
+        errors="surrogateescape",
+    ) as tar:
         for item in items:
             info = tarfile.TarInfo(item.path)
             info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
@@ -535,8 +620,15 @@ def write_tar(vault: Vault, items: list[TreeItem], out: Any) -> int:
     return left_out
 
 
-def promote_artifact(app: "Cairn", task: Task, rev: Revision, *, path: str | None = None,
-                     evidence: bytes | None = None, evidence_name: str | None = None) -> Artifact:
+def promote_artifact(
+    app: Cairn,
+    task: Task,
+    rev: Revision,
+    *,
+    path: str | None = None,
+    evidence: bytes | None = None,
+    evidence_name: str | None = None,
+) -> Artifact:
     """Freeze a file of the revision (or the whole revision) as an artifact: scanned first,
     stored content-addressed, recorded with its provenance and the caller's evidence."""
     ws = app.store.get_workspace(rev.workspace_id)
@@ -547,8 +639,9 @@ def promote_artifact(app: "Cairn", task: Task, rev: Revision, *, path: str | Non
     items = [find_file(vault, rev, path)] if path else list_tree(vault, rev.id, with_trees=True)
     hits = scan_items(vault, items, scanner, report, skip)
     if evidence is not None:
-        hits += scanner.scan("the evidence" + (f" {evidence_name}" if evidence_name else ""),
-                             evidence)
+        hits += scanner.scan(
+            "the evidence" + (f" {evidence_name}" if evidence_name else ""), evidence
+        )
     if hits:
         raise SecretFound(_sentence(what), hits)
 
@@ -557,13 +650,22 @@ def promote_artifact(app: "Cairn", task: Task, rev: Revision, *, path: str | Non
     if path:
         item = items[0]
         sha, size = store.put_bytes(vault.objects.read_blob(item.sha))
-        provenance.update(kind=KIND_FILE, format=FORMAT_BLOB, path=item.path, blob=item.sha,
-                          executable=item.mode == MODE_EXEC)
+        provenance.update(
+            kind=KIND_FILE,
+            format=FORMAT_BLOB,
+            path=item.path,
+            blob=item.sha,
+            executable=item.mode == MODE_EXEC,
+        )
     else:
         left_out: list[int] = []
         sha, size = store.put(lambda out: left_out.append(write_tar(vault, items, out)))
-        provenance.update(kind=KIND_REVISION, format=FORMAT_TAR, path=None,
-                          submodules_left_out=left_out[0] if left_out else 0)
+        provenance.update(
+            kind=KIND_REVISION,
+            format=FORMAT_TAR,
+            path=None,
+            submodules_left_out=left_out[0] if left_out else 0,
+        )
     provenance["size"] = size
     provenance["scan"] = report.to_dict()
     if evidence is not None:
@@ -571,31 +673,50 @@ def promote_artifact(app: "Cairn", task: Task, rev: Revision, *, path: str | Non
         provenance["evidence"] = {"sha256": ev_sha, "size": ev_size, "name": evidence_name}
     now = time.time()
     provenance["promoted_at"] = now
-    art = Artifact(new_id("artifact"), task.id, provenance["run_id"], rev.id,
-                   provenance["path"], sha, provenance, now)
+    art = Artifact(
+        new_id("artifact"),
+        task.id,
+        provenance["run_id"],
+        rev.id,
+        provenance["path"],
+        sha,
+        provenance,
+        now,
+    )
     with app.store.transaction() as conn:
-        conn.execute("INSERT INTO artifacts (id, task_id, run_id, revision_id, path, sha256, "
-                     "provenance, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                     (art.id, art.task_id, art.run_id, art.revision_id, art.path, art.sha256,
-                      json.dumps(provenance, sort_keys=True), art.created_at))
+        conn.execute(
+            "INSERT INTO artifacts (id, task_id, run_id, revision_id, path, sha256, "
+            "provenance, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                art.id,
+                art.task_id,
+                art.run_id,
+                art.revision_id,
+                art.path,
+                art.sha256,
+                json.dumps(provenance, sort_keys=True),
+                art.created_at,
+            ),
+        )
     return art
 
 
-def read_artifact(app: "Cairn", artifact_id: str) -> bytes:
+def read_artifact(app: Cairn, artifact_id: str) -> bytes:
     art = get_artifact(app, artifact_id)
     return ArtifactStore(app.data.artifacts_root).read(art.sha256, label=f"artifact {art.id}")
 
 
-def read_evidence(app: "Cairn", artifact_id: str) -> bytes | None:
+def read_evidence(app: Cairn, artifact_id: str) -> bytes | None:
     art = get_artifact(app, artifact_id)
     evidence = art.provenance.get("evidence")
     if not evidence:
         return None
-    return ArtifactStore(app.data.artifacts_root).read(evidence["sha256"],
-                                                        label=f"the evidence of artifact {art.id}")
+    return ArtifactStore(app.data.artifacts_root).read(
+        evidence["sha256"], label=f"the evidence of artifact {art.id}"
+    )
 
 
-def verify_artifact(app: "Cairn", artifact_id: str) -> Artifact:
+def verify_artifact(app: Cairn, artifact_id: str) -> Artifact:
     art = get_artifact(app, artifact_id)
     store = ArtifactStore(app.data.artifacts_root)
     store.verify(art.sha256, label=f"artifact {art.id}")
@@ -607,37 +728,53 @@ def verify_artifact(app: "Cairn", artifact_id: str) -> Artifact:
 
 # -- the user's repository ------------------------------------------------------------------------
 
-def _user_git(folder: Path, args: list[str], *, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess:
+
+def _user_git(
+    folder: Path, args: list[str], *, ok: tuple[int, ...] = (0,)
+) -> subprocess.CompletedProcess:
     """A read-only git command in the user's repository (no optional locks, no fsmonitor)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env.update(GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0", LC_ALL="C")
-    proc = subprocess.run(["git", "-C", str(folder), "-c", "core.fsmonitor=false", *args],
-                          capture_output=True, env=env)
+    proc = subprocess.run(
+        ["git", "-C", str(folder), "-c", "core.fsmonitor=false", *args],
+        capture_output=True,
+        env=env,
+    )
     if proc.returncode not in ok:
         err = proc.stderr.decode(errors="replace").strip().splitlines()
-        raise InputError(f"{folder} is a git repository that git cannot read: "
-                         f"{err[-1] if err else 'exit ' + str(proc.returncode)}")
+        raise InputError(
+            f"{folder} is a git repository that git cannot read: "
+            f"{err[-1] if err else 'exit ' + str(proc.returncode)}"
+        )
     return proc
 
 
 def check_branch_name(name: str) -> str:
-    if not isinstance(name, str) or not name or name.startswith("-") or name == "HEAD" \
-            or name.startswith("refs/"):
+    if (
+        not isinstance(name, str)
+        or not name
+        or name.startswith("-")
+        or name == "HEAD"
+        or name.startswith("refs/")
+    ):
         raise InputError(f"{name!r} is not a usable branch name")
-    proc = subprocess.run(["git", "check-ref-format", f"refs/heads/{name}"],
-                          capture_output=True, env=git_env())
+    proc = subprocess.run(
+        ["git", "check-ref-format", f"refs/heads/{name}"], capture_output=True, env=git_env()
+    )
     if proc.returncode != 0:
         raise InputError(f"{name!r} is not a valid git branch name")
     return name
 
 
-def user_repository(app: "Cairn", task: Task) -> Path:
+def user_repository(app: Cairn, task: Task) -> Path:
     """The task's source folder, when it is (still) the top of a git repository."""
     source = app.store.get_source(task.source_id)
     folder = Path(source.path)
     if source.kind != "git" or not os.path.lexists(folder / ".git"):
-        raise InputError(f"{folder} is a plain folder, not a git repository: there is no branch "
-                         "to promote to; promote an artifact or export a patch instead")
+        raise InputError(
+            f"{folder} is a plain folder, not a git repository: there is no branch "
+            "to promote to; promote an artifact or export a patch instead"
+        )
     top = _user_git(folder, ["rev-parse", "--show-toplevel"]).stdout.decode().strip()
     if not top or Path(top).resolve() != folder.resolve():
         raise InputError(f"{folder} is no longer the top of a git repository")
@@ -656,16 +793,23 @@ class PromotedBranch:
     scan: dict
 
     def to_json(self) -> dict:
-        return {"repository": self.repository, "branch": self.branch, "commit": self.commit,
-                "tree": self.tree, "parent": self.parent, "task_id": self.task_id,
-                "revision": self.revision, "scan": self.scan}
+        return {
+            "repository": self.repository,
+            "branch": self.branch,
+            "commit": self.commit,
+            "tree": self.tree,
+            "parent": self.parent,
+            "task_id": self.task_id,
+            "revision": self.revision,
+            "scan": self.scan,
+        }
 
 
 # The receiving side runs in the user's repository: no hooks of theirs, no automatic gc there.
 _RECEIVE_PACK = "git -c receive.autogc=false -c core.hooksPath=/dev/null receive-pack"
 
 
-def promote_branch(app: "Cairn", task: Task, rev: Revision, branch: str) -> PromotedBranch:
+def promote_branch(app: Cairn, task: Task, rev: Revision, branch: str) -> PromotedBranch:
     """Create `refs/heads/<branch>` in the user's repository: a commit whose parent is the user's
     HEAD at import and whose tree is the revision's. The only write Cairn makes there: objects
     and that one ref, pushed from the vault; HEAD, the index, the work tree and the config are
@@ -682,39 +826,65 @@ def promote_branch(app: "Cairn", task: Task, rev: Revision, branch: str) -> Prom
     parts = branch.split("/")
     for n in range(1, len(parts)):
         prefix = "/".join(parts[:n])
-        if _user_git(folder, ["rev-parse", "--verify", "--quiet", f"refs/heads/{prefix}"],
-                     ok=(0, 1)).returncode == 0:
-            raise Conflict(f"the branch {prefix} exists in {folder}, so {branch} cannot be "
-                           "created beside it; choose another name")
+        if (
+            _user_git(
+                folder, ["rev-parse", "--verify", "--quiet", f"refs/heads/{prefix}"], ok=(0, 1)
+            ).returncode
+            == 0
+        ):
+            raise Conflict(
+                f"the branch {prefix} exists in {folder}, so {branch} cannot be "
+                "created beside it; choose another name"
+            )
     below = _user_git(folder, ["for-each-ref", "--count=1", "--format=%(refname)", f"{ref}/"])
     if below.stdout.strip():
-        raise Conflict(f"branches named {branch}/... exist in {folder}, so {branch} cannot be "
-                       "created; choose another name")
+        raise Conflict(
+            f"branches named {branch}/... exist in {folder}, so {branch} cannot be "
+            "created; choose another name"
+        )
     current = _user_git(folder, ["symbolic-ref", "--quiet", "HEAD"], ok=(0, 1))
     if current.stdout.decode().strip() == ref:
-        raise Conflict(f"{branch} is the branch checked out in {folder} (not born yet); "
-                       "choose another name")
+        raise Conflict(
+            f"{branch} is the branch checked out in {folder} (not born yet); choose another name"
+        )
 
     vault = app.vault_for(ws.source_id)
     what = f"promoting revision {rev.id[:12]} of task {task.id} to the branch {branch}"
     scanner, report = scanner_for(app, task, what)
     parent = head_at_import(vault, ws)
-    hits = scan_items(vault, list_tree(vault, rev.id), scanner, report,
-                      committed_blobs(vault, parent))
+    hits = scan_items(
+        vault, list_tree(vault, rev.id), scanner, report, committed_blobs(vault, parent)
+    )
     if hits:
         raise SecretFound(_sentence(what), hits)
 
     run = run_of(app, task, rev)
-    message = (f"{task.title}\n\n"
-               f"Promoted by Cairn from task {task.id}, revision {rev.id}.\n\n"
-               f"Cairn-Task: {task.id}\n"
-               f"Cairn-Revision: {rev.id}\n"
-               f"Cairn-Run: {run.id if run else '-'}\n")
+    message = (
+        f"{task.title}\n\n"
+        f"Promoted by Cairn from task {task.id}, revision {rev.id}.\n\n"
+        f"Cairn-Task: {task.id}\n"
+        f"Cairn-Revision: {rev.id}\n"
+        f"Cairn-Run: {run.id if run else '-'}\n"
+    )
     commit = vault.objects.write_commit(rev.tree, [parent] if parent else [], message)
-    proc = run_git(["--git-dir", str(vault.git_dir), "-c", "maintenance.auto=false", "push",
-                    "--no-verify", "--porcelain", "--no-recurse-submodules", "--no-signed",
-                    f"--receive-pack={_RECEIVE_PACK}", f"--force-with-lease={ref}:",
-                    str(folder), f"{commit}:{ref}"], check=False)
+    proc = run_git(
+        [
+            "--git-dir",
+            str(vault.git_dir),
+            "-c",
+            "maintenance.auto=false",
+            "push",
+            "--no-verify",
+            "--porcelain",
+            "--no-recurse-submodules",
+            "--no-signed",
+            f"--receive-pack={_RECEIVE_PACK}",
+            f"--force-with-lease={ref}:",
+            str(folder),
+            f"{commit}:{ref}",
+        ],
+        check=False,
+    )
     # --porcelain: one "<flag>\t<from>:<to>\t<summary>" line per ref; "*" is a new ref.
     lines = [ln.split("\t") for ln in proc.stdout.decode(errors="replace").splitlines()]
     mine = [ln for ln in lines if len(ln) >= 3 and ln[1] == f"{commit}:{ref}"]
@@ -722,16 +892,22 @@ def promote_branch(app: "Cairn", task: Task, rev: Revision, branch: str) -> Prom
         summary = mine[0][2] if mine else ""
         if "stale info" in summary or (mine and mine[0][0] == "="):
             raise Conflict(f"the branch {branch} already exists in {folder}; choose another name")
-        errors = [ln for ln in proc.stderr.decode(errors="replace").strip().splitlines()
-                  if ln.startswith(("error:", "fatal:", "remote: error:"))]
+        errors = [
+            ln
+            for ln in proc.stderr.decode(errors="replace").strip().splitlines()
+            if ln.startswith(("error:", "fatal:", "remote: error:"))
+        ]
         reason = summary or (errors[-1] if errors else f"git push exited {proc.returncode}")
         raise CairnError(f"could not create the branch {branch} in {folder}: {reason}")
     made = _user_git(folder, ["rev-parse", "--verify", f"{ref}^{{tree}}"]).stdout.decode().strip()
     if made != rev.tree:  # pragma: no cover - git would have to lie
-        raise CairnError(f"the branch {branch} in {folder} does not hold revision {rev.id[:12]}'s "
-                         f"files (tree {made[:12]}, expected {rev.tree[:12]})")
-    return PromotedBranch(str(folder), branch, commit, rev.tree, parent, task.id, rev.id,
-                          report.to_dict())
+        raise CairnError(
+            f"the branch {branch} in {folder} does not hold revision {rev.id[:12]}'s "
+            f"files (tree {made[:12]}, expected {rev.tree[:12]})"
+        )
+    return PromotedBranch(
+        str(folder), branch, commit, rev.tree, parent, task.id, rev.id, report.to_dict()
+    )
 
 
 # -- patches --------------------------------------------------------------------------------------
@@ -740,7 +916,7 @@ SINCE_BASE = "base"
 SINCE_HEAD = "head"
 
 
-def export_patch(app: "Cairn", task: Task, rev: Revision, *, since: str = SINCE_BASE) -> bytes:
+def export_patch(app: Cairn, task: Task, rev: Revision, *, since: str = SINCE_BASE) -> bytes:
     """The changes from the lineage's import to the revision as a `git format-patch`-style mail
     (`git apply` and `git am` take it; binary files included).
 
@@ -756,8 +932,9 @@ def export_patch(app: "Cairn", task: Task, rev: Revision, *, since: str = SINCE_
         old = import_base(vault, ws)
     elif since == SINCE_HEAD:
         if head is None:
-            raise InputError(f"task {task.id} grew from a folder with no git HEAD; export "
-                             "from the base instead")
+            raise InputError(
+                f"task {task.id} grew from a folder with no git HEAD; export from the base instead"
+            )
         old = head
     else:
         raise InputError(f"export from {since!r}? use {SINCE_BASE} or {SINCE_HEAD}")
@@ -769,25 +946,52 @@ def export_patch(app: "Cairn", task: Task, rev: Revision, *, since: str = SINCE_
         raise SecretFound(_sentence(what), hits)
     if vault.tree_of(old) == rev.tree:
         return b""
-    body = run_git(["--git-dir", str(vault.git_dir), "diff-tree", "-p", "--stat=72", "--summary",
-                    "--binary", "--full-index", "-M", "--no-color", old, rev.id]).stdout
+    body = run_git(
+        [
+            "--git-dir",
+            str(vault.git_dir),
+            "diff-tree",
+            "-p",
+            "--stat=72",
+            "--summary",
+            "--binary",
+            "--full-index",
+            "-M",
+            "--no-color",
+            old,
+            rev.id,
+        ]
+    ).stdout
     subject = f"[PATCH] {task.title}"
     if not subject.isascii():
         subject = Header(subject, "utf-8").encode()
     start = "the folder as imported" if since == SINCE_BASE else f"the user's HEAD {old[:12]}"
-    header = (f"From {rev.id} Mon Sep 17 00:00:00 2001\n"
-              f"From: Cairn <cairn@localhost>\n"
-              f"Date: {email.utils.formatdate(rev.created_at, localtime=False)}\n"
-              f"Subject: {subject}\n\n"
-              f"Task {task.id}, revision {rev.id}, from {start} ({old[:12]}).\n"
-              f"---\n")
+    header = (
+        f"From {rev.id} Mon Sep 17 00:00:00 2001\n"
+        f"From: Cairn <cairn@localhost>\n"
+        f"Date: {email.utils.formatdate(rev.created_at, localtime=False)}\n"
+        f"Subject: {subject}\n\n"
+        f"Task {task.id}, revision {rev.id}, from {start} ({old[:12]}).\n"
+        f"---\n"
+    )
     return header.encode() + body
 
 
 def _changed_items(vault: Vault, old: str, new: str) -> list[TreeItem]:
     """The files of `new` that are added or changed since `old` (what a patch carries)."""
-    out = run_git(["--git-dir", str(vault.git_dir), "diff-tree", "-r", "-z", "--no-renames",
-                   "--diff-filter=AMT", old, new]).stdout
+    out = run_git(
+        [
+            "--git-dir",
+            str(vault.git_dir),
+            "diff-tree",
+            "-r",
+            "-z",
+            "--no-renames",
+            "--diff-filter=AMT",
+            old,
+            new,
+        ]
+    ).stdout
     fields = out.split(b"\0")
     items = []
     for i in range(0, len(fields) - 1, 2):

@@ -22,17 +22,33 @@ if TYPE_CHECKING:
 STEPS = ("checkpoint.after_capture", "checkpoint.after_snapshot", "checkpoint.after_row")
 
 
-def write_checkpoint(app: "Cairn", run: Run, *, pending_step: str | None,
-                     tool_contract: ToolContract, policy_version: int) -> Checkpoint:
+def write_checkpoint(
+    app: Cairn,
+    run: Run,
+    *,
+    pending_step: str | None,
+    tool_contract: ToolContract,
+    policy_version: int,
+) -> Checkpoint:
     task = app.store.get_task(run.task_id)
     rev, _ = app.capture(task.id, trigger="checkpoint", run_id=run.id)
     failpoint(STEPS[0])
     snap = app.make_snapshot(task.id, rev)
     failpoint(STEPS[1])
     current = app.store.get_run(run.id)
-    ck = Checkpoint(new_id("checkpoint"), run.id, current.state_version,
-                    f"git:{snapshot_ref(snap.id)}@{rev.id}", rev.tree, snap.id, pending_step,
-                    current.engine_session_id, tool_contract.to_dict(), policy_version, time.time())
+    ck = Checkpoint(
+        new_id("checkpoint"),
+        run.id,
+        current.state_version,
+        f"git:{snapshot_ref(snap.id)}@{rev.id}",
+        rev.tree,
+        snap.id,
+        pending_step,
+        current.engine_session_id,
+        tool_contract.to_dict(),
+        policy_version,
+        time.time(),
+    )
     app.store.add_checkpoint(ck)
     failpoint(STEPS[2])
     return ck

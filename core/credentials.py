@@ -14,8 +14,9 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from core.errors import CairnError, Conflict, InputError, NotFound
 from core.ids import new_id
@@ -44,6 +45,7 @@ _UNLOCK_HINT = "start/unlock your desktop keyring (gnome-keyring / KWallet)"
 
 # -- errors ----------------------------------------------------------------------------------------
 
+
 class KeyringUnavailable(CairnError):
     """No usable OS keyring: no backend, no D-Bus session, or the service failed."""
 
@@ -57,8 +59,10 @@ class KeyringLocked(KeyringUnavailable):
 
     def __init__(self, detail: str):
         CairnError.__init__(
-            self, f"the keyring is locked ({detail}); unlock your desktop keyring "
-                  "(gnome-keyring / KWallet) and try again")
+            self,
+            f"the keyring is locked ({detail}); unlock your desktop keyring "
+            "(gnome-keyring / KWallet) and try again",
+        )
         self.detail = detail
 
 
@@ -78,19 +82,23 @@ class SecretMissing(CairnError):
 
 def validate_secret_name(name: str) -> str:
     if not isinstance(name, str) or not SECRET_NAME_RE.fullmatch(name):
-        raise InputError(f"{name!r} is not a valid secret name: use 1 to 64 letters, digits, "
-                         "'_', '.' or '-'")
+        raise InputError(
+            f"{name!r} is not a valid secret name: use 1 to 64 letters, digits, '_', '.' or '-'"
+        )
     return name
 
 
 def validate_env_var(env_var: str) -> str:
     if not isinstance(env_var, str) or not ENV_VAR_RE.fullmatch(env_var):
-        raise InputError(f"{env_var!r} is not a valid environment variable name: use capital "
-                         "letters, digits and '_', not starting with a digit")
+        raise InputError(
+            f"{env_var!r} is not a valid environment variable name: use capital "
+            "letters, digits and '_', not starting with a digit"
+        )
     return env_var
 
 
 # -- the keyring -----------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class KeyringStatus:
@@ -146,9 +154,11 @@ def backend_kind(backend: object) -> str:
 def _backend_warning(backend: object, kind: str) -> str | None:
     inner = getattr(backend, "backends", None) or [backend]
     if any(backend_kind(b) == "plaintext" for b in inner):
-        return (f"secrets would be stored unencrypted in a file by {_dotted(backend)} "
-                "(keyrings.alt); remove keyrings.alt or set PYTHON_KEYRING_BACKEND to your "
-                "desktop keyring")
+        return (
+            f"secrets would be stored unencrypted in a file by {_dotted(backend)} "
+            "(keyrings.alt); remove keyrings.alt or set PYTHON_KEYRING_BACKEND to your "
+            "desktop keyring"
+        )
     if kind == "alt":
         return f"{_dotted(backend)} (keyrings.alt) keeps secrets in a file, not the OS keyring"
     if kind == "unknown":
@@ -203,8 +213,9 @@ class SecretStore:
     that passes through here is registered with the redactor so output can hide it.
     """
 
-    def __init__(self, service: str = SERVICE, *, backend: Any = None,
-                 redactor: Redactor | None = None):
+    def __init__(
+        self, service: str = SERVICE, *, backend: Any = None, redactor: Redactor | None = None
+    ):
         self.service = service
         self._backend = backend
         self._redactor = redactor or get_redactor()
@@ -296,8 +307,10 @@ class SecretStore:
             names = json.loads(raw)["names"]
             return {n for n in names if isinstance(n, str) and SECRET_NAME_RE.fullmatch(n)}
         except (ValueError, KeyError, TypeError):
-            log.warning("keyring: the list of secret names under %r is unreadable; "
-                        "starting a new one", self.service)
+            log.warning(
+                "keyring: the list of secret names under %r is unreadable; starting a new one",
+                self.service,
+            )
             return set()
 
     def _update_index(self, *, add: str | None = None, remove: str | None = None) -> bool:
@@ -313,8 +326,9 @@ class SecretStore:
                 names.discard(remove)
             if names == before:
                 return False
-            self._call("set_password", INDEX_KEY,
-                       json.dumps({"version": 1, "names": sorted(names)}))
+            self._call(
+                "set_password", INDEX_KEY, json.dumps({"version": 1, "names": sorted(names)})
+            )
             return True
 
     # -- health --
@@ -333,14 +347,21 @@ class SecretStore:
             self._usable_backend()
             self._backend_read_probe(backend)
         except KeyringUnavailable as exc:
-            return KeyringStatus(name, kind, usable=False, locked=isinstance(exc, KeyringLocked),
-                                 message=str(exc), warning=warning)
+            return KeyringStatus(
+                name,
+                kind,
+                usable=False,
+                locked=isinstance(exc, KeyringLocked),
+                message=str(exc),
+                warning=warning,
+            )
         if kind == "os":
             message = f"secrets are kept in the OS keyring ({name})"
         else:
             message = f"the keyring works, but {warning}"
-        return KeyringStatus(name, kind, usable=True, locked=False, message=message,
-                             warning=warning)
+        return KeyringStatus(
+            name, kind, usable=True, locked=False, message=message, warning=warning
+        )
 
     def _backend_read_probe(self, backend: Any) -> None:
         try:
@@ -350,6 +371,7 @@ class SecretStore:
 
 
 # -- grants ----------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Grant:
@@ -369,8 +391,20 @@ class Grant:
 
 
 def _grant(row: dict[str, Any]) -> Grant:
-    return Grant(**{k: row[k] for k in ("id", "task_id", "secret_name", "env_var", "scope",
-                                         "created_at", "revoked_at")})
+    return Grant(
+        **{
+            k: row[k]
+            for k in (
+                "id",
+                "task_id",
+                "secret_name",
+                "env_var",
+                "scope",
+                "created_at",
+                "revoked_at",
+            )
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -391,8 +425,13 @@ class ResolvedEnv:
         return sorted(self.env)
 
     def record(self) -> dict[str, Any]:
-        return {"env_vars": self.env_vars, "secrets": self.granted, "missing": self.missing,
-                "revoked": self.revoked, "problem": self.problem}
+        return {
+            "env_vars": self.env_vars,
+            "secrets": self.granted,
+            "missing": self.missing,
+            "revoked": self.revoked,
+            "problem": self.problem,
+        }
 
 
 class Credentials:
@@ -410,8 +449,9 @@ class Credentials:
         self.secrets = secrets
         self._redactor = redactor or get_redactor()
 
-    def grant(self, task_id: str, secret_name: str, env_var: str, *,
-              scope: str = SCOPE_LINEAGE) -> Grant:
+    def grant(
+        self, task_id: str, secret_name: str, env_var: str, *, scope: str = SCOPE_LINEAGE
+    ) -> Grant:
         """Map `secret_name` to `env_var` for the task (and its descendants with scope lineage).
 
         The keyring is not touched: a secret may be stored after it is granted; resolving reports
@@ -432,15 +472,28 @@ class Credentials:
                         return _grant(row)
                     raise Conflict(
                         f"{env_var} is already granted on task {task_id} from the secret "
-                        f"{row['secret_name']!r} with scope {row['scope']}; revoke that first")
+                        f"{row['secret_name']!r} with scope {row['scope']}; revoke that first"
+                    )
             # A new grant must come after every revocation of this secret in the lineage, or it
             # would be blocked by it: guard against equal timestamps and a clock set back.
-            latest_revocation = max((r["revoked_at"] for r in rows
-                                     if r["secret_name"] == secret_name and r["revoked_at"]),
-                                    default=0.0)
+            latest_revocation = max(
+                (
+                    r["revoked_at"]
+                    for r in rows
+                    if r["secret_name"] == secret_name and r["revoked_at"]
+                ),
+                default=0.0,
+            )
             now = max(time.time(), latest_revocation + 1e-6)
-            row = {"id": new_id("grant"), "task_id": task_id, "secret_name": secret_name,
-                   "env_var": env_var, "scope": scope, "created_at": now, "revoked_at": None}
+            row = {
+                "id": new_id("grant"),
+                "task_id": task_id,
+                "secret_name": secret_name,
+                "env_var": env_var,
+                "scope": scope,
+                "created_at": now,
+                "revoked_at": None,
+            }
             self.store.add_grant_row(row)
         return _grant(row)
 
@@ -456,8 +509,13 @@ class Credentials:
             chain = self.store.task_ancestry(task_id)
             rows = self.store.grant_rows_for_tasks(chain)
             effective = [g for g in self._effective(chain, rows) if g.secret_name == secret_name]
-            own = [r for r in rows if r["task_id"] == task_id and r["secret_name"] == secret_name
-                   and r["revoked_at"] is None]
+            own = [
+                r
+                for r in rows
+                if r["task_id"] == task_id
+                and r["secret_name"] == secret_name
+                and r["revoked_at"] is None
+            ]
             if not own and not effective:
                 raise NotFound(f"task {task_id} has no grant of the secret {secret_name!r}")
             now = time.time()
@@ -467,9 +525,15 @@ class Credentials:
             revoked = [_grant({**r, "revoked_at": now}) for r in own]
             if not own:
                 for g in effective:
-                    row = {"id": new_id("grant"), "task_id": task_id, "secret_name": secret_name,
-                           "env_var": g.env_var, "scope": SCOPE_LINEAGE, "created_at": now,
-                           "revoked_at": now}
+                    row = {
+                        "id": new_id("grant"),
+                        "task_id": task_id,
+                        "secret_name": secret_name,
+                        "env_var": g.env_var,
+                        "scope": SCOPE_LINEAGE,
+                        "created_at": now,
+                        "revoked_at": now,
+                    }
                     self.store.add_grant_row(row)
                     revoked.append(_grant(row))
         return revoked
@@ -497,9 +561,12 @@ class Credentials:
             level = depth[row["task_id"]]
             if level > 0 and row["scope"] != SCOPE_LINEAGE:
                 continue
-            blocked = any(r["secret_name"] == row["secret_name"]
-                          and depth[r["task_id"]] <= level
-                          and r["revoked_at"] >= row["created_at"] for r in revocations)
+            blocked = any(
+                r["secret_name"] == row["secret_name"]
+                and depth[r["task_id"]] <= level
+                and r["revoked_at"] >= row["created_at"]
+                for r in revocations
+            )
             if blocked:
                 continue
             key = (level, -row["created_at"])
@@ -549,5 +616,10 @@ class Credentials:
             env[g.env_var] = values[g.secret_name]
         if missing and require:
             raise SecretMissing(missing[0], missing[1:])
-        return ResolvedEnv(env=env, missing=sorted(set(missing)), revoked=revoked,
-                           granted=sorted(values), problem=problem)
+        return ResolvedEnv(
+            env=env,
+            missing=sorted(set(missing)),
+            revoked=revoked,
+            granted=sorted(values),
+            problem=problem,
+        )

@@ -28,7 +28,7 @@ class DataDir:
     root: Path
 
     @classmethod
-    def resolve(cls, path: str | os.PathLike[str] | None = None) -> "DataDir":
+    def resolve(cls, path: str | os.PathLike[str] | None = None) -> DataDir:
         root = Path(path).expanduser() if path else default_data_dir()
         return cls(root.resolve())
 
@@ -77,9 +77,17 @@ class DataDir:
     def run_path(self, run_id: str) -> Path:
         return self.runs_root / run_id
 
-    def ensure(self) -> "DataDir":
-        for p in (self.root, self.vault_root, self.workspaces_root, self.homes_root,
-                  self.runs_root, self.artifacts_root, self.cache_root, self.locks_root):
+    def ensure(self) -> DataDir:
+        for p in (
+            self.root,
+            self.vault_root,
+            self.workspaces_root,
+            self.homes_root,
+            self.runs_root,
+            self.artifacts_root,
+            self.cache_root,
+            self.locks_root,
+        ):
             p.mkdir(parents=True, exist_ok=True)
         return self
 

@@ -29,14 +29,20 @@ DEFAULT_MAX_BYTES = 2_000_000
 _NOTE_LIST_LIMIT = 50  # render_unified lists at most this many files left out by the cap
 
 _HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-_STATUS = {"A": "added", "D": "removed", "M": "modified", "T": "typechange",
-           "R": "renamed", "C": "copied"}
+_STATUS = {
+    "A": "added",
+    "D": "removed",
+    "M": "modified",
+    "T": "typechange",
+    "R": "renamed",
+    "C": "copied",
+}
 
 
 @dataclass(slots=True)
 class DiffLine:
-    kind: str          # " " context, "+" added, "-" removed, "\\" no newline at end of file
-    text: str          # without the kind character and without the line's "\n"
+    kind: str  # " " context, "+" added, "-" removed, "\\" no newline at end of file
+    text: str  # without the kind character and without the line's "\n"
     old_no: int | None
     new_no: int | None
 
@@ -47,7 +53,7 @@ class Hunk:
     old_lines: int
     new_start: int
     new_lines: int
-    header: str        # the whole "@@ -a,b +c,d @@ section" line
+    header: str  # the whole "@@ -a,b +c,d @@ section" line
     lines: list[DiffLine] = field(default_factory=list)
 
 
@@ -115,21 +121,35 @@ def _resolve_trees(git_dir: Path, names: list[str]) -> list[str]:
         if not name or any(c.isspace() for c in name):
             raise NotFound(f"revision {name!r} is not in the vault")
     if ask:
-        proc = run_git(["--git-dir", str(git_dir), "cat-file", "--batch-check"],
-                       input="".join(f"{n}^{{tree}}\n" for n in ask).encode(), check=False)
+        proc = run_git(
+            ["--git-dir", str(git_dir), "cat-file", "--batch-check"],
+            input="".join(f"{n}^{{tree}}\n" for n in ask).encode(),
+            check=False,
+        )
         answers = proc.stdout.decode(errors="replace").splitlines()
         for name, answer in zip(ask, answers + [""] * len(ask)):
             parts = answer.split()
             if len(parts) != 3 or parts[1] != "tree":
-                raise NotFound(f"revision {name} is not in the vault",
-                               hint="give a revision commit id or a tree id")
+                raise NotFound(
+                    f"revision {name} is not in the vault",
+                    hint="give a revision commit id or a tree id",
+                )
             out[name] = parts[0]
     return [out[n] for n in names]
 
 
 def _diff_args(git_dir: Path, find_renames: bool) -> list[str]:
-    return ["--git-dir", str(git_dir), "diff-tree", "-r", "--no-color", "--no-textconv",
-            "--no-ext-diff", "--no-abbrev", *(["-M", "-C"] if find_renames else ["--no-renames"])]
+    return [
+        "--git-dir",
+        str(git_dir),
+        "diff-tree",
+        "-r",
+        "--no-color",
+        "--no-textconv",
+        "--no-ext-diff",
+        "--no-abbrev",
+        *(["-M", "-C"] if find_renames else ["--no-renames"]),
+    ]
 
 
 def _pathspec(paths: list[str] | None) -> list[str]:
@@ -141,11 +161,22 @@ def _env() -> dict[str, str]:
     return git_env(GIT_LITERAL_PATHSPECS="1")
 
 
-def _list_files(git_dir: Path, old_tree: str, new_tree: str, paths: list[str] | None,
-                find_renames: bool) -> list[FileDiff]:
+def _list_files(
+    git_dir: Path, old_tree: str, new_tree: str, paths: list[str] | None, find_renames: bool
+) -> list[FileDiff]:
     """Every changed path with its modes, ids, status and line counts (no hunks)."""
-    proc = run_git([*_diff_args(git_dir, find_renames), "-z", "--raw", "--numstat",
-                    old_tree, new_tree, *_pathspec(paths)], env=_env())
+    proc = run_git(
+        [
+            *_diff_args(git_dir, find_renames),
+            "-z",
+            "--raw",
+            "--numstat",
+            old_tree,
+            new_tree,
+            *_pathspec(paths),
+        ],
+        env=_env(),
+    )
     return _parse_raw_numstat(proc.stdout)
 
 
@@ -167,15 +198,18 @@ def _parse_raw_numstat(out: bytes) -> list[FileDiff]:
         if kind == "modified" and old_sha == new_sha and old_mode != new_mode:
             kind = "mode"
         absent_old, absent_new = kind == "added", kind == "removed"
-        files.append(FileDiff(
-            status=kind,
-            old_path=None if absent_old else old_path,
-            new_path=None if absent_new else new_path,
-            old_mode=None if absent_old else old_mode,
-            new_mode=None if absent_new else new_mode,
-            old_sha=None if absent_old else old_sha,
-            new_sha=None if absent_new else new_sha,
-            similarity=int(score) if letter in ("R", "C") and score else None))
+        files.append(
+            FileDiff(
+                status=kind,
+                old_path=None if absent_old else old_path,
+                new_path=None if absent_new else new_path,
+                old_mode=None if absent_old else old_mode,
+                new_mode=None if absent_new else new_mode,
+                old_sha=None if absent_old else old_sha,
+                new_sha=None if absent_new else new_sha,
+                similarity=int(score) if letter in ("R", "C") and score else None,
+            )
+        )
     for f in files:
         if i >= len(tokens) or tokens[i].count(b"\t") < 2:
             raise VaultError("git's list of changed files ended early")
@@ -201,8 +235,9 @@ class _PatchParser:
 
     def __init__(self, files: list[FileDiff]):
         self.files = files
-        self.owners = [n for n, f in enumerate(files)
-                       for _ in range(2 if f.status == "typechange" else 1)]
+        self.owners = [
+            n for n, f in enumerate(files) for _ in range(2 if f.status == "typechange" else 1)
+        ]
         self.section = -1
         self.current: int | None = None
         self.hunk: Hunk | None = None
@@ -251,8 +286,13 @@ class _PatchParser:
             new_start, new_lines = int(m[3]), int(m[4]) if m[4] is not None else 1
             self.old_left, self.new_left = old_lines, new_lines
             self.old_no, self.new_no = old_start, new_start
-            self.hunk = Hunk(old_start, old_lines, new_start, new_lines,
-                             line.rstrip(b"\n").decode("utf-8", "surrogateescape"))
+            self.hunk = Hunk(
+                old_start,
+                old_lines,
+                new_start,
+                new_lines,
+                line.rstrip(b"\n").decode("utf-8", "surrogateescape"),
+            )
             if self.keep:
                 self.files[self.current].hunks.append(self.hunk)
         elif line.startswith(b"\\") and self.hunk is not None:
@@ -263,16 +303,33 @@ class _PatchParser:
 
     def _add(self, kind: str, text: bytes, old_no: int | None, new_no: int | None) -> None:
         if self.keep and self.hunk is not None:
-            self.hunk.lines.append(DiffLine(kind, text.decode("utf-8", "surrogateescape"),
-                                            old_no, new_no))
+            self.hunk.lines.append(
+                DiffLine(kind, text.decode("utf-8", "surrogateescape"), old_no, new_no)
+            )
 
 
-def _stream_patch(git_dir: Path, old_tree: str, new_tree: str, files: list[FileDiff], *,
-                  context: int, max_bytes: int | None, paths: list[str] | None,
-                  find_renames: bool) -> int | None:
+def _stream_patch(
+    git_dir: Path,
+    old_tree: str,
+    new_tree: str,
+    files: list[FileDiff],
+    *,
+    context: int,
+    max_bytes: int | None,
+    paths: list[str] | None,
+    find_renames: bool,
+) -> int | None:
     """Parse the patch into `files`; return the index of the file the cap cut, or None."""
-    args = ["git", *_diff_args(git_dir, find_renames), "-p", "--full-index",
-            f"--unified={context}", old_tree, new_tree, *_pathspec(paths)]
+    args = [
+        "git",
+        *_diff_args(git_dir, find_renames),
+        "-p",
+        "--full-index",
+        f"--unified={context}",
+        old_tree,
+        new_tree,
+        *_pathspec(paths),
+    ]
     parser = _PatchParser(files)
     cut = False
     with tempfile.TemporaryFile() as errors:
@@ -312,9 +369,16 @@ def _stream_patch(git_dir: Path, old_tree: str, new_tree: str, files: list[FileD
 # -- public API -------------------------------------------------------------------------------
 
 
-def diff_revisions(git_dir: Path, old: str | None, new: str, *, context: int = 3,
-                   max_bytes: int | None = DEFAULT_MAX_BYTES, paths: list[str] | None = None,
-                   find_renames: bool = True) -> Diff:
+def diff_revisions(
+    git_dir: Path,
+    old: str | None,
+    new: str,
+    *,
+    context: int = 3,
+    max_bytes: int | None = DEFAULT_MAX_BYTES,
+    paths: list[str] | None = None,
+    find_renames: bool = True,
+) -> Diff:
     """The changes from `old` to `new` (commit or tree ids of one vault; `old` None means nothing).
 
     The file list and line counts are always complete; hunks stop at `max_bytes` of git's patch
@@ -331,24 +395,37 @@ def diff_revisions(git_dir: Path, old: str | None, new: str, *, context: int = 3
     diff.files = _list_files(git_dir, old_tree, new_tree, paths, find_renames)
     if not diff.files:
         return diff
-    cut_at = _stream_patch(git_dir, old_tree, new_tree, diff.files, context=context,
-                           max_bytes=max_bytes, paths=paths, find_renames=find_renames)
+    cut_at = _stream_patch(
+        git_dir,
+        old_tree,
+        new_tree,
+        diff.files,
+        context=context,
+        max_bytes=max_bytes,
+        paths=paths,
+        find_renames=find_renames,
+    )
     if cut_at is not None:
-        for f in diff.files[max(cut_at, 0):]:
+        for f in diff.files[max(cut_at, 0) :]:
             f.truncated = True
         left_out = len(diff.files) - cut_at - 1 if cut_at >= 0 else len(diff.files)
         where = f" in {diff.files[cut_at].path}" if cut_at >= 0 else ""
         diff.truncated = True
-        diff.note = (f"diff cut at {_size(max_bytes or 0)}{where}; "
-                     f"{left_out} more file{'' if left_out == 1 else 's'} not shown")
+        diff.note = (
+            f"diff cut at {_size(max_bytes or 0)}{where}; "
+            f"{left_out} more file{'' if left_out == 1 else 's'} not shown"
+        )
     return diff
 
 
 def blob_sizes(git_dir: Path, shas: list[str]) -> dict[str, int]:
     """Sizes of blobs without reading them (for "binary file, N bytes"); unknown ids are left
     out."""
-    proc = run_git(["--git-dir", str(git_dir), "cat-file", "--batch-check"],
-                   input="".join(f"{s}\n" for s in shas).encode(), check=False)
+    proc = run_git(
+        ["--git-dir", str(git_dir), "cat-file", "--batch-check"],
+        input="".join(f"{s}\n" for s in shas).encode(),
+        check=False,
+    )
     out: dict[str, int] = {}
     for line in proc.stdout.decode(errors="replace").splitlines():
         parts = line.split()
@@ -357,8 +434,9 @@ def blob_sizes(git_dir: Path, shas: list[str]) -> dict[str, int]:
     return out
 
 
-def diff_stats(git_dir: Path, old: str | None, new: str, *,
-               find_renames: bool = True) -> tuple[int, int, int]:
+def diff_stats(
+    git_dir: Path, old: str | None, new: str, *, find_renames: bool = True
+) -> tuple[int, int, int]:
     """(files changed, lines added, lines removed) without building any hunks."""
     git_dir = Path(git_dir)
     old_tree, new_tree = _resolve_trees(git_dir, [old or EMPTY_TREE, new])
@@ -378,8 +456,17 @@ def _size(n: int) -> str:
 
 # -- unified text -----------------------------------------------------------------------------
 
-_ESCAPES = {0x07: "\\a", 0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0B: "\\v", 0x0C: "\\f",
-            0x0D: "\\r", 0x22: '\\"', 0x5C: "\\\\"}
+_ESCAPES = {
+    0x07: "\\a",
+    0x08: "\\b",
+    0x09: "\\t",
+    0x0A: "\\n",
+    0x0B: "\\v",
+    0x0C: "\\f",
+    0x0D: "\\r",
+    0x22: '\\"',
+    0x5C: "\\\\",
+}
 
 
 def quote_path(path: str) -> str:
@@ -407,10 +494,28 @@ def _split_typechange(f: FileDiff) -> list[FileDiff]:
     gone = [h for h in f.hunks if h.new_start == 0 and h.new_lines == 0]
     born = [h for h in f.hunks if not (h.new_start == 0 and h.new_lines == 0)]
     return [
-        FileDiff("removed", f.old_path, None, f.old_mode, None, f.old_sha, None,
-                 binary=f.binary and f.old_mode not in (MODE_LINK, MODE_GITLINK), hunks=gone),
-        FileDiff("added", None, f.new_path, None, f.new_mode, None, f.new_sha,
-                 binary=f.binary and f.new_mode not in (MODE_LINK, MODE_GITLINK), hunks=born),
+        FileDiff(
+            "removed",
+            f.old_path,
+            None,
+            f.old_mode,
+            None,
+            f.old_sha,
+            None,
+            binary=f.binary and f.old_mode not in (MODE_LINK, MODE_GITLINK),
+            hunks=gone,
+        ),
+        FileDiff(
+            "added",
+            None,
+            f.new_path,
+            None,
+            f.new_mode,
+            None,
+            f.new_sha,
+            binary=f.binary and f.new_mode not in (MODE_LINK, MODE_GITLINK),
+            hunks=born,
+        ),
     ]
 
 
@@ -487,27 +592,40 @@ def diff_to_json(diff: Diff) -> dict:
         "deletions": diff.deletions,
         "truncated": diff.truncated,
         "note": diff.note,
-        "files": [{
-            "status": f.status,
-            "old_path": _clean(f.old_path),
-            "new_path": _clean(f.new_path),
-            "old_mode": f.old_mode,
-            "new_mode": f.new_mode,
-            "old_sha": f.old_sha,
-            "new_sha": f.new_sha,
-            "similarity": f.similarity,
-            "binary": f.binary,
-            "additions": f.additions,
-            "deletions": f.deletions,
-            "truncated": f.truncated,
-            "hunks": [{
-                "old_start": h.old_start,
-                "old_lines": h.old_lines,
-                "new_start": h.new_start,
-                "new_lines": h.new_lines,
-                "header": _clean(h.header),
-                "lines": [{"kind": ln.kind, "text": _clean(ln.text), "old_no": ln.old_no,
-                           "new_no": ln.new_no} for ln in h.lines],
-            } for h in f.hunks],
-        } for f in diff.files],
+        "files": [
+            {
+                "status": f.status,
+                "old_path": _clean(f.old_path),
+                "new_path": _clean(f.new_path),
+                "old_mode": f.old_mode,
+                "new_mode": f.new_mode,
+                "old_sha": f.old_sha,
+                "new_sha": f.new_sha,
+                "similarity": f.similarity,
+                "binary": f.binary,
+                "additions": f.additions,
+                "deletions": f.deletions,
+                "truncated": f.truncated,
+                "hunks": [
+                    {
+                        "old_start": h.old_start,
+                        "old_lines": h.old_lines,
+                        "new_start": h.new_start,
+                        "new_lines": h.new_lines,
+                        "header": _clean(h.header),
+                        "lines": [
+                            {
+                                "kind": ln.kind,
+                                "text": _clean(ln.text),
+                                "old_no": ln.old_no,
+                                "new_no": ln.new_no,
+                            }
+                            for ln in h.lines
+                        ],
+                    }
+                    for h in f.hunks
+                ],
+            }
+            for f in diff.files
+        ],
     }

@@ -16,9 +16,10 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from core.errors import exception_chain
 from core.sandbox.docker import DEFAULT_SOCKET
@@ -37,7 +38,7 @@ DEADLINE_S = 6.0  # the whole run: checks run side by side and a late one is rep
 MIN_GIT = (2, 29)
 MIN_GIT_TEXT = "2.29"
 
-GIB = 1024 ** 3
+GIB = 1024**3
 DISK_ERROR_BYTES = 1 * GIB
 DISK_WARNING_BYTES = 5 * GIB
 
@@ -85,8 +86,10 @@ def summary(checks: Sequence[Check]) -> Summary:
     errors = sum(1 for c in checks if c.state == ERROR)
     warnings = sum(1 for c in checks if c.state == WARNING)
     if not sandboxes:
-        headline = ("Docker is not usable, so sandboxes cannot run: tasks can still be browsed, "
-                    "compared and created, and runs can use the host backend (no isolation).")
+        headline = (
+            "Docker is not usable, so sandboxes cannot run: tasks can still be browsed, "
+            "compared and created, and runs can use the host backend (no isolation)."
+        )
     elif errors:
         headline = "Sandboxes can run, but some checks failed: see how to fix them below."
     elif warnings:
@@ -101,16 +104,19 @@ def summary(checks: Sequence[Check]) -> Summary:
 TITLES = {"docker": "Docker", "keyring": "Keyring", "git": "Git", "disk": "Disk space"}
 
 
-def run_checks(data_root: str | os.PathLike[str], *,
-               which: Callable[[str], str | None] = shutil.which,
-               docker_host: str | None = None,
-               probe_socket: Callable[[str, float], None] | None = None,
-               docker_version: Callable[[str, float], str] | None = None,
-               keyring_backend: Any = None,
-               git: str = "git",
-               disk_usage: Callable[[str], Any] = shutil.disk_usage,
-               docker_timeout: float = DOCKER_TIMEOUT_S,
-               deadline: float = DEADLINE_S) -> list[Check]:
+def run_checks(
+    data_root: str | os.PathLike[str],
+    *,
+    which: Callable[[str], str | None] = shutil.which,
+    docker_host: str | None = None,
+    probe_socket: Callable[[str, float], None] | None = None,
+    docker_version: Callable[[str, float], str] | None = None,
+    keyring_backend: Any = None,
+    git: str = "git",
+    disk_usage: Callable[[str], Any] = shutil.disk_usage,
+    docker_timeout: float = DOCKER_TIMEOUT_S,
+    deadline: float = DEADLINE_S,
+) -> list[Check]:
     """Every check, in a fixed order (docker, keyring, git, disk), within `deadline` seconds.
 
     `which` looks a program up on PATH; `docker_host` overrides DOCKER_HOST; `probe_socket` and
@@ -118,9 +124,13 @@ def run_checks(data_root: str | os.PathLike[str], *,
     `keyring.get_keyring()`; `git` is the git program; `disk_usage` is `shutil.disk_usage`'s kind.
     """
     probes: dict[str, Callable[[], Check]] = {
-        "docker": lambda: check_docker(which=which, docker_host=docker_host,
-                                       probe_socket=probe_socket, docker_version=docker_version,
-                                       timeout=docker_timeout),
+        "docker": lambda: check_docker(
+            which=which,
+            docker_host=docker_host,
+            probe_socket=probe_socket,
+            docker_version=docker_version,
+            timeout=docker_timeout,
+        ),
         "keyring": lambda: check_keyring(keyring_backend),
         "git": lambda: check_git(git),
         "disk": lambda: check_disk(data_root, disk_usage=disk_usage),
@@ -128,8 +138,9 @@ def run_checks(data_root: str | os.PathLike[str], *,
     results: dict[str, Check] = {}
     threads = []
     for check_id, probe in probes.items():
-        thread = threading.Thread(target=_run_one, args=(check_id, probe, results),
-                                  name=f"health-{check_id}", daemon=True)
+        thread = threading.Thread(
+            target=_run_one, args=(check_id, probe, results), name=f"health-{check_id}", daemon=True
+        )
         thread.start()
         threads.append(thread)
     end = time.monotonic() + deadline
@@ -140,17 +151,24 @@ def run_checks(data_root: str | os.PathLike[str], *,
         found = results.get(check_id)
         if found is None:  # still waiting: a hung daemon or a keyring unlock prompt
             fix, command = _LATE_FIX.get(check_id, (None, None))
-            found = Check(check_id, TITLES[check_id], ERROR,
-                          f"the {TITLES[check_id].lower()} check did not finish within "
-                          f"{deadline:g} s", fix, command)
+            found = Check(
+                check_id,
+                TITLES[check_id],
+                ERROR,
+                f"the {TITLES[check_id].lower()} check did not finish within {deadline:g} s",
+                fix,
+                command,
+            )
         out.append(found)
     return out
 
 
 _LATE_FIX: dict[str, tuple[str, str | None]] = {
     "docker": (f"restart the Docker daemon: {RESTART_DOCKER}", RESTART_DOCKER),
-    "keyring": ("unlock your desktop keyring (it may be waiting for its password), then check "
-                "again", None),
+    "keyring": (
+        "unlock your desktop keyring (it may be waiting for its password), then check again",
+        None,
+    ),
 }
 
 
@@ -158,8 +176,13 @@ def _run_one(check_id: str, probe: Callable[[], Check], results: dict[str, Check
     try:
         results[check_id] = probe()
     except Exception as exc:  # noqa: BLE001 - a failed probe is a finding, never a crash
-        results[check_id] = Check(check_id, TITLES.get(check_id, check_id), ERROR,
-                                  f"the check failed: {_describe(exc)}", None)
+        results[check_id] = Check(
+            check_id,
+            TITLES.get(check_id, check_id),
+            ERROR,
+            f"the check failed: {_describe(exc)}",
+            None,
+        )
 
 
 def _describe(exc: BaseException) -> str:
@@ -174,34 +197,54 @@ def _first_line(text: str) -> str:
 
 # -- docker --------------------------------------------------------------------------------------
 
+
 def _docker_not_installed(where: str) -> Check:
-    return Check("docker", "Docker", ERROR,
-                 f"Docker is not installed: no docker or dockerd program on PATH and no socket "
-                 f"at {where}", f"install it: {INSTALL_DOCKER}", INSTALL_DOCKER)
+    return Check(
+        "docker",
+        "Docker",
+        ERROR,
+        f"Docker is not installed: no docker or dockerd program on PATH and no socket at {where}",
+        f"install it: {INSTALL_DOCKER}",
+        INSTALL_DOCKER,
+    )
 
 
 def _docker_not_running(where: str, why: str) -> Check:
-    return Check("docker", "Docker", ERROR,
-                 f"Docker is installed but its daemon is not running ({why} at {where})",
-                 f"start it: {START_DOCKER}", START_DOCKER)
+    return Check(
+        "docker",
+        "Docker",
+        ERROR,
+        f"Docker is installed but its daemon is not running ({why} at {where})",
+        f"start it: {START_DOCKER}",
+        START_DOCKER,
+    )
 
 
 def _docker_permission(path: str) -> Check:
-    return Check("docker", "Docker", ERROR,
-                 f"Docker runs, but your user may not use it: permission denied on {path}",
-                 f"add yourself to the docker group: {JOIN_DOCKER_GROUP}, then log out and in "
-                 "again", JOIN_DOCKER_GROUP)
+    return Check(
+        "docker",
+        "Docker",
+        ERROR,
+        f"Docker runs, but your user may not use it: permission denied on {path}",
+        f"add yourself to the docker group: {JOIN_DOCKER_GROUP}, then log out and in again",
+        JOIN_DOCKER_GROUP,
+    )
 
 
 def _docker_no_answer(where: str, why: str) -> Check:
-    return Check("docker", "Docker", ERROR,
-                 f"the Docker daemon at {where} did not answer ({why})",
-                 f"restart it: {RESTART_DOCKER}", RESTART_DOCKER)
+    return Check(
+        "docker",
+        "Docker",
+        ERROR,
+        f"the Docker daemon at {where} did not answer ({why})",
+        f"restart it: {RESTART_DOCKER}",
+        RESTART_DOCKER,
+    )
 
 
 def _unix_path(where: str) -> str | None:
     if where.startswith("unix://"):
-        return where[len("unix://"):]
+        return where[len("unix://") :]
     if where.startswith("/"):
         return where
     return None
@@ -230,14 +273,18 @@ def docker_api_version(base_url: str, timeout: float) -> str:
 
 def _is_permission(exc: BaseException) -> bool:
     return isinstance(exc, PermissionError) or (
-        isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM))
+        isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM)
+    )
 
 
-def check_docker(*, which: Callable[[str], str | None] = shutil.which,
-                 docker_host: str | None = None,
-                 probe_socket: Callable[[str, float], None] | None = None,
-                 docker_version: Callable[[str, float], str] | None = None,
-                 timeout: float = DOCKER_TIMEOUT_S) -> Check:
+def check_docker(
+    *,
+    which: Callable[[str], str | None] = shutil.which,
+    docker_host: str | None = None,
+    probe_socket: Callable[[str, float], None] | None = None,
+    docker_version: Callable[[str, float], str] | None = None,
+    timeout: float = DOCKER_TIMEOUT_S,
+) -> Check:
     """Installed (programs on PATH or a socket), running (it answers), permitted (the socket)."""
     where = docker_host or os.environ.get("DOCKER_HOST") or f"unix://{DEFAULT_SOCKET}"
     installed = any(which(name) for name in ("docker", "dockerd"))
@@ -270,8 +317,11 @@ def check_docker(*, which: Callable[[str], str | None] = shutil.which,
             return _docker_permission(path or where)
         if any(isinstance(e, TimeoutError) for e in chain) or "timed out" in text.lower():
             return _docker_no_answer(where, f"no answer within {timeout:g} s")
-        if (any(isinstance(e, (ConnectionRefusedError, FileNotFoundError)) for e in chain)
-                or "Connection refused" in text or "No such file" in text):
+        if (
+            any(isinstance(e, (ConnectionRefusedError, FileNotFoundError)) for e in chain)
+            or "Connection refused" in text
+            or "No such file" in text
+        ):
             if not installed and path is None:
                 return _docker_not_installed(where)
             return _docker_not_running(where, "connection refused")
@@ -280,6 +330,7 @@ def check_docker(*, which: Callable[[str], str | None] = shutil.which,
 
 
 # -- keyring -------------------------------------------------------------------------------------
+
 
 def _keyring_name(backend: Any) -> str:
     inner = getattr(backend, "backends", None)
@@ -305,27 +356,44 @@ def check_keyring(backend: Any = None) -> Check:
     if status.usable and status.real:
         return Check("keyring", "Keyring", OK, f"secrets are kept in the OS keyring ({name})")
     if status.usable and status.kind == "plaintext":
-        return Check("keyring", "Keyring", WARNING,
-                     f"secrets would be stored unencrypted in a plain file ({name}, keyrings.alt)",
-                     "install gnome-keyring (or another Secret Service) and remove keyrings.alt: "
-                     f"{INSTALL_KEYRING}", INSTALL_KEYRING)
+        return Check(
+            "keyring",
+            "Keyring",
+            WARNING,
+            f"secrets would be stored unencrypted in a plain file ({name}, keyrings.alt)",
+            "install gnome-keyring (or another Secret Service) and remove keyrings.alt: "
+            f"{INSTALL_KEYRING}",
+            INSTALL_KEYRING,
+        )
     if status.usable:
-        return Check("keyring", "Keyring", WARNING,
-                     f"secrets are kept by {name}, which is not the OS keyring",
-                     "use your desktop keyring (gnome-keyring, KWallet): set "
-                     "PYTHON_KEYRING_BACKEND=keyring.backends.SecretService.Keyring")
+        return Check(
+            "keyring",
+            "Keyring",
+            WARNING,
+            f"secrets are kept by {name}, which is not the OS keyring",
+            "use your desktop keyring (gnome-keyring, KWallet): set "
+            "PYTHON_KEYRING_BACKEND=keyring.backends.SecretService.Keyring",
+        )
     if status.locked:
-        return Check("keyring", "Keyring", ERROR,
-                     f"the keyring is locked: secrets cannot be stored or read ({name})",
-                     "unlock your desktop keyring (gnome-keyring / KWallet), then check again")
+        return Check(
+            "keyring",
+            "Keyring",
+            ERROR,
+            f"the keyring is locked: secrets cannot be stored or read ({name})",
+            "unlock your desktop keyring (gnome-keyring / KWallet), then check again",
+        )
     detail = status.message
     prefix = "no usable keyring: "
     if detail.startswith(prefix):
-        detail = detail[len(prefix):].split("; ")[0]
-    return Check("keyring", "Keyring", ERROR,
-                 f"no usable keyring: {detail}; secrets cannot be stored",
-                 f"install and unlock gnome-keyring or another Secret Service: {INSTALL_KEYRING}",
-                 INSTALL_KEYRING)
+        detail = detail[len(prefix) :].split("; ")[0]
+    return Check(
+        "keyring",
+        "Keyring",
+        ERROR,
+        f"no usable keyring: {detail}; secrets cannot be stored",
+        f"install and unlock gnome-keyring or another Secret Service: {INSTALL_KEYRING}",
+        INSTALL_KEYRING,
+    )
 
 
 # -- git -----------------------------------------------------------------------------------------
@@ -337,32 +405,57 @@ def check_git(git: str = "git", *, timeout: float = GIT_TIMEOUT_S) -> Check:
     """git on PATH (or the program given), at least MIN_GIT."""
     fix = f"install git {MIN_GIT_TEXT} or newer: {INSTALL_GIT}"
     try:
-        proc = subprocess.run([git, "--version"], capture_output=True, text=True,
-                              timeout=timeout, env={**os.environ, "LC_ALL": "C"})
+        proc = subprocess.run(
+            [git, "--version"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, "LC_ALL": "C"},
+        )
     except FileNotFoundError:
-        return Check("git", "Git", ERROR, f"git is not installed (no {git} program found)",
-                     fix, INSTALL_GIT)
+        return Check(
+            "git", "Git", ERROR, f"git is not installed (no {git} program found)", fix, INSTALL_GIT
+        )
     except PermissionError:
-        return Check("git", "Git", ERROR, f"{git} cannot be run: permission denied", fix,
-                     INSTALL_GIT)
+        return Check(
+            "git", "Git", ERROR, f"{git} cannot be run: permission denied", fix, INSTALL_GIT
+        )
     except subprocess.TimeoutExpired:
-        return Check("git", "Git", ERROR, f"{git} --version did not finish within {timeout:g} s",
-                     fix, INSTALL_GIT)
+        return Check(
+            "git",
+            "Git",
+            ERROR,
+            f"{git} --version did not finish within {timeout:g} s",
+            fix,
+            INSTALL_GIT,
+        )
     match = _GIT_VERSION_RE.search(proc.stdout)
     if proc.returncode != 0 or match is None:
         said = _first_line(proc.stdout or proc.stderr) or f"exit {proc.returncode}"
-        return Check("git", "Git", ERROR, f"{git} --version did not report a version ({said})",
-                     fix, INSTALL_GIT)
+        return Check(
+            "git",
+            "Git",
+            ERROR,
+            f"{git} --version did not report a version ({said})",
+            fix,
+            INSTALL_GIT,
+        )
     found = tuple(int(part or 0) for part in match.groups())
     text = ".".join(str(p) for p in found)
     if found[:2] < MIN_GIT:
-        return Check("git", "Git", ERROR,
-                     f"git {text} is too old: Cairn needs git {MIN_GIT_TEXT} or newer",
-                     fix, INSTALL_GIT)
+        return Check(
+            "git",
+            "Git",
+            ERROR,
+            f"git {text} is too old: Cairn needs git {MIN_GIT_TEXT} or newer",
+            fix,
+            INSTALL_GIT,
+        )
     return Check("git", "Git", OK, f"git {text} (Cairn needs {MIN_GIT_TEXT} or newer)")
 
 
 # -- disk ----------------------------------------------------------------------------------------
+
 
 def _existing_parent(path: Path) -> Path:
     path = path.expanduser().absolute()
@@ -376,19 +469,31 @@ def _gib(size: float) -> str:
     return f"{size / GIB:.1f} GiB"
 
 
-def check_disk(data_root: str | os.PathLike[str], *,
-               disk_usage: Callable[[str], Any] = shutil.disk_usage) -> Check:
+def check_disk(
+    data_root: str | os.PathLike[str], *, disk_usage: Callable[[str], Any] = shutil.disk_usage
+) -> Check:
     """Free space on the data folder's filesystem (its nearest existing parent before it exists)."""
     root = Path(data_root)
     where = _existing_parent(root)
     free = disk_usage(str(where)).free
     detail = f"{_gib(free)} free on the disk of the data folder ({where})"
-    fix = ("free some space on that disk, or choose another data folder "
-           "(--data-dir or CAIRN_DATA_DIR)")
+    fix = (
+        "free some space on that disk, or choose another data folder (--data-dir or CAIRN_DATA_DIR)"
+    )
     if free < DISK_ERROR_BYTES:
-        return Check("disk", "Disk space", ERROR,
-                     f"only {detail}: workspaces and revisions need at least 1 GiB", fix)
+        return Check(
+            "disk",
+            "Disk space",
+            ERROR,
+            f"only {detail}: workspaces and revisions need at least 1 GiB",
+            fix,
+        )
     if free < DISK_WARNING_BYTES:
-        return Check("disk", "Disk space", WARNING,
-                     f"only {detail}: less than 5 GiB fills up quickly with workspaces", fix)
+        return Check(
+            "disk",
+            "Disk space",
+            WARNING,
+            f"only {detail}: less than 5 GiB fills up quickly with workspaces",
+            fix,
+        )
     return Check("disk", "Disk space", OK, detail)

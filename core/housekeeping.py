@@ -27,10 +27,11 @@ import os
 import secrets
 import stat
 import time
+from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 from core import events as ev
 from core import runs as runs_mod
@@ -48,12 +49,18 @@ if TYPE_CHECKING:
 # or a snapshot writes its objects before the ref that reaches them.
 GRACE_SECONDS = 24 * 3600
 
-TRASH_PREFIX = ".trash-"     # in workspaces/: a tree taken out of place, being deleted
+TRASH_PREFIX = ".trash-"  # in workspaces/: a tree taken out of place, being deleted
 QUARANTINE_PREFIX = "cairn-prune-"  # inside a vault: objects set aside until the vault checks out
 
 CATEGORIES = ("vault", "workspaces", "homes", "runs", "artifacts", "cache", "database", "other")
-_FOLDERS = {"vault": "vault", "workspaces": "workspaces", "homes": "homes", "runs": "runs",
-            "artifacts": "artifacts", "cache": "cache"}
+_FOLDERS = {
+    "vault": "vault",
+    "workspaces": "workspaces",
+    "homes": "homes",
+    "runs": "runs",
+    "artifacts": "artifacts",
+    "cache": "cache",
+}
 _DATABASE = ("cairn.db", "cairn.db-wal", "cairn.db-shm", "cairn.db-journal")
 
 KIND_LEFTOVER = "leftover"
@@ -98,11 +105,11 @@ class Usage:
 class PlanItem:
     """One thing a cleanup removes, and the disk that frees (following links, in plan order)."""
 
-    kind: str            # KIND_LEFTOVER | KIND_WORKSPACE | KIND_OBJECTS
-    description: str     # for people: the task, the workspace, the path
+    kind: str  # KIND_LEFTOVER | KIND_WORKSPACE | KIND_OBJECTS
+    description: str  # for people: the task, the workspace, the path
     bytes: int
-    path: str            # the folder removed (a tree, a leftover) or the vault
-    count: int = 0       # files or objects removed
+    path: str  # the folder removed (a tree, a leftover) or the vault
+    count: int = 0  # files or objects removed
     workspace_id: str | None = None
     task_titles: tuple[str, ...] = ()
     source_id: str | None = None
@@ -121,7 +128,7 @@ class Plan:
 
     items: tuple[PlanItem, ...]
     usage: Usage
-    notes: tuple[str, ...] = ()   # what was left out and why (a damaged vault...)
+    notes: tuple[str, ...] = ()  # what was left out and why (a damaged vault...)
     grace_seconds: float = GRACE_SECONDS
     created_at: float = 0.0
 
@@ -134,9 +141,14 @@ class Plan:
         return not self.items
 
     def to_json(self) -> dict:
-        return {"usage": self.usage.to_json(), "items": [i.to_json() for i in self.items],
-                "total": self.total, "notes": list(self.notes),
-                "grace_seconds": self.grace_seconds, "created_at": self.created_at}
+        return {
+            "usage": self.usage.to_json(),
+            "items": [i.to_json() for i in self.items],
+            "total": self.total,
+            "notes": list(self.notes),
+            "grace_seconds": self.grace_seconds,
+            "created_at": self.created_at,
+        }
 
 
 @dataclass(frozen=True)
@@ -155,9 +167,12 @@ class Result:
     notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {"freed": self.freed, "done": [i.to_json() for i in self.done],
-                "skipped": [{"item": s.item.to_json(), "reason": s.reason} for s in self.skipped],
-                "notes": list(self.notes)}
+        return {
+            "freed": self.freed,
+            "done": [i.to_json() for i in self.done],
+            "skipped": [{"item": s.item.to_json(), "reason": s.reason} for s in self.skipped],
+            "notes": list(self.notes),
+        }
 
 
 # -- walking -----------------------------------------------------------------------------------
@@ -195,7 +210,7 @@ def _category(name: str) -> str:
     return _FOLDERS.get(name, "other")
 
 
-def data_usage(cairn: "Cairn") -> Usage:
+def data_usage(cairn: Cairn) -> Usage:
     """The data folder's size, broken down by what it holds (the same figure `du -s -B1` gives).
 
     Each inode is counted once, in the first category it is met in, and the vault is walked
@@ -307,22 +322,23 @@ def remove_measured(top: str | os.PathLike[str]) -> int:
 # -- archiving ---------------------------------------------------------------------------------
 
 
-def _in_flight_run(cairn: "Cairn", workspace_id: str) -> str | None:
+def _in_flight_run(cairn: Cairn, workspace_id: str) -> str | None:
     marks = ",".join("?" * len(runs_mod.IN_FLIGHT))
     row = cairn.store.query_one(
         f"SELECT id, state FROM runs WHERE state IN ({marks}) AND (workspace_id = ? OR task_id IN "
         f"(SELECT id FROM tasks WHERE workspace_id = ?)) ORDER BY created_at DESC LIMIT 1",
-        (*runs_mod.IN_FLIGHT, workspace_id, workspace_id))
+        (*runs_mod.IN_FLIGHT, workspace_id, workspace_id),
+    )
     return f"{row['id']} ({row['state']})" if row else None
 
 
-def _watch_lock(cairn: "Cairn", workspace_id: str) -> FileLock | None:
+def _watch_lock(cairn: Cairn, workspace_id: str) -> FileLock | None:
     """The workspace's recording lock, held; None when someone records it (this process too)."""
     lock = FileLock(lock_path(cairn.data.locks_root, "watch", workspace_id))
     return lock if lock.try_acquire() else None
 
 
-def archive_task(cairn: "Cairn", task_ref: str) -> Workspace:
+def archive_task(cairn: Cairn, task_ref: str) -> Workspace:
     """Move the task's workspace to ARCHIVED: its rows, revisions and snapshots stay, and its
     files go at the next cleanup. The latest files are captured into a snapshot first, so the
     workspace can be restored. Nothing running is stopped: a run in flight, a sandbox that is up
@@ -335,8 +351,10 @@ def archive_task(cairn: "Cairn", task_ref: str) -> Workspace:
     workspaces.check_transition(ws.state, WorkspaceState.ARCHIVED.value)
     lock = _watch_lock(cairn, ws.id)
     if lock is None:
-        raise Conflict(f"workspace {ws.id} is being recorded (a window or `cairnctl watch` "
-                       "follows it); close that first — archiving stops nothing")
+        raise Conflict(
+            f"workspace {ws.id} is being recorded (a window or `cairnctl watch` "
+            "follows it); close that first — archiving stops nothing"
+        )
     try:
         if Path(ws.root).is_dir():
             cairn.snapshot(task.id)
@@ -351,22 +369,26 @@ def archive_task(cairn: "Cairn", task_ref: str) -> Workspace:
             cairn.store.update_workspace(ws.id, state=WorkspaceState.ARCHIVED.value)
     finally:
         lock.release()
-    cairn.events.publish(ev.WORKSPACE_STATE, ws.id, state=WorkspaceState.ARCHIVED.value,
-                         previous=ws.state)
+    cairn.events.publish(
+        ev.WORKSPACE_STATE, ws.id, state=WorkspaceState.ARCHIVED.value, previous=ws.state
+    )
     return cairn.store.get_workspace(ws.id)
 
 
-def _refuse_busy(cairn: "Cairn", ws: Workspace) -> None:
+def _refuse_busy(cairn: Cairn, ws: Workspace) -> None:
     run = _in_flight_run(cairn, ws.id)
     if run:
-        raise Conflict(f"workspace {ws.id} has run {run} in flight; archiving stops nothing — "
-                       "wait for it to end or stop it first")
+        raise Conflict(
+            f"workspace {ws.id} has run {run} in flight; archiving stops nothing — "
+            "wait for it to end or stop it first"
+        )
     if ws.state == WorkspaceState.ACTIVE.value:
-        raise Conflict(f"the sandbox of workspace {ws.id} is up; stop the task first — "
-                       "archiving stops nothing")
+        raise Conflict(
+            f"the sandbox of workspace {ws.id} is up; stop the task first — archiving stops nothing"
+        )
 
 
-def unarchive_task(cairn: "Cairn", task_ref: str) -> Workspace:
+def unarchive_task(cairn: Cairn, task_ref: str) -> Workspace:
     """Bring an archived workspace back to PREPARED; when a cleanup removed its files, they are
     restored (verified) from its newest restorable snapshot."""
     task = cairn.task(task_ref)
@@ -378,18 +400,32 @@ def unarchive_task(cairn: "Cairn", task_ref: str) -> Workspace:
     snap_tree: str | None = None
     if not root.is_dir():
         vault = cairn.vault_for(ws.source_id)
-        snap = next((s for s in reversed(cairn.store.list_snapshots(ws.id))
-                     if vault.objects.read_ref(snapshot_ref(s.id)) == s.revision_id), None)
+        snap = next(
+            (
+                s
+                for s in reversed(cairn.store.list_snapshots(ws.id))
+                if vault.objects.read_ref(snapshot_ref(s.id)) == s.revision_id
+            ),
+            None,
+        )
         if snap is None:
-            raise CorruptSnapshot(f"workspace {ws.id} has no files on disk and no restorable "
-                                  "snapshot")
+            raise CorruptSnapshot(
+                f"workspace {ws.id} has no files on disk and no restorable snapshot"
+            )
         staged = cairn.data.workspaces_root / f".restore-{ws.id}-{secrets.token_hex(4)}"
-        tree = workspaces.create_tree(vault, snap.revision_id, staged, branch=ws.branch,
-                                      head_commit=ws.head_commit, label=f"snapshot {snap.id}")
+        tree = workspaces.create_tree(
+            vault,
+            snap.revision_id,
+            staged,
+            branch=ws.branch,
+            head_commit=ws.head_commit,
+            label=f"snapshot {snap.id}",
+        )
         if tree != snap.tree:
             workspaces.remove_tree(staged)
-            raise CorruptSnapshot(f"snapshot {snap.id} cannot be restored: its files do not hash "
-                                  "to the recorded tree")
+            raise CorruptSnapshot(
+                f"snapshot {snap.id} cannot be restored: its files do not hash to the recorded tree"
+            )
         snap_tree = tree
     try:
         with cairn.store.transaction():
@@ -406,8 +442,12 @@ def unarchive_task(cairn: "Cairn", task_ref: str) -> Workspace:
     finally:
         if staged is not None:
             workspaces.remove_tree(staged)
-    cairn.events.publish(ev.WORKSPACE_STATE, ws.id, state=WorkspaceState.PREPARED.value,
-                         previous=WorkspaceState.ARCHIVED.value)
+    cairn.events.publish(
+        ev.WORKSPACE_STATE,
+        ws.id,
+        state=WorkspaceState.PREPARED.value,
+        previous=WorkspaceState.ARCHIVED.value,
+    )
     if snap_tree is not None:
         cairn.capture(task.id, trigger="restore")
     return cairn.store.get_workspace(ws.id)
@@ -416,25 +456,34 @@ def unarchive_task(cairn: "Cairn", task_ref: str) -> Workspace:
 # -- reachability ------------------------------------------------------------------------------
 
 
-def _named_by_store(cairn: "Cairn", source_id: str) -> set[str]:
+def _named_by_store(cairn: Cairn, source_id: str) -> set[str]:
     """Every commit and tree the store names for the source's workspaces."""
     q = cairn.store.query
     ws_ids = "(SELECT id FROM workspaces WHERE source_id = ?)"
     names: set[str] = set()
-    for row in q("SELECT base_revision, head_commit, current_revision FROM workspaces "
-                 "WHERE source_id = ?", (source_id,)):
+    for row in q(
+        "SELECT base_revision, head_commit, current_revision FROM workspaces WHERE source_id = ?",
+        (source_id,),
+    ):
         names.update(v for v in row if v)
     for row in q(f"SELECT id, tree FROM revisions WHERE workspace_id IN {ws_ids}", (source_id,)):
         names.update((row["id"], row["tree"]))
-    for row in q(f"SELECT revision_id, tree FROM snapshots WHERE workspace_id IN {ws_ids}",
-                 (source_id,)):
+    for row in q(
+        f"SELECT revision_id, tree FROM snapshots WHERE workspace_id IN {ws_ids}", (source_id,)
+    ):
         names.update((row["revision_id"], row["tree"]))
-    for row in q(f"SELECT c.workspace_ref, c.tree FROM checkpoints c JOIN snapshots s ON "
-                 f"c.snapshot_id = s.id WHERE s.workspace_id IN {ws_ids}", (source_id,)):
+    for row in q(
+        f"SELECT c.workspace_ref, c.tree FROM checkpoints c JOIN snapshots s ON "
+        f"c.snapshot_id = s.id WHERE s.workspace_id IN {ws_ids}",
+        (source_id,),
+    ):
         names.add(row["tree"])
         names.add(row["workspace_ref"].rpartition("@")[2])
-    for row in q("SELECT revision_id FROM artifacts WHERE revision_id IS NOT NULL AND task_id IN "
-                 "(SELECT id FROM tasks WHERE source_id = ?)", (source_id,)):
+    for row in q(
+        "SELECT revision_id FROM artifacts WHERE revision_id IS NOT NULL AND task_id IN "
+        "(SELECT id FROM tasks WHERE source_id = ?)",
+        (source_id,),
+    ):
         names.add(row["revision_id"])
     return {n for n in names if len(n) == 40}
 
@@ -442,22 +491,32 @@ def _named_by_store(cairn: "Cairn", source_id: str) -> set[str]:
 def _present(vault: Vault, shas: set[str]) -> list[str]:
     if not shas:
         return []
-    proc = run_git(["--git-dir", str(vault.git_dir), "cat-file", "--batch-check"],
-                   input="".join(f"{s}\n" for s in sorted(shas)).encode())
-    return [line.split()[0] for line in proc.stdout.decode().splitlines()
-            if line and not line.endswith(" missing")]
+    proc = run_git(
+        ["--git-dir", str(vault.git_dir), "cat-file", "--batch-check"],
+        input="".join(f"{s}\n" for s in sorted(shas)).encode(),
+    )
+    return [
+        line.split()[0]
+        for line in proc.stdout.decode().splitlines()
+        if line and not line.endswith(" missing")
+    ]
 
 
-def _reachable(cairn: "Cairn", vault: Vault, source_id: str) -> set[str]:
+def _reachable(cairn: Cairn, vault: Vault, source_id: str) -> set[str]:
     """Every object reachable from the vault's refs or from what the store names; a vault whose
     history cannot be walked completely (a missing object) raises, so nothing is removed."""
     roots = _present(vault, _named_by_store(cairn, source_id))
-    proc = run_git(["--git-dir", str(vault.git_dir), "rev-list", "--objects", "--all", "--stdin"],
-                   input="".join(f"{r}\n" for r in roots).encode(), check=False)
+    proc = run_git(
+        ["--git-dir", str(vault.git_dir), "rev-list", "--objects", "--all", "--stdin"],
+        input="".join(f"{r}\n" for r in roots).encode(),
+        check=False,
+    )
     if proc.returncode != 0:
         err = proc.stderr.decode(errors="replace").strip().splitlines()
-        raise VaultError(f"the vault {vault.git_dir} cannot be walked completely "
-                         f"({err[-1] if err else 'git exit ' + str(proc.returncode)})")
+        raise VaultError(
+            f"the vault {vault.git_dir} cannot be walked completely "
+            f"({err[-1] if err else 'git exit ' + str(proc.returncode)})"
+        )
     return {line[:40] for line in proc.stdout.decode().splitlines() if len(line) >= 40}
 
 
@@ -465,15 +524,19 @@ def _is_hex(text: str) -> bool:
     return all(c in "0123456789abcdef" for c in text)
 
 
-def _unreachable(vault: Vault, reachable: set[str], cutoff: float
-                 ) -> list[tuple[str, os.stat_result]]:
+def _unreachable(
+    vault: Vault, reachable: set[str], cutoff: float
+) -> list[tuple[str, os.stat_result]]:
     """Loose objects (and unfinished object writes) no root reaches, untouched since `cutoff`:
     (path under objects/, lstat). Packed objects are left alone."""
     out = []
     objects = vault.git_dir / "objects"
     try:
-        fans = sorted(e.name for e in os.scandir(objects)
-                      if len(e.name) == 2 and _is_hex(e.name) and e.is_dir(follow_symlinks=False))
+        fans = sorted(
+            e.name
+            for e in os.scandir(objects)
+            if len(e.name) == 2 and _is_hex(e.name) and e.is_dir(follow_symlinks=False)
+        )
     except OSError:
         return out
     for fan in fans:
@@ -500,7 +563,7 @@ def _unreachable(vault: Vault, reachable: set[str], cutoff: float
 # -- planning ----------------------------------------------------------------------------------
 
 
-def _leftovers(cairn: "Cairn") -> list[os.DirEntry]:
+def _leftovers(cairn: Cairn) -> list[os.DirEntry]:
     """Trees a cleanup had moved aside when it was interrupted."""
     try:
         with os.scandir(cairn.data.workspaces_root) as it:
@@ -509,7 +572,7 @@ def _leftovers(cairn: "Cairn") -> list[os.DirEntry]:
         return []
 
 
-def _owned_tree(cairn: "Cairn", ws: Workspace) -> Path | None:
+def _owned_tree(cairn: Cairn, ws: Workspace) -> Path | None:
     """The workspace's folder when it is a real folder directly under the data folder's
     workspaces/ (anything else is never deleted by a cleanup)."""
     root = Path(ws.root)
@@ -524,12 +587,11 @@ def _owned_tree(cairn: "Cairn", ws: Workspace) -> Path | None:
     return root
 
 
-def _stat_cache(cairn: "Cairn", workspace_id: str) -> Path:
+def _stat_cache(cairn: Cairn, workspace_id: str) -> Path:
     return cairn.data.cache_root / f"{workspace_id}.stat"
 
 
-def plan(cairn: "Cairn", *, grace_seconds: float = GRACE_SECONDS,
-         now: float | None = None) -> Plan:
+def plan(cairn: Cairn, *, grace_seconds: float = GRACE_SECONDS, now: float | None = None) -> Plan:
     """What a cleanup would remove now and the disk each item frees. Reads only."""
     now = time.time() if now is None else now
     usage = data_usage(cairn)
@@ -539,8 +601,15 @@ def plan(cairn: "Cairn", *, grace_seconds: float = GRACE_SECONDS,
 
     for entry in _leftovers(cairn):
         freed, files = ledger.take_tree(entry.path)
-        items.append(PlanItem(KIND_LEFTOVER, f"leftover of an interrupted cleanup: {entry.path}",
-                              freed, entry.path, files))
+        items.append(
+            PlanItem(
+                KIND_LEFTOVER,
+                f"leftover of an interrupted cleanup: {entry.path}",
+                freed,
+                entry.path,
+                files,
+            )
+        )
 
     titles: dict[str, list[str]] = {}
     for task in cairn.store.list_tasks():
@@ -550,8 +619,10 @@ def plan(cairn: "Cairn", *, grace_seconds: float = GRACE_SECONDS,
         root = _owned_tree(cairn, ws)
         cache = _stat_cache(cairn, ws.id)
         if root is None and Path(ws.root).exists():
-            notes.append(f"the files of archived workspace {ws.id} at {ws.root} are not in the "
-                         "data folder's workspaces/; they are left alone")
+            notes.append(
+                f"the files of archived workspace {ws.id} at {ws.root} are not in the "
+                "data folder's workspaces/; they are left alone"
+            )
         freed = files = 0
         if root is not None:
             freed, files = ledger.take_tree(root)
@@ -562,10 +633,18 @@ def plan(cairn: "Cairn", *, grace_seconds: float = GRACE_SECONDS,
             continue
         names = tuple(titles.get(ws.id, ()))
         who = ", ".join(f"“{t}”" for t in names) or "no task"
-        items.append(PlanItem(KIND_WORKSPACE,
-                              f"files of archived workspace {ws.id} ({who}) at {ws.root}",
-                              freed, ws.root, files, workspace_id=ws.id, task_titles=names,
-                              source_id=ws.source_id))
+        items.append(
+            PlanItem(
+                KIND_WORKSPACE,
+                f"files of archived workspace {ws.id} ({who}) at {ws.root}",
+                freed,
+                ws.root,
+                files,
+                workspace_id=ws.id,
+                task_titles=names,
+                source_id=ws.source_id,
+            )
+        )
 
     for source in cairn.store.list_sources():
         try:
@@ -575,23 +654,33 @@ def plan(cairn: "Cairn", *, grace_seconds: float = GRACE_SECONDS,
             notes.append(f"the vault of {source.path} is left alone: {exc}")
             continue
         if _quarantines(vault):
-            notes.append(f"an interrupted cleanup set objects of {source.path} aside; the next "
-                         "cleanup puts them back")
+            notes.append(
+                f"an interrupted cleanup set objects of {source.path} aside; the next "
+                "cleanup puts them back"
+            )
         if not found:
             continue
         freed = sum(ledger.take(st) for _rel, st in found)
-        items.append(PlanItem(KIND_OBJECTS,
-                              f"{len(found)} vault objects of {source.path} that no revision, "
-                              "snapshot or checkpoint reaches (left by interrupted captures or "
-                              "imports)", freed, str(vault.git_dir), len(found),
-                              source_id=source.id, objects=tuple(rel for rel, _st in found)))
+        items.append(
+            PlanItem(
+                KIND_OBJECTS,
+                f"{len(found)} vault objects of {source.path} that no revision, "
+                "snapshot or checkpoint reaches (left by interrupted captures or "
+                "imports)",
+                freed,
+                str(vault.git_dir),
+                len(found),
+                source_id=source.id,
+                objects=tuple(rel for rel, _st in found),
+            )
+        )
     return Plan(tuple(items), usage, tuple(notes), grace_seconds, now)
 
 
 # -- cleaning ----------------------------------------------------------------------------------
 
 
-def clean(cairn: "Cairn", the_plan: Plan, *, now: float | None = None) -> Result:
+def clean(cairn: Cairn, the_plan: Plan, *, now: float | None = None) -> Result:
     """Carry out `the_plan`, item by item in its order, re-checking each under the locks that
     matter; an item that no longer qualifies is skipped with the reason.
 
@@ -631,15 +720,21 @@ def clean(cairn: "Cairn", the_plan: Plan, *, now: float | None = None) -> Result
         else:
             result.done.append(item)
     if result.done:
-        cairn.events.publish(HOUSEKEEPING_DONE, None, freed=result.freed,
-                             items=len(result.done), skipped=len(result.skipped))
+        cairn.events.publish(
+            HOUSEKEEPING_DONE,
+            None,
+            freed=result.freed,
+            items=len(result.done),
+            skipped=len(result.skipped),
+        )
     return result
 
 
-def _clean_leftover(cairn: "Cairn", item: PlanItem, result: Result) -> str | None:
+def _clean_leftover(cairn: Cairn, item: PlanItem, result: Result) -> str | None:
     path = Path(item.path)
-    if (not path.name.startswith(TRASH_PREFIX) or os.path.realpath(path.parent)
-            != os.path.realpath(cairn.data.workspaces_root)):
+    if not path.name.startswith(TRASH_PREFIX) or os.path.realpath(path.parent) != os.path.realpath(
+        cairn.data.workspaces_root
+    ):
         return f"{path} is not a leftover of a cleanup"
     if not (path.exists() or path.is_symlink()):
         return f"{path} is gone already"
@@ -647,14 +742,15 @@ def _clean_leftover(cairn: "Cairn", item: PlanItem, result: Result) -> str | Non
     return None
 
 
-def _clean_workspace(cairn: "Cairn", item: PlanItem, result: Result) -> str | None:
+def _clean_workspace(cairn: Cairn, item: PlanItem, result: Result) -> str | None:
     assert item.workspace_id
     lock = _watch_lock(cairn, item.workspace_id)
     if lock is None:
         return f"workspace {item.workspace_id} is being recorded"
     try:
-        trash = (cairn.data.workspaces_root
-                 / f"{TRASH_PREFIX}{item.workspace_id}-{secrets.token_hex(4)}")
+        trash = (
+            cairn.data.workspaces_root / f"{TRASH_PREFIX}{item.workspace_id}-{secrets.token_hex(4)}"
+        )
         moved = False
         with cairn.store.transaction():
             try:
@@ -678,7 +774,7 @@ def _clean_workspace(cairn: "Cairn", item: PlanItem, result: Result) -> str | No
     return None
 
 
-def _clean_objects(cairn: "Cairn", item: PlanItem, result: Result, cutoff: float) -> str | None:
+def _clean_objects(cairn: Cairn, item: PlanItem, result: Result, cutoff: float) -> str | None:
     assert item.source_id
     try:
         source: Source = cairn.store.get_source(item.source_id)
@@ -687,10 +783,19 @@ def _clean_objects(cairn: "Cairn", item: PlanItem, result: Result, cutoff: float
     vault = cairn.vault_for(source.id)
     with ExitStack() as stack:
         try:
-            stack.enter_context(held(cairn.data.locks_root, "housekeeping", source.id,
-                                     "another cleanup is working on this vault"))
-            stack.enter_context(held(cairn.data.locks_root, "import", source.path,
-                                     f"{source.path} is being imported"))
+            stack.enter_context(
+                held(
+                    cairn.data.locks_root,
+                    "housekeeping",
+                    source.id,
+                    "another cleanup is working on this vault",
+                )
+            )
+            stack.enter_context(
+                held(
+                    cairn.data.locks_root, "import", source.path, f"{source.path} is being imported"
+                )
+            )
         except Conflict as exc:
             return str(exc)
         for ws in cairn.store.list_workspaces():
@@ -736,11 +841,14 @@ def _clean_objects(cairn: "Cairn", item: PlanItem, result: Result, cutoff: float
             made = disk_bytes(os.lstat(quarantine))
             result.freed += remove_measured(quarantine) - made
     if needed:
-        result.notes.append(f"{needed} objects of {source.path} became reachable since the plan "
-                            "(a new ref or checkpoint) and were kept")
+        result.notes.append(
+            f"{needed} objects of {source.path} became reachable since the plan "
+            "(a new ref or checkpoint) and were kept"
+        )
     if touched:
-        result.notes.append(f"{touched} objects of {source.path} were written again since the "
-                            "plan and were kept")
+        result.notes.append(
+            f"{touched} objects of {source.path} were written again since the plan and were kept"
+        )
     if (needed or touched) and not moved:
         return "no object of the plan still qualifies"
     return None
@@ -749,24 +857,33 @@ def _clean_objects(cairn: "Cairn", item: PlanItem, result: Result, cutoff: float
 def _quarantines(vault: Vault) -> list[str]:
     try:
         with os.scandir(vault.git_dir) as it:
-            return [e.path for e in it
-                    if e.name.startswith(QUARANTINE_PREFIX) and e.is_dir(follow_symlinks=False)]
+            return [
+                e.path
+                for e in it
+                if e.name.startswith(QUARANTINE_PREFIX) and e.is_dir(follow_symlinks=False)
+            ]
     except OSError:
         return []
 
 
-def _put_back_quarantines(cairn: "Cairn", result: Result) -> None:
+def _put_back_quarantines(cairn: Cairn, result: Result) -> None:
     """Before anything else: undo what an interrupted cleanup had set aside in any vault."""
     for source in cairn.store.list_sources():
         try:
             vault = cairn.vault_for(source.id)
             if not _quarantines(vault):
                 continue
-            with held(cairn.data.locks_root, "housekeeping", source.id,
-                      "another cleanup is working on this vault"):
+            with held(
+                cairn.data.locks_root,
+                "housekeeping",
+                source.id,
+                "another cleanup is working on this vault",
+            ):
                 _restore_quarantines(vault)
-            result.notes.append(f"objects an interrupted cleanup had set aside in the vault of "
-                                f"{source.path} were put back")
+            result.notes.append(
+                f"objects an interrupted cleanup had set aside in the vault of "
+                f"{source.path} were put back"
+            )
         except (CairnError, OSError) as exc:
             result.notes.append(f"the vault of {source.path}: {exc}")
 

@@ -75,19 +75,26 @@ class Lease:
 
     def verify(self) -> None:
         """Raise Conflict when this lease was taken over (a fenced-off holder must stop writing)."""
-        row = self.store.query_one("SELECT holder, token FROM leases WHERE lineage_id = ?",
-                                   (self.lineage_id,))
+        row = self.store.query_one(
+            "SELECT holder, token FROM leases WHERE lineage_id = ?", (self.lineage_id,)
+        )
         if row is None or row["token"] != self.token or row["holder"] != self.holder:
-            raise Conflict(f"lost the lease on lineage {self.lineage_id}; another process took over")
-        self.store.query("UPDATE leases SET heartbeat_at = ? WHERE lineage_id = ? AND token = ?",
-                         (time.time(), self.lineage_id, self.token))
+            raise Conflict(
+                f"lost the lease on lineage {self.lineage_id}; another process took over"
+            )
+        self.store.query(
+            "UPDATE leases SET heartbeat_at = ? WHERE lineage_id = ? AND token = ?",
+            (time.time(), self.lineage_id, self.token),
+        )
 
     def release(self) -> None:
         with self.store.transaction() as conn:
-            conn.execute("UPDATE leases SET holder = '' WHERE lineage_id = ? AND token = ?",
-                         (self.lineage_id, self.token))
+            conn.execute(
+                "UPDATE leases SET holder = '' WHERE lineage_id = ? AND token = ?",
+                (self.lineage_id, self.token),
+            )
 
-    def __enter__(self) -> "Lease":
+    def __enter__(self) -> Lease:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -96,10 +103,15 @@ class Lease:
 
 def lease_held(store: Store, lineage_id: str) -> bool:
     """Whether a live holder has the lineage's lease now (someone is starting or resuming)."""
-    row = store.query_one("SELECT holder, heartbeat_at FROM leases WHERE lineage_id = ?",
-                          (lineage_id,))
-    return bool(row and row["holder"] and holder_alive(row["holder"])
-                and time.time() - row["heartbeat_at"] <= LEASE_TTL_S)
+    row = store.query_one(
+        "SELECT holder, heartbeat_at FROM leases WHERE lineage_id = ?", (lineage_id,)
+    )
+    return bool(
+        row
+        and row["holder"]
+        and holder_alive(row["holder"])
+        and time.time() - row["heartbeat_at"] <= LEASE_TTL_S
+    )
 
 
 def acquire(store: Store, lineage_id: str, *, purpose: str = "work") -> Lease:
@@ -108,21 +120,31 @@ def acquire(store: Store, lineage_id: str, *, purpose: str = "work") -> Lease:
     me = this_holder()
     now = time.time()
     with store.transaction() as conn:
-        row = conn.execute("SELECT holder, token, heartbeat_at FROM leases WHERE lineage_id = ?",
-                           (lineage_id,)).fetchone()
+        row = conn.execute(
+            "SELECT holder, token, heartbeat_at FROM leases WHERE lineage_id = ?", (lineage_id,)
+        ).fetchone()
         if row is None:
             token = 1
-            conn.execute("INSERT INTO leases (lineage_id, holder, token, acquired_at, heartbeat_at) "
-                         "VALUES (?, ?, ?, ?, ?)", (lineage_id, me, token, now, now))
+            conn.execute(
+                "INSERT INTO leases (lineage_id, holder, token, acquired_at, heartbeat_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (lineage_id, me, token, now, now),
+            )
         else:
             holder = row["holder"]
-            stale = (not holder or not holder_alive(holder)
-                     or now - row["heartbeat_at"] > LEASE_TTL_S)
+            stale = (
+                not holder or not holder_alive(holder) or now - row["heartbeat_at"] > LEASE_TTL_S
+            )
             if not stale:
                 pid = holder.split(":")[1] if holder.count(":") >= 2 else "?"
-                raise Conflict(f"another operation on this task's lineage is in progress "
-                               f"(process {pid}); try again when it is done")
+                raise Conflict(
+                    f"another operation on this task's lineage is in progress "
+                    f"(process {pid}); try again when it is done"
+                )
             token = row["token"] + 1
-            conn.execute("UPDATE leases SET holder = ?, token = ?, acquired_at = ?, heartbeat_at = ? "
-                         "WHERE lineage_id = ?", (me, token, now, now, lineage_id))
+            conn.execute(
+                "UPDATE leases SET holder = ?, token = ?, acquired_at = ?, heartbeat_at = ? "
+                "WHERE lineage_id = ?",
+                (me, token, now, now, lineage_id),
+            )
     return Lease(store, lineage_id, me, token)

@@ -45,8 +45,12 @@ class RunState(str, enum.Enum):
 
     @property
     def in_flight(self) -> bool:
-        return self in (RunState.QUEUED, RunState.PREPARING, RunState.RUNNING,
-                        RunState.WAITING_APPROVAL)
+        return self in (
+            RunState.QUEUED,
+            RunState.PREPARING,
+            RunState.RUNNING,
+            RunState.WAITING_APPROVAL,
+        )
 
 
 @dataclass

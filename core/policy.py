@@ -19,17 +19,20 @@ NETWORK_MODES = ("none", "allowlist", "open")
 class Policy:
     version: int = 1
     network: str = "none"
-    allow: tuple[str, ...] = ()                # host:port pairs reachable under "allowlist"
+    allow: tuple[str, ...] = ()  # host:port pairs reachable under "allowlist"
     limits: Limits = field(default_factory=Limits)
-    mounts: tuple[tuple[str, str], ...] = ()   # extra read-only (host, container) mounts
-    secrets: tuple[str, ...] | None = None     # secret names the sandbox may receive; None: all granted
-    uid: int | None = None                     # sandbox user; None: the backend's non-root default
-    approved: tuple[str, ...] = ()             # exact commands a person approved for this task
+    mounts: tuple[tuple[str, str], ...] = ()  # extra read-only (host, container) mounts
+    secrets: tuple[str, ...] | None = (
+        None  # secret names the sandbox may receive; None: all granted
+    )
+    uid: int | None = None  # sandbox user; None: the backend's non-root default
+    approved: tuple[str, ...] = ()  # exact commands a person approved for this task
 
-    def validate(self) -> "Policy":
+    def validate(self) -> Policy:
         if self.network not in NETWORK_MODES:
-            raise InputError(f"unknown network mode {self.network!r} (use one of "
-                             f"{', '.join(NETWORK_MODES)})")
+            raise InputError(
+                f"unknown network mode {self.network!r} (use one of {', '.join(NETWORK_MODES)})"
+            )
         for entry in self.allow:
             host, sep, port = entry.rpartition(":")
             if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -43,7 +46,7 @@ class Policy:
     def allows_secret(self, name: str) -> bool:
         return self.secrets is None or name in self.secrets
 
-    def changed(self, **changes: object) -> "Policy":
+    def changed(self, **changes: object) -> Policy:
         """A new version of this policy with `changes` applied."""
         if "limits" in changes and isinstance(changes["limits"], dict):
             changes["limits"] = _limits(replace, self.limits, **changes["limits"])
@@ -61,7 +64,7 @@ class Policy:
         return d
 
     @classmethod
-    def from_dict(cls, data: dict | None) -> "Policy":
+    def from_dict(cls, data: dict | None) -> Policy:
         if not data:
             return cls()
         return cls(
@@ -80,4 +83,6 @@ def _limits(make, *args: object, **kwargs: object) -> Limits:
     try:
         return make(*args, **kwargs)
     except (TypeError, ValueError) as exc:
-        raise InputError(str(exc) if "limits" in str(exc) else f"unusable sandbox limits: {exc}") from exc
+        raise InputError(
+            str(exc) if "limits" in str(exc) else f"unusable sandbox limits: {exc}"
+        ) from exc

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 
 from core import lineage, runs
 from core.errors import CairnError
-from core.models import Run, RunState as R
+from core.models import Run
+from core.models import RunState as R
 from core.sandbox.base import Attached
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ class ReconcileReport:
         return dict(self.__dict__)
 
 
-def run_liveness(app: "Cairn", run: Run) -> tuple[bool | None, str]:
+def run_liveness(app: Cairn, run: Run) -> tuple[bool | None, str]:
     """Whether the run's process still runs: True, False, or None when it cannot be told now
     (Docker unreachable: an unknown error decides nothing)."""
     files = runs.run_files(app.data.runs_root, run)
@@ -61,10 +62,11 @@ def run_liveness(app: "Cairn", run: Run) -> tuple[bool | None, str]:
     return alive, "the process is running" if alive else "the process is gone"
 
 
-def settle_run(app: "Cairn", run: Run) -> str:
+def settle_run(app: Cairn, run: Run) -> str:
     """Bring one in-flight run's state in line with reality; returns what it became."""
     if run.state in (R.QUEUED.value, R.PREPARING.value) and lineage.lease_held(
-            app.store, lineage.root_of(app.store, run.task_id)):
+        app.store, lineage.root_of(app.store, run.task_id)
+    ):
         return "starting"  # another Cairn process is launching it under the lineage lease
     files = runs.run_files(app.data.runs_root, run)
     code = files.exit_code
@@ -82,7 +84,7 @@ def settle_run(app: "Cairn", run: Run) -> str:
     return app.store.get_run(run.id).state
 
 
-def reconcile(app: "Cairn", *, catch_up: bool = True) -> ReconcileReport:
+def reconcile(app: Cairn, *, catch_up: bool = True) -> ReconcileReport:
     report = ReconcileReport()
     for run in app.store.list_runs(states=runs.IN_FLIGHT):
         try:
@@ -90,8 +92,11 @@ def reconcile(app: "Cairn", *, catch_up: bool = True) -> ReconcileReport:
         except CairnError as exc:
             report.problems.append(str(exc))
             continue
-        {"running": report.still_running, "starting": report.still_running,
-         R.INTERRUPTED.value: report.interrupted}.get(outcome, report.finished).append(run.id)
+        {
+            "running": report.still_running,
+            "starting": report.still_running,
+            R.INTERRUPTED.value: report.interrupted,
+        }.get(outcome, report.finished).append(run.id)
 
     try:
         found = {s.container_id: s for s in app.sandboxes.backend.list_sessions()}
@@ -110,21 +115,25 @@ def reconcile(app: "Cairn", *, catch_up: bool = True) -> ReconcileReport:
                 status = "live" if found[record.container_id].status == "running" else "stopped"
                 if status != record.status:
                     app.store.update_session(record.id, status=status)
-        report.orphan_containers = sorted(s.container_name for cid, s in found.items()
-                                          if cid not in known)
+        report.orphan_containers = sorted(
+            s.container_name for cid, s in found.items() if cid not in known
+        )
 
     if catch_up:
         for ws in app.store.list_workspaces(states=("prepared", "active")):
             if not Path(ws.root).is_dir():
-                report.problems.append(f"workspace {ws.id} is missing on disk ({ws.root}); "
-                                       "resume restores it from its snapshot")
+                report.problems.append(
+                    f"workspace {ws.id} is missing on disk ({ws.root}); "
+                    "resume restores it from its snapshot"
+                )
                 continue
             task = next((t for t in app.store.list_tasks() if t.workspace_id == ws.id), None)
             if task is None:
                 continue
             try:
-                rev, changed = app.capture(task.id, trigger="watch",
-                                           run_id=app.active_run_id(ws.id))
+                rev, changed = app.capture(
+                    task.id, trigger="watch", run_id=app.active_run_id(ws.id)
+                )
             except CairnError as exc:
                 report.problems.append(f"workspace {ws.id}: {exc}")
                 continue
@@ -139,8 +148,9 @@ def reconcile(app: "Cairn", *, catch_up: bool = True) -> ReconcileReport:
             report.problems.append(str(exc))
             continue
         rows = {s.id for s in app.store.list_snapshots()}
-        report.orphan_snapshot_refs += sorted(ref.rsplit("/", 1)[-1] for ref in refs
-                                              if ref.rsplit("/", 1)[-1] not in rows)
+        report.orphan_snapshot_refs += sorted(
+            ref.rsplit("/", 1)[-1] for ref in refs if ref.rsplit("/", 1)[-1] not in rows
+        )
     return report
 
 

@@ -132,7 +132,7 @@ class Redactor:
         names_t = patterns.text_names
         return patterns.text.sub(lambda m: placeholder(names_t[m.group(0)]), value)
 
-    def stream(self) -> "StreamRedactor":
+    def stream(self) -> StreamRedactor:
         return StreamRedactor(self)
 
 
@@ -165,7 +165,7 @@ class StreamRedactor(Generic[AnyStr]):
         for match in pattern.finditer(buf):
             if match.start() >= cut:
                 break
-            out.append(buf[pos:match.start()])
+            out.append(buf[pos : match.start()])
             label = placeholder(names[match.group(0)])
             out.append(label.encode() if is_bytes else label)
             pos = match.end()
@@ -230,8 +230,9 @@ class RedactingFilter(logging.Filter):
         record.msg = r.redact(message)
         record.args = None
         if record.exc_info and record.exc_info != (None, None, None):
-            text = record.exc_text or "".join(
-                traceback.format_exception(*record.exc_info)).rstrip("\n")
+            text = record.exc_text or "".join(traceback.format_exception(*record.exc_info)).rstrip(
+                "\n"
+            )
             record.exc_text = r.redact(text)
             # Handlers that format exc_info themselves would print the unredacted traceback.
             record.exc_info = None
@@ -242,8 +243,9 @@ class RedactingFilter(logging.Filter):
         return True
 
 
-def install_log_redaction(logger: logging.Logger | None = None,
-                          redactor: Redactor | None = None) -> RedactingFilter:
+def install_log_redaction(
+    logger: logging.Logger | None = None, redactor: Redactor | None = None
+) -> RedactingFilter:
     """Attach one RedactingFilter to `logger` (the root logger by default) and to its handlers.
 
     Logger filters see only records logged on that logger; records from child loggers reach the

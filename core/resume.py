@@ -13,18 +13,25 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core import events as ev
 from core import approvals, lineage, runs, workspaces
+from core import events as ev
 from core.checkpoints import parse_workspace_ref, write_checkpoint
 from core.engines import engine_for
-from core.engines.base import (MODE_CONTINUE, MODE_FALLBACK, MODE_FORK, MODE_START,
-                               LaunchContext, ToolContract)
+from core.engines.base import (
+    MODE_CONTINUE,
+    MODE_FALLBACK,
+    MODE_FORK,
+    MODE_START,
+    LaunchContext,
+    ToolContract,
+)
 from core.errors import CairnError, Conflict, InputError
 from core.ids import new_id
-from core.models import Checkpoint, Run, RunState as R, Task, Workspace, WorkspaceState
-from core.settings import policy_with_endpoint
+from core.models import Checkpoint, Run, Task, Workspace, WorkspaceState
+from core.models import RunState as R
 from core.sandbox.base import CONTAINER_HOME, LiveSession
 from core.sandboxes import TOOLS_DIR_IN_SANDBOX
+from core.settings import policy_with_endpoint
 
 if TYPE_CHECKING:
     from core.app import Cairn
@@ -35,8 +42,10 @@ ON_TOP = "on-top"
 RESTORE_INTO_NEW = "restore-into-new"
 
 
-INTERRUPTED_PROMPT = ("Your previous turn was interrupted before it finished. Check the state of "
-                      "the workspace and continue the task.")
+INTERRUPTED_PROMPT = (
+    "Your previous turn was interrupted before it finished. Check the state of "
+    "the workspace and continue the task."
+)
 
 
 class NeedsChoice(Conflict):
@@ -48,7 +57,9 @@ class NeedsChoice(Conflict):
 @dataclass
 class ResumeReport:
     run_id: str
-    path: list[str] = field(default_factory=list)   # e.g. ["workspace: present", "sandbox: recreated"]
+    path: list[str] = field(
+        default_factory=list
+    )  # e.g. ["workspace: present", "sandbox: recreated"]
     notes: list[str] = field(default_factory=list)  # why, in words
 
     def add(self, step: str, outcome: str, why: str | None = None) -> None:
@@ -64,7 +75,7 @@ class ResumeReport:
 
 
 class RunService:
-    def __init__(self, app: "Cairn"):
+    def __init__(self, app: Cairn):
         self.app = app
         self.store = app.store
 
@@ -77,14 +88,18 @@ class RunService:
     def refuse_in_flight(self, task: Task, *, except_run: str | None = None) -> None:
         for run in self.lineage_runs(task):
             if run.state in runs.IN_FLIGHT and run.id != except_run:
-                raise Conflict(f"run {run.id} of this task's lineage is {run.state}; wait for it "
-                               f"to end or stop it before continuing")
+                raise Conflict(
+                    f"run {run.id} of this task's lineage is {run.state}; wait for it "
+                    f"to end or stop it before continuing"
+                )
 
     def latest_run(self, task: Task) -> Run | None:
         task_runs = self.store.runs_of([task.id])
         return task_runs[-1] if task_runs else None
 
-    def probe_contract(self, live: LiveSession, engine_name: str, image_digest: str | None) -> ToolContract:
+    def probe_contract(
+        self, live: LiveSession, engine_name: str, image_digest: str | None
+    ) -> ToolContract:
         tools = {}
         settings = self.app.engine_settings(engine_name)
         for name, argv in engine_for(engine_name).tool_probe(settings).items():
@@ -98,26 +113,60 @@ class RunService:
 
     # -- start ---------------------------------------------------------------------------------
 
-    def start(self, task_ref: str, *, commands: list[str] | None = None, prompt: str | None = None,
-              mode: str = MODE_START, session_id: str | None = None,
-              home_seed: Path | None = None) -> Run:
+    def start(
+        self,
+        task_ref: str,
+        *,
+        commands: list[str] | None = None,
+        prompt: str | None = None,
+        mode: str = MODE_START,
+        session_id: str | None = None,
+        home_seed: Path | None = None,
+    ) -> Run:
         """A new run of the task's engine: a shell script (`commands`), or an agent turn
         (`prompt`) that starts, continues or forks an engine session."""
         task = self.app.task(task_ref)
         ws = self.app.workspace_of(task)
         eng = engine_for(task.engine)
-        spec = eng.validate({k: v for k, v in {"commands": commands, "prompt": prompt, "mode": mode,
-                                               "session_id": session_id}.items() if v is not None})
+        spec = eng.validate(
+            {
+                k: v
+                for k, v in {
+                    "commands": commands,
+                    "prompt": prompt,
+                    "mode": mode,
+                    "session_id": session_id,
+                }.items()
+                if v is not None
+            }
+        )
         with lineage.acquire(self.store, lineage.root_of(self.store, task.id)) as lease:
             self.refuse_in_flight(task)
-            run = Run(new_id("run"), task.id, R.QUEUED.value, 0, eng.name, spec,
-                      workspace_id=ws.id, attempt=1, created_at=time.time())
+            run = Run(
+                new_id("run"),
+                task.id,
+                R.QUEUED.value,
+                0,
+                eng.name,
+                spec,
+                workspace_id=ws.id,
+                attempt=1,
+                created_at=time.time(),
+            )
             self.store.add_run(run)
             runs.move(self.store, run.id, R.PREPARING)
             report = ResumeReport(run.id)
             try:
-                return self._launch(self.store.get_run(run.id), task, ws, lease, 0, report,
-                                    recorded_contract=None, home_seed=home_seed)
+                return self._launch(
+                    self.store.get_run(run.id),
+                    task,
+                    ws,
+                    lease,
+                    0,
+                    report,
+                    recorded_contract=None,
+                    home_seed=home_seed,
+                )
             except CairnError as exc:
                 self._park(run.id, f"could not start: {exc}")
                 raise
@@ -129,9 +178,19 @@ class RunService:
         except CairnError:
             log.exception("could not park run %s", run_id)
 
-    def _launch(self, run: Run, task: Task, ws: Workspace, lease: lineage.Lease, start_step: int,
-                report: ResumeReport, *, recorded_contract: ToolContract | None,
-                accept_tool_change: bool = False, home_seed: Path | None = None) -> Run:
+    def _launch(
+        self,
+        run: Run,
+        task: Task,
+        ws: Workspace,
+        lease: lineage.Lease,
+        start_step: int,
+        report: ResumeReport,
+        *,
+        recorded_contract: ToolContract | None,
+        accept_tool_change: bool = False,
+        home_seed: Path | None = None,
+    ) -> Run:
         app = self.app
         eng = engine_for(run.engine)
         settings = app.engine_settings(run.engine)
@@ -141,8 +200,9 @@ class RunService:
         if self.store.session_for(ws.id) is None:
             latest = self.store.list_snapshots(ws.id)
             snapshot_id = latest[-1].id if latest else app.snapshot(task.id).id
-        outcome = app.sandboxes.ensure(ws, policy, snapshot_id, extra_mounts=eng.mounts(settings),
-                                       home_seed=home_seed)
+        outcome = app.sandboxes.ensure(
+            ws, policy, snapshot_id, extra_mounts=eng.mounts(settings), home_seed=home_seed
+        )
         report.add("sandbox", outcome.path, "; ".join(outcome.reasons))
         if outcome.rebuilt:
             report.add("background", "rebuilt " + ", ".join(outcome.rebuilt))
@@ -155,62 +215,111 @@ class RunService:
         if recorded_contract is not None:
             diffs = recorded_contract.differences(contract)
             if diffs and not accept_tool_change:
-                raise Conflict("the sandbox's tools changed since the checkpoint: " + "; ".join(diffs)
-                               + " (resume with --accept-tool-change to go on anyway)")
-            report.add("tools", "changed, accepted" if diffs else "match the checkpoint",
-                       "; ".join(diffs) or None)
+                raise Conflict(
+                    "the sandbox's tools changed since the checkpoint: "
+                    + "; ".join(diffs)
+                    + " (resume with --accept-tool-change to go on anyway)"
+                )
+            report.add(
+                "tools",
+                "changed, accepted" if diffs else "match the checkpoint",
+                "; ".join(diffs) or None,
+            )
         self._grant_engine_key(task, eng, settings, report)
         resolved = app.credentials.resolve_env(task.id, require=True)
         secret_of = {g.env_var: g.secret_name for g in app.credentials.grants_for(task.id)}
         env = {k: v for k, v in resolved.env.items() if policy.allows_secret(secret_of.get(k, k))}
         withheld = sorted(secret_of.get(k, k) for k in set(resolved.env) - set(env))
         if resolved.revoked or withheld:
-            report.add("credentials", "without " + ", ".join(resolved.revoked + withheld),
-                       "revoked grants and secrets the current policy removed are not injected")
+            report.add(
+                "credentials",
+                "without " + ", ".join(resolved.revoked + withheld),
+                "revoked grants and secrets the current policy removed are not injected",
+            )
         elif resolved.env:
             report.add("credentials", "injected " + ", ".join(sorted(env)))
-        write_checkpoint(app, run, pending_step=str(start_step), tool_contract=contract,
-                         policy_version=policy.version)
+        write_checkpoint(
+            app,
+            run,
+            pending_step=str(start_step),
+            tool_contract=contract,
+            policy_version=policy.version,
+        )
         lease.verify()
         files = runs.run_files(app.data.runs_root, run)
         ctx = LaunchContext(
-            run_id=run.id, mode=run.spec.get("mode", MODE_START), prompt=run.spec.get("prompt", ""),
-            spec=run.spec, settings=settings, host_run_dir=files.folder,
-            sandbox_run_dir=outcome.live.visible_path(app.sandboxes.run_dir_in_sandbox(run.exec_id)),
-            host_home=app.data.home_path(outcome.record.id), sandbox_home=CONTAINER_HOME,
-            session_id=run.spec.get("session_id"), start_step=start_step,
-            gate=approvals.gate_command(app, ws.id, outcome.live))
+            run_id=run.id,
+            mode=run.spec.get("mode", MODE_START),
+            prompt=run.spec.get("prompt", ""),
+            spec=run.spec,
+            settings=settings,
+            host_run_dir=files.folder,
+            sandbox_run_dir=outcome.live.visible_path(
+                app.sandboxes.run_dir_in_sandbox(run.exec_id)
+            ),
+            host_home=app.data.home_path(outcome.record.id),
+            sandbox_home=CONTAINER_HOME,
+            session_id=run.spec.get("session_id"),
+            start_step=start_step,
+            gate=approvals.gate_command(app, ws.id, outcome.live),
+        )
         ctx = self._engine_mode(eng, ctx, run, report)
         eng.prepare(ctx)
-        exec_env = {**app.sandboxes.exec_environment(policy), **eng.environment(ctx),
-                    **approvals.gate_environment(run, outcome.live), **env}
+        exec_env = {
+            **app.sandboxes.exec_environment(policy),
+            **eng.environment(ctx),
+            **approvals.gate_environment(run, outcome.live),
+            **env,
+        }
         approvals.ensure_judge(app.data)
-        argv = self._hide_secrets_in_output(eng.launch_argv(ctx), env, exec_env, outcome.live,
-                                            report)
+        argv = self._hide_secrets_in_output(
+            eng.launch_argv(ctx), env, exec_env, outcome.live, report
+        )
         outcome.live.exec_detached(argv, env=exec_env, run_id=run.exec_id)
-        run = runs.move(self.store, run.id, R.RUNNING, started_at=time.time(),
-                        resume_report=report.to_dict(),
-                        note=report.summary() if report.path else None)
-        app.events.publish(ev.RUN_STATE, run.id, state=run.state, task_id=task.id,
-                           report=report.to_dict())
+        run = runs.move(
+            self.store,
+            run.id,
+            R.RUNNING,
+            started_at=time.time(),
+            resume_report=report.to_dict(),
+            note=report.summary() if report.path else None,
+        )
+        app.events.publish(
+            ev.RUN_STATE, run.id, state=run.state, task_id=task.id, report=report.to_dict()
+        )
         return run
 
-    def _hide_secrets_in_output(self, argv: list[str], secrets: dict[str, str],
-                                exec_env: dict[str, str], live: LiveSession,
-                                report: ResumeReport) -> list[str]:
+    def _hide_secrets_in_output(
+        self,
+        argv: list[str],
+        secrets: dict[str, str],
+        exec_env: dict[str, str],
+        live: LiveSession,
+        report: ResumeReport,
+    ) -> list[str]:
         """With secrets in the environment, the run's output passes through a filter inside the
         sandbox that replaces their values, so they never reach the run's files on the host."""
         if not secrets:
             return argv
         probe = live.exec(["sh", "-c", "command -v python3"], env={}, cwd="/", timeout=20)
         if probe.exit_code != 0:
-            report.add("output", "not filtered", "the sandbox image has no python3 to hide "
-                       "secret values in the run's output")
+            report.add(
+                "output",
+                "not filtered",
+                "the sandbox image has no python3 to hide secret values in the run's output",
+            )
             return argv
         exec_env["CAIRN_REDACT_VARS"] = ",".join(sorted(secrets))
-        return ["python3", live.visible_path(f"{TOOLS_DIR_IN_SANDBOX}/redact-output.py"), "--", *argv]
+        return [
+            "python3",
+            live.visible_path(f"{TOOLS_DIR_IN_SANDBOX}/redact-output.py"),
+            "--",
+            *argv,
+        ]
 
-    def _engine_mode(self, eng, ctx: LaunchContext, run: Run, report: ResumeReport) -> LaunchContext:
+    def _engine_mode(
+        self, eng, ctx: LaunchContext, run: Run, report: ResumeReport
+    ) -> LaunchContext:
         """Native continue/fork when the engine's contract holds, else a new session on the same
         files — and the run's record says why."""
         if ctx.mode not in (MODE_CONTINUE, MODE_FORK) or not eng.has_sessions:
@@ -233,16 +342,19 @@ class RunService:
         creds = self.app.credentials
         if any(g.env_var == var for g in creds.grants_for(task.id)):
             return
-        if any(getattr(g, "secret_name", None) == settings.api_key_secret
-               for g in creds.revoked_for(task.id)):
+        if any(
+            getattr(g, "secret_name", None) == settings.api_key_secret
+            for g in creds.revoked_for(task.id)
+        ):
             return  # revoked stays revoked
         creds.grant(lineage.root_of(self.store, task.id), settings.api_key_secret, var)
         report.add("credentials", f"granted {settings.api_key_secret} as {var} (engine settings)")
 
     # -- resume --------------------------------------------------------------------------------
 
-    def resume(self, task_ref: str, *, choice: str | None = None,
-               accept_tool_change: bool = False) -> tuple[Run, ResumeReport]:
+    def resume(
+        self, task_ref: str, *, choice: str | None = None, accept_tool_change: bool = False
+    ) -> tuple[Run, ResumeReport]:
         app = self.app
         task = app.task(task_ref)
         run = self.latest_run(task)
@@ -269,28 +381,53 @@ class RunService:
             ws = app.workspace_of(task)
             policy = app.policy_of(ws)
             if ck is None:
-                report.add("checkpoint", "none", "the run never reached its first checkpoint; "
-                           "it starts from its first step")
+                report.add(
+                    "checkpoint",
+                    "none",
+                    "the run never reached its first checkpoint; it starts from its first step",
+                )
             else:
-                report.add("checkpoint", ck.id, f"policy version now {policy.version}, "
-                           f"at the checkpoint {ck.policy_version}")
+                report.add(
+                    "checkpoint",
+                    ck.id,
+                    f"policy version now {policy.version}, at the checkpoint {ck.policy_version}",
+                )
             # 3. the workspace.
             ws = self._revalidate_workspace(task, ws, run, ck, choice, report)
             # 4–8. sandbox, tools, credentials, background processes, engine.
             start_step = self._start_step(run, ck)
             spec = run.spec
             if engine_for(run.engine).has_sessions and run.engine_session_id:
-                spec = {**spec, "mode": MODE_CONTINUE, "session_id": run.engine_session_id,
-                        "prompt": INTERRUPTED_PROMPT}
-            run = runs.move(self.store, run.id, R.PREPARING, attempt=run.attempt + 1,
-                            output_offset=0, stderr_offset=0, workspace_id=ws.id, exit_code=None,
-                            spec=spec)
+                spec = {
+                    **spec,
+                    "mode": MODE_CONTINUE,
+                    "session_id": run.engine_session_id,
+                    "prompt": INTERRUPTED_PROMPT,
+                }
+            run = runs.move(
+                self.store,
+                run.id,
+                R.PREPARING,
+                attempt=run.attempt + 1,
+                output_offset=0,
+                stderr_offset=0,
+                workspace_id=ws.id,
+                exit_code=None,
+                spec=spec,
+            )
             if run.engine == "shell":
                 report.add("engine", f"shell continues at step {start_step}")
             try:
-                run = self._launch(run, self.store.get_task(task.id), ws, lease, start_step, report,
-                                   recorded_contract=ToolContract.from_dict(ck.tool_contract)
-                                   if ck else None, accept_tool_change=accept_tool_change)
+                run = self._launch(
+                    run,
+                    self.store.get_task(task.id),
+                    ws,
+                    lease,
+                    start_step,
+                    report,
+                    recorded_contract=ToolContract.from_dict(ck.tool_contract) if ck else None,
+                    accept_tool_change=accept_tool_change,
+                )
             except CairnError as exc:
                 self._park(run.id, f"resume failed: {exc}")
                 raise
@@ -306,8 +443,15 @@ class RunService:
             steps.append(reached)
         return max(steps) if steps else 0
 
-    def _revalidate_workspace(self, task: Task, ws: Workspace, run: Run, ck: Checkpoint | None,
-                              choice: str | None, report: ResumeReport) -> Workspace:
+    def _revalidate_workspace(
+        self,
+        task: Task,
+        ws: Workspace,
+        run: Run,
+        ck: Checkpoint | None,
+        choice: str | None,
+        report: ResumeReport,
+    ) -> Workspace:
         app = self.app
         root = Path(ws.root)
         if not root.is_dir():
@@ -316,17 +460,27 @@ class RunService:
                 snaps = self.store.list_snapshots(ws.id)
                 snap_id = snaps[-1].id if snaps else None
             if snap_id is None:
-                raise CairnError(f"the workspace folder {root} is gone and no snapshot of it exists")
+                raise CairnError(
+                    f"the workspace folder {root} is gone and no snapshot of it exists"
+                )
             tree = app.restore_workspace(ws, snap_id)
-            report.add("workspace", "restored", f"the folder was missing; materialized snapshot "
-                       f"{snap_id} and verified its tree {tree[:12]}")
+            report.add(
+                "workspace",
+                "restored",
+                f"the folder was missing; materialized snapshot "
+                f"{snap_id} and verified its tree {tree[:12]}",
+            )
             return self.store.get_workspace(ws.id)
         # Changes nobody recorded happened while no run was in flight: they are external.
         latest, changed = app.capture(task.id, trigger="external")
         external = self._external_since(ws, run, ck)
         if not external:
-            report.add("workspace", "unchanged since the checkpoint" if not changed
-                       else "present, changes are the run's own")
+            report.add(
+                "workspace",
+                "unchanged since the checkpoint"
+                if not changed
+                else "present, changes are the run's own",
+            )
             return ws
         files = sum(r.files_changed for r in external)
         if choice is None:
@@ -334,16 +488,23 @@ class RunService:
                 f"the workspace of task {task.id} was edited outside Cairn since the last "
                 f"checkpoint ({files} file(s), revision {external[-1].id[:12]}); nothing was "
                 f"overwritten. Resume with --on-top to keep working on top of those edits, or "
-                f"--restore-into-new to restore the checkpoint into a new workspace")
+                f"--restore-into-new to restore the checkpoint into a new workspace"
+            )
         if choice == ON_TOP:
-            report.add("workspace", "continuing on top of outside edits",
-                       f"{files} file(s) edited outside Cairn, recorded as revision "
-                       f"{external[-1].id[:12]}")
+            report.add(
+                "workspace",
+                "continuing on top of outside edits",
+                f"{files} file(s) edited outside Cairn, recorded as revision "
+                f"{external[-1].id[:12]}",
+            )
             return ws
         assert ck is not None
         new_ws = app.restore_into_new_workspace(task, ws, ck.snapshot_id)
-        report.add("workspace", f"restored into new workspace {new_ws.id}",
-                   f"the edited workspace {ws.id} is kept, frozen, at {ws.root}")
+        report.add(
+            "workspace",
+            f"restored into new workspace {new_ws.id}",
+            f"the edited workspace {ws.id} is kept, frozen, at {ws.root}",
+        )
         return new_ws
 
     def _external_since(self, ws: Workspace, run: Run, ck: Checkpoint | None):
@@ -354,6 +515,10 @@ class RunService:
             start = seqs[0] if seqs else 0
         else:
             start = 0
-        return [r for r in revs if r.seq > start and r.run_id != run.id
-                and r.trigger not in ("base", "checkpoint", "restore")]
-
+        return [
+            r
+            for r in revs
+            if r.seq > start
+            and r.run_id != run.id
+            and r.trigger not in ("base", "checkpoint", "restore")
+        ]

@@ -10,22 +10,28 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-from core.models import Run, RunState as R
+from core.models import Run
+from core.models import RunState as R
 from core.redact import redact
-from core.sandbox.base import (RUN_EXIT_CODE_FILE, RUN_PID_FILE, RUN_STDERR_FILE, RUN_STDOUT_FILE,
-                               read_exit_code, read_pid)
+from core.sandbox.base import (
+    RUN_EXIT_CODE_FILE,
+    RUN_PID_FILE,
+    RUN_STDERR_FILE,
+    RUN_STDOUT_FILE,
+    read_exit_code,
+    read_pid,
+)
 from core.store import Store
 
 TRANSITIONS: dict[R, frozenset[R]] = {
     R.QUEUED: frozenset({R.PREPARING, R.CANCELLED, R.FAILED, R.INTERRUPTED}),
     R.PREPARING: frozenset({R.RUNNING, R.FAILED, R.CANCELLED, R.INTERRUPTED}),
     R.RUNNING: frozenset({R.WAITING_APPROVAL, R.SUCCEEDED, R.FAILED, R.CANCELLED, R.INTERRUPTED}),
-    R.WAITING_APPROVAL: frozenset({R.RUNNING, R.SUCCEEDED, R.FAILED, R.CANCELLED,
-                                   R.INTERRUPTED}),
+    R.WAITING_APPROVAL: frozenset({R.RUNNING, R.SUCCEEDED, R.FAILED, R.CANCELLED, R.INTERRUPTED}),
     R.INTERRUPTED: frozenset({R.PREPARING, R.CANCELLED, R.FAILED}),
     R.SUCCEEDED: frozenset(),
     R.FAILED: frozenset(),
@@ -96,8 +102,13 @@ class OutputTail:
 
     MAX_CHUNK = 256 * 1024
 
-    def __init__(self, store: Store, run_id: str, files: RunFiles,
-                 on_output: Callable[[str, str], None] | None = None):
+    def __init__(
+        self,
+        store: Store,
+        run_id: str,
+        files: RunFiles,
+        on_output: Callable[[str, str], None] | None = None,
+    ):
         self.store = store
         self.run_id = run_id
         self.files = files
@@ -107,10 +118,10 @@ class OutputTail:
         """Take in what was written since the last poll; returns how many bytes were taken."""
         run = self.store.get_run(self.run_id)
         taken = 0
-        for stream, path, column, offset in (("stdout", self.files.stdout, "output_offset",
-                                              run.output_offset),
-                                             ("stderr", self.files.stderr, "stderr_offset",
-                                              run.stderr_offset)):
+        for stream, path, column, offset in (
+            ("stdout", self.files.stdout, "output_offset", run.output_offset),
+            ("stderr", self.files.stderr, "stderr_offset", run.stderr_offset),
+        ):
             data = _read_from(path, offset, self.MAX_CHUNK)
             if not data:
                 continue
@@ -122,17 +133,24 @@ class OutputTail:
             chunk = data[:cut]
             # Complete lines only, so a secret is never split across two chunks here.
             text = redact(chunk.decode("utf-8", "replace"))
-            payload = json.dumps({"run_id": self.run_id, "stream": stream, "text": text,
-                                  "offset": offset}, sort_keys=True)
+            payload = json.dumps(
+                {"run_id": self.run_id, "stream": stream, "text": text, "offset": offset},
+                sort_keys=True,
+            )
             with self.store.transaction() as conn:
-                current = conn.execute(f"SELECT {column} FROM runs WHERE id = ?",
-                                       (self.run_id,)).fetchone()[0]
+                current = conn.execute(
+                    f"SELECT {column} FROM runs WHERE id = ?", (self.run_id,)
+                ).fetchone()[0]
                 if current != offset:  # someone else took this part already
                     continue
-                conn.execute("INSERT INTO events (kind, subject, payload, created_at) "
-                             "VALUES ('run.output', ?, ?, ?)", (self.run_id, payload, time.time()))
-                conn.execute(f"UPDATE runs SET {column} = ? WHERE id = ?",
-                             (offset + len(chunk), self.run_id))
+                conn.execute(
+                    "INSERT INTO events (kind, subject, payload, created_at) "
+                    "VALUES ('run.output', ?, ?, ?)",
+                    (self.run_id, payload, time.time()),
+                )
+                conn.execute(
+                    f"UPDATE runs SET {column} = ? WHERE id = ?", (offset + len(chunk), self.run_id)
+                )
             taken += len(chunk)
             if self.on_output:
                 self.on_output(stream, text)
@@ -150,8 +168,10 @@ def _read_from(path: Path, offset: int, limit: int) -> bytes:
 
 def output_of(store: Store, run_id: str, stream: str | None = None) -> str:
     """Everything observed of a run so far, in order (for the CLI, the GUI and tests)."""
-    rows = store.query("SELECT payload FROM events WHERE kind = 'run.output' AND subject = ? "
-                       "ORDER BY seq", (run_id,))
+    rows = store.query(
+        "SELECT payload FROM events WHERE kind = 'run.output' AND subject = ? ORDER BY seq",
+        (run_id,),
+    )
     parts = []
     for row in rows:
         payload = json.loads(row["payload"])
@@ -163,11 +183,17 @@ def output_of(store: Store, run_id: str, stream: str | None = None) -> str:
 class Observer(threading.Thread):
     """Follows one run until it ends (or `stop()`): tails its output and notices its end."""
 
-    def __init__(self, store: Store, run: Run, files: RunFiles, *,
-                 is_alive: Callable[[], bool | None],
-                 on_output: Callable[[str, str], None] | None = None,
-                 on_end: Callable[[int | None], None],
-                 interval: float = 0.1):
+    def __init__(
+        self,
+        store: Store,
+        run: Run,
+        files: RunFiles,
+        *,
+        is_alive: Callable[[], bool | None],
+        on_output: Callable[[str, str], None] | None = None,
+        on_end: Callable[[int | None], None],
+        interval: float = 0.1,
+    ):
         super().__init__(name=f"observe-{run.id}", daemon=True)
         self.tail = OutputTail(store, run.id, files, on_output)
         self.files = files
@@ -203,5 +229,17 @@ class Observer(threading.Thread):
             self.error = exc
 
 
-__all__ = ["TRANSITIONS", "IN_FLIGHT", "FINISHED", "move", "RunFiles", "run_files", "OutputTail",
-           "Observer", "output_of", "RUN_PID_FILE", "RUN_EXIT_CODE_FILE", "STEP_FILE"]
+__all__ = [
+    "TRANSITIONS",
+    "IN_FLIGHT",
+    "FINISHED",
+    "move",
+    "RunFiles",
+    "run_files",
+    "OutputTail",
+    "Observer",
+    "output_of",
+    "RUN_PID_FILE",
+    "RUN_EXIT_CODE_FILE",
+    "STEP_FILE",
+]

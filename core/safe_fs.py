@@ -69,7 +69,9 @@ def ensure_dir(root: Path, rel: str | os.PathLike[str]) -> Path:
     return Path(root, *_parts(rel))
 
 
-def write_file(root: Path, rel: str | os.PathLike[str], data: bytes | str, *, mode: int = 0o644) -> Path:
+def write_file(
+    root: Path, rel: str | os.PathLike[str], data: bytes | str, *, mode: int = 0o644
+) -> Path:
     """Write `root/rel` atomically; a link planted at that name is replaced, never followed."""
     parts = _parts(rel)
     if not parts:
@@ -79,8 +81,12 @@ def write_file(root: Path, rel: str | os.PathLike[str], data: bytes | str, *, mo
     fd = open_dir(root, os.path.join(*parts[:-1]) if len(parts) > 1 else "")
     try:
         tmp = f".{parts[-1]}.{secrets.token_hex(6)}.tmp"
-        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                      mode, dir_fd=fd)
+        out = os.open(
+            tmp,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            mode,
+            dir_fd=fd,
+        )
         try:
             os.write(out, data)
             os.fchmod(out, mode)

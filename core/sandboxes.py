@@ -22,8 +22,18 @@ from core.launch import resource_path
 from core.models import SessionRecord, Workspace
 from core.policy import Policy
 from core.sandbox import egress
-from core.sandbox.base import (CONTAINER_RUNS, DEFAULT_IMAGE, RESERVED_TARGETS, Attached, Gone, LiveSession, Mismatch,
-                               SandboxBackend, SandboxSpec, SessionState)
+from core.sandbox.base import (
+    CONTAINER_RUNS,
+    DEFAULT_IMAGE,
+    RESERVED_TARGETS,
+    Attached,
+    Gone,
+    LiveSession,
+    Mismatch,
+    SandboxBackend,
+    SandboxSpec,
+    SessionState,
+)
 from core.store import Store
 
 log = logging.getLogger(__name__)
@@ -45,13 +55,25 @@ class LaunchSpec:
     env: dict[str, str] = field(default_factory=dict)  # fixed, non-secret values only
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "argv": self.argv, "cwd": self.cwd, "health": self.health,
-                "rebuildable": self.rebuildable, "env": self.env}
+        return {
+            "name": self.name,
+            "argv": self.argv,
+            "cwd": self.cwd,
+            "health": self.health,
+            "rebuildable": self.rebuildable,
+            "env": self.env,
+        }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "LaunchSpec":
-        return cls(d["name"], list(d["argv"]), d.get("cwd", "/workspace"), d.get("health"),
-                   bool(d.get("rebuildable", True)), dict(d.get("env") or {}))
+    def from_dict(cls, d: dict[str, Any]) -> LaunchSpec:
+        return cls(
+            d["name"],
+            list(d["argv"]),
+            d.get("cwd", "/workspace"),
+            d.get("health"),
+            bool(d.get("rebuildable", True)),
+            dict(d.get("env") or {}),
+        )
 
     @property
     def exec_id(self) -> str:
@@ -70,7 +92,9 @@ class SandboxOutcome:
 
 
 class SandboxManager:
-    def __init__(self, data: DataDir, store: Store, backend: SandboxBackend, image: str | None = None):
+    def __init__(
+        self, data: DataDir, store: Store, backend: SandboxBackend, image: str | None = None
+    ):
         self.data = data
         self.store = store
         self.backend = backend
@@ -85,33 +109,56 @@ class SandboxManager:
     def egress_paths(self, session_id: str) -> egress.EgressPaths:
         return egress.EgressPaths.for_session(self.data.root / "egress", session_id)
 
-    def spec_for(self, ws: Workspace, session_id: str, snapshot_id: str | None,
-                 policy: Policy, engine_mounts: list[tuple[Path, str]] | tuple = ()) -> SandboxSpec:
+    def spec_for(
+        self,
+        ws: Workspace,
+        session_id: str,
+        snapshot_id: str | None,
+        policy: Policy,
+        engine_mounts: list[tuple[Path, str]] | tuple = (),
+    ) -> SandboxSpec:
         extra = [(RESOURCES_SANDBOX, TOOLS_DIR_IN_SANDBOX)]
         # Decisions on approvals: read-only, so an agent can never approve itself.
-        extra += [(approvals.ensure_decisions_root(self.data.root, ws.id),
-                   approvals.DECISIONS_IN_SANDBOX)]
+        extra += [
+            (approvals.ensure_decisions_root(self.data.root, ws.id), approvals.DECISIONS_IN_SANDBOX)
+        ]
         extra += [(Path(h), c) for h, c in policy.mounts]
         extra += [(Path(h), c) for h, c in engine_mounts]
         return SandboxSpec(
-            workspace_id=ws.id, session_id=session_id, snapshot_id=snapshot_id,
-            workspace_root=Path(ws.root), home_dir=self.data.home_path(session_id),
-            runs_dir=self.runs_dir(ws.id), extra_mounts=tuple(extra), image=self.image,
+            workspace_id=ws.id,
+            session_id=session_id,
+            snapshot_id=snapshot_id,
+            workspace_root=Path(ws.root),
+            home_dir=self.data.home_path(session_id),
+            runs_dir=self.runs_dir(ws.id),
+            extra_mounts=tuple(extra),
+            image=self.image,
             network=policy.network,
-            egress_socket_dir=(self.egress_paths(session_id).sandbox_dir
-                               if policy.network == "allowlist" else None),
+            egress_socket_dir=(
+                self.egress_paths(session_id).sandbox_dir if policy.network == "allowlist" else None
+            ),
             limits=policy.limits,
-            uid=policy.uid, gid=policy.uid)
+            uid=policy.uid,
+            gid=policy.uid,
+        )
 
     def launch_specs(self, policy: Policy) -> list[LaunchSpec]:
         if policy.network != "allowlist":
             return []
-        forwards = {int(entry.rpartition(":")[2]): entry for entry in policy.allow
-                    if _is_loopback(entry.rpartition(":")[0])}
-        argv = egress.forwarder_argv(f"{TOOLS_DIR_IN_SANDBOX}/egress-forward.py",
-                                     proxy_port=EGRESS_PROXY_PORT, forwards=forwards)
-        probe = ("import socket,sys; s=socket.create_connection(('127.0.0.1', %d), 2)"
-                 % EGRESS_PROXY_PORT)
+        forwards = {
+            int(entry.rpartition(":")[2]): entry
+            for entry in policy.allow
+            if _is_loopback(entry.rpartition(":")[0])
+        }
+        argv = egress.forwarder_argv(
+            f"{TOOLS_DIR_IN_SANDBOX}/egress-forward.py",
+            proxy_port=EGRESS_PROXY_PORT,
+            forwards=forwards,
+        )
+        probe = (
+            "import socket,sys; s=socket.create_connection(('127.0.0.1', %d), 2)"
+            % EGRESS_PROXY_PORT
+        )
         return [LaunchSpec("egress-forwarder", argv, "/", ["python3", "-c", probe])]
 
     def exec_environment(self, policy: Policy) -> dict[str, str]:
@@ -123,9 +170,15 @@ class SandboxManager:
 
     # -- getting a sandbox -------------------------------------------------------------------
 
-    def ensure(self, ws: Workspace, policy: Policy, snapshot_id: str | None, *,
-               extra_mounts: list[tuple[Path, str]] | tuple = (),
-               home_seed: Path | None = None) -> SandboxOutcome:
+    def ensure(
+        self,
+        ws: Workspace,
+        policy: Policy,
+        snapshot_id: str | None,
+        *,
+        extra_mounts: list[tuple[Path, str]] | tuple = (),
+        home_seed: Path | None = None,
+    ) -> SandboxOutcome:
         """Reattach to the workspace's sandbox when it is alive and matches the current policy;
         otherwise make the next generation carrying the persisted snapshot id (a new sandbox
         carries `snapshot_id` only when no session state exists yet). A new session's engine
@@ -139,26 +192,45 @@ class SandboxManager:
             spec = self.spec_for(ws, session_id, snapshot_id, policy, extra_mounts)
             self._start_egress(spec, policy)
             state, live = self.backend.create(spec)
-            record = SessionRecord(session_id, ws.id, state.backend, state.container_id,
-                                   state.container_name, state.image_digest,
-                                   [m.to_dict() for m in state.mounts], state.generation,
-                                   state.snapshot_id, "live", policy.version, [],
-                                   created_at=_now())
-            outcome = SandboxOutcome(record, live, "created", ["no sandbox existed for this workspace"])
+            record = SessionRecord(
+                session_id,
+                ws.id,
+                state.backend,
+                state.container_id,
+                state.container_name,
+                state.image_digest,
+                [m.to_dict() for m in state.mounts],
+                state.generation,
+                state.snapshot_id,
+                "live",
+                policy.version,
+                [],
+                created_at=_now(),
+            )
+            outcome = SandboxOutcome(
+                record, live, "created", ["no sandbox existed for this workspace"]
+            )
         else:
             # The persisted snapshot id stays: a recreate never mints a new one.
-            spec = self.spec_for(ws, record.id, record.snapshot_id or snapshot_id, policy,
-                                 extra_mounts)
+            spec = self.spec_for(
+                ws, record.id, record.snapshot_id or snapshot_id, policy, extra_mounts
+            )
             self._start_egress(spec, policy)
             state = _state_of(record)
             result = self.backend.attach(state, spec)
             if isinstance(result, Attached):
-                outcome = SandboxOutcome(record, result.live, "reattached",
-                                         [f"sandbox {record.container_name} is alive and matches"])
+                outcome = SandboxOutcome(
+                    record,
+                    result.live,
+                    "reattached",
+                    [f"sandbox {record.container_name} is alive and matches"],
+                )
             else:
                 if isinstance(result, Mismatch):
-                    reasons = [f"sandbox {record.container_name} no longer matches: "
-                               + "; ".join(result.reasons)]
+                    reasons = [
+                        f"sandbox {record.container_name} no longer matches: "
+                        + "; ".join(result.reasons)
+                    ]
                     # A known difference (usually a changed policy): the old container goes, the
                     # workspace and home on the host stay.
                     if record.container_id:
@@ -198,8 +270,10 @@ class SandboxManager:
                 except (ValueError, OSError):
                     pass
             if not spec.rebuildable:
-                raise CairnError(f"the background process {spec.name!r} is gone and cannot be "
-                                 "rebuilt; the run is parked until you restart it")
+                raise CairnError(
+                    f"the background process {spec.name!r} is gone and cannot be "
+                    "rebuilt; the run is parked until you restart it"
+                )
             live.exec_detached(spec.argv, env=spec.env, cwd=spec.cwd, run_id=spec.exec_id)
             if spec.health:
                 self._wait_healthy(live, spec)
@@ -208,23 +282,29 @@ class SandboxManager:
 
     def _wait_healthy(self, live: LiveSession, spec: LaunchSpec, timeout: float = 10.0) -> None:
         import time
+
         deadline = time.monotonic() + timeout
         while True:
             result = live.exec(spec.health or ["true"], env={}, cwd="/", timeout=5)
             if result.exit_code == 0:
                 return
             if time.monotonic() > deadline:
-                raise CairnError(f"the background process {spec.name!r} did not become healthy: "
-                                 f"{(result.stderr or result.stdout).strip()[:200]}")
+                raise CairnError(
+                    f"the background process {spec.name!r} did not become healthy: "
+                    f"{(result.stderr or result.stdout).strip()[:200]}"
+                )
             time.sleep(0.1)
 
     def _start_egress(self, spec: SandboxSpec, policy: Policy) -> None:
         paths = self.egress_paths(spec.session_id)
         if policy.network == "allowlist":
             paths.sandbox_dir.mkdir(parents=True, exist_ok=True)
-            egress.ensure_running(paths.socket, list(policy.allow),
-                                  self.data.root / "egress" / spec.session_id / "egress.log",
-                                  session=spec.session_id)
+            egress.ensure_running(
+                paths.socket,
+                list(policy.allow),
+                self.data.root / "egress" / spec.session_id / "egress.log",
+                session=spec.session_id,
+            )
         elif egress.running_pid(paths.socket):
             egress.stop(paths.socket)
 
@@ -232,10 +312,17 @@ class SandboxManager:
         """Find the sandbox as it was made (under the policy of its making), to look at its
         processes; the current policy is applied by `ensure`, not here."""
         policy = Policy.from_dict(record.policy)
-        standard = {TOOLS_DIR_IN_SANDBOX, approvals.DECISIONS_IN_SANDBOX,
-                    *(c for _, c in policy.mounts), *RESERVED_TARGETS}
-        engine_mounts = [(Path(m["source"]), m["target"]) for m in record.mounts
-                         if m.get("read_only") and m["target"] not in standard]
+        standard = {
+            TOOLS_DIR_IN_SANDBOX,
+            approvals.DECISIONS_IN_SANDBOX,
+            *(c for _, c in policy.mounts),
+            *RESERVED_TARGETS,
+        }
+        engine_mounts = [
+            (Path(m["source"]), m["target"])
+            for m in record.mounts
+            if m.get("read_only") and m["target"] not in standard
+        ]
         spec = self.spec_for(ws, record.id, record.snapshot_id, policy, engine_mounts)
         return self.backend.attach(_state_of(record), spec)
 
@@ -244,11 +331,17 @@ class SandboxManager:
 
 
 def _state_of(record: SessionRecord) -> SessionState:
-    return SessionState.from_dict({
-        "backend": record.backend, "container_id": record.container_id,
-        "container_name": record.container_name, "image_digest": record.image_digest,
-        "mounts": record.mounts, "generation": record.generation,
-        "snapshot_id": record.snapshot_id})
+    return SessionState.from_dict(
+        {
+            "backend": record.backend,
+            "container_id": record.container_id,
+            "container_name": record.container_name,
+            "image_digest": record.image_digest,
+            "mounts": record.mounts,
+            "generation": record.generation,
+            "snapshot_id": record.snapshot_id,
+        }
+    )
 
 
 def _is_loopback(host: str) -> bool:
@@ -258,4 +351,5 @@ def _is_loopback(host: str) -> bool:
 
 def _now() -> float:
     import time
+
     return time.time()

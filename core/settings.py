@@ -15,10 +15,11 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 from core.errors import CairnError, InputError
@@ -44,8 +45,10 @@ _IMAGE_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
 _IMAGE_HOST = rf"(?:{_IMAGE_LABEL}(?:\.{_IMAGE_LABEL})*|\[[0-9A-Fa-f:]+\])(?::[0-9]+)?/"
 _IMAGE_NAME = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _IMAGE_DIGEST = r"@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9A-Fa-f]{32,}"
-_IMAGE_RE = re.compile(rf"(?:{_IMAGE_HOST})?{_IMAGE_NAME}(?:/{_IMAGE_NAME})*"
-                       rf"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?(?:{_IMAGE_DIGEST})?")
+_IMAGE_RE = re.compile(
+    rf"(?:{_IMAGE_HOST})?{_IMAGE_NAME}(?:/{_IMAGE_NAME})*"
+    rf"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?(?:{_IMAGE_DIGEST})?"
+)
 _MAX_IMAGE = 255
 
 
@@ -55,15 +58,18 @@ def settings_path(data_root: str | os.PathLike[str]) -> Path:
 
 def known_engines() -> list[str]:
     from core.engines import ENGINES
+
     return sorted(set(ENGINES) | set(EXTRA_ENGINES))
 
 
 def engine_keys() -> list[str]:
     from core.engines.base import EngineSettings
+
     return [f.name for f in fields(EngineSettings)]
 
 
 # -- keys and values -----------------------------------------------------------------------------
+
 
 def _shapes() -> str:
     return "engines.<engine>.<key> or defaults.<key>"
@@ -78,11 +84,14 @@ def parse_key(key: str, *, leaf: bool = True) -> tuple[str, str | None]:
         raise InputError(f"{key!r} is not a settings key: use {shape}, e.g. engines.codex.model")
     engine = parts[1]
     if engine not in known_engines():
-        raise InputError(f"unknown engine {engine!r} in {key!r} (known: {', '.join(known_engines())})")
+        raise InputError(
+            f"unknown engine {engine!r} in {key!r} (known: {', '.join(known_engines())})"
+        )
     name = parts[2] if len(parts) == 3 else None
     if name is not None and name not in engine_keys():
-        raise InputError(f"unknown engine setting {name!r} in {key!r} "
-                         f"(known: {', '.join(engine_keys())})")
+        raise InputError(
+            f"unknown engine setting {name!r} in {key!r} (known: {', '.join(engine_keys())})"
+        )
     return engine, name
 
 
@@ -95,15 +104,20 @@ def parse_any_key(key: str, *, leaf: bool = True) -> tuple[str, str | None, str 
         if len(parts) == 1 and not leaf:
             return DEFAULTS_SECTION, None, None
         if len(parts) != 2:
-            raise InputError(f"{key!r} is not a settings key: use defaults.<key> "
-                             f"(known: {', '.join(DEFAULT_KEYS)})")
+            raise InputError(
+                f"{key!r} is not a settings key: use defaults.<key> "
+                f"(known: {', '.join(DEFAULT_KEYS)})"
+            )
         if parts[1] not in DEFAULT_KEYS:
-            raise InputError(f"unknown default {parts[1]!r} in {key!r} "
-                             f"(known: {', '.join(DEFAULT_KEYS)})")
+            raise InputError(
+                f"unknown default {parts[1]!r} in {key!r} (known: {', '.join(DEFAULT_KEYS)})"
+            )
         return DEFAULTS_SECTION, None, parts[1]
     if not parts or parts[0] != ENGINES_SECTION:
-        raise InputError(f"{key!r} is not a settings key: use {_shapes()}, "
-                         f"e.g. engines.codex.model or defaults.engine")
+        raise InputError(
+            f"{key!r} is not a settings key: use {_shapes()}, "
+            f"e.g. engines.codex.model or defaults.engine"
+        )
     engine, name = parse_key(key, leaf=leaf)
     return ENGINES_SECTION, engine, name
 
@@ -114,14 +128,16 @@ def validate_value(name: str, value: str) -> str:
     if name == "binary":
         path = Path(value).expanduser()
         if not path.is_absolute():
-            raise InputError(f"the engine binary must be an absolute path on this machine, "
-                             f"not {value!r}")
+            raise InputError(
+                f"the engine binary must be an absolute path on this machine, not {value!r}"
+            )
         return str(path)
     if name == "base_url":
         endpoint_of(value)  # refuses what could not become an allowlist entry
         return value
     if name == "api_key_secret":
         from core.credentials import validate_secret_name
+
         return validate_secret_name(value)
     return value
 
@@ -143,24 +159,29 @@ def validate_default(name: str, value: str) -> str:
     value = _one_line(key, value)
     if name == "engine":
         if value not in known_engines():
-            raise InputError(f"unknown engine {value!r} for {key} "
-                             f"(known: {', '.join(known_engines())})")
+            raise InputError(
+                f"unknown engine {value!r} for {key} (known: {', '.join(known_engines())})"
+            )
         return value
     if name == "image":
         if len(value) > _MAX_IMAGE or not _IMAGE_RE.fullmatch(value):
-            raise InputError(f"{key} must be a Docker image reference such as cairn-sandbox:1, "
-                             f"not {value!r}")
+            raise InputError(
+                f"{key} must be a Docker image reference such as cairn-sandbox:1, not {value!r}"
+            )
         return value
     if name == "network":
         from core.policy import Policy
+
         Policy(network=value).validate()
         return value
     if name == "allow":
         return ",".join(parse_allow(value))
     if name == "backend":
         if value not in BACKENDS:
-            raise InputError(f"unknown sandbox backend {value!r} for {key} "
-                             f"(known: {', '.join(BACKENDS)}; host means no isolation)")
+            raise InputError(
+                f"unknown sandbox backend {value!r} for {key} "
+                f"(known: {', '.join(BACKENDS)}; host means no isolation)"
+            )
         return value
     raise InputError(f"unknown default {name!r} (known: {', '.join(DEFAULT_KEYS)})")
 
@@ -170,6 +191,7 @@ def parse_allow(text: str) -> list[str]:
     or InputError naming the first unusable entry."""
     from core.policy import Policy
     from core.sandbox.egress import Allowlist, DestinationError, parse_destination
+
     entries: list[str] = []
     for raw in text.split(","):
         raw = raw.strip()
@@ -179,8 +201,9 @@ def parse_allow(text: str) -> list[str]:
             Allowlist([raw])
             entry = str(parse_destination(raw))
         except DestinationError as exc:
-            raise InputError(f"the allowlist entry {raw!r} is not a usable host:port: {exc}") \
-                from None
+            raise InputError(
+                f"the allowlist entry {raw!r} is not a usable host:port: {exc}"
+            ) from None
         if entry not in entries:
             entries.append(entry)
     if not entries:
@@ -192,17 +215,21 @@ def parse_allow(text: str) -> list[str]:
 def endpoint_of(base_url: str) -> str:
     """`http(s)://host[:port]/...` → the normalised `host:port` it connects to."""
     from core.sandbox.egress import DestinationError, parse_destination
+
     try:
         parts = urlsplit(base_url)
         port = parts.port
     except ValueError as exc:
         raise InputError(f"{base_url!r} is not a usable URL: {exc}") from None
     if parts.scheme not in _DEFAULT_PORTS or not parts.hostname:
-        raise InputError(f"the endpoint must be an http:// or https:// URL with a host, "
-                         f"not {base_url!r}")
+        raise InputError(
+            f"the endpoint must be an http:// or https:// URL with a host, not {base_url!r}"
+        )
     if parts.username or parts.password:
-        raise InputError("the endpoint URL must not hold a user name or password; keep the key "
-                         "in the keyring and name it with api_key_secret")
+        raise InputError(
+            "the endpoint URL must not hold a user name or password; keep the key "
+            "in the keyring and name it with api_key_secret"
+        )
     host = parts.hostname
     host = f"[{host}]" if ":" in host else host
     try:
@@ -219,8 +246,11 @@ def endpoint_allow_entry(settings: Any) -> str | None:
     """
     if settings is None:
         return None
-    base_url = settings.get("base_url") if isinstance(settings, dict) else \
-        getattr(settings, "base_url", None)
+    base_url = (
+        settings.get("base_url")
+        if isinstance(settings, dict)
+        else getattr(settings, "base_url", None)
+    )
     if not base_url:
         return None
     return endpoint_of(base_url)
@@ -230,6 +260,7 @@ def policy_with_endpoint(policy: Any, settings: Any) -> Any:
     """The policy a sandbox should be made under: under `allowlist`, the engine's endpoint added
     to the allowed destinations. The version is kept: this is the same policy, applied."""
     from dataclasses import replace
+
     entry = endpoint_allow_entry(settings)
     if entry is None or policy.network != "allowlist" or entry in policy.allow:
         return policy
@@ -237,6 +268,7 @@ def policy_with_endpoint(policy: Any, settings: Any) -> Any:
 
 
 # -- the file ------------------------------------------------------------------------------------
+
 
 def read_settings(path: str | os.PathLike[str]) -> dict:
     path = Path(path)
@@ -387,8 +419,9 @@ def read_defaults(path: str | os.PathLike[str]) -> dict[str, str]:
         try:
             checked[name] = validate_default(name, value)
         except InputError as exc:
-            raise CairnError(f"the settings file {path} has an unusable defaults.{name}: {exc}") \
-                from None
+            raise CairnError(
+                f"the settings file {path} has an unusable defaults.{name}: {exc}"
+            ) from None
     return checked
 
 
@@ -396,5 +429,6 @@ def default_policy(defaults: dict[str, str]) -> Any:
     """The sandbox policy a new task starts with: `defaults.network` and `defaults.allow`, or
     Policy's own defaults (no network)."""
     from core.policy import Policy
+
     allow = tuple(defaults["allow"].split(",")) if defaults.get("allow") else ()
     return Policy(network=defaults.get("network") or "none", allow=allow).validate()

@@ -9,14 +9,14 @@ import json
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Any, Iterator, TypeVar
+from typing import Any, TypeVar
 
 from core.errors import CairnError, NotFound
-from core.models import (Checkpoint, Revision, Run, SessionRecord, Snapshot, Source, Task,
-                         Workspace)
+from core.models import Checkpoint, Revision, Run, SessionRecord, Snapshot, Source, Task, Workspace
 
 T = TypeVar("T")
 
@@ -235,8 +235,9 @@ class Store:
         conn = getattr(self._local, "conn", None)
         if conn is None:
             try:
-                conn = sqlite3.connect(self.path, timeout=30, isolation_level=None,
-                                       check_same_thread=False)
+                conn = sqlite3.connect(
+                    self.path, timeout=30, isolation_level=None, check_same_thread=False
+                )
                 conn.row_factory = sqlite3.Row
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")
@@ -291,7 +292,8 @@ class Store:
                 if current > SCHEMA_VERSION:
                     raise CairnError(
                         f"the database {self.path} was written by a newer Cairn "
-                        f"(schema {current}, this one knows {SCHEMA_VERSION})")
+                        f"(schema {current}, this one knows {SCHEMA_VERSION})"
+                    )
                 for version in range(current + 1, target + 1):
                     for statement in _split_sql(MIGRATIONS[version - 1]):
                         conn.execute(statement)
@@ -372,8 +374,10 @@ class Store:
 
     def find_task(self, prefix: str) -> Task:
         """A task by its id or an unambiguous prefix of it."""
-        rows = self.query("SELECT * FROM tasks WHERE id = ? OR id LIKE ? ORDER BY id",
-                          (prefix, prefix.replace("%", "") + "%"))
+        rows = self.query(
+            "SELECT * FROM tasks WHERE id = ? OR id LIKE ? ORDER BY id",
+            (prefix, prefix.replace("%", "") + "%"),
+        )
         exact = [r for r in rows if r["id"] == prefix]
         if exact:
             return _row_to(Task, exact[0])
@@ -398,30 +402,39 @@ class Store:
     def add_revision(self, rev: Revision) -> Revision:
         """Append a revision to its workspace's sequence; a known revision is not added twice."""
         with self.transaction() as conn:
-            known = conn.execute("SELECT seq FROM revisions WHERE workspace_id = ? AND id = ?",
-                                 (rev.workspace_id, rev.id)).fetchone()
+            known = conn.execute(
+                "SELECT seq FROM revisions WHERE workspace_id = ? AND id = ?",
+                (rev.workspace_id, rev.id),
+            ).fetchone()
             if known is not None:
                 rev.seq = known[0]
                 return rev
-            last = conn.execute("SELECT MAX(seq) FROM revisions WHERE workspace_id = ?",
-                                (rev.workspace_id,)).fetchone()[0]
+            last = conn.execute(
+                "SELECT MAX(seq) FROM revisions WHERE workspace_id = ?", (rev.workspace_id,)
+            ).fetchone()[0]
             rev.seq = (last or 0) + 1
             data = _to_row(rev)
             cols = ", ".join(data)
-            conn.execute(f"INSERT INTO revisions ({cols}) VALUES ({', '.join(':' + k for k in data)})",
-                         data)
-            conn.execute("UPDATE workspaces SET current_revision = ?, updated_at = ? WHERE id = ?",
-                         (rev.id, time.time(), rev.workspace_id))
+            conn.execute(
+                f"INSERT INTO revisions ({cols}) VALUES ({', '.join(':' + k for k in data)})", data
+            )
+            conn.execute(
+                "UPDATE workspaces SET current_revision = ?, updated_at = ? WHERE id = ?",
+                (rev.id, time.time(), rev.workspace_id),
+            )
         return rev
 
     def list_revisions(self, workspace_id: str) -> list[Revision]:
-        rows = self.query("SELECT * FROM revisions WHERE workspace_id = ? ORDER BY seq",
-                          (workspace_id,))
+        rows = self.query(
+            "SELECT * FROM revisions WHERE workspace_id = ? ORDER BY seq", (workspace_id,)
+        )
         return [_row_to(Revision, r) for r in rows]
 
     def get_revision(self, workspace_id: str, revision_id: str) -> Revision:
-        rows = self.query("SELECT * FROM revisions WHERE workspace_id = ? AND (id = ? OR id LIKE ?)",
-                          (workspace_id, revision_id, revision_id + "%"))
+        rows = self.query(
+            "SELECT * FROM revisions WHERE workspace_id = ? AND (id = ? OR id LIKE ?)",
+            (workspace_id, revision_id, revision_id + "%"),
+        )
         if len(rows) == 1:
             return _row_to(Revision, rows[0])
         if not rows:
@@ -429,8 +442,10 @@ class Store:
         raise NotFound(f"the revision id {revision_id!r} is ambiguous; give more of it")
 
     def latest_revision(self, workspace_id: str) -> Revision | None:
-        row = self.query_one("SELECT * FROM revisions WHERE workspace_id = ? ORDER BY seq DESC LIMIT 1",
-                             (workspace_id,))
+        row = self.query_one(
+            "SELECT * FROM revisions WHERE workspace_id = ? ORDER BY seq DESC LIMIT 1",
+            (workspace_id,),
+        )
         return _row_to(Revision, row) if row else None
 
     # -- snapshots ---------------------------------------------------------------------------
@@ -445,8 +460,10 @@ class Store:
         if workspace_id is None:
             rows = self.query("SELECT * FROM snapshots ORDER BY created_at")
         else:
-            rows = self.query("SELECT * FROM snapshots WHERE workspace_id = ? ORDER BY created_at",
-                              (workspace_id,))
+            rows = self.query(
+                "SELECT * FROM snapshots WHERE workspace_id = ? ORDER BY created_at",
+                (workspace_id,),
+            )
         return [_row_to(Snapshot, r) for r in rows]
 
     def update_snapshot(self, snapshot_id: str, **changes: Any) -> None:
@@ -464,8 +481,9 @@ class Store:
         if not task_ids:
             return []
         marks = ",".join("?" * len(task_ids))
-        rows = self.query(f"SELECT * FROM runs WHERE task_id IN ({marks}) ORDER BY created_at",
-                          tuple(task_ids))
+        rows = self.query(
+            f"SELECT * FROM runs WHERE task_id IN ({marks}) ORDER BY created_at", tuple(task_ids)
+        )
         return [_row_to(Run, r) for r in rows]
 
     def list_runs(self, *, states: tuple[str, ...] | None = None) -> list[Run]:
@@ -473,22 +491,31 @@ class Store:
         runs = [_row_to(Run, r) for r in rows]
         return [r for r in runs if states is None or r.state in states]
 
-    def transition_run(self, run_id: str, allowed_from: tuple[str, ...], to: str,
-                       **changes: Any) -> Run:
+    def transition_run(
+        self, run_id: str, allowed_from: tuple[str, ...], to: str, **changes: Any
+    ) -> Run:
         """Move a run to `to` when it is in one of `allowed_from`, bumping its state version.
 
         The check and the write are one statement, so two processes cannot both make a move
         from the same state. Raises IllegalTransition (with the state found) otherwise."""
         from core.errors import IllegalTransition
+
         for key in _JSON_FIELDS & changes.keys():
             changes[key] = json.dumps(changes[key], sort_keys=True)
         sets = "".join(f", {k} = :{k}" for k in changes)
         marks = ",".join(f":_from{i}" for i in range(len(allowed_from)))
-        params = {**changes, "_id": run_id, "_to": to,
-                  **{f"_from{i}": s for i, s in enumerate(allowed_from)}}
+        params = {
+            **changes,
+            "_id": run_id,
+            "_to": to,
+            **{f"_from{i}": s for i, s in enumerate(allowed_from)},
+        }
         with self.transaction() as conn:
-            cur = conn.execute(f"UPDATE runs SET state = :_to, state_version = state_version + 1"
-                               f"{sets} WHERE id = :_id AND state IN ({marks})", params)
+            cur = conn.execute(
+                f"UPDATE runs SET state = :_to, state_version = state_version + 1"
+                f"{sets} WHERE id = :_id AND state IN ({marks})",
+                params,
+            )
             if cur.rowcount != 1:
                 row = conn.execute("SELECT state FROM runs WHERE id = ?", (run_id,)).fetchone()
                 if row is None:
@@ -508,17 +535,20 @@ class Store:
         if not run_ids:
             return None
         marks = ",".join("?" * len(run_ids))
-        row = self.query_one(f"SELECT * FROM checkpoints WHERE run_id IN ({marks}) "
-                             "ORDER BY created_at DESC, run_state_version DESC LIMIT 1",
-                             tuple(run_ids))
+        row = self.query_one(
+            f"SELECT * FROM checkpoints WHERE run_id IN ({marks}) "
+            "ORDER BY created_at DESC, run_state_version DESC LIMIT 1",
+            tuple(run_ids),
+        )
         return _row_to(Checkpoint, row) if row else None
 
     def list_checkpoints(self, run_id: str | None = None) -> list[Checkpoint]:
         if run_id is None:
             rows = self.query("SELECT * FROM checkpoints ORDER BY created_at")
         else:
-            rows = self.query("SELECT * FROM checkpoints WHERE run_id = ? ORDER BY created_at",
-                              (run_id,))
+            rows = self.query(
+                "SELECT * FROM checkpoints WHERE run_id = ? ORDER BY created_at", (run_id,)
+            )
         return [_row_to(Checkpoint, r) for r in rows]
 
     # -- sandbox session states ------------------------------------------------------------------
@@ -528,17 +558,24 @@ class Store:
         data = _to_row(rec)
         cols = ", ".join(data)
         with self.transaction() as conn:
-            conn.execute(f"INSERT OR REPLACE INTO session_states ({cols}) VALUES "
-                         f"({', '.join(':' + k for k in data)})", data)
+            conn.execute(
+                f"INSERT OR REPLACE INTO session_states ({cols}) VALUES "
+                f"({', '.join(':' + k for k in data)})",
+                data,
+            )
 
     def session_for(self, workspace_id: str) -> SessionRecord | None:
-        row = self.query_one("SELECT * FROM session_states WHERE workspace_id = ? "
-                             "ORDER BY updated_at DESC LIMIT 1", (workspace_id,))
+        row = self.query_one(
+            "SELECT * FROM session_states WHERE workspace_id = ? ORDER BY updated_at DESC LIMIT 1",
+            (workspace_id,),
+        )
         return _row_to(SessionRecord, row) if row else None
 
     def list_sessions(self) -> list[SessionRecord]:
-        return [_row_to(SessionRecord, r)
-                for r in self.query("SELECT * FROM session_states ORDER BY created_at")]
+        return [
+            _row_to(SessionRecord, r)
+            for r in self.query("SELECT * FROM session_states ORDER BY created_at")
+        ]
 
     def update_session(self, session_id: str, **changes: Any) -> None:
         changes.setdefault("updated_at", time.time())
@@ -548,15 +585,24 @@ class Store:
 
     def append_event(self, kind: str, subject: str | None, payload: dict) -> int:
         with self.transaction() as conn:
-            cur = conn.execute("INSERT INTO events (kind, subject, payload, created_at) "
-                               "VALUES (?, ?, ?, ?)",
-                               (kind, subject, json.dumps(payload, sort_keys=True), time.time()))
+            cur = conn.execute(
+                "INSERT INTO events (kind, subject, payload, created_at) VALUES (?, ?, ?, ?)",
+                (kind, subject, json.dumps(payload, sort_keys=True), time.time()),
+            )
             return int(cur.lastrowid)
 
     def events_since(self, seq: int, limit: int = 1000) -> list[dict]:
         rows = self.query("SELECT * FROM events WHERE seq > ? ORDER BY seq LIMIT ?", (seq, limit))
-        return [{"seq": r["seq"], "kind": r["kind"], "subject": r["subject"],
-                 "payload": json.loads(r["payload"]), "created_at": r["created_at"]} for r in rows]
+        return [
+            {
+                "seq": r["seq"],
+                "kind": r["kind"],
+                "subject": r["subject"],
+                "payload": json.loads(r["payload"]),
+                "created_at": r["created_at"],
+            }
+            for r in rows
+        ]
 
     # -- credential grants ---------------------------------------------------------------------
     # Rows hold secret NAMES and environment variable names only; values live in the OS keyring
@@ -574,7 +620,9 @@ class Store:
                 WHERE chain.depth < 10000
             )
             SELECT id FROM chain ORDER BY depth
-            """, (task_id,))
+            """,
+            (task_id,),
+        )
         if not rows:
             raise NotFound(f"no task with id {task_id!r}")
         seen: list[str] = []
@@ -589,15 +637,19 @@ class Store:
             conn.execute(
                 "INSERT INTO credential_grants (id, task_id, secret_name, env_var, scope, "
                 "created_at, revoked_at) VALUES (:id, :task_id, :secret_name, :env_var, :scope, "
-                ":created_at, :revoked_at)", row)
+                ":created_at, :revoked_at)",
+                row,
+            )
 
     def grant_rows_for_tasks(self, task_ids: list[str]) -> list[dict[str, Any]]:
         """Every grant row (revoked ones too) on any of the tasks, oldest first."""
         if not task_ids:
             return []
         marks = ", ".join("?" for _ in task_ids)
-        rows = self.query(f"SELECT * FROM credential_grants WHERE task_id IN ({marks}) "
-                          "ORDER BY created_at, id", tuple(task_ids))
+        rows = self.query(
+            f"SELECT * FROM credential_grants WHERE task_id IN ({marks}) ORDER BY created_at, id",
+            tuple(task_ids),
+        )
         return [dict(r) for r in rows]
 
     def revoke_grant_rows(self, task_id: str, secret_name: str, revoked_at: float) -> int:
@@ -606,10 +658,10 @@ class Store:
             cur = conn.execute(
                 "UPDATE credential_grants SET revoked_at = ? "
                 "WHERE task_id = ? AND secret_name = ? AND revoked_at IS NULL",
-                (revoked_at, task_id, secret_name))
+                (revoked_at, task_id, secret_name),
+            )
             return cur.rowcount
 
 
 def _split_sql(script: str) -> list[str]:
     return [s.strip() for s in script.split(";") if s.strip()]
-

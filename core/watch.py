@@ -19,15 +19,33 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from watchdog.events import (DirCreatedEvent, DirDeletedEvent, DirMovedEvent, FileAttribEvent,
-                             FileClosedEvent, FileCreatedEvent, FileDeletedEvent, FileModifiedEvent,
-                             FileMovedEvent, FileSystemEvent, FileSystemEventHandler)
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileAttribEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
 
 from core.errors import CairnError, Conflict, NotFound, VaultError
 from core.vault import Vault
 from core.vault.ignore import IgnoreRules
-from core.vault.objects import (MODE_EXEC, MODE_FILE, MODE_GITLINK, MODE_LINK, MODE_TREE, TreeEntry,
-                                encode_tree, object_id)
+from core.vault.objects import (
+    MODE_EXEC,
+    MODE_FILE,
+    MODE_GITLINK,
+    MODE_LINK,
+    MODE_TREE,
+    TreeEntry,
+    encode_tree,
+    object_id,
+)
 from core.vault.tree_index import FileRecord, ScanProblem, TreeIndex
 
 log = logging.getLogger(__name__)
@@ -36,13 +54,20 @@ log = logging.getLogger(__name__)
 # trees. FileAttribEvent is here because `chmod +x` arrives only as an attribute change; it adds
 # nothing to the inotify mask (FileModifiedEvent already asks for IN_ATTRIB).
 WATCHED_EVENTS: list[type[FileSystemEvent]] = [
-    FileCreatedEvent, FileModifiedEvent, FileDeletedEvent, FileMovedEvent,
-    DirCreatedEvent, DirDeletedEvent, DirMovedEvent, FileClosedEvent, FileAttribEvent,
+    FileCreatedEvent,
+    FileModifiedEvent,
+    FileDeletedEvent,
+    FileMovedEvent,
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileClosedEvent,
+    FileAttribEvent,
 ]
 
-_SETTLE_SECONDS = 0.05       # wait_idle: how long "nothing in flight" must hold
-_DRAIN_SECONDS = 0.2         # capture(): at most this long for in-flight events to arrive
-_SAFETY_NET_SECONDS = 60.0   # full captures when queue overflows cannot be detected
+_SETTLE_SECONDS = 0.05  # wait_idle: how long "nothing in flight" must hold
+_DRAIN_SECONDS = 0.2  # capture(): at most this long for in-flight events to arrive
+_SAFETY_NET_SECONDS = 60.0  # full captures when queue overflows cannot be detected
 _OVERFLOW_REPORT_SECONDS = 30.0
 _WATCH_LIMIT_ERRNOS = (errno.ENOSPC, errno.EMFILE, errno.ENOMEM)
 
@@ -101,13 +126,18 @@ try:
         def on_thread_start(self) -> None:
             try:
                 group = _ReportingWatchGroup(
-                    self._inotify_fd, os.fsencode(self.watch.path),
+                    self._inotify_fd,
+                    os.fsencode(self.watch.path),
                     is_recursive=self.watch.is_recursive,
                     event_mask=self.get_event_mask_from_filter(),
                     follow_symlink=self.watch.follow_symlink,
-                    on_overflow=self._on_overflow, on_watch_limit=self._on_watch_limit)
+                    on_overflow=self._on_overflow,
+                    on_watch_limit=self._on_watch_limit,
+                )
             except (TypeError, AttributeError):  # watchdog's internals changed
-                log.warning("cannot hook inotify overflow reports; relying on periodic full captures")
+                log.warning(
+                    "cannot hook inotify overflow reports; relying on periodic full captures"
+                )
                 super().on_thread_start()
                 return
             self._inotify = group
@@ -122,8 +152,9 @@ try:
                 return 0
 
     class _RecorderObserver(InotifyObserver):
-        def __init__(self, *, on_overflow: Callable[[], None],
-                     on_watch_limit: Callable[[bytes], None]) -> None:
+        def __init__(
+            self, *, on_overflow: Callable[[], None], on_watch_limit: Callable[[bytes], None]
+        ) -> None:
             super().__init__()
             try:
                 self._emitter_class = _ReportingEmitter
@@ -137,6 +168,7 @@ try:
             import fcntl
             import struct
             import termios
+
             buf = fcntl.ioctl(self._inotify_fd._inotify_fd, termios.FIONREAD, b"\0\0\0\0")
             return struct.unpack("i", buf)[0]
 
@@ -153,12 +185,14 @@ def _make_observer(on_overflow: Callable[[], None], on_watch_limit: Callable[[by
         except (AttributeError, TypeError):  # pragma: no cover - watchdog's internals changed
             pass
     from watchdog.observers import Observer
+
     return Observer()
 
 
 def _reports_overflow(observer) -> bool:
-    return bool(observer.emitters) and all(getattr(e, "reports_overflow", False)
-                                           for e in observer.emitters)
+    return bool(observer.emitters) and all(
+        getattr(e, "reports_overflow", False) for e in observer.emitters
+    )
 
 
 def _events_in_flight(observer) -> int:
@@ -177,7 +211,7 @@ def _events_in_flight(observer) -> int:
 class _EventCollector(FileSystemEventHandler):
     """Runs on the observer's thread: turns events into workspace paths, nothing more."""
 
-    def __init__(self, recorder: "Recorder") -> None:
+    def __init__(self, recorder: Recorder) -> None:
         self._recorder = recorder
 
     def dispatch(self, event: FileSystemEvent) -> None:
@@ -207,15 +241,17 @@ class _PlainUnpickler(pickle.Unpickler):
 def _encode_stat_cache(workspace_id: str, head: str, index: TreeIndex) -> bytes:
     dirs = {}
     for folder, children in index.dirs.items():
-        dirs[folder] = {name: None if rec is None else
-                        (rec.mode, bytes.fromhex(rec.sha), rec.stat, rec.seen_at)
-                        for name, rec in children.items()}
+        dirs[folder] = {
+            name: None if rec is None else (rec.mode, bytes.fromhex(rec.sha), rec.stat, rec.seen_at)
+            for name, rec in children.items()
+        }
     # Pickled through a Python-level writer: the C pickler hands it each 64 KiB frame, and each
     # call lets other threads take the GIL. `pickle.dumps` of a 100,000-file cache holds it for
     # over 100 ms in one call, and the GUI thread would stall that long. Same bytes either way.
     out = _FrameSink()
     pickle.Pickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(
-        {"workspace": workspace_id, "head": head, "dirs": dirs})
+        {"workspace": workspace_id, "head": head, "dirs": dirs}
+    )
     payload = b"".join(out.frames)
     return _CACHE_MAGIC + hashlib.sha256(payload).digest() + payload
 
@@ -248,11 +284,16 @@ class _FrameSource:
         return self._data.readline()
 
 
-def _decode_stat_cache(data: bytes, workspace_id: str, head: str, head_tree: str) -> TreeIndex | None:
+def _decode_stat_cache(
+    data: bytes, workspace_id: str, head: str, head_tree: str
+) -> TreeIndex | None:
     """The index the cache describes, or None when it is not exactly the head's tree."""
     if not data.startswith(_CACHE_MAGIC):
         return None
-    digest, payload = data[len(_CACHE_MAGIC):len(_CACHE_MAGIC) + 32], data[len(_CACHE_MAGIC) + 32:]
+    digest, payload = (
+        data[len(_CACHE_MAGIC) : len(_CACHE_MAGIC) + 32],
+        data[len(_CACHE_MAGIC) + 32 :],
+    )
     if hashlib.sha256(payload).digest() != digest:
         return None
     try:
@@ -276,10 +317,13 @@ def _decode_stat_cache(data: bytes, workspace_id: str, head: str, head_tree: str
                 mode, sha, stat, seen_at = rec
                 if mode not in _MODES or len(sha) != 20:
                     return None
-                if stat is not None and (len(stat) != 4 or not all(isinstance(v, int) for v in stat)):
+                if stat is not None and (
+                    len(stat) != 4 or not all(isinstance(v, int) for v in stat)
+                ):
                     return None
-                out[name] = FileRecord(_MODES[mode], sha.hex(), tuple(stat) if stat else None,
-                                       float(seen_at))
+                out[name] = FileRecord(
+                    _MODES[mode], sha.hex(), tuple(stat) if stat else None, float(seen_at)
+                )
             dirs[folder] = out
         if "" not in dirs:
             return None
@@ -332,12 +376,19 @@ class Recorder:
     problems, on the observer's thread.
     """
 
-    def __init__(self, vault: Vault, workspace_id: str, root: Path, *,
-                 on_revision: Callable[[CapturedRevision], None] | None = None,
-                 on_problem: Callable[[str], None] | None = None,
-                 quiet_period: float = 0.25, max_interval: float = 3.0,
-                 run_id: Callable[[], str | None] = lambda: None,
-                 stat_cache: Path | None = None) -> None:
+    def __init__(
+        self,
+        vault: Vault,
+        workspace_id: str,
+        root: Path,
+        *,
+        on_revision: Callable[[CapturedRevision], None] | None = None,
+        on_problem: Callable[[str], None] | None = None,
+        quiet_period: float = 0.25,
+        max_interval: float = 3.0,
+        run_id: Callable[[], str | None] = lambda: None,
+        stat_cache: Path | None = None,
+    ) -> None:
         self.vault = vault
         self.workspace_id = workspace_id
         self.root = Path(root)
@@ -358,8 +409,8 @@ class Recorder:
         self._index_matches_head = False
         self._cache_dirty = False  # the index learnt something the stat cache file does not hold
         self._cache_lock = threading.Lock()
-        self._ignore = IgnoreRules(self._root)         # used under _lock only
-        self._event_ignore = IgnoreRules(self._root)   # used on the observer's thread only
+        self._ignore = IgnoreRules(self._root)  # used under _lock only
+        self._event_ignore = IgnoreRules(self._root)  # used on the observer's thread only
 
         # What is waiting to be captured, and the worker's schedule.
         self._cond = threading.Condition()
@@ -373,7 +424,7 @@ class Recorder:
         self._root_event = False
         self._poll_interval: float | None = None
         self._last_full_done = time.monotonic()
-        self._fulls_started = 0        # full captures begun, and the number of the last finished
+        self._fulls_started = 0  # full captures begun, and the number of the last finished
         self._last_full_finished = 0
 
         self._observer = None
@@ -382,8 +433,15 @@ class Recorder:
         self._reported: set[str] = set()
         self._notes: list[str] = []  # problems found under _lock, told once it is released
         self._overflow_told = -_OVERFLOW_REPORT_SECONDS
-        self._stats = {"captures": 0, "full_captures": 0, "overflows": 0, "last_capture_ms": 0.0,
-                       "last_full_capture_ms": 0.0, "last_files_changed": 0, "stat_cache_used": False}
+        self._stats = {
+            "captures": 0,
+            "full_captures": 0,
+            "overflows": 0,
+            "last_capture_ms": 0.0,
+            "last_full_capture_ms": 0.0,
+            "last_files_changed": 0,
+            "stat_cache_used": False,
+        }
 
     # -- public ------------------------------------------------------------------------------
 
@@ -425,8 +483,9 @@ class Recorder:
             self._mode = "stopped"
         self._event_ignore.reset()
         self._start_observer()
-        self._worker = threading.Thread(target=self._work, name=f"cairn-recorder-{self.workspace_id}",
-                                        daemon=True)
+        self._worker = threading.Thread(
+            target=self._work, name=f"cairn-recorder-{self.workspace_id}", daemon=True
+        )
         self._worker.start()
         try:
             return self.capture(trigger, full=True)
@@ -446,13 +505,16 @@ class Recorder:
             try:
                 self._capture_now("watch", full=False, run_id=None)
             except (CairnError, OSError) as exc:
-                self._problem(f"the last changes of workspace {self.workspace_id} could not be "
-                              f"recorded: {exc}")
+                self._problem(
+                    f"the last changes of workspace {self.workspace_id} could not be "
+                    f"recorded: {exc}"
+                )
         if not lost:
             self._save_stat_cache()
 
-    def capture(self, trigger: str = "manual", *, full: bool = False,
-                run_id: str | None = None) -> CapturedRevision | None:
+    def capture(
+        self, trigger: str = "manual", *, full: bool = False, run_id: str | None = None
+    ) -> CapturedRevision | None:
         """Record the workspace now (watched paths, or everything when `full`); None when the
         tree did not change. Thread-safe; waits for a capture in progress."""
         if not full and self._observer is not None:
@@ -472,8 +534,9 @@ class Recorder:
             worker.join()
         self._worker = None
 
-    def _capture_now(self, trigger: str, *, full: bool,
-                     run_id: str | None) -> CapturedRevision | None:
+    def _capture_now(
+        self, trigger: str, *, full: bool, run_id: str | None
+    ) -> CapturedRevision | None:
         try:
             captured, was_full = self._capture(trigger, full=full, run_id=run_id)
         except _RootGone:
@@ -530,7 +593,7 @@ class Recorder:
                 continue
             if not path.startswith(self._prefix):
                 continue
-            rel = path[len(self._prefix):]
+            rel = path[len(self._prefix) :]
             if os.sep != "/":  # pragma: no cover - Linux only today
                 rel = rel.replace(os.sep, "/")
             if rel == ".git" or rel.startswith(".git/") or "/.git/" in rel or rel.endswith("/.git"):
@@ -580,9 +643,11 @@ class Recorder:
             if tell:
                 self._overflow_told = now
         if tell:  # a burst overflows many times; say it once
-            self._problem(f"too many changes at once in workspace {self.workspace_id} (the inotify "
-                          f"queue overflowed); recording everything with a full capture",
-                          dedupe=False)
+            self._problem(
+                f"too many changes at once in workspace {self.workspace_id} (the inotify "
+                f"queue overflowed); recording everything with a full capture",
+                dedupe=False,
+            )
 
     def _on_watch_limit(self, path: bytes) -> None:
         with self._cond:
@@ -591,9 +656,11 @@ class Recorder:
             self._mode = "scanning"
             self._poll_interval = self._scan_interval()
             self._cond.notify_all()
-        self._problem(f"cannot watch {os.fsdecode(path)}: the inotify watch limit is reached "
-                      f"(raise fs.inotify.max_user_watches); workspace {self.workspace_id} is "
-                      f"now recorded by periodic full captures")
+        self._problem(
+            f"cannot watch {os.fsdecode(path)}: the inotify watch limit is reached "
+            f"(raise fs.inotify.max_user_watches); workspace {self.workspace_id} is "
+            f"now recorded by periodic full captures"
+        )
 
     # -- the worker ----------------------------------------------------------------------------
 
@@ -622,8 +689,10 @@ class Recorder:
                     now = time.monotonic()
                     due = self._due(now)
                     if due is not None and due <= now:
-                        if (self._poll_interval is not None
-                                and now >= self._last_full_done + self._poll_interval):
+                        if (
+                            self._poll_interval is not None
+                            and now >= self._last_full_done + self._poll_interval
+                        ):
                             self._full_wanted = True
                         job = "capture"
                         break
@@ -646,8 +715,10 @@ class Recorder:
                 with self._cond:
                     self._full_wanted = True
                     self._not_before = time.monotonic() + self.max_interval
-                self._problem(f"recording a revision of workspace {self.workspace_id} failed: {exc}",
-                              dedupe=False)
+                self._problem(
+                    f"recording a revision of workspace {self.workspace_id} failed: {exc}",
+                    dedupe=False,
+                )
                 continue
             self._tell_notes()
             with self._cond:
@@ -656,8 +727,9 @@ class Recorder:
                 self._save_stat_cache()
             self._announce(captured)
 
-    def _capture(self, trigger: str, *, full: bool,
-                 run_id: str | None) -> tuple[CapturedRevision | None, bool]:
+    def _capture(
+        self, trigger: str, *, full: bool, run_id: str | None
+    ) -> tuple[CapturedRevision | None, bool]:
         """One capture under the lock; returns the revision (None: unchanged) and whether it
         was a full one."""
         objects = self.vault.objects
@@ -687,28 +759,36 @@ class Recorder:
                 else:
                     changed = 0
                     for rel in _outermost(paths):
-                        changed += index.record_path(objects, self._root, rel, self._ignore, problems)
+                        changed += index.record_path(
+                            objects, self._root, rel, self._ignore, problems
+                        )
                 tree = index.flush(objects)
                 if not self._root_present():
                     # The folder vanished while we looked: what we saw is not the workspace.
                     self._index = None
                     raise _RootGone()
                 for p in problems:
-                    self._notes.append(f"{p.path}: {p.reason} (left as it was in the last revision)")
+                    self._notes.append(
+                        f"{p.path}: {p.reason} (left as it was in the last revision)"
+                    )
                 if self._head is not None and tree == self._head_tree:
                     self._index_matches_head = True
                     self._note_capture(t0, full, 0)
                     return None, full
-                run = run_id if run_id is not None else \
-                    (self._run_in_flight() if trigger == "watch" else None)
+                run = (
+                    run_id
+                    if run_id is not None
+                    else (self._run_in_flight() if trigger == "watch" else None)
+                )
                 created = time.time()
                 commit = self._commit(tree, trigger, run, changed, created)
                 if commit is None:  # the ref moved to a revision with this very tree
                     self._note_capture(t0, full, 0)
                     return None, full
                 # self._head is the parent actually used (it moves if someone else wrote one).
-                captured = CapturedRevision(commit, self._head, tree, trigger, run, changed,
-                                            created, full)
+                captured = CapturedRevision(
+                    commit, self._head, tree, trigger, run, changed, created, full
+                )
                 self._head, self._head_tree = commit, tree
                 self._index_matches_head = True
                 self._note_capture(t0, full, changed)
@@ -730,24 +810,41 @@ class Recorder:
                         self._last_full_finished = full_id
                     self._cond.notify_all()
 
-    def _commit(self, tree: str, trigger: str, run: str | None, changed: int,
-                created: float) -> str | None:
+    def _commit(
+        self, tree: str, trigger: str, run: str | None, changed: int, created: float
+    ) -> str | None:
         try:
-            return self.vault.commit_revision(self.workspace_id, tree, self._head, trigger=trigger,
-                                              run_id=run, files_changed=changed, timestamp=created)
+            return self.vault.commit_revision(
+                self.workspace_id,
+                tree,
+                self._head,
+                trigger=trigger,
+                run_id=run,
+                files_changed=changed,
+                timestamp=created,
+            )
         except VaultError:
             current = self.vault.revision_head(self.workspace_id)
             if current == self._head:
                 raise
         # Someone else wrote a revision (a restore, another process): record on top of theirs.
-        self._notes.append(f"the revisions of workspace {self.workspace_id} moved to "
-                           f"{(current or 'nothing')[:12]} behind the recorder; recording on top")
+        self._notes.append(
+            f"the revisions of workspace {self.workspace_id} moved to "
+            f"{(current or 'nothing')[:12]} behind the recorder; recording on top"
+        )
         self._head = current
         self._head_tree = self.vault.tree_of(current) if current else None
         if current is not None and tree == self._head_tree:
             return None
-        return self.vault.commit_revision(self.workspace_id, tree, current, trigger=trigger,
-                                          run_id=run, files_changed=changed, timestamp=created)
+        return self.vault.commit_revision(
+            self.workspace_id,
+            tree,
+            current,
+            trigger=trigger,
+            run_id=run,
+            files_changed=changed,
+            timestamp=created,
+        )
 
     def _run_in_flight(self) -> str | None:
         try:
@@ -794,8 +891,11 @@ class Recorder:
                 data = self._stat_cache.read_bytes()
             except OSError:
                 data = b""
-            index = _decode_stat_cache(data, self.workspace_id, self._head, self._head_tree) \
-                if data else None
+            index = (
+                _decode_stat_cache(data, self.workspace_id, self._head, self._head_tree)
+                if data
+                else None
+            )
             if index is not None:
                 self._index = index
                 self._stats["stat_cache_used"] = True
@@ -807,8 +907,12 @@ class Recorder:
             return
         with self._cache_lock:  # saves land in the order their pictures were taken
             with self._lock:
-                if (self._index is None or self._head is None or not self._index_matches_head
-                        or not self._cache_dirty):
+                if (
+                    self._index is None
+                    or self._head is None
+                    or not self._index_matches_head
+                    or not self._cache_dirty
+                ):
                     return
                 data = _encode_stat_cache(self.workspace_id, self._head, self._index)
                 self._cache_dirty = False
@@ -837,22 +941,28 @@ class Recorder:
         try:
             observer = _make_observer(self._on_overflow, self._on_watch_limit)
             try:
-                observer.schedule(_EventCollector(self), self._root, recursive=True,
-                                  event_filter=WATCHED_EVENTS)
+                observer.schedule(
+                    _EventCollector(self), self._root, recursive=True, event_filter=WATCHED_EVENTS
+                )
                 observer.start()
             except BaseException:
                 observer.stop()
                 raise
         except OSError as exc:
-            why = "the inotify watch limit is reached (raise fs.inotify.max_user_watches)" \
-                if exc.errno == errno.ENOSPC else \
-                "no inotify instance is left (raise fs.inotify.max_user_instances)" \
-                if exc.errno == errno.EMFILE else f"the watcher failed ({exc})"
+            why = (
+                "the inotify watch limit is reached (raise fs.inotify.max_user_watches)"
+                if exc.errno == errno.ENOSPC
+                else "no inotify instance is left (raise fs.inotify.max_user_instances)"
+                if exc.errno == errno.EMFILE
+                else f"the watcher failed ({exc})"
+            )
             with self._cond:
                 self._mode = "scanning"
                 self._poll_interval = self._scan_interval()
-            self._problem(f"cannot watch workspace {self.workspace_id}: {why}; recording it by "
-                          f"periodic full captures instead")
+            self._problem(
+                f"cannot watch workspace {self.workspace_id}: {why}; recording it by "
+                f"periodic full captures instead"
+            )
             return
         self._observer = observer
         with self._cond:
@@ -863,8 +973,9 @@ class Recorder:
     def _rewatch(self) -> None:
         """The folder was replaced by another one at the same path: the old watches died with
         the old folder. Watch the new one and capture it whole."""
-        self._problem(f"workspace folder {self._root} was replaced; watching the new one",
-                      dedupe=False)
+        self._problem(
+            f"workspace folder {self._root} was replaced; watching the new one", dedupe=False
+        )
         self._stop_observer()
         self._start_observer()
         now = time.monotonic()
@@ -903,9 +1014,11 @@ class Recorder:
             self._full_wanted = False
             self._stopping = True
             self._cond.notify_all()
-        self._problem(f"workspace folder {self._root} was deleted; recording of workspace "
-                      f"{self.workspace_id} stopped (no revision was written for the deletion)",
-                      dedupe=False)
+        self._problem(
+            f"workspace folder {self._root} was deleted; recording of workspace "
+            f"{self.workspace_id} stopped (no revision was written for the deletion)",
+            dedupe=False,
+        )
 
     def _tell_notes(self) -> None:
         while self._notes:

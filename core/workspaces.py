@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 from core.errors import CairnError, IllegalTransition, QuotaExceeded
-from core.models import Workspace, WorkspaceState as S
+from core.models import Workspace
+from core.models import WorkspaceState as S
 from core.vault import Vault
 from core.vault.materialize import materialize
 from core.vault.objects import git_env, run_git
@@ -38,7 +39,8 @@ def check_transition(current: str, target: str) -> None:
     if tgt not in TRANSITIONS[cur]:
         allowed = ", ".join(sorted(s.value for s in TRANSITIONS[cur])) or "nothing"
         raise IllegalTransition(
-            f"a workspace cannot go from {cur.value} to {tgt.value} (from {cur.value}: {allowed})")
+            f"a workspace cannot go from {cur.value} to {tgt.value} (from {cur.value}: {allowed})"
+        )
 
 
 def branch_name(title: str, task_id: str) -> str:
@@ -46,8 +48,9 @@ def branch_name(title: str, task_id: str) -> str:
     return f"cairn/{slug}-{task_id.split('_', 1)[-1][-6:]}"
 
 
-def create_tree(vault: Vault, revision: str, root: Path, *, branch: str, head_commit: str | None,
-                label: str) -> str:
+def create_tree(
+    vault: Vault, revision: str, root: Path, *, branch: str, head_commit: str | None, label: str
+) -> str:
     """Materialize `revision` at `root` and give it a `.git` of its own on `branch`.
 
     The `.git` shares the vault's objects by hard links (a copy only across filesystems), sits on
@@ -100,12 +103,14 @@ def _link_objects(src: Path, dst: Path) -> None:
 
 def remove_tree(root: Path) -> None:
     """Delete a workspace tree, including files an agent made read-only."""
+
     def _onerror(func, path, _exc):  # pragma: no cover - depends on odd permissions
         try:
             os.chmod(path, 0o700)
             func(path)
         except OSError:
             pass
+
     if root.exists():
         shutil.rmtree(root, onerror=_onerror)
 
@@ -134,8 +139,10 @@ def check_quota(ws: Workspace, *, size: int | None = None) -> int:
     """Raise QuotaExceeded when the workspace uses more disk than its quota; returns the size."""
     used = tree_size(Path(ws.root)) if size is None else size
     if ws.quota_bytes is not None and used > ws.quota_bytes:
-        raise QuotaExceeded(f"workspace {ws.id} uses {human_size(used)}, over its quota of "
-                            f"{human_size(ws.quota_bytes)}")
+        raise QuotaExceeded(
+            f"workspace {ws.id} uses {human_size(used)}, over its quota of "
+            f"{human_size(ws.quota_bytes)}"
+        )
     return used
 
 
@@ -149,8 +156,10 @@ def require_tree(ws: Workspace) -> Path:
     if ws.state not in LIVE_STATES and ws.state != S.FROZEN.value:
         raise CairnError(f"workspace {ws.id} is {ws.state}; its files are not on disk")
     if not root.is_dir():
-        raise CairnError(f"the workspace folder {root} is missing (deleted outside Cairn); "
-                         "restore it from a snapshot")
+        raise CairnError(
+            f"the workspace folder {root} is missing (deleted outside Cairn); "
+            "restore it from a snapshot"
+        )
     return root
 
 
@@ -160,4 +169,3 @@ def human_size(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TB"
-

@@ -39,8 +39,10 @@ from gui.qt import (
 from gui.queries import field_of
 
 EMPTY_TEXT = "No commands are waiting for approval."
-NO_API_TEXT = ("Approvals appear here when a run asks to do something risky. "
-               "This build cannot receive approval requests yet.")
+NO_API_TEXT = (
+    "Approvals appear here when a run asks to do something risky. "
+    "This build cannot receive approval requests yet."
+)
 LOAD_KEY = "approvals"
 POLL_MS = 3000
 
@@ -60,7 +62,7 @@ class PendingApproval:
     state: str
 
     @classmethod
-    def of(cls, item: Any) -> "PendingApproval":
+    def of(cls, item: Any) -> PendingApproval:
         return cls(
             id=str(field_of(item, "id", "approval_id")),
             task_id=field_of(item, "task_id"),
@@ -101,8 +103,10 @@ class ApprovalCard(QFrame):
         self.setToolTip("A: approve · D: deny · R: remember for this task")
         layout = QVBoxLayout(self)
         task = approval.task_title or approval.task_id or "a task"
-        head = QLabel(f"<b>{_escape(task)}</b>"
-                      + (f" · run {approval.run_id}" if approval.run_id else ""), self)
+        head = QLabel(
+            f"<b>{_escape(task)}</b>" + (f" · run {approval.run_id}" if approval.run_id else ""),
+            self,
+        )
         layout.addWidget(head)
         self.command_label = QLabel(approval.command, self)
         self.command_label.setObjectName("approvalCommand")
@@ -156,8 +160,10 @@ class ApprovalCard(QFrame):
 
     def keyPressEvent(self, event) -> None:  # noqa: N802 (Qt override)
         key = event.key()
-        plain = event.modifiers() in (Qt.KeyboardModifier.NoModifier,
-                                      Qt.KeyboardModifier.KeypadModifier)
+        plain = event.modifiers() in (
+            Qt.KeyboardModifier.NoModifier,
+            Qt.KeyboardModifier.KeypadModifier,
+        )
         if not plain:
             super().keyPressEvent(event)
         elif key == Qt.Key.Key_A:
@@ -183,7 +189,8 @@ class ApprovalsPanel(QWidget):
         super().__init__(parent)
         self.context = context
         self.available = "approvals" in context.capabilities and all(
-            callable(getattr(context.cairn, name, None)) for name in ("approve", "deny"))
+            callable(getattr(context.cairn, name, None)) for name in ("approve", "deny")
+        )
         self.cards: dict[str, ApprovalCard] = {}
         self._titles: dict[str, str | None] = {}  # task id -> title, filled by the load job
         self._loading = False
@@ -246,8 +253,9 @@ class ApprovalsPanel(QWidget):
         judges = callable(judge)
 
         def work() -> list[PendingApproval]:
-            items = [PendingApproval.of(item) for item in
-                     (judge() if judges else cairn.approvals())]
+            items = [
+                PendingApproval.of(item) for item in (judge() if judges else cairn.approvals())
+            ]
             pending = [a for a in items if a.state == "pending"]
             out = []
             for a in pending:
@@ -269,8 +277,9 @@ class ApprovalsPanel(QWidget):
                 self._again = False
                 self.reload()
 
-        self.context.jobs.job(work, key=LOAD_KEY, write=judges, what="load the approvals",
-                              parent=self).success(self._show).finished(finished).run()
+        self.context.jobs.job(
+            work, key=LOAD_KEY, write=judges, what="load the approvals", parent=self
+        ).success(self._show).finished(finished).run()
 
     def _on_event(self, event: Event) -> None:
         if event.kind in (APPROVAL_REQUESTED, APPROVAL_DECIDED):
@@ -330,9 +339,12 @@ class ApprovalsPanel(QWidget):
 
     def approve(self, approval_id: str, remember: bool = False) -> None:
         cairn = self.context.cairn
-        self._decide(approval_id, lambda: cairn.approve(approval_id, remember=remember),
-                     "approve the command", "Approved" + (" (remembered for the task)"
-                                                          if remember else ""))
+        self._decide(
+            approval_id,
+            lambda: cairn.approve(approval_id, remember=remember),
+            "approve the command",
+            "Approved" + (" (remembered for the task)" if remember else ""),
+        )
 
     def deny(self, approval_id: str) -> None:
         cairn = self.context.cairn
@@ -354,14 +366,20 @@ class ApprovalsPanel(QWidget):
             if approval_id in self.cards:
                 self.cards[approval_id].set_pending(False)
             self.context.sig_status.emit(failure.sentence())
-            box = QMessageBox(QMessageBox.Icon.Warning, "Cairn", failure.sentence(),
-                              QMessageBox.StandardButton.Ok, self)
+            box = QMessageBox(
+                QMessageBox.Icon.Warning,
+                "Cairn",
+                failure.sentence(),
+                QMessageBox.StandardButton.Ok,
+                self,
+            )
             box.setObjectName("decisionFailed")
             box.open()
             self.reload()
 
-        self.context.jobs.job(work, write=True, what=what, parent=self) \
-            .success(succeeded).failure(failed).run()
+        self.context.jobs.job(work, write=True, what=what, parent=self).success(succeeded).failure(
+            failed
+        ).run()
 
 
 def _escape(text: str) -> str:

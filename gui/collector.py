@@ -37,7 +37,7 @@ class GuiThreadCollector(QObject):
         self._burst_timer.timeout.connect(self._collect_burst)
         self._was_enabled = gc.isenabled()
 
-    def start(self) -> "GuiThreadCollector":
+    def start(self) -> GuiThreadCollector:
         gc.disable()
         self._timer.start()
         self._burst_timer.start()

@@ -29,8 +29,14 @@ class AppContext(QObject):
     sig_status = Signal(str)
     """A short message for the status bar (an action finished, a drop was refused...)."""
 
-    def __init__(self, cairn: Any, *, settings: QSettings | None = None,
-                 data_dir: Path | None = None, parent: QObject | None = None):
+    def __init__(
+        self,
+        cairn: Any,
+        *,
+        settings: QSettings | None = None,
+        data_dir: Path | None = None,
+        parent: QObject | None = None,
+    ):
         super().__init__(parent)
         self.cairn = cairn
         self.settings = settings if settings is not None else QSettings()
@@ -46,10 +52,12 @@ class AppContext(QObject):
         self._closed = False
 
     @classmethod
-    def open(cls, data_dir: Path | None = None, *, settings: QSettings | None = None
-             ) -> "AppContext":
+    def open(
+        cls, data_dir: Path | None = None, *, settings: QSettings | None = None
+    ) -> AppContext:
         """Open the facade on a data folder (before the event loop runs: it touches the disk)."""
         from core.app import Cairn
+
         cairn = Cairn(data_dir, captures_in_child=True)
         return cls(cairn, settings=settings, data_dir=cairn.data.root)
 

@@ -10,8 +10,9 @@ its own through `open_credentials_dialog`) is the caller's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from core.credentials import (
     SCOPE_LINEAGE,
@@ -45,14 +46,15 @@ from gui.qt import (
 )
 
 CHECKING_TEXT = "Checking the keyring…"
-APPLY_HINT = ("Grants, revocations and new secret values take effect when a run of the task next "
-              "starts or resumes: the values are read from the keyring then and put into that "
-              "run's environment. A run already going keeps the environment it started with, and "
-              "the task's sandbox policy can still withhold a granted secret.")
+APPLY_HINT = (
+    "Grants, revocations and new secret values take effect when a run of the task next "
+    "starts or resumes: the values are read from the keyring then and put into that "
+    "run's environment. A run already going keeps the environment it started with, and "
+    "the task's sandbox policy can still withhold a granted secret."
+)
 NO_TASKS_TEXT = "No tasks yet: drop a folder into Cairn to make one, then grant it secrets here."
 SCOPE_CHOICES = ((SCOPE_LINEAGE, "This task and its descendants"), (SCOPE_TASK, "This task only"))
-PAGE_STYLE = ('QLabel[tone="error"] { color: #c62828; } '
-              'QLabel[tone="warning"] { color: #b26a00; }')
+PAGE_STYLE = 'QLabel[tone="error"] { color: #c62828; } QLabel[tone="warning"] { color: #b26a00; }'
 SHORT_ID = 7
 
 
@@ -76,8 +78,10 @@ class GrantRow:
 
 
 def grant_rows(task_id: str, grants: list[Any], revoked: list[str]) -> list[GrantRow]:
-    rows = [GrantRow(g.secret_name, g.env_var, g.scope,
-                     None if g.task_id == task_id else g.task_id) for g in grants]
+    rows = [
+        GrantRow(g.secret_name, g.env_var, g.scope, None if g.task_id == task_id else g.task_id)
+        for g in grants
+    ]
     rows += [GrantRow(name, None, None, None, revoked=True) for name in revoked]
     return rows
 
@@ -118,15 +122,20 @@ def confirm_removal(parent: QWidget, name: str, holders: list[tuple[str, str]]) 
     text = f"Remove the secret “{name}” from the keyring?"
     if holders:
         listed = "\n".join(f"• {task_label(task_id, title)}" for task_id, title in holders)
-        text += (f"\n\nThese tasks have grants for it (their descendants may inherit them):\n"
-                 f"{listed}\n\nTheir next run will not start until the secret is stored again "
-                 "or the grant is revoked.")
+        text += (
+            f"\n\nThese tasks have grants for it (their descendants may inherit them):\n"
+            f"{listed}\n\nTheir next run will not start until the secret is stored again "
+            "or the grant is revoked."
+        )
     else:
         text += "\n\nNo task has a grant for it."
     answer = QMessageBox.question(
-        parent, "Remove secret", text,
+        parent,
+        "Remove secret",
+        text,
         QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
-        QMessageBox.StandardButton.Cancel)
+        QMessageBox.StandardButton.Cancel,
+    )
     return answer == QMessageBox.StandardButton.Yes
 
 
@@ -153,8 +162,10 @@ class CredentialsPage(QWidget):
         self.tasks_loaded = False
         self.names_loaded = False
         self.grants_loaded = False
-        self._keys = {part: f"credentials-{part}-{id(self)}"
-                      for part in ("keyring", "names", "tasks", "grants")}
+        self._keys = {
+            part: f"credentials-{part}-{id(self)}"
+            for part in ("keyring", "names", "tasks", "grants")
+        }
 
         layout = QVBoxLayout(self)
 
@@ -206,8 +217,9 @@ class CredentialsPage(QWidget):
         layout.addLayout(form)
         secret_buttons = QHBoxLayout()
         self.rotate_button = QPushButton("Rotate Selected", self)
-        self.rotate_button.setToolTip("replace the selected secret's value with the one typed "
-                                      "in the value field")
+        self.rotate_button.setToolTip(
+            "replace the selected secret's value with the one typed in the value field"
+        )
         self.rotate_button.clicked.connect(self.rotate_secret)
         secret_buttons.addWidget(self.rotate_button)
         self.remove_button = QPushButton("Remove Selected…", self)
@@ -260,8 +272,10 @@ class CredentialsPage(QWidget):
         layout.addLayout(grant_form)
         grant_buttons = QHBoxLayout()
         self.revoke_button = QPushButton("Revoke Selected", self)
-        self.revoke_button.setToolTip("stop delivering the selected secret to this task and its "
-                                      "descendants (an ancestor keeps its own grant)")
+        self.revoke_button.setToolTip(
+            "stop delivering the selected secret to this task and its "
+            "descendants (an ancestor keeps its own grant)"
+        )
         self.revoke_button.clicked.connect(self.revoke)
         grant_buttons.addWidget(self.revoke_button)
         grant_buttons.addStretch(1)
@@ -290,17 +304,18 @@ class CredentialsPage(QWidget):
         self.retry_button.setEnabled(False)
         if self.status is None or not self.status.usable:
             _say(self.keyring_label, CHECKING_TEXT)
-        self.context.jobs.job(cairn.keyring_status, key=self._keys["keyring"],
-                              what="check the keyring", parent=self) \
-            .success(self._show_status).failure(self._keyring_failed) \
-            .finished(lambda: self.retry_button.setEnabled(True)).run()
+        self.context.jobs.job(
+            cairn.keyring_status, key=self._keys["keyring"], what="check the keyring", parent=self
+        ).success(self._show_status).failure(self._keyring_failed).finished(
+            lambda: self.retry_button.setEnabled(True)
+        ).run()
         self.reload_names()
 
     def reload_names(self) -> None:
         cairn = self.context.cairn
-        self.context.jobs.job(cairn.secret_names, key=self._keys["names"],
-                              what="list the secrets", parent=self) \
-            .success(self._show_names).failure(self._names_failed).run()
+        self.context.jobs.job(
+            cairn.secret_names, key=self._keys["names"], what="list the secrets", parent=self
+        ).success(self._show_names).failure(self._names_failed).run()
 
     def reload_tasks(self) -> None:
         cairn = self.context.cairn
@@ -308,8 +323,9 @@ class CredentialsPage(QWidget):
         def work() -> list[tuple[str, str]]:
             return [(t.id, t.title) for t in cairn.tasks()]
 
-        self.context.jobs.job(work, key=self._keys["tasks"], what="list the tasks", parent=self) \
-            .success(self._show_tasks).failure(self._grants_failed).run()
+        self.context.jobs.job(
+            work, key=self._keys["tasks"], what="list the tasks", parent=self
+        ).success(self._show_tasks).failure(self._grants_failed).run()
 
     def reload_grants(self) -> None:
         task_id = self.task_id
@@ -323,9 +339,9 @@ class CredentialsPage(QWidget):
             creds = cairn.credentials
             return task_id, creds.grants_for(task_id), creds.revoked_for(task_id)
 
-        self.context.jobs.job(work, key=self._keys["grants"], what="load the task's grants",
-                              parent=self) \
-            .success(self._show_grants).failure(self._grants_failed).run()
+        self.context.jobs.job(
+            work, key=self._keys["grants"], what="load the task's grants", parent=self
+        ).success(self._show_grants).failure(self._grants_failed).run()
 
     def set_task(self, task_id: str | None) -> None:
         """Show this task's grants (the main window's selection); kept until the tasks load."""
@@ -360,8 +376,11 @@ class CredentialsPage(QWidget):
     def _show_unusable(self, message: str, *, locked: bool) -> None:
         lead = "The keyring is locked." if locked else "No usable keyring."
         text = _sentence(message)
-        _say(self.keyring_label, text if text.lower().startswith(lead.lower()[:-1])
-             else f"{lead} {text}", "error")
+        _say(
+            self.keyring_label,
+            text if text.lower().startswith(lead.lower()[:-1]) else f"{lead} {text}",
+            "error",
+        )
         self.retry_button.show()
 
     def _show_names(self, names: list[str]) -> None:
@@ -390,8 +409,9 @@ class CredentialsPage(QWidget):
         self.task_combo.clear()
         for task_id, title in tasks:
             self.task_combo.addItem(task_label(task_id, title), task_id)
-            self.task_combo.setItemData(self.task_combo.count() - 1, f"{title}\n{task_id}",
-                                        Qt.ItemDataRole.ToolTipRole)
+            self.task_combo.setItemData(
+                self.task_combo.count() - 1, f"{title}\n{task_id}", Qt.ItemDataRole.ToolTipRole
+            )
         if not tasks:
             self.task_combo.addItem(NO_TASKS_TEXT, None)
         index = self.task_combo.findData(keep) if keep else -1
@@ -423,8 +443,11 @@ class CredentialsPage(QWidget):
             if grant.revoked:
                 applies, state = "—", "revoked"
             else:
-                applies = ("this task and its descendants" if grant.scope == SCOPE_LINEAGE
-                           else "this task only")
+                applies = (
+                    "this task and its descendants"
+                    if grant.scope == SCOPE_LINEAGE
+                    else "this task only"
+                )
                 state = "granted"
                 if grant.from_task_id:
                     title = self._titles.get(grant.from_task_id, grant.from_task_id)
@@ -434,11 +457,13 @@ class CredentialsPage(QWidget):
                 item = QTableWidgetItem(text)
                 if grant.revoked:
                     item.setForeground(table.palette().placeholderText())
-                    item.setToolTip("revoked in this task's lineage: not delivered until it is "
-                                    "granted again")
+                    item.setToolTip(
+                        "revoked in this task's lineage: not delivered until it is granted again"
+                    )
                 elif grant.from_task_id:
-                    item.setToolTip("granted on an ancestor; revoking it here keeps the "
-                                    "ancestor's grant")
+                    item.setToolTip(
+                        "granted on an ancestor; revoking it here keeps the ancestor's grant"
+                    )
                 table.setItem(row, column, item)
         self._update_buttons()
 
@@ -468,8 +493,12 @@ class CredentialsPage(QWidget):
             _say(self.secrets_message, _sentence(str(exc)), "error")
             return
         if name in self.names:
-            _say(self.secrets_message, f"“{name}” is already stored: select it and use Rotate "
-                                       "Selected to replace its value.", "error")
+            _say(
+                self.secrets_message,
+                f"“{name}” is already stored: select it and use Rotate "
+                "Selected to replace its value.",
+                "error",
+            )
             return
         if not self.value_edit.text():
             _say(self.secrets_message, f"Type the value for “{name}” first.", "error")
@@ -486,8 +515,11 @@ class CredentialsPage(QWidget):
         if not self.value_edit.text():
             _say(self.secrets_message, f"Type the new value for “{name}” first.", "error")
             return
-        self._store(name, f"Rotated “{name}”: the next run start or resume reads the new value.",
-                    what=f"rotate the secret {name}")
+        self._store(
+            name,
+            f"Rotated “{name}”: the next run start or resume reads the new value.",
+            what=f"rotate the secret {name}",
+        )
 
     def _store(self, name: str, done: str, *, what: str) -> None:
         cairn = self.context.cairn
@@ -496,8 +528,7 @@ class CredentialsPage(QWidget):
         def work() -> None:
             cairn.credentials.secrets.set(name, value)
 
-        self._write(work, what, lambda _none: self._secret_written(done),
-                    self._secrets_failed)
+        self._write(work, what, lambda _none: self._secret_written(done), self._secrets_failed)
         self.value_edit.setText("")  # at once, and setText (not clear) drops the undo history
 
     def remove_secret(self) -> None:
@@ -512,9 +543,9 @@ class CredentialsPage(QWidget):
             return [(t.id, t.title) for t in cairn.tasks_granted(name)]
 
         self.remove_button.setEnabled(False)
-        self.context.jobs.job(holders, what=f"find the grants of {name}", parent=self) \
-            .success(lambda found: self._confirm_remove(name, found)) \
-            .failure(self._secrets_failed).finished(self._update_buttons).run()
+        self.context.jobs.job(holders, what=f"find the grants of {name}", parent=self).success(
+            lambda found: self._confirm_remove(name, found)
+        ).failure(self._secrets_failed).finished(self._update_buttons).run()
 
     def _confirm_remove(self, name: str, holders: list[tuple[str, str]]) -> None:
         if not confirm_removal(self, name, holders):
@@ -527,8 +558,12 @@ class CredentialsPage(QWidget):
         done = f"Removed “{name}” from the keyring."
         if holders:
             done += " Its grants remain: revoke them or store the secret again."
-        self._write(work, f"remove the secret {name}", lambda _none: self._secret_written(done),
-                    self._secrets_failed)
+        self._write(
+            work,
+            f"remove the secret {name}",
+            lambda _none: self._secret_written(done),
+            self._secrets_failed,
+        )
 
     def _secret_written(self, done: str) -> None:
         _say(self.secrets_message, done, "ok")
@@ -559,8 +594,11 @@ class CredentialsPage(QWidget):
             return
         cairn = self.context.cairn
         title = self._titles.get(task_id, task_id)
-        note = "" if name in self.names else " It is not in the keyring yet: store it before " \
-                                             "the next run."
+        note = (
+            ""
+            if name in self.names
+            else " It is not in the keyring yet: store it before the next run."
+        )
 
         def work() -> None:
             cairn.credentials.grant(task_id, name, env_var, scope=scope)
@@ -585,9 +623,12 @@ class CredentialsPage(QWidget):
         def work() -> None:
             cairn.credentials.revoke(task_id, name)
 
-        self._write(work, f"revoke {name}",
-                    lambda _none: self._grants_written(task_id, f"Revoked “{name}” for {title}."),
-                    self._grants_failed)
+        self._write(
+            work,
+            f"revoke {name}",
+            lambda _none: self._grants_written(task_id, f"Revoked “{name}” for {title}."),
+            self._grants_failed,
+        )
 
     def _grants_written(self, task_id: str, done: str) -> None:
         self.sig_grants_changed.emit(task_id)
@@ -597,10 +638,16 @@ class CredentialsPage(QWidget):
 
     # -- shared ----------------------------------------------------------------------------------
 
-    def _write(self, work: Callable[[], Any], what: str, on_success: Callable[[Any], None],
-               on_failure: Callable[[JobFailure], None]) -> None:
-        self.context.jobs.job(work, write=True, what=what, parent=self) \
-            .success(on_success).failure(on_failure).run()
+    def _write(
+        self,
+        work: Callable[[], Any],
+        what: str,
+        on_success: Callable[[Any], None],
+        on_failure: Callable[[JobFailure], None],
+    ) -> None:
+        self.context.jobs.job(work, write=True, what=what, parent=self).success(on_success).failure(
+            on_failure
+        ).run()
 
     def _keyring_failed(self, failure: JobFailure) -> None:
         self._show_unusable(failure.message, locked=isinstance(failure.error, KeyringLocked))
@@ -628,9 +675,11 @@ class CredentialsPage(QWidget):
         self.rotate_button.setEnabled(usable and selected and typed)
         self.remove_button.setEnabled(usable and selected)
         has_task = self.task_id is not None
-        self.grant_button.setEnabled(has_task and bool(self.grant_secret_combo.currentText()
-                                                       .strip())
-                                     and bool(self.env_var_edit.text().strip()))
+        self.grant_button.setEnabled(
+            has_task
+            and bool(self.grant_secret_combo.currentText().strip())
+            and bool(self.env_var_edit.text().strip())
+        )
         grant = self.selected_grant()
         self.revoke_button.setEnabled(has_task and grant is not None and not grant.revoked)
 
@@ -643,8 +692,9 @@ def _sentence(text: str) -> str:
     return text if text.endswith((".", "!", "?", ")")) else f"{text}."
 
 
-def open_credentials_dialog(context: AppContext, parent: QWidget | None = None, *,
-                            task_id: str | None = None) -> QDialog:
+def open_credentials_dialog(
+    context: AppContext, parent: QWidget | None = None, *, task_id: str | None = None
+) -> QDialog:
     """The page alone in a window-modal dialog with a Close button (deleted when closed)."""
     dialog = QDialog(parent)
     dialog.setObjectName("credentialsDialog")

@@ -60,8 +60,14 @@ def _instructions_edit(parent: QWidget, placeholder: str) -> QPlainTextEdit:
 class NewTaskDialog(QDialog):
     """A task for each folder: a title per folder, one engine and one set of instructions."""
 
-    def __init__(self, folders: list[Path], engines: tuple[str, ...] = DEFAULT_ENGINES,
-                 parent: QWidget | None = None, *, default_engine: str | None = None):
+    def __init__(
+        self,
+        folders: list[Path],
+        engines: tuple[str, ...] = DEFAULT_ENGINES,
+        parent: QWidget | None = None,
+        *,
+        default_engine: str | None = None,
+    ):
         super().__init__(parent)
         self.folders = list(folders)
         many = len(self.folders) > 1
@@ -96,10 +102,16 @@ class NewTaskDialog(QDialog):
         form.addRow("", self.hint)
         layout.addLayout(form)
         if many:
-            layout.addWidget(QLabel(f"{len(self.folders)} tasks will be made, one per folder, "
-                                    "with the same engine and instructions.", self))
+            layout.addWidget(
+                QLabel(
+                    f"{len(self.folders)} tasks will be made, one per folder, "
+                    "with the same engine and instructions.",
+                    self,
+                )
+            )
         self.buttons = QDialogButtonBox(
-            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel, self)
+            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel, self
+        )
         self.ok_button = self.buttons.button(QDialogButtonBox.StandardButton.Ok)
         self.ok_button.setText("Create Tasks" if many else "Create Task")
         self.buttons.accepted.connect(self.accept)
@@ -111,8 +123,9 @@ class NewTaskDialog(QDialog):
 
     def _engine_changed(self, engine: str) -> None:
         shell = engine == "shell"
-        self.instructions_edit.setPlaceholderText("make test\ngit status" if shell else
-                                                  "Fix the failing login test")
+        self.instructions_edit.setPlaceholderText(
+            "make test\ngit status" if shell else "Fix the failing login test"
+        )
         self.hint.setText(SHELL_HINT if shell else AGENT_HINT)
 
     def _update_ok(self) -> None:
@@ -123,8 +136,10 @@ class NewTaskDialog(QDialog):
     def requests(self) -> list[NewTaskRequest]:
         engine = self.engine_combo.currentText()
         instructions = self.instructions_edit.toPlainText().strip()
-        return [NewTaskRequest(folder, edit.text().strip(), engine, instructions)
-                for folder, edit in zip(self.folders, self.title_edits)]
+        return [
+            NewTaskRequest(folder, edit.text().strip(), engine, instructions)
+            for folder, edit in zip(self.folders, self.title_edits)
+        ]
 
 
 class ContinueDialog(QDialog):
@@ -135,12 +150,18 @@ class ContinueDialog(QDialog):
         self.setWindowTitle(f"Continue “{task_title}”")
         self.setObjectName("continueDialog")
         layout = QVBoxLayout(self)
-        layout.addWidget(QLabel("A new task continues in this task's workspace, resuming the "
-                                "agent's own session. What should it do next?", self))
+        layout.addWidget(
+            QLabel(
+                "A new task continues in this task's workspace, resuming the "
+                "agent's own session. What should it do next?",
+                self,
+            )
+        )
         self.instructions_edit = _instructions_edit(self, "Now also cover the logout path")
         layout.addWidget(self.instructions_edit)
         self.buttons = QDialogButtonBox(
-            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel, self)
+            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel, self
+        )
         self.ok_button = self.buttons.button(QDialogButtonBox.StandardButton.Ok)
         self.ok_button.setText("Continue")
         self.buttons.accepted.connect(self.accept)
@@ -163,32 +184,44 @@ def revision_label(revision: dict, latest: bool = False) -> str:
     changed = revision.get("files_changed")
     files = f", {changed} file{'s' if changed != 1 else ''}" if changed is not None else ""
     tag = " (latest)" if latest else ""
-    return (f"#{revision.get('seq', '?')} {str(revision.get('id', ''))[:10]} · "
-            f"{revision.get('trigger', '?')}{files} · {when}{tag}")
+    return (
+        f"#{revision.get('seq', '?')} {str(revision.get('id', ''))[:10]} · "
+        f"{revision.get('trigger', '?')}{files} · {when}{tag}"
+    )
 
 
 class ForkDialog(ContinueDialog):
     """Fork a task from one of its revisions: its own workspace, sandbox and session."""
 
-    def __init__(self, task_title: str, revisions: list[dict], parent: QWidget | None = None,
-                 *, at_revision: str | None = None):
+    def __init__(
+        self,
+        task_title: str,
+        revisions: list[dict],
+        parent: QWidget | None = None,
+        *,
+        at_revision: str | None = None,
+    ):
         super().__init__(task_title, parent)
         self.setWindowTitle(f"Fork “{task_title}”")
         self.setObjectName("forkDialog")
         self.ok_button.setText("Fork")
         layout: QVBoxLayout = self.layout()
         intro: QLabel = layout.itemAt(0).widget()
-        intro.setText("A new task starts from the chosen revision in a workspace of its own; "
-                      "this task is not touched. What should the fork do?")
+        intro.setText(
+            "A new task starts from the chosen revision in a workspace of its own; "
+            "this task is not touched. What should the fork do?"
+        )
         self.revision_combo = QComboBox(self)
         self.revisions = list(revisions)
         for i, revision in enumerate(self.revisions):
-            self.revision_combo.addItem(revision_label(revision, i == len(self.revisions) - 1),
-                                        revision.get("id"))
+            self.revision_combo.addItem(
+                revision_label(revision, i == len(self.revisions) - 1), revision.get("id")
+            )
         if self.revisions:
             ids = [r.get("id") for r in self.revisions]
             self.revision_combo.setCurrentIndex(
-                ids.index(at_revision) if at_revision in ids else len(self.revisions) - 1)
+                ids.index(at_revision) if at_revision in ids else len(self.revisions) - 1
+            )
         row = QFormLayout()
         row.addRow("From revision:", self.revision_combo)
         layout.insertLayout(1, row)
@@ -218,8 +251,9 @@ def ask_resume_choice(parent: QWidget, message: str) -> str | None:
     box.setText("The workspace was edited outside Cairn since the run's checkpoint.")
     box.setInformativeText(f"{message}\n\nThe edits are kept as an external revision either way.")
     on_top = box.addButton("Continue on top of the edits", QMessageBox.ButtonRole.AcceptRole)
-    restore = box.addButton("Restore the checkpoint into a new workspace",
-                            QMessageBox.ButtonRole.AcceptRole)
+    restore = box.addButton(
+        "Restore the checkpoint into a new workspace", QMessageBox.ButtonRole.AcceptRole
+    )
     box.addButton(QMessageBox.StandardButton.Cancel)
     box.exec()
     clicked = box.clickedButton()
@@ -234,8 +268,9 @@ class KeyringDialog(QDialog):
         self.setWindowTitle("Unlock your keyring")
         self.setObjectName("keyringDialog")
         layout = QVBoxLayout(self)
-        head = QLabel("<b>Cairn needs your desktop keyring to hand secrets to the sandbox.</b>",
-                      self)
+        head = QLabel(
+            "<b>Cairn needs your desktop keyring to hand secrets to the sandbox.</b>", self
+        )
         layout.addWidget(head)
         self.message_label = QLabel(message, self)
         self.message_label.setWordWrap(True)
@@ -245,7 +280,9 @@ class KeyringDialog(QDialog):
             "To unlock it: open your desktop's password manager (GNOME: “Passwords and Keys”; "
             "KDE: KWallet Manager) and unlock the login keyring, or log out and back in so the "
             "keyring unlocks with your session. Without a desktop session, run Cairn inside one "
-            "(for example with dbus-run-session and gnome-keyring-daemon --unlock).", self)
+            "(for example with dbus-run-session and gnome-keyring-daemon --unlock).",
+            self,
+        )
         steps.setWordWrap(True)
         layout.addWidget(steps)
         self.buttons = QDialogButtonBox(self)

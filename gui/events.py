@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 from core.events import Event
 from gui.qt import QObject, QTimer, Signal, Slot
@@ -29,10 +29,15 @@ def coalesce(events: list[Event]) -> list[Event]:
     out: list[Event] = []
     for event in events:
         last = out[-1] if out else None
-        if (last is not None and event.kind == RUN_OUTPUT and last.kind == RUN_OUTPUT
-                and last.subject == event.subject
-                and last.payload.get("stream") == event.payload.get("stream")
-                and not event.payload.get("backlog") and not last.payload.get("backlog")):
+        if (
+            last is not None
+            and event.kind == RUN_OUTPUT
+            and last.kind == RUN_OUTPUT
+            and last.subject == event.subject
+            and last.payload.get("stream") == event.payload.get("stream")
+            and not event.payload.get("backlog")
+            and not last.payload.get("backlog")
+        ):
             merged = dict(last.payload)
             merged["text"] = f"{last.payload.get('text', '')}{event.payload.get('text', '')}"
             out[-1] = Event(last.kind, last.subject, merged, event.seq, event.created_at)
@@ -52,8 +57,13 @@ class EventBridge(QObject):
 
     _sig_wake = Signal()
 
-    def __init__(self, parent: QObject | None = None, *, interval_ms: int = FLUSH_INTERVAL_MS,
-                 max_batch: int = MAX_BATCH):
+    def __init__(
+        self,
+        parent: QObject | None = None,
+        *,
+        interval_ms: int = FLUSH_INTERVAL_MS,
+        max_batch: int = MAX_BATCH,
+    ):
         super().__init__(parent)
         self._queue: deque[Event] = deque()
         self._lock = threading.Lock()

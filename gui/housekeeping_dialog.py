@@ -7,7 +7,8 @@ are core.housekeeping's, reached through the facade in jobs (the GUI thread neve
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from core.housekeeping import Plan, Result, human_bytes
 from gui.jobs import JobFailure
@@ -28,12 +29,20 @@ from gui.qt import (
 )
 
 _CATEGORY_LABELS = {
-    "vault": "Vaults (revisions, snapshots)", "workspaces": "Workspaces", "homes": "Engine homes",
-    "runs": "Run logs", "artifacts": "Artifacts", "cache": "Cache", "database": "Database",
+    "vault": "Vaults (revisions, snapshots)",
+    "workspaces": "Workspaces",
+    "homes": "Engine homes",
+    "runs": "Run logs",
+    "artifacts": "Artifacts",
+    "cache": "Cache",
+    "database": "Database",
     "other": "Other",
 }
-_KIND_LABELS = {"archived_workspace": "Archived workspace", "vault_objects": "Unreachable objects",
-                "leftover": "Leftover"}
+_KIND_LABELS = {
+    "archived_workspace": "Archived workspace",
+    "vault_objects": "Unreachable objects",
+    "leftover": "Leftover",
+}
 
 
 class HousekeepingDialog(QDialog):
@@ -103,10 +112,14 @@ class HousekeepingDialog(QDialog):
         """Measure and plan again in a job."""
         self._set_busy(True)
         cairn = self.context.cairn
-        self.context.jobs.job(lambda: cairn.housekeeping_plan(), key="housekeeping-plan",
-                              what="measure the data folder", parent=self) \
-            .success(self._show_plan).failure(self._show_error) \
-            .finished(lambda: self._set_busy(False)).run()
+        self.context.jobs.job(
+            lambda: cairn.housekeeping_plan(),
+            key="housekeeping-plan",
+            what="measure the data folder",
+            parent=self,
+        ).success(self._show_plan).failure(self._show_error).finished(
+            lambda: self._set_busy(False)
+        ).run()
 
     def _show_plan(self, plan: Plan) -> None:
         self.plan = plan
@@ -138,16 +151,21 @@ class HousekeepingDialog(QDialog):
         plan = self.plan
         if plan is None or plan.empty or self.busy:
             return
-        if not self.confirm(f"Remove {len(plan.items)} item(s) and free "
-                            f"{human_bytes(plan.total)}? Archived workspaces keep their history "
-                            "and can be restored from their snapshots."):
+        if not self.confirm(
+            f"Remove {len(plan.items)} item(s) and free "
+            f"{human_bytes(plan.total)}? Archived workspaces keep their history "
+            "and can be restored from their snapshots."
+        ):
             return
         self._set_busy(True)
         self.status_label.setText("Cleaning up…")
         cairn = self.context.cairn
-        self.context.jobs.job(lambda: cairn.housekeeping_clean(plan), write=True,
-                              what="clean up the data folder", parent=self) \
-            .success(self._cleaned).failure(self._show_error).finished(self.refresh).run()
+        self.context.jobs.job(
+            lambda: cairn.housekeeping_clean(plan),
+            write=True,
+            what="clean up the data folder",
+            parent=self,
+        ).success(self._cleaned).failure(self._show_error).finished(self.refresh).run()
 
     def _cleaned(self, result: Result) -> None:
         self.last_result = result
@@ -166,8 +184,11 @@ class HousekeepingDialog(QDialog):
         self.clean_button.setEnabled(not busy and self.plan is not None and not self.plan.empty)
 
     def _ask(self, text: str) -> bool:
-        answer = QMessageBox.question(self, "Clean up", text,
-                                      QMessageBox.StandardButton.Yes
-                                      | QMessageBox.StandardButton.Cancel,
-                                      QMessageBox.StandardButton.Cancel)
+        answer = QMessageBox.question(
+            self,
+            "Clean up",
+            text,
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
+            QMessageBox.StandardButton.Cancel,
+        )
         return answer == QMessageBox.StandardButton.Yes

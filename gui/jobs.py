@@ -21,8 +21,9 @@ import logging
 import sys
 import threading
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from core.errors import CairnError
 from gui.qt import QObject, QRunnable, QThreadPool, Signal, Slot, is_alive
@@ -82,8 +83,17 @@ def is_keyring_problem(error: BaseException) -> bool:
 class Job:
     """One piece of work and what to do with its outcome; built by `JobRunner.job`."""
 
-    def __init__(self, runner: "JobRunner", work: Callable[[], Any], *, key: str | None,
-                 write: bool, observe: bool, what: str, parent: QObject | None):
+    def __init__(
+        self,
+        runner: JobRunner,
+        work: Callable[[], Any],
+        *,
+        key: str | None,
+        write: bool,
+        observe: bool,
+        what: str,
+        parent: QObject | None,
+    ):
         self._runner = runner
         self.work = work
         self.key = key
@@ -97,20 +107,20 @@ class Job:
         self.on_failure: Callable[[JobFailure], None] | None = None
         self.on_finished: Callable[[], None] | None = None
 
-    def success(self, callback: Callable[[Any], None]) -> "Job":
+    def success(self, callback: Callable[[Any], None]) -> Job:
         self.on_success = callback
         return self
 
-    def failure(self, callback: Callable[[JobFailure], None]) -> "Job":
+    def failure(self, callback: Callable[[JobFailure], None]) -> Job:
         self.on_failure = callback
         return self
 
-    def finished(self, callback: Callable[[], None]) -> "Job":
+    def finished(self, callback: Callable[[], None]) -> Job:
         """Called after success or failure (not for a dropped stale result)."""
         self.on_finished = callback
         return self
 
-    def run(self) -> "Job":
+    def run(self) -> Job:
         self._runner.submit(self)
         return self
 
@@ -124,8 +134,9 @@ class _Runnable(QRunnable):
     thread, and the process crashes later in the GUI thread's event loop.
     """
 
-    def __init__(self, deliver: Callable[[int, tuple], None], ident: int, what: str,
-                 work: Callable[[], Any]):
+    def __init__(
+        self, deliver: Callable[[int, tuple], None], ident: int, what: str, work: Callable[[], Any]
+    ):
         super().__init__()
         self.setAutoDelete(True)
         self._parts: list | None = [deliver, ident, what, work]
@@ -171,8 +182,16 @@ class JobRunner(QObject):
 
     # -- building and submitting -----------------------------------------------------------------
 
-    def job(self, work: Callable[[], Any], *, key: str | None = None, write: bool = False,
-            observe: bool = False, what: str = "", parent: QObject | None = None) -> Job:
+    def job(
+        self,
+        work: Callable[[], Any],
+        *,
+        key: str | None = None,
+        write: bool = False,
+        observe: bool = False,
+        what: str = "",
+        parent: QObject | None = None,
+    ) -> Job:
         """A job to configure with success/failure and then `run()`.
 
         `key`: a newer job with the same key makes this one's outcome stale (dropped).
@@ -191,8 +210,13 @@ class JobRunner(QObject):
             job.token = self._generations.get(job.key, 0) + 1
             self._generations[job.key] = job.token
         self._pending[job.ident] = job
-        pool = (self._write_pool if job.write else
-                self._observe_pool if job.observe else self._read_pool)
+        pool = (
+            self._write_pool
+            if job.write
+            else self._observe_pool
+            if job.observe
+            else self._read_pool
+        )
         pool.start(_Runnable(self._deliver, job.ident, job.what, job.work))
         job.work = None  # the runnable carries it; it comes back with the outcome
         self.sig_busy.emit(self.working)
@@ -243,8 +267,9 @@ class JobRunner(QObject):
                     self.sig_failed.emit(value)
         except Exception as exc:  # a broken callback is a failure the user sees too
             log.exception("the handler of %r failed", job.what)
-            self.sig_failed.emit(JobFailure(f"show the result of {job.what or 'a job'}", exc,
-                                            traceback.format_exc()))
+            self.sig_failed.emit(
+                JobFailure(f"show the result of {job.what or 'a job'}", exc, traceback.format_exc())
+            )
         finally:
             if job.on_finished is not None:
                 job.on_finished()

@@ -45,9 +45,14 @@ ROLE_APPROVALS = Qt.ItemDataRole.UserRole + 6
 ROLE_SOURCE_PATH = Qt.ItemDataRole.UserRole + 7
 ROLE_BADGES = Qt.ItemDataRole.UserRole + 8
 # The roles that hand out one field of a task's row as it is.
-TASK_ROLE_FIELDS = {ROLE_TASK_ID: "task_id", ROLE_RUN_STATE: "run_state",
-                    ROLE_LIVE_SESSION: "live", ROLE_SNAPSHOT: "snapshot",
-                    ROLE_APPROVALS: "approvals", ROLE_SOURCE_PATH: "source_path"}
+TASK_ROLE_FIELDS = {
+    ROLE_TASK_ID: "task_id",
+    ROLE_RUN_STATE: "run_state",
+    ROLE_LIVE_SESSION: "live",
+    ROLE_SNAPSHOT: "snapshot",
+    ROLE_APPROVALS: "approvals",
+    ROLE_SOURCE_PATH: "source_path",
+}
 
 ROOT, SOURCE, TASK = "root", "source", "task"
 
@@ -62,23 +67,36 @@ STATE_COLOURS = {
     "cancelled": "#8e8e8e",
     "interrupted": "#e67e22",
 }
-SNAPSHOT_WORDS = {"none": "no snapshot", "fresh": "snapshot up to date",
-                  "stale": "changes since the last snapshot"}
+SNAPSHOT_WORDS = {
+    "none": "no snapshot",
+    "fresh": "snapshot up to date",
+    "stale": "changes since the last snapshot",
+}
 
 
 class LineageNode:
     """One row of the tree: the invisible root, a source folder, or a task. No Qt here."""
 
-    __slots__ = ("kind", "key", "parent", "children", "unfetched", "row", "task", "source_path",
-                 "task_count", "haystack")
+    __slots__ = (
+        "kind",
+        "key",
+        "parent",
+        "children",
+        "unfetched",
+        "row",
+        "task",
+        "source_path",
+        "task_count",
+        "haystack",
+    )
 
     def __init__(self, kind: str, key: str, parent: LineageNode | None = None):
         self.kind = kind
         self.key = key
         self.parent = parent
-        self.children: list[LineageNode] = []   # handed to the model (each has its row)
+        self.children: list[LineageNode] = []  # handed to the model (each has its row)
         self.unfetched: list[LineageNode] = []  # known, not handed out yet (fetchMore)
-        self.row: int | None = None             # index in parent.children once handed out
+        self.row: int | None = None  # index in parent.children once handed out
         self.task: TaskRow | None = None
         self.source_path = ""
         self.task_count = 0
@@ -121,8 +139,9 @@ def _task_haystack(row: TaskRow) -> str:
     return " ".join((row.title, row.task_id, row.engine, row.run_state or "")).lower()
 
 
-def build_forest(rows: Iterable[TaskRow]) -> tuple[LineageNode, dict[str, LineageNode],
-                                                  dict[str, LineageNode]]:
+def build_forest(
+    rows: Iterable[TaskRow],
+) -> tuple[LineageNode, dict[str, LineageNode], dict[str, LineageNode]]:
     """The tree for these rows: (root, tasks by id, sources by id), every child unfetched.
 
     Tasks go under their parent when it is known and of the same source folder, else under the
@@ -201,8 +220,9 @@ class LineageModel(QAbstractItemModel):
         with self._announcing_change():
             self.beginResetModel()
             self._root, self._tasks, self._sources = root, tasks, sources
-            self._by_workspace = {n.task.workspace_id: n for n in self._tasks.values()
-                                  if n.task.workspace_id}
+            self._by_workspace = {
+                n.task.workspace_id: n for n in self._tasks.values() if n.task.workspace_id
+            }
             self._deferred.clear()
             self.endResetModel()
 
@@ -258,8 +278,10 @@ class LineageModel(QAbstractItemModel):
             root.unfetched.append(source)
             return source
         sort_key = (source.title.lower(), path)
-        position = next((i for i, s in enumerate(root.children)
-                         if (s.title.lower(), s.source_path) > sort_key), len(root.children))
+        position = next(
+            (i for i, s in enumerate(root.children) if (s.title.lower(), s.source_path) > sort_key),
+            len(root.children),
+        )
         with self._announcing_change():
             self.beginInsertRows(QModelIndex(), position, position)
             root.children.insert(position, source)
@@ -300,8 +322,7 @@ class LineageModel(QAbstractItemModel):
         if node.kind == ROOT or not node.exposed():
             return
         first = self.createIndex(node.row, column if column is not None else 0, node)
-        last = self.createIndex(node.row, column if column is not None else len(COLUMNS) - 1,
-                                node)
+        last = self.createIndex(node.row, column if column is not None else len(COLUMNS) - 1, node)
         with self._announcing_change():
             self.dataChanged.emit(first, last, list(roles))
 
@@ -421,13 +442,13 @@ class LineageModel(QAbstractItemModel):
 
     def _fetch(self, node: LineageNode) -> None:
         """Hand out the next chunk of a node's children (rows inserted)."""
-        take = node.unfetched[:self._fetch_chunk]
+        take = node.unfetched[: self._fetch_chunk]
         if not take or (node.kind != ROOT and not node.exposed()):
             return
         first = len(node.children)
         with self._announcing_change():
             self.beginInsertRows(self.index_of(node), first, first + len(take) - 1)
-            del node.unfetched[:len(take)]
+            del node.unfetched[: len(take)]
             for offset, child in enumerate(take):
                 child.row = first + offset
             node.children.extend(take)
@@ -438,10 +459,17 @@ class LineageModel(QAbstractItemModel):
             return Qt.ItemFlag.NoItemFlags
         return Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
 
-    def headerData(self, section: int, orientation: Qt.Orientation,  # noqa: N802
-                   role: int = Qt.ItemDataRole.DisplayRole):
-        if (orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole
-                and 0 <= section < len(COLUMNS)):
+    def headerData(
+        self,
+        section: int,
+        orientation: Qt.Orientation,  # noqa: N802
+        role: int = Qt.ItemDataRole.DisplayRole,
+    ):
+        if (
+            orientation == Qt.Orientation.Horizontal
+            and role == Qt.ItemDataRole.DisplayRole
+            and 0 <= section < len(COLUMNS)
+        ):
             return COLUMNS[section]
         return None
 
@@ -499,9 +527,11 @@ class LineageModel(QAbstractItemModel):
         self._icons.clear()
         if self._root.children:
             with self._announcing_change():
-                self.dataChanged.emit(self.index(0, 0),
-                                      self.index(len(self._root.children) - 1, 0),
-                                      [Qt.ItemDataRole.DecorationRole])
+                self.dataChanged.emit(
+                    self.index(0, 0),
+                    self.index(len(self._root.children) - 1, 0),
+                    [Qt.ItemDataRole.DecorationRole],
+                )
 
 
 def badges(task: TaskRow) -> list[str]:
@@ -521,13 +551,17 @@ def badge_text(task: TaskRow) -> str:
 
 
 def tooltip(task: TaskRow) -> str:
-    lines = [task.title, f"{task.task_id} · {task.engine} · {task.origin}",
-             f"run: {run_state_label(task.run_state)}",
-             f"sandbox: {'live session' if task.live else 'no live session'}",
-             SNAPSHOT_WORDS.get(task.snapshot, task.snapshot)]
+    lines = [
+        task.title,
+        f"{task.task_id} · {task.engine} · {task.origin}",
+        f"run: {run_state_label(task.run_state)}",
+        f"sandbox: {'live session' if task.live else 'no live session'}",
+        SNAPSHOT_WORDS.get(task.snapshot, task.snapshot),
+    ]
     if task.approvals:
-        lines.append(f"{task.approvals} command{'s' if task.approvals != 1 else ''} "
-                     "waiting for approval")
+        lines.append(
+            f"{task.approvals} command{'s' if task.approvals != 1 else ''} waiting for approval"
+        )
     return "\n".join(lines)
 
 

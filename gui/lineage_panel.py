@@ -133,8 +133,9 @@ class LineagePanel(QWidget):
         cairn = self.context.cairn
         if self._loaded:
             self._wanted_selection = self.selected_task() or self._wanted_selection
-        self.context.jobs.job(lambda: load_lineage(cairn), key=LOAD_KEY,
-                              what="load the tasks", parent=self).success(self._loaded_rows).run()
+        self.context.jobs.job(
+            lambda: load_lineage(cairn), key=LOAD_KEY, what="load the tasks", parent=self
+        ).success(self._loaded_rows).run()
 
     def _loaded_rows(self, data: LineageData) -> None:
         self.model.set_rows(data.rows)
@@ -174,8 +175,9 @@ class LineagePanel(QWidget):
             if select:
                 self.select_task(row.task_id)
 
-        self.context.jobs.job(lambda: task_row(cairn, task_id), what="load the task",
-                              parent=self).success(shown).run()
+        self.context.jobs.job(
+            lambda: task_row(cairn, task_id), what="load the task", parent=self
+        ).success(shown).run()
 
     # -- the row's context menu ------------------------------------------------------------------
 
@@ -186,18 +188,23 @@ class LineagePanel(QWidget):
         archived = node is not None and node.task.workspace_state == "archived"
         if archived:
             action = menu.addAction("Unarchive Task")
-            action.setToolTip("Bring the workspace back (its files from its newest snapshot if a "
-                              "cleanup removed them)")
+            action.setToolTip(
+                "Bring the workspace back (its files from its newest snapshot if a "
+                "cleanup removed them)"
+            )
             action.triggered.connect(lambda: self.set_archived(task_id, False))
         else:
             action = menu.addAction("Archive Task")
-            action.setToolTip("Snapshot the workspace and let File ▸ Housekeeping free its files; "
-                              "history stays browsable")
+            action.setToolTip(
+                "Snapshot the workspace and let File ▸ Housekeeping free its files; "
+                "history stays browsable"
+            )
             action.triggered.connect(lambda: self.set_archived(task_id, True))
         menu.setToolTipsVisible(True)
         menu.addSeparator()
         menu.addAction("Copy Task ID").triggered.connect(
-            lambda: QGuiApplication.clipboard().setText(task_id))
+            lambda: QGuiApplication.clipboard().setText(task_id)
+        )
         return menu
 
     def _show_context_menu(self, pos: QPoint) -> None:
@@ -210,22 +217,27 @@ class LineagePanel(QWidget):
         """Archive or unarchive a task's workspace (a write job); the core refuses while a run or
         its sandbox is live, and says so."""
         cairn = self.context.cairn
-        work = (lambda: cairn.archive_task(task_id)) if archived else \
-            (lambda: cairn.unarchive_task(task_id))
+        work = (
+            (lambda: cairn.archive_task(task_id))
+            if archived
+            else (lambda: cairn.unarchive_task(task_id))
+        )
         verb = "archive" if archived else "unarchive"
 
         def done(_ws: Any) -> None:
             self.fetch_task(task_id)
             self.context.sig_status.emit(f"Task {task_id} {verb}d")
 
-        self.context.jobs.job(work, write=True, what=f"{verb} task {task_id}", parent=self) \
-            .success(done).run()
+        self.context.jobs.job(work, write=True, what=f"{verb} task {task_id}", parent=self).success(
+            done
+        ).run()
 
     def refresh_sessions(self) -> None:
         """Ask which sandboxes are live (a job) and update the rows' live badges."""
         cairn = self.context.cairn
-        self.context.jobs.job(cairn.status, key=SESSIONS_KEY, what="check the sandboxes",
-                              parent=self).success(self._sessions_checked).run()
+        self.context.jobs.job(
+            cairn.status, key=SESSIONS_KEY, what="check the sandboxes", parent=self
+        ).success(self._sessions_checked).run()
 
     def _sessions_checked(self, status: dict) -> None:
         self.context.set_sandbox_problem(status.get("problem"))
@@ -279,9 +291,12 @@ class LineagePanel(QWidget):
     def refresh_approvals(self) -> None:
         """Count the approvals waiting per task again (a job) and update the rows' badges."""
         cairn = self.context.cairn
-        self.context.jobs.job(lambda: pending_approvals_by_task(cairn), key=APPROVALS_KEY,
-                              what="count the approvals", parent=self) \
-            .success(self._approvals_counted).run()
+        self.context.jobs.job(
+            lambda: pending_approvals_by_task(cairn),
+            key=APPROVALS_KEY,
+            what="count the approvals",
+            parent=self,
+        ).success(self._approvals_counted).run()
 
     def _approvals_counted(self, counts: dict[str, int]) -> None:
         for task_id in self.model.task_ids():
@@ -291,12 +306,14 @@ class LineagePanel(QWidget):
 
     def _follow_latest(self, task_id: str) -> None:
         cairn = self.context.cairn
+
         def follow(run) -> None:
             if run is not None and run.state in FOLLOWABLE:
                 self.context.followers.follow(run.id)
 
-        self.context.jobs.job(lambda: cairn.in_flight_run(task_id), what="find the run in flight",
-                              parent=self).success(follow).run()
+        self.context.jobs.job(
+            lambda: cairn.in_flight_run(task_id), what="find the run in flight", parent=self
+        ).success(follow).run()
 
     # -- filtering and selection -----------------------------------------------------------------
 
@@ -341,8 +358,10 @@ class LineagePanel(QWidget):
             self.tree.expand(parent)
             parent = parent.parent()
         self.tree.selectionModel().setCurrentIndex(
-            index, QItemSelectionModel.SelectionFlag.ClearAndSelect
-            | QItemSelectionModel.SelectionFlag.Rows)
+            index,
+            QItemSelectionModel.SelectionFlag.ClearAndSelect
+            | QItemSelectionModel.SelectionFlag.Rows,
+        )
         self.tree.scrollTo(index)
         self._wanted_selection = None
         return True

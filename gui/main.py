@@ -56,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _install_signal_handlers(window: MainWindow) -> QTimer:
     """Close the window (saving its state) on Ctrl+C or SIGTERM instead of dying mid-write."""
+
     def close_window(_signum: int, _frame: object) -> None:
         window.close()
 
@@ -87,21 +88,24 @@ def _open_context(command_line: Path | None) -> AppContext | None:
     if not from_settings:
         QMessageBox.critical(None, APP_NAME, f"Cairn cannot open its data folder: {problem}")
         return None
-    QMessageBox.warning(None, APP_NAME, f"Cairn cannot open the data folder chosen in Settings "
-                                        f"({data_dir}): {problem}\n\nThe default data folder "
-                                        "is used this time; choose another in Settings.")
+    QMessageBox.warning(
+        None,
+        APP_NAME,
+        f"Cairn cannot open the data folder chosen in Settings "
+        f"({data_dir}): {problem}\n\nThe default data folder "
+        "is used this time; choose another in Settings.",
+    )
     try:
         return AppContext.open(None, settings=settings)
     except (CairnError, OSError) as exc:
-        QMessageBox.critical(None, APP_NAME, f"Cairn cannot open its data folder: "
-                                             f"{describe_error(exc)}")
+        QMessageBox.critical(
+            None, APP_NAME, f"Cairn cannot open its data folder: {describe_error(exc)}"
+        )
         return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args, qt_args = build_parser().parse_known_args(
-        list(sys.argv[1:] if argv is None else argv)
-    )
+    args, qt_args = build_parser().parse_known_args(list(sys.argv[1:] if argv is None else argv))
     if args.data_dir is not None and args.data_dir.exists() and not args.data_dir.is_dir():
         build_parser().error(f"--data-dir {args.data_dir} exists and is not a folder")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

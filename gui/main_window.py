@@ -25,7 +25,6 @@ from gui.icons import icon
 from gui.jobs import JobFailure, describe_error, is_keyring_problem
 from gui.lineage_panel import LineagePanel
 from gui.panels import make_panel, panel_title
-from gui.queries import task_row
 from gui.qt import (
     QAction,
     QApplication,
@@ -54,6 +53,7 @@ from gui.qt import (
     QWidget,
     Signal,
 )
+from gui.queries import task_row
 from gui.resources import icon_path
 from gui.settings_dialog import SettingsDialog
 from gui.task_view import EMPTY_STATE_TEXT, TaskView
@@ -70,8 +70,10 @@ CENTRE_SPLITTER_KEY = "main_window/centre_splitter"
 SELECTION_KEY = "main_window/selected_task"
 TAB_KEY = "main_window/tab"
 STATUS_TIMEOUT_MS = 15_000
-BANNER_STYLE = ("QFrame#sandboxBanner { border: 1px solid #d68910; border-radius: 4px;"
-                " background: rgba(214, 137, 16, 0.14); }")
+BANNER_STYLE = (
+    "QFrame#sandboxBanner { border: 1px solid #d68910; border-radius: 4px;"
+    " background: rgba(214, 137, 16, 0.14); }"
+)
 
 __all__ = ["EMPTY_STATE_TEXT", "MainWindow", "app_icon"]
 
@@ -118,7 +120,8 @@ class Banner(QFrame):
     def show_problem(self, problem: str) -> None:
         self.text_label.setText(
             f"<b>Sandboxes cannot run:</b> {_escape(problem)}<br>Tasks can be browsed, compared "
-            "and created; starting, continuing and resuming runs waits until this is fixed.")
+            "and created; starting, continuing and resuming runs waits until this is fixed."
+        )
         self.show()
 
 
@@ -126,8 +129,7 @@ class MainWindow(QMainWindow):
     sig_folders_dropped = Signal(list)
     """Local folders (list of Path) were dropped or chosen, to start tasks from."""
 
-    def __init__(self, context: AppContext, parent: QWidget | None = None, *,
-                 start: bool = True):
+    def __init__(self, context: AppContext, parent: QWidget | None = None, *, start: bool = True):
         super().__init__(parent)
         self.context = context
         self._settings = context.settings
@@ -249,13 +251,13 @@ class MainWindow(QMainWindow):
         ctx.jobs.sig_busy.connect(self._show_activity)
         ctx.sig_status.connect(self.show_status)
         ctx.sig_sandbox_problem.connect(self._sandbox_problem_changed)
-        ctx.followers.sig_failed.connect(
-            lambda run_id, failure: self.show_failure(failure))
+        ctx.followers.sig_failed.connect(lambda run_id, failure: self.show_failure(failure))
         self.banner.sig_retry.connect(self.check_sandboxes)
         self.lineage.sig_task_selected.connect(self._task_selected)
         self.lineage.sig_problem.connect(self._sandbox_problem_changed)
         self.task_view.sig_task_created.connect(
-            lambda task_id: self.lineage.fetch_task(task_id, select=True))
+            lambda task_id: self.lineage.fetch_task(task_id, select=True)
+        )
         self.approvals_panel.sig_count_changed.connect(self._approvals_counted)
         self.approvals_panel.sig_arrived.connect(self._approvals_arrived)
         self.sig_folders_dropped.connect(self.open_new_task_dialog)
@@ -277,24 +279,24 @@ class MainWindow(QMainWindow):
         cairn = self.context.cairn
         if not callable(getattr(cairn, "defaults", None)):
             return
-        self.context.jobs.job(cairn.defaults, key="defaults", what="read the settings",
-                              parent=self) \
-            .success(lambda d: setattr(self, "_default_engine", d.get("engine") or None)).run()
+        self.context.jobs.job(
+            cairn.defaults, key="defaults", what="read the settings", parent=self
+        ).success(lambda d: setattr(self, "_default_engine", d.get("engine") or None)).run()
 
     def check_sandboxes(self) -> None:
         cairn = self.context.cairn
-        self.context.jobs.job(cairn.status, key="sandbox-status", what="check the sandboxes",
-                              parent=self) \
-            .success(lambda status: self.context.set_sandbox_problem(status.get("problem"))) \
-            .run()
+        self.context.jobs.job(
+            cairn.status, key="sandbox-status", what="check the sandboxes", parent=self
+        ).success(lambda status: self.context.set_sandbox_problem(status.get("problem"))).run()
 
     def reconcile(self) -> None:
         """Settle runs that ended or were lost while Cairn was closed, then follow the rest."""
         cairn = self.context.cairn
         if not callable(getattr(cairn, "reconcile", None)):
             return
-        self.context.jobs.job(cairn.reconcile, write=True, what="reconcile runs and sandboxes",
-                              parent=self).success(self._reconciled).run()
+        self.context.jobs.job(
+            cairn.reconcile, write=True, what="reconcile runs and sandboxes", parent=self
+        ).success(self._reconciled).run()
 
     def _reconciled(self, report: Any) -> None:
         for run_id in getattr(report, "still_running", []) or []:
@@ -302,13 +304,18 @@ class MainWindow(QMainWindow):
         notes = []
         interrupted = getattr(report, "interrupted", []) or []
         if interrupted:
-            notes.append(f"{len(interrupted)} run(s) were interrupted while Cairn was closed "
-                         "and can be resumed")
+            notes.append(
+                f"{len(interrupted)} run(s) were interrupted while Cairn was closed "
+                "and can be resumed"
+            )
         orphans = getattr(report, "orphan_containers", []) or []
         if orphans:
             notes.append(f"containers Cairn does not know: {', '.join(orphans)} (left as they are)")
-        problems = [p for p in getattr(report, "problems", []) or []
-                    if not p.startswith("sandboxes not checked")]  # the banner says that one
+        problems = [
+            p
+            for p in getattr(report, "problems", []) or []
+            if not p.startswith("sandboxes not checked")
+        ]  # the banner says that one
         notes.extend(problems)
         if notes:
             self.show_status("; ".join(notes))
@@ -331,8 +338,10 @@ class MainWindow(QMainWindow):
         state = settings.value(STATE_KEY)
         if isinstance(state, QByteArray):
             self.restoreState(state)
-        for splitter, key in ((self.main_splitter, MAIN_SPLITTER_KEY),
-                              (self.centre_splitter, CENTRE_SPLITTER_KEY)):
+        for splitter, key in (
+            (self.main_splitter, MAIN_SPLITTER_KEY),
+            (self.centre_splitter, CENTRE_SPLITTER_KEY),
+        ):
             saved = settings.value(key)
             if isinstance(saved, QByteArray):
                 splitter.restoreState(saved)
@@ -422,8 +431,11 @@ class MainWindow(QMainWindow):
         if self.isActiveWindow():
             return
         first = arrived[0]
-        text = (f"{first.command}" if len(arrived) == 1 else
-                f"{len(arrived)} commands are waiting, the first: {first.command}")
+        text = (
+            f"{first.command}"
+            if len(arrived) == 1
+            else f"{len(arrived)} commands are waiting, the first: {first.command}"
+        )
         self.notify("A run asks for approval", text)
 
     def notify(self, title: str, text: str) -> str:
@@ -473,9 +485,9 @@ class MainWindow(QMainWindow):
             self.credentials_dialog.raise_()
             return self.credentials_dialog
         self.credentials_dialog = open_credentials_dialog(
-            self.context, self, task_id=self.lineage.selected_task())
-        self.credentials_dialog.destroyed.connect(
-            lambda: setattr(self, "credentials_dialog", None))
+            self.context, self, task_id=self.lineage.selected_task()
+        )
+        self.credentials_dialog.destroyed.connect(lambda: setattr(self, "credentials_dialog", None))
         return self.credentials_dialog
 
     def show_housekeeping(self) -> HousekeepingDialog:
@@ -502,12 +514,15 @@ class MainWindow(QMainWindow):
 
     def show_about(self) -> None:
         from core import __version__
+
         data_dir = self.context.data_dir
         QMessageBox.about(
-            self, "About Cairn",
+            self,
+            "About Cairn",
             f"<b>Cairn {__version__}</b><p>Run coding agents on your repositories in isolated, "
             "recorded and resumable workspaces.</p>"
-            + (f"<p>Data: {_escape(str(data_dir))}</p>" if data_dir else ""))
+            + (f"<p>Data: {_escape(str(data_dir))}</p>" if data_dir else ""),
+        )
 
     # -- new tasks -------------------------------------------------------------------------------
 
@@ -523,8 +538,9 @@ class MainWindow(QMainWindow):
         paths = list(paths)
         if not paths:
             return
-        self.context.jobs.job(lambda: sort_paths(paths), what="look at the dropped items",
-                              parent=self).success(self._paths_sorted).run()
+        self.context.jobs.job(
+            lambda: sort_paths(paths), what="look at the dropped items", parent=self
+        ).success(self._paths_sorted).run()
 
     def _paths_sorted(self, sorted_paths: SortedPaths) -> None:
         refused = sorted_paths.message()
@@ -534,8 +550,9 @@ class MainWindow(QMainWindow):
             self.sig_folders_dropped.emit(sorted_paths.folders)
 
     def open_new_task_dialog(self, folders: list[Path]) -> NewTaskDialog:
-        dialog = NewTaskDialog(folders, engine_choices(self.context.cairn), self,
-                               default_engine=self._default_engine)
+        dialog = NewTaskDialog(
+            folders, engine_choices(self.context.cairn), self, default_engine=self._default_engine
+        )
         dialog.accepted.connect(lambda: self.create_tasks(dialog.requests()))
         self.new_task_dialog = dialog
         dialog.open()
@@ -544,9 +561,11 @@ class MainWindow(QMainWindow):
     def create_tasks(self, requests: list[NewTaskRequest]) -> None:
         cairn = self.context.cairn
         for request in requests:
+
             def work(r: NewTaskRequest = request):
-                made = cairn.new_task(r.folder, title=r.title, engine=r.engine,
-                                      instructions=r.instructions)
+                made = cairn.new_task(
+                    r.folder, title=r.title, engine=r.engine, instructions=r.instructions
+                )
                 return task_row(cairn, made.task.id)
 
             def created(row, r: NewTaskRequest = request) -> None:
@@ -554,9 +573,9 @@ class MainWindow(QMainWindow):
                 self.lineage.select_task(row.task_id)
                 self.show_status(f"Task “{row.title}” created from {r.folder}")
 
-            self.context.jobs.job(work, write=True, what=f"create a task from {request.folder}",
-                                  parent=self).success(created) \
-                .failure(self.task_view.report_failure).run()
+            self.context.jobs.job(
+                work, write=True, what=f"create a task from {request.folder}", parent=self
+            ).success(created).failure(self.task_view.report_failure).run()
 
     # -- drag and drop ---------------------------------------------------------------------------
 

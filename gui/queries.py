@@ -33,8 +33,9 @@ FACADE_METHODS = {
 
 def capabilities(cairn: Any) -> frozenset[str]:
     """The actions this build's facade offers (keys of FACADE_METHODS)."""
-    return frozenset(name for name, method in FACADE_METHODS.items()
-                     if callable(getattr(cairn, method, None)))
+    return frozenset(
+        name for name, method in FACADE_METHODS.items() if callable(getattr(cairn, method, None))
+    )
 
 
 @dataclass
@@ -129,19 +130,35 @@ def load_lineage(cairn: Any, *, with_sessions: bool = True) -> LineageData:
     return LineageData(rows, problem)
 
 
-def _row(cairn: Any, task: Task, source_path: str, snapshots: dict[str, list[str]],
-         live: set[str], approvals: dict[str, int]) -> TaskRow:
+def _row(
+    cairn: Any,
+    task: Task,
+    source_path: str,
+    snapshots: dict[str, list[str]],
+    live: set[str],
+    approvals: dict[str, int],
+) -> TaskRow:
     ws = cairn.workspace_of(task) if task.workspace_id else None
     run = latest_run(cairn, task)
     return TaskRow(
-        task_id=task.id, title=task.title, parent_id=task.parent_task_id,
-        source_id=task.source_id, source_path=source_path, engine=task.engine,
-        origin=task.source, created_at=task.created_at, workspace_id=task.workspace_id,
-        workspace_state=ws.state if ws else None, run_state=run.state if run else None,
+        task_id=task.id,
+        title=task.title,
+        parent_id=task.parent_task_id,
+        source_id=task.source_id,
+        source_path=source_path,
+        engine=task.engine,
+        origin=task.source,
+        created_at=task.created_at,
+        workspace_id=task.workspace_id,
+        workspace_state=ws.state if ws else None,
+        run_state=run.state if run else None,
         live=bool(ws and ws.id in live),
-        snapshot=_snapshot_freshness(snapshots.get(ws.id, []) if ws else [],
-                                     ws.current_revision if ws else None),
-        approvals=approvals.get(task.id, 0), instructions=task.instructions)
+        snapshot=_snapshot_freshness(
+            snapshots.get(ws.id, []) if ws else [], ws.current_revision if ws else None
+        ),
+        approvals=approvals.get(task.id, 0),
+        instructions=task.instructions,
+    )
 
 
 def task_row(cairn: Any, task_id: str) -> TaskRow:

@@ -17,5 +17,19 @@ def icon_path(name: str = APP_ICON_NAME) -> Path:
     return resource_path("icons", f"{name}.svg")
 
 
-ICON_NAMES = ("approve", "continue", "deny", "error", "export", "folder", "fork", "ok", "promote",
-              "resume", "start", "stop", "task", "warning")
+ICON_NAMES = (
+    "approve",
+    "continue",
+    "deny",
+    "error",
+    "export",
+    "folder",
+    "fork",
+    "ok",
+    "promote",
+    "resume",
+    "start",
+    "stop",
+    "task",
+    "warning",
+)

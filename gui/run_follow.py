@@ -30,8 +30,9 @@ class RunFollowers(QObject):
     sig_failed = Signal(str, object)
     """Following a run failed (run id, JobFailure); the run is no longer followed."""
 
-    def __init__(self, cairn: Any, jobs: JobRunner, bridge: EventBridge,
-                 parent: QObject | None = None):
+    def __init__(
+        self, cairn: Any, jobs: JobRunner, bridge: EventBridge, parent: QObject | None = None
+    ):
         super().__init__(parent)
         self._cairn = cairn
         self._jobs = jobs
@@ -53,22 +54,28 @@ class RunFollowers(QObject):
 
         def work():
             backlog = run_output(cairn, run_id)
-            bridge.post(Event(RUN_OUTPUT, run_id, {"run_id": run_id, "stream": "stdout",
-                                                   "text": backlog, "backlog": True}))
+            bridge.post(
+                Event(
+                    RUN_OUTPUT,
+                    run_id,
+                    {"run_id": run_id, "stream": "stdout", "text": backlog, "backlog": True},
+                )
+            )
 
             def on_output(stream: str, text: str) -> None:
-                bridge.post(Event(RUN_OUTPUT, run_id, {"run_id": run_id, "stream": stream,
-                                                       "text": text}))
+                bridge.post(
+                    Event(RUN_OUTPUT, run_id, {"run_id": run_id, "stream": stream, "text": text})
+                )
 
             # The workspace is recorded by a child process: a big tree's index and captures
             # would otherwise compete with the window for this process's interpreter.
-            return cairn.follow(run_id, on_output=on_output, should_stop=stop.is_set,
-                                record=RECORD_CHILD)
+            return cairn.follow(
+                run_id, on_output=on_output, should_stop=stop.is_set, record=RECORD_CHILD
+            )
 
-        self._jobs.job(work, observe=True, what=f"follow run {run_id}") \
-            .success(lambda run: self._ended(run_id, run)) \
-            .failure(lambda failure: self._lost(run_id, failure)) \
-            .run()
+        self._jobs.job(work, observe=True, what=f"follow run {run_id}").success(
+            lambda run: self._ended(run_id, run)
+        ).failure(lambda failure: self._lost(run_id, failure)).run()
         return True
 
     def _ended(self, run_id: str, run: Any) -> None:

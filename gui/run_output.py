@@ -14,8 +14,17 @@ from typing import Any
 from core.engines.base import json_object
 
 PLAIN, STDERR, MESSAGE, TOOL, TOOL_RESULT, EDIT, RESULT, ERROR, SESSION, NOTE = (
-    "plain", "stderr", "message", "tool", "tool_result", "edit", "result", "error", "session",
-    "note")
+    "plain",
+    "stderr",
+    "message",
+    "tool",
+    "tool_result",
+    "edit",
+    "result",
+    "error",
+    "session",
+    "note",
+)
 
 RESULT_PREVIEW = 400  # characters of a tool's output shown under its call
 
@@ -35,8 +44,9 @@ def _content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(_content_text(c.get("text", "")) if isinstance(c, dict) else str(c)
-                         for c in content)
+        return "\n".join(
+            _content_text(c.get("text", "")) if isinstance(c, dict) else str(c) for c in content
+        )
     return "" if content is None else str(content)
 
 
@@ -47,8 +57,9 @@ def _tool_use(name: str, tool_input: dict) -> OutputBlock:
         return OutputBlock(EDIT, f"{verb} {path}")
     command = tool_input.get("command")
     if command:
-        return OutputBlock(TOOL, f"$ {command}" if name in ("Bash", "shell", "") else
-                           f"{name}: {command}")
+        return OutputBlock(
+            TOOL, f"$ {command}" if name in ("Bash", "shell", "") else f"{name}: {command}"
+        )
     if path:
         return OutputBlock(TOOL, f"{name} {path}")
     pattern = tool_input.get("pattern") or tool_input.get("query") or tool_input.get("url")
@@ -58,8 +69,12 @@ def _tool_use(name: str, tool_input: dict) -> OutputBlock:
 def _claude(event: dict) -> list[OutputBlock] | None:
     kind = event.get("type")
     if kind == "system" and event.get("subtype") == "init":
-        return [OutputBlock(SESSION, f"session {event.get('session_id', '?')} "
-                                     f"({event.get('model', 'model unknown')})")]
+        return [
+            OutputBlock(
+                SESSION,
+                f"session {event.get('session_id', '?')} ({event.get('model', 'model unknown')})",
+            )
+        ]
     if kind in ("assistant", "user") and isinstance(event.get("message"), dict):
         blocks = []
         for part in event["message"].get("content") or []:
@@ -98,15 +113,21 @@ def _codex(event: dict) -> list[OutputBlock] | None:
         if item_type == "command_execution":
             if not done:
                 return [OutputBlock(TOOL, f"$ {item.get('command', '')}")]
-            out = [OutputBlock(TOOL_RESULT, _clip(str(item.get("aggregated_output", ""))))] \
-                if str(item.get("aggregated_output", "")).strip() else []
+            out = (
+                [OutputBlock(TOOL_RESULT, _clip(str(item.get("aggregated_output", ""))))]
+                if str(item.get("aggregated_output", "")).strip()
+                else []
+            )
             code = item.get("exit_code")
             if code not in (None, 0):
                 out.append(OutputBlock(ERROR, f"exit code {code}"))
             return out
         if item_type == "file_change" and done:
-            return [OutputBlock(EDIT, f"{c.get('kind', 'changed')} {c.get('path', '?')}")
-                    for c in item.get("changes") or [] if isinstance(c, dict)]
+            return [
+                OutputBlock(EDIT, f"{c.get('kind', 'changed')} {c.get('path', '?')}")
+                for c in item.get("changes") or []
+                if isinstance(c, dict)
+            ]
         if item_type == "error":
             return [OutputBlock(ERROR, str(item.get("message", "")))]
         return []  # reasoning, todo lists, started items: not shown
@@ -121,8 +142,12 @@ def _cairn(event: dict) -> list[OutputBlock] | None:
     if kind == "tool_call":
         return [_tool_use(str(data.get("name", "")), data.get("input") or data)]
     if kind == "tool_result":
-        return [OutputBlock(ERROR if data.get("is_error") else TOOL_RESULT,
-                            _clip(_content_text(data.get("output") or data.get("content"))))]
+        return [
+            OutputBlock(
+                ERROR if data.get("is_error") else TOOL_RESULT,
+                _clip(_content_text(data.get("output") or data.get("content"))),
+            )
+        ]
     if kind == "file_edit":
         return [OutputBlock(EDIT, f"edited {data.get('path', '?')}")]
     if kind == "error":

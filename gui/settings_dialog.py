@@ -47,25 +47,38 @@ DATA_DIR_KEY = "app/data_dir"  # QSettings: the data folder gui/main.py opens at
 FALLBACK_ENGINE = "shell"
 FALLBACK_NETWORK = "none"
 FALLBACK_BACKEND = "docker"
-NETWORK_LABELS = {"none": "None: loopback only",
-                  "allowlist": "Allowlist: only the host:port pairs below",
-                  "open": "Open: any destination"}
+NETWORK_LABELS = {
+    "none": "None: loopback only",
+    "allowlist": "Allowlist: only the host:port pairs below",
+    "open": "Open: any destination",
+}
 BACKEND_LABELS = {"docker": "Docker (isolated)", "host": "Host (UNSAFE: no isolation)"}
-HOST_WARNING = ("UNSAFE: the host backend runs agents and their commands directly on this "
-                "computer, as you, with access to all your files and the network. Nothing is "
-                "isolated. Use it only when Docker is not available and you trust what runs.")
-BACKEND_HINT = ("Applies to sandboxes made from now on; CAIRN_BACKEND in the environment "
-                "takes precedence.")
+HOST_WARNING = (
+    "UNSAFE: the host backend runs agents and their commands directly on this "
+    "computer, as you, with access to all your files and the network. Nothing is "
+    "isolated. Use it only when Docker is not available and you trust what runs."
+)
+BACKEND_HINT = (
+    "Applies to sandboxes made from now on; CAIRN_BACKEND in the environment takes precedence."
+)
 DATA_DIR_NOTE = "Applies at the next start of Cairn."
-RULES_HINT = ("Commands matching a rule wait for a person's approval. Each pattern is a Python "
-              "regular expression searched in the command; 'when' limits a rule to tasks whose "
-              "policy has those values. Saved rules apply to the next command a run asks about.")
-ENGINE_KEY_LABELS = {"binary": "Binary (absolute path)", "version": "Version",
-                     "base_url": "Endpoint (base URL)", "model": "Model",
-                     "api_key_secret": "API key secret (keyring name)"}
-STYLE = ('QLabel[tone="error"] { color: #c62828; } '
-         'QLabel[tone="warning"] { color: #b26a00; font-weight: bold; } '
-         'QLabel[tone="ok"] { color: #2e7d32; }')
+RULES_HINT = (
+    "Commands matching a rule wait for a person's approval. Each pattern is a Python "
+    "regular expression searched in the command; 'when' limits a rule to tasks whose "
+    "policy has those values. Saved rules apply to the next command a run asks about."
+)
+ENGINE_KEY_LABELS = {
+    "binary": "Binary (absolute path)",
+    "version": "Version",
+    "base_url": "Endpoint (base URL)",
+    "model": "Model",
+    "api_key_secret": "API key secret (keyring name)",
+}
+STYLE = (
+    'QLabel[tone="error"] { color: #c62828; } '
+    'QLabel[tone="warning"] { color: #b26a00; font-weight: bold; } '
+    'QLabel[tone="ok"] { color: #2e7d32; }'
+)
 
 
 @dataclass
@@ -89,9 +102,12 @@ def load_settings(cairn: Any) -> LoadedSettings:
     return LoadedSettings(
         defaults=dict(cairn.get_setting("defaults") or {}),
         engines={e: dict(cairn.get_setting(f"engines.{e}") or {}) for e in engines},
-        engine_keys=list(keys["engine_keys"]), engines_offered=offered,
-        networks=list(keys["networks"]), backends=list(keys["backends"]),
-        rules=cairn.risk_rules())
+        engine_keys=list(keys["engine_keys"]),
+        engines_offered=offered,
+        networks=list(keys["networks"]),
+        backends=list(keys["backends"]),
+        rules=cairn.risk_rules(),
+    )
 
 
 @dataclass(frozen=True)
@@ -124,8 +140,9 @@ def apply_changes(cairn: Any, changes: Changes) -> LoadedSettings:
     if problems:
         raise CairnError("nothing was saved: " + "\n".join(problems))
     done: list[str] = []
-    steps = [(key, lambda k=key, v=value: cairn.set_setting(k, v))
-             for key, value in changes.set.items()]
+    steps = [
+        (key, lambda k=key, v=value: cairn.set_setting(k, v)) for key, value in changes.set.items()
+    ]
     steps += [(key, lambda k=key: cairn.unset_setting(k)) for key in changes.unset]
     if changes.rules_text is not None:
         steps.append(("risk rules", lambda: cairn.set_risk_rules(changes.rules_text)))
@@ -156,8 +173,13 @@ def _combo_select(combo: QComboBox, value: str) -> None:
 
 
 def _when_text(when: dict) -> str:
-    return ", ".join(f"{k} = {' or '.join(map(str, v)) if isinstance(v, list) else v}"
-                     for k, v in sorted(when.items())) or "always"
+    return (
+        ", ".join(
+            f"{k} = {' or '.join(map(str, v)) if isinstance(v, list) else v}"
+            for k, v in sorted(when.items())
+        )
+        or "always"
+    )
 
 
 class SettingsDialog(QDialog):
@@ -199,8 +221,11 @@ class SettingsDialog(QDialog):
         _set_tone(self.message, "")
         layout.addWidget(self.message)
         self.buttons = QDialogButtonBox(
-            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Apply
-            | QDialogButtonBox.StandardButton.Cancel, self)
+            QDialogButtonBox.StandardButton.Ok
+            | QDialogButtonBox.StandardButton.Apply
+            | QDialogButtonBox.StandardButton.Cancel,
+            self,
+        )
         self.ok_button = self.buttons.button(QDialogButtonBox.StandardButton.Ok)
         self.apply_button = self.buttons.button(QDialogButtonBox.StandardButton.Apply)
         self.buttons.accepted.connect(self.accept_changes)
@@ -271,8 +296,9 @@ class SettingsDialog(QDialog):
             if widget is not None:
                 widget.deleteLater()
         self.engine_edits.clear()
-        intro = QLabel("Blank fields are not set: the engine uses its own default.",
-                       self.engines_page)
+        intro = QLabel(
+            "Blank fields are not set: the engine uses its own default.", self.engines_page
+        )
         intro.setWordWrap(True)
         self.engines_layout.addWidget(intro)
         for engine in sorted(loaded.engines):
@@ -344,10 +370,14 @@ class SettingsDialog(QDialog):
     def reload(self) -> None:
         """Read the settings and rules again (in a job) and show them."""
         self._set_busy(True)
-        self.context.jobs.job(lambda: load_settings(self.cairn), key="settings-dialog-load",
-                              what="read the settings", parent=self) \
-            .success(self._show_loaded).failure(self._load_failed) \
-            .finished(lambda: self._set_busy(False)).run()
+        self.context.jobs.job(
+            lambda: load_settings(self.cairn),
+            key="settings-dialog-load",
+            what="read the settings",
+            parent=self,
+        ).success(self._show_loaded).failure(self._load_failed).finished(
+            lambda: self._set_busy(False)
+        ).run()
 
     def _load_failed(self, failure: JobFailure) -> None:
         _set_tone(self.message, failure.sentence(), "error")
@@ -393,14 +423,21 @@ class SettingsDialog(QDialog):
         self.rules_edit.setPlainText(rules.get("text") or "")
         self.rules_edit.blockSignals(False)
         problem = rules.get("problem")
-        _set_tone(self.rules_message, f"Your rules cannot be used: {problem}" if problem else "",
-                  "error" if problem else None)
+        _set_tone(
+            self.rules_message,
+            f"Your rules cannot be used: {problem}" if problem else "",
+            "error" if problem else None,
+        )
 
     def _fill_rules_table(self, rules: list[dict]) -> None:
         self.rules_table.setRowCount(len(rules))
         for row, rule in enumerate(rules):
-            cells = [rule.get("id", ""), rule.get("reason", ""), _when_text(rule.get("when") or {}),
-                     rule.get("pattern", "")]
+            cells = [
+                rule.get("id", ""),
+                rule.get("reason", ""),
+                _when_text(rule.get("when") or {}),
+                rule.get("pattern", ""),
+            ]
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(str(text))
                 item.setToolTip(str(text))
@@ -419,8 +456,12 @@ class SettingsDialog(QDialog):
             _set_tone(self.rules_message, "")
 
     def _set_enabled(self, enabled: bool) -> None:
-        for widget in (self.ok_button, self.apply_button, self.validate_button,
-                       self.save_rules_button):
+        for widget in (
+            self.ok_button,
+            self.apply_button,
+            self.validate_button,
+            self.save_rules_button,
+        ):
             widget.setEnabled(enabled)
         if not enabled:
             self.reset_rules_button.setEnabled(False)
@@ -437,8 +478,11 @@ class SettingsDialog(QDialog):
         chosen = self.context.settings.value(DATA_DIR_KEY, "", type=str)
         current = self.data_dir_edit.text()
         if chosen and chosen != current:
-            _set_tone(self.data_dir_note, f"Cairn will use {chosen} at the next start. "
-                      f"{DATA_DIR_NOTE}", "warning")
+            _set_tone(
+                self.data_dir_note,
+                f"Cairn will use {chosen} at the next start. {DATA_DIR_NOTE}",
+                "warning",
+            )
         else:
             _set_tone(self.data_dir_note, DATA_DIR_NOTE)
 
@@ -491,8 +535,7 @@ class SettingsDialog(QDialog):
         text("defaults.allow", self.allow_edit.text(), allow_before)
         combo("backend", self.backend_combo, FALLBACK_BACKEND)
         for (engine, key), edit in self.engine_edits.items():
-            text(f"engines.{engine}.{key}", edit.text(),
-                 loaded.engines.get(engine, {}).get(key))
+            text(f"engines.{engine}.{key}", edit.text(), loaded.engines.get(engine, {}).get(key))
         rules_text = self.rules_edit.toPlainText()
         rules_changed = rules_text.strip() != (loaded.rules.get("text") or "").strip()
         return Changes(to_set, tuple(to_unset), rules_text if rules_changed else None)
@@ -511,11 +554,14 @@ class SettingsDialog(QDialog):
         _set_tone(self.message, "Saving…")
         self._set_busy(True)
         names = [*changes.set, *changes.unset] + (["risk rules"] if changes.rules_text else [])
-        self.context.jobs.job(lambda: apply_changes(self.cairn, changes), write=True,
-                              what="save the settings", parent=self) \
-            .success(lambda loaded: self._written(loaded, names)) \
-            .failure(self._write_failed) \
-            .finished(lambda: self._set_busy(False)).run()
+        self.context.jobs.job(
+            lambda: apply_changes(self.cairn, changes),
+            write=True,
+            what="save the settings",
+            parent=self,
+        ).success(lambda loaded: self._written(loaded, names)).failure(self._write_failed).finished(
+            lambda: self._set_busy(False)
+        ).run()
 
     def accept_changes(self) -> None:
         """OK: write what changed, then close; a refusal keeps the dialog open with the reason."""
@@ -540,10 +586,12 @@ class SettingsDialog(QDialog):
 
     def validate_rules(self) -> None:
         text = self.rules_edit.toPlainText()
-        self.context.jobs.job(lambda: self.cairn.check_risk_rules(text),
-                              key="settings-dialog-validate", what="check the risk rules",
-                              parent=self) \
-            .success(self._rules_valid).failure(self._rules_failed).run()
+        self.context.jobs.job(
+            lambda: self.cairn.check_risk_rules(text),
+            key="settings-dialog-validate",
+            what="check the risk rules",
+            parent=self,
+        ).success(self._rules_valid).failure(self._rules_failed).run()
 
     def _rules_valid(self, rules: list[dict]) -> None:
         self._fill_rules_table(rules)
@@ -557,19 +605,26 @@ class SettingsDialog(QDialog):
             return
         text = self.rules_edit.toPlainText()
         self._set_busy(True)
-        self.context.jobs.job(lambda: self.cairn.set_risk_rules(text), write=True,
-                              what="save the risk rules", parent=self) \
-            .success(lambda rules: self._rules_written(rules, "Saved: your rules apply to the "
-                                                              "next command a run asks about.")) \
-            .failure(self._rules_failed).finished(lambda: self._set_busy(False)).run()
+        self.context.jobs.job(
+            lambda: self.cairn.set_risk_rules(text),
+            write=True,
+            what="save the risk rules",
+            parent=self,
+        ).success(
+            lambda rules: self._rules_written(
+                rules, "Saved: your rules apply to the next command a run asks about."
+            )
+        ).failure(self._rules_failed).finished(lambda: self._set_busy(False)).run()
 
     def confirm_reset(self) -> bool:
         """Ask before dropping the user's rules (a separate method, so tests can answer it)."""
         answer = QMessageBox.question(
-            self, "Reset Risk Rules",
+            self,
+            "Reset Risk Rules",
             "Remove your risk rules and go back to the ones Cairn ships?",
             QMessageBox.StandardButton.Reset | QMessageBox.StandardButton.Cancel,
-            QMessageBox.StandardButton.Cancel)
+            QMessageBox.StandardButton.Cancel,
+        )
         return answer == QMessageBox.StandardButton.Reset
 
     def reset_rules(self) -> None:
@@ -581,10 +636,9 @@ class SettingsDialog(QDialog):
             self.cairn.reset_risk_rules()
             return self.cairn.risk_rules()
 
-        self.context.jobs.job(work, write=True, what="reset the risk rules", parent=self) \
-            .success(lambda rules: self._rules_written(rules, "Cairn's own rules are in force "
-                                                              "again.")) \
-            .failure(self._rules_failed).finished(lambda: self._set_busy(False)).run()
+        self.context.jobs.job(work, write=True, what="reset the risk rules", parent=self).success(
+            lambda rules: self._rules_written(rules, "Cairn's own rules are in force again.")
+        ).failure(self._rules_failed).finished(lambda: self._set_busy(False)).run()
 
     def _rules_written(self, rules: dict, note: str) -> None:
         if self.loaded is not None:

@@ -58,8 +58,10 @@ def run_state_label(state: str | None) -> str:
 
 def _ended(state: str | None) -> str:
     """'the last run failed', 'the last run was cancelled'..."""
-    verb = {RunState.CANCELLED.value: "was cancelled",
-            RunState.INTERRUPTED.value: "was interrupted"}.get(state or "", run_state_label(state))
+    verb = {
+        RunState.CANCELLED.value: "was cancelled",
+        RunState.INTERRUPTED.value: "was interrupted",
+    }.get(state or "", run_state_label(state))
     return f"the last run {verb}"
 
 
@@ -67,10 +69,15 @@ def _state_of(run: Any) -> str | None:
     return None if run is None else getattr(run, "state", None)
 
 
-def button_states(details: dict | None, run: Any = None, *, lineage_run: Any = None,
-                  capabilities: frozenset[str] | set[str] = frozenset(BUTTONS),
-                  busy: str | None = None, sandbox_problem: str | None = None
-                  ) -> dict[str, State]:
+def button_states(
+    details: dict | None,
+    run: Any = None,
+    *,
+    lineage_run: Any = None,
+    capabilities: frozenset[str] | set[str] = frozenset(BUTTONS),
+    busy: str | None = None,
+    sandbox_problem: str | None = None,
+) -> dict[str, State]:
     """Every button's (enabled, reason) for a task.
 
     details: the facade's task_details() of the selected task (None: nothing selected).
@@ -82,11 +89,15 @@ def button_states(details: dict | None, run: Any = None, *, lineage_run: Any = N
     if details is None:
         return {name: (False, NO_TASK) for name in BUTTONS}
     rules = {
-        START: _start, CONTINUE: _continue, FORK: _fork, STOP: _stop, RESUME: _resume,
-        PROMOTE: _promote, EXPORT_PATCH: _export_patch,
+        START: _start,
+        CONTINUE: _continue,
+        FORK: _fork,
+        STOP: _stop,
+        RESUME: _resume,
+        PROMOTE: _promote,
+        EXPORT_PATCH: _export_patch,
     }
-    facts = _Facts(details, _state_of(run), getattr(run, "id", None), lineage_run,
-                   sandbox_problem)
+    facts = _Facts(details, _state_of(run), getattr(run, "id", None), lineage_run, sandbox_problem)
     states: dict[str, State] = {}
     for name in BUTTONS:
         if name not in capabilities:
@@ -100,8 +111,14 @@ def button_states(details: dict | None, run: Any = None, *, lineage_run: Any = N
 
 
 class _Facts:
-    def __init__(self, details: dict, state: str | None, run_id: str | None, lineage_run: Any,
-                 sandbox_problem: str | None):
+    def __init__(
+        self,
+        details: dict,
+        state: str | None,
+        run_id: str | None,
+        lineage_run: Any,
+        sandbox_problem: str | None,
+    ):
         self.details = details
         self.state = state
         self.run_id = run_id
@@ -116,8 +133,10 @@ class _Facts:
         other = self.lineage_run
         if other is None:
             return None
-        return (f"run {getattr(other, 'id', '?')} of this lineage is "
-                f"{run_state_label(getattr(other, 'state', None))}; wait for it to end or stop it")
+        return (
+            f"run {getattr(other, 'id', '?')} of this lineage is "
+            f"{run_state_label(getattr(other, 'state', None))}; wait for it to end or stop it"
+        )
 
     def workspace_unusable(self) -> str | None:
         d = self.details
@@ -131,7 +150,9 @@ class _Facts:
         return None
 
     def no_sandbox(self) -> str | None:
-        return f"no sandbox can be started: {self.sandbox_problem}" if self.sandbox_problem else None
+        return (
+            f"no sandbox can be started: {self.sandbox_problem}" if self.sandbox_problem else None
+        )
 
     def has_changes(self) -> bool:
         d = self.details

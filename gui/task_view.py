@@ -19,8 +19,8 @@ from gui.icons import icon
 from gui.jobs import JobFailure, describe_error
 from gui.lineage_model import STATE_COLOURS
 from gui.qt import (
-    QColor,
     QAction,
+    QColor,
     QFileDialog,
     QFont,
     QFontDatabase,
@@ -73,10 +73,25 @@ log = logging.getLogger(__name__)
 EMPTY_STATE_TEXT = "Drop a repository folder here to start a task"
 EMPTY_STATE_HINT = "or choose File ▸ New Task…; tasks you made are in the tree on the left."
 MAX_OUTPUT_LINES = 20_000
-ICONS = {START: "start", CONTINUE: "continue", FORK: "fork", STOP: "stop", RESUME: "resume",
-         PROMOTE: "promote", EXPORT_PATCH: "export"}
-KIND_COLOURS = {TOOL: "#2e86de", EDIT: "#2e9e5b", ERROR: "#d64541", RESULT: "#2e9e5b",
-                STDERR: "#e67e22", SESSION: "#8e8e8e", NOTE: "#8e8e8e", TOOL_RESULT: "#8e8e8e"}
+ICONS = {
+    START: "start",
+    CONTINUE: "continue",
+    FORK: "fork",
+    STOP: "stop",
+    RESUME: "resume",
+    PROMOTE: "promote",
+    EXPORT_PATCH: "export",
+}
+KIND_COLOURS = {
+    TOOL: "#2e86de",
+    EDIT: "#2e9e5b",
+    ERROR: "#d64541",
+    RESULT: "#2e9e5b",
+    STDERR: "#e67e22",
+    SESSION: "#8e8e8e",
+    NOTE: "#8e8e8e",
+    TOOL_RESULT: "#8e8e8e",
+}
 TASK_VIEW_KEY = "task-view"
 
 
@@ -229,8 +244,7 @@ class TaskView(QWidget):
         self.instructions.setObjectName("taskInstructions")
         self.instructions.setWordWrap(True)
         self.instructions.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.instructions.setSizePolicy(QSizePolicy.Policy.Preferred,
-                                        QSizePolicy.Policy.Maximum)
+        self.instructions.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
         layout.addWidget(self.instructions)
         line = QFrame(self.page)
         line.setFrameShape(QFrame.Shape.HLine)
@@ -281,8 +295,9 @@ class TaskView(QWidget):
                 data.output = run_output(cairn, data.run.id)
             return data
 
-        self.context.jobs.job(work, key=TASK_VIEW_KEY, what="load the task", parent=self) \
-            .success(self._show).run()
+        self.context.jobs.job(work, key=TASK_VIEW_KEY, what="load the task", parent=self).success(
+            self._show
+        ).run()
 
     def _show_empty(self) -> None:
         self.stack.setCurrentWidget(self.empty)
@@ -300,7 +315,8 @@ class TaskView(QWidget):
             f"{d['engine']} · {d['task_id']}{parent}\n{d['source_path']} · workspace "
             f"{d['state']}{'' if d.get('workspace_present', True) else ' (folder missing)'} · "
             f"{revisions} revision{'s' if revisions != 1 else ''} · "
-            f"{len(d.get('snapshots') or [])} snapshot(s)")
+            f"{len(d.get('snapshots') or [])} snapshot(s)"
+        )
         self.facts_label.setToolTip(d.get("workspace_root") or "")
         self.instructions.setText(d.get("instructions") or "(none)")
         self._show_run_state()
@@ -316,8 +332,9 @@ class TaskView(QWidget):
         colour = STATE_COLOURS.get(run.state, "")
         note = f" — {run.note}" if getattr(run, "note", None) else ""
         style = f' style="color:{colour}"' if colour else ""
-        self.state_label.setText(f"Run {run.id}: <b{style}>{run_state_label(run.state)}</b>"
-                                 f"{_escape(note)}")
+        self.state_label.setText(
+            f"Run {run.id}: <b{style}>{run_state_label(run.state)}</b>{_escape(note)}"
+        )
 
     def _show_output(self, data: TaskViewData) -> None:
         run = data.run
@@ -340,11 +357,13 @@ class TaskView(QWidget):
     def _update_buttons(self) -> None:
         data = self.data
         states = button_states(
-            data.details if data else None, data.run if data else None,
+            data.details if data else None,
+            data.run if data else None,
             lineage_run=data.lineage_run if data else None,
             capabilities=self.context.capabilities,
             busy=self._busy.get(self.task_id or ""),
-            sandbox_problem=self.context.sandbox_problem)
+            sandbox_problem=self.context.sandbox_problem,
+        )
         for name, (enabled, why) in states.items():
             button = self.buttons[name]
             button.setEnabled(enabled)
@@ -360,15 +379,23 @@ class TaskView(QWidget):
                 if event.payload.get("backlog"):
                     self.output.reset(event.payload.get("text", ""))
                 else:
-                    self.output.add_chunk(event.payload.get("stream", "stdout"),
-                                          event.payload.get("text", ""))
+                    self.output.add_chunk(
+                        event.payload.get("stream", "stdout"), event.payload.get("text", "")
+                    )
             return
         payload = event.payload
-        mine = (payload.get("task_id") == self.task_id
-                or (self.data is not None and event.subject in
-                    (self.data.details.get("workspace_id"),
-                     self.data.run.id if self.data.run else None))
-                or event.kind in ("run.state", "run.resumed"))  # lineage runs change buttons too
+        mine = (
+            payload.get("task_id") == self.task_id
+            or (
+                self.data is not None
+                and event.subject
+                in (
+                    self.data.details.get("workspace_id"),
+                    self.data.run.id if self.data.run else None,
+                )
+            )
+            or event.kind in ("run.state", "run.resumed")
+        )  # lineage runs change buttons too
         if mine:
             self._reload_timer.start()
 
@@ -383,13 +410,18 @@ class TaskView(QWidget):
         """Run an action on the shown task (as its button does)."""
         if self.data is None or self.task_id is None or not self.buttons[name].isEnabled():
             return
-        handler = {START: self._start, CONTINUE: self._continue, FORK: self._fork,
-                   STOP: self._stop, RESUME: self._resume, PROMOTE: self._promote,
-                   EXPORT_PATCH: self._export_patch}[name]
+        handler = {
+            START: self._start,
+            CONTINUE: self._continue,
+            FORK: self._fork,
+            STOP: self._stop,
+            RESUME: self._resume,
+            PROMOTE: self._promote,
+            EXPORT_PATCH: self._export_patch,
+        }[name]
         handler()
 
-    def _act(self, what: str, work, *, done: str, on_success=None, busy: str | None = None
-             ) -> None:
+    def _act(self, what: str, work, *, done: str, on_success=None, busy: str | None = None) -> None:
         """A facade call on the write thread; the task's buttons wait while it runs."""
         task_id = self.task_id
         self._busy[task_id] = busy or what
@@ -405,14 +437,20 @@ class TaskView(QWidget):
             if on_success is not None:
                 on_success(result)
 
-        self.context.jobs.job(work, write=True, what=what) \
-            .success(succeeded).failure(self.report_failure).finished(finished).run()
+        self.context.jobs.job(work, write=True, what=what).success(succeeded).failure(
+            self.report_failure
+        ).finished(finished).run()
 
     def report_failure(self, failure: JobFailure) -> None:
         """An action failed: a message box says what and why (and the status bar keeps it)."""
         self.context.sig_status.emit(failure.sentence())
-        box = QMessageBox(QMessageBox.Icon.Warning, "Cairn", failure.sentence()[:1].upper() +
-                          failure.sentence()[1:], QMessageBox.StandardButton.Ok, self)
+        box = QMessageBox(
+            QMessageBox.Icon.Warning,
+            "Cairn",
+            failure.sentence()[:1].upper() + failure.sentence()[1:],
+            QMessageBox.StandardButton.Ok,
+            self,
+        )
         box.setObjectName("actionFailed")
         if failure.details:
             box.setDetailedText(failure.details)
@@ -427,8 +465,13 @@ class TaskView(QWidget):
             work = lambda: cairn.start_run(task_id, commands)  # noqa: E731
         else:
             work = lambda: cairn.start_run(task_id, prompt=instructions)  # noqa: E731
-        self._act("start the run", work, done=f"Started a run of {d['title']}",
-                  busy="starting the run", on_success=self._follow_result)
+        self._act(
+            "start the run",
+            work,
+            done=f"Started a run of {d['title']}",
+            busy="starting the run",
+            on_success=self._follow_result,
+        )
 
     def _follow_result(self, result: Any) -> None:
         run = result[0] if isinstance(result, tuple) else result
@@ -443,9 +486,13 @@ class TaskView(QWidget):
 
         def accepted() -> None:
             message = dialog.message()
-            self._act("continue the task", lambda: cairn.continue_task(task_id, message),
-                      done=f"Continued {d['title']}", busy="continuing",
-                      on_success=self._created)
+            self._act(
+                "continue the task",
+                lambda: cairn.continue_task(task_id, message),
+                done=f"Continued {d['title']}",
+                busy="continuing",
+                on_success=self._created,
+            )
 
         dialog.accepted.connect(accepted)
         self.continue_dialog = dialog
@@ -470,10 +517,13 @@ class TaskView(QWidget):
 
         def accepted() -> None:
             revision, message = dialog.revision(), dialog.message()
-            self._act("fork the task",
-                      lambda: cairn.fork_task(task_id, message, at_revision=revision),
-                      done=f"Forked {d['title']} from revision {str(revision)[:10]}",
-                      busy="forking", on_success=self._created)
+            self._act(
+                "fork the task",
+                lambda: cairn.fork_task(task_id, message, at_revision=revision),
+                done=f"Forked {d['title']} from revision {str(revision)[:10]}",
+                busy="forking",
+                on_success=self._created,
+            )
 
         dialog.accepted.connect(accepted)
         self.fork_dialog = dialog
@@ -490,8 +540,12 @@ class TaskView(QWidget):
 
     def _stop(self) -> None:
         cairn, task_id, title = self.context.cairn, self.task_id, self.data.details["title"]
-        self._act("stop the run", lambda: cairn.stop(task_id), done=f"Stopped {title}",
-                  busy="stopping the run")
+        self._act(
+            "stop the run",
+            lambda: cairn.stop(task_id),
+            done=f"Stopped {title}",
+            busy="stopping the run",
+        )
 
     def _resume(self, choice: str | None = None) -> None:
         cairn, task_id, title = self.context.cairn, self.task_id, self.data.details["title"]
@@ -515,27 +569,35 @@ class TaskView(QWidget):
             self.context.sig_status.emit(f"Resumed {title}")
             self._follow_result(result)
 
-        self.context.jobs.job(lambda: cairn.resume(task_id, choice=choice), write=True,
-                              what="resume the run") \
-            .success(succeeded).failure(failed).finished(finished).run()
+        self.context.jobs.job(
+            lambda: cairn.resume(task_id, choice=choice), write=True, what="resume the run"
+        ).success(succeeded).failure(failed).finished(finished).run()
 
     def _promote(self) -> None:
         d = self.data.details
         cairn, task_id, title = self.context.cairn, self.task_id, d["title"]
         branch, ok = QInputDialog.getText(
-            self, "Promote to branch",
+            self,
+            "Promote to branch",
             f"A new branch in {d['source_path']} will hold the task's latest revision.\n"
-            "Branch name:", text=d.get("branch") or "")
+            "Branch name:",
+            text=d.get("branch") or "",
+        )
         branch = branch.strip()
         if not ok or not branch:
             return
-        self._act("promote to a branch", lambda: cairn.promote_to_branch(task_id, branch),
-                  done=f"Promoted {title} to the branch {branch}", busy="promoting")
+        self._act(
+            "promote to a branch",
+            lambda: cairn.promote_to_branch(task_id, branch),
+            done=f"Promoted {title} to the branch {branch}",
+            busy="promoting",
+        )
 
     def _export_patch(self) -> None:
         cairn, task_id, title = self.context.cairn, self.task_id, self.data.details["title"]
-        path, _filter = QFileDialog.getSaveFileName(self, "Export patch", f"{title}.patch",
-                                                    "Patches (*.patch *.diff)")
+        path, _filter = QFileDialog.getSaveFileName(
+            self, "Export patch", f"{title}.patch", "Patches (*.patch *.diff)"
+        )
         if not path:
             return
 
@@ -544,8 +606,12 @@ class TaskView(QWidget):
             with open(path, "wb") as out:
                 out.write(patch if isinstance(patch, bytes) else str(patch).encode("utf-8"))
 
-        self._act("export the patch", work, done=f"Exported the patch of {title} to {path}",
-                  busy="exporting")
+        self._act(
+            "export the patch",
+            work,
+            done=f"Exported the patch of {title} to {path}",
+            busy="exporting",
+        )
 
 
 def output_placeholder(run: Any) -> str:

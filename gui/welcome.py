@@ -8,7 +8,8 @@ reached through the facade in a job (the GUI thread never waits on Docker or the
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from core.health import summary
 from gui.icons import icon
@@ -37,16 +38,22 @@ HOST_BACKEND = "host"
 STATE_ICONS = {"ok": "ok", "warning": "warning", "error": "error"}
 STATE_WORDS = {"ok": "OK", "warning": "Warning", "error": "Problem"}
 
-INTRO = ("Cairn runs coding agents in Docker sandboxes, keeps their secrets in your keyring and "
-         "records every revision with git. This is what it found on this computer.")
-HOST_TEXT = ("Runs can start directly on this computer instead, with no isolation: the agent "
-             "can read and change anything your user can.")
+INTRO = (
+    "Cairn runs coding agents in Docker sandboxes, keeps their secrets in your keyring and "
+    "records every revision with git. This is what it found on this computer."
+)
+HOST_TEXT = (
+    "Runs can start directly on this computer instead, with no isolation: the agent "
+    "can read and change anything your user can."
+)
 HOST_BUTTON = "Use the host backend (unsafe: no isolation)"
 CONFIRM_TITLE = "Run agents without isolation?"
-CONFIRM_TEXT = ("With the host backend, agents run as you, directly on this computer: no sandbox, "
-                "no network limits, and access to every file your user can read or change.\n\n"
-                "Use it only for agents and repositories you trust. You can switch back to Docker "
-                "in Settings once it works.")
+CONFIRM_TEXT = (
+    "With the host backend, agents run as you, directly on this computer: no sandbox, "
+    "no network limits, and access to every file your user can read or change.\n\n"
+    "Use it only for agents and repositories you trust. You can switch back to Docker "
+    "in Settings once it works."
+)
 
 
 def should_welcome(settings: QSettings) -> bool:
@@ -57,9 +64,12 @@ def should_welcome(settings: QSettings) -> bool:
 def confirm_host_backend(parent: QWidget | None) -> bool:
     """Ask before giving up isolation; No is the default answer."""
     answer = QMessageBox.warning(
-        parent, CONFIRM_TITLE, CONFIRM_TEXT,
+        parent,
+        CONFIRM_TITLE,
+        CONFIRM_TEXT,
         QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
-        QMessageBox.StandardButton.No)
+        QMessageBox.StandardButton.No,
+    )
     return answer == QMessageBox.StandardButton.Yes
 
 
@@ -99,7 +109,8 @@ class CheckRow(QFrame):
         self.fix_label.setWordWrap(True)
         self.fix_label.setTextInteractionFlags(
             Qt.TextInteractionFlag.TextSelectableByMouse
-            | Qt.TextInteractionFlag.TextSelectableByKeyboard)
+            | Qt.TextInteractionFlag.TextSelectableByKeyboard
+        )
         if check.fix:
             self.fix_label.setText(f"To fix, {check.fix}")
         else:
@@ -201,10 +212,14 @@ class WelcomeDialog(QDialog):
         cairn = self.context.cairn
         self.check_again_button.setEnabled(False)
         self.status_label.setText("Checking this computer…")
-        self.context.jobs.job(lambda: cairn.health_checks(), key=f"welcome-checks-{id(self)}",
-                              what="check this computer", parent=self) \
-            .success(self.show_checks).failure(self._checks_failed) \
-            .finished(self._checks_finished).run()
+        self.context.jobs.job(
+            lambda: cairn.health_checks(),
+            key=f"welcome-checks-{id(self)}",
+            what="check this computer",
+            parent=self,
+        ).success(self.show_checks).failure(self._checks_failed).finished(
+            self._checks_finished
+        ).run()
 
     def show_checks(self, checks: Sequence[Any]) -> None:
         self.checks = list(checks)
@@ -264,12 +279,15 @@ class WelcomeDialog(QDialog):
                 reset()  # the next sandbox is made by the backend just chosen
             return HOST_BACKEND
 
-        self.context.jobs.job(switch, write=True, what="switch to the host backend", parent=self) \
-            .success(self._host_chosen).failure(self._host_failed).run()
+        self.context.jobs.job(
+            switch, write=True, what="switch to the host backend", parent=self
+        ).success(self._host_chosen).failure(self._host_failed).run()
 
     def _host_chosen(self, backend: str) -> None:
-        self.host_result.setText("Runs now start on this computer with no isolation (the host "
-                                 "backend). Switch back to Docker in Settings once it works.")
+        self.host_result.setText(
+            "Runs now start on this computer with no isolation (the host "
+            "backend). Switch back to Docker in Settings once it works."
+        )
         self.host_result.show()
         self.sig_backend_changed.emit(backend)
 

@@ -19,14 +19,27 @@ def cairnctl_env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO), **extra}
 
 
-def cairnctl(data_dir: Path, *args: str, check: bool = True, user: int | None = None,
-             timeout: float = 120, input: str | None = None,
-             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def cairnctl(
+    data_dir: Path,
+    *args: str,
+    check: bool = True,
+    user: int | None = None,
+    timeout: float = 120,
+    input: str | None = None,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess:
     cmd = cairnctl_argv(data_dir, *args)
     if user is not None:
         cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env or cairnctl_env(),
-                          cwd=REPO, timeout=timeout, input=input)
+    proc = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        env=env or cairnctl_env(),
+        cwd=REPO,
+        timeout=timeout,
+        input=input,
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"cairnctl {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
     return proc
@@ -39,8 +52,9 @@ def as_json(proc: subprocess.CompletedProcess) -> dict:
 
 
 def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
-                          text=True).stdout
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout
 
 
 def one_error_line(proc: subprocess.CompletedProcess) -> str:
@@ -53,6 +67,7 @@ def one_error_line(proc: subprocess.CompletedProcess) -> str:
 def wait_for(predicate, timeout: float = 60.0, what: str = "condition", interval: float = 0.1):
     """The predicate's first truthy value, polled until `timeout`; a clear failure otherwise."""
     import time
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
@@ -65,6 +80,7 @@ def wait_for(predicate, timeout: float = 60.0, what: str = "condition", interval
 def engine_session_of(data_dir: Path, task_id: str) -> str | None:
     """The engine session id recorded for the task's latest run."""
     from core.store import Store
+
     store = Store(data_dir / "cairn.db")
     try:
         return store.runs_of([task_id])[-1].engine_session_id
@@ -77,6 +93,7 @@ def release_data_dir(data_dir: Path, docker_client) -> None:
     egress proxies."""
     from core import approvals
     from core.sandbox import egress
+
     data = data_dir.resolve()
     approvals.stop_judge(data)
     for c in docker_client.containers.list(all=True, filters={"label": f"cairn.data_dir={data}"}):

@@ -17,10 +17,19 @@ ENGINES: dict[str, type[Engine]] = {
 
 def engine_for(name: str) -> Engine:
     from core.errors import InputError
+
     try:
         return ENGINES[name]()
     except KeyError:
         raise InputError(f"unknown engine {name!r} (known: {', '.join(sorted(ENGINES))})") from None
 
 
-__all__ = ["Engine", "ToolContract", "ShellEngine", "CodexEngine", "ClaudeCodeEngine", "ENGINES", "engine_for"]
+__all__ = [
+    "Engine",
+    "ToolContract",
+    "ShellEngine",
+    "CodexEngine",
+    "ClaudeCodeEngine",
+    "ENGINES",
+    "engine_for",
+]

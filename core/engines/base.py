@@ -23,10 +23,11 @@ def json_object(line: str) -> dict[str, Any] | None:
         return None
     return value if isinstance(value, dict) else None
 
+
 # How a run relates to the engine's own conversation.
-MODE_START = "start"        # a new engine session
+MODE_START = "start"  # a new engine session
 MODE_CONTINUE = "continue"  # native resume of `session_id` (same id, same history)
-MODE_FORK = "fork"          # native fork of `session_id` (a new id, the history copied)
+MODE_FORK = "fork"  # native fork of `session_id` (a new id, the history copied)
 MODE_FALLBACK = "fallback"  # native resume impossible: a new session on the same files
 MODES = (MODE_START, MODE_CONTINUE, MODE_FORK, MODE_FALLBACK)
 
@@ -42,16 +43,17 @@ class ToolContract:
         return {"image_digest": self.image_digest, "tools": dict(self.tools)}
 
     @classmethod
-    def from_dict(cls, data: dict | None) -> "ToolContract":
+    def from_dict(cls, data: dict | None) -> ToolContract:
         data = data or {}
         return cls(data.get("image_digest"), dict(data.get("tools") or {}))
 
-    def differences(self, other: "ToolContract") -> list[str]:
+    def differences(self, other: ToolContract) -> list[str]:
         """How `other` (found now) differs from this one (recorded), in words."""
         out = []
         if self.image_digest and other.image_digest and self.image_digest != other.image_digest:
-            out.append(f"the sandbox image changed ({self.image_digest[:19]} → "
-                       f"{other.image_digest[:19]})")
+            out.append(
+                f"the sandbox image changed ({self.image_digest[:19]} → {other.image_digest[:19]})"
+            )
         for name, version in sorted(self.tools.items()):
             now = other.tools.get(name)
             if now != version:
@@ -63,14 +65,14 @@ class ToolContract:
 class EngineSettings:
     """Per-engine settings from the data folder's settings file (names only, never secrets)."""
 
-    binary: str | None = None         # host path of the engine's executable, mounted read-only
-    version: str | None = None        # the version the tool contract expects, if pinned
-    base_url: str | None = None       # the model endpoint
+    binary: str | None = None  # host path of the engine's executable, mounted read-only
+    version: str | None = None  # the version the tool contract expects, if pinned
+    base_url: str | None = None  # the model endpoint
     api_key_secret: str | None = None  # keyring secret holding the API key (granted at run start)
     model: str | None = None
 
     @classmethod
-    def from_dict(cls, data: dict | None) -> "EngineSettings":
+    def from_dict(cls, data: dict | None) -> EngineSettings:
         data = data or {}
         return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})  # type: ignore[arg-type]
 
@@ -80,17 +82,17 @@ class LaunchContext:
     """Everything an engine needs to write its files and build its command for one attempt."""
 
     run_id: str
-    mode: str                      # one of MODES
+    mode: str  # one of MODES
     prompt: str
-    spec: dict[str, Any]           # the run's spec (engine-specific, validated by the engine)
+    spec: dict[str, Any]  # the run's spec (engine-specific, validated by the engine)
     settings: EngineSettings
-    host_run_dir: Path             # this attempt's folder on the host
-    sandbox_run_dir: str           # the same folder inside the sandbox
-    host_home: Path                # the engine home ($HOME of the agent) on the host
-    sandbox_home: str              # ... and inside the sandbox
+    host_run_dir: Path  # this attempt's folder on the host
+    sandbox_run_dir: str  # the same folder inside the sandbox
+    host_home: Path  # the engine home ($HOME of the agent) on the host
+    sandbox_home: str  # ... and inside the sandbox
     workspace: str = "/workspace"  # always the same path: native resume depends on it
     session_id: str | None = None  # the engine session to continue or fork from
-    start_step: int = 0            # for step-wise engines: where to continue
+    start_step: int = 0  # for step-wise engines: where to continue
     gate: list[str] = field(default_factory=list)  # the in-sandbox approval gate command
 
 
@@ -98,8 +100,8 @@ class LaunchContext:
 class EngineEvent:
     """One thing an engine said, in Cairn's words."""
 
-    kind: str   # "session" | "message" | "tool_call" | "tool_result" | "file_edit" | "usage" |
-                # "result" | "error"
+    kind: str  # "session" | "message" | "tool_call" | "tool_result" | "file_edit" | "usage" |
+    # "result" | "error"
     data: dict[str, Any] = field(default_factory=dict)
 
 

@@ -29,10 +29,21 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from core.engines.base import (MODE_CONTINUE, MODE_FALLBACK, MODE_FORK, MODE_START, MODES, Engine,
-                               EngineEvent, EngineSettings, LaunchContext, ResumeCheck, json_object)
-from core.safe_fs import write_file
+from core.engines.base import (
+    MODE_CONTINUE,
+    MODE_FALLBACK,
+    MODE_FORK,
+    MODE_START,
+    MODES,
+    Engine,
+    EngineEvent,
+    EngineSettings,
+    LaunchContext,
+    ResumeCheck,
+    json_object,
+)
 from core.errors import InputError
+from core.safe_fs import write_file
 
 # The oldest version whose flags, files and output this module was checked against; settings may
 # pin an exact version instead (`engines.claude-code.version`).
@@ -42,9 +53,9 @@ MOUNT_POINT = "/cairn/engines"
 BINARY_IN_SANDBOX = f"{MOUNT_POINT}/claude"
 API_KEY_ENV = "ANTHROPIC_API_KEY"  # filled from a credential grant at each exec, never a file
 
-SETTINGS_FILE = "settings.json"      # in the attempt's folder, passed with --settings
-LAUNCH_FILE = "claude-launch.json"   # in the attempt's folder: the mode and the session ids chosen
-LAUNCH_MARKER = "cairn_launch"       # the first stdout line of every attempt (see launch_argv)
+SETTINGS_FILE = "settings.json"  # in the attempt's folder, passed with --settings
+LAUNCH_FILE = "claude-launch.json"  # in the attempt's folder: the mode and the session ids chosen
+LAUNCH_MARKER = "cairn_launch"  # the first stdout line of every attempt (see launch_argv)
 
 # The gate waits for a person; the hook must wait longer than the gate ever does, or Claude Code
 # gives up on it (which, under dontAsk, refuses the tool).
@@ -54,14 +65,22 @@ HOOK_TIMEOUT_S = 24 * 3600
 # be continued long after its last run.
 KEEP_TRANSCRIPTS_DAYS = 36500
 
-FALLBACK_NOTE = ("This task continues earlier work in this workspace whose conversation could not "
-                 "be restored ({reason}). The files in {workspace} are as that work left them; "
-                 "look at them before you change anything.")
+FALLBACK_NOTE = (
+    "This task continues earlier work in this workspace whose conversation could not "
+    "be restored ({reason}). The files in {workspace} are as that work left them; "
+    "look at them before you change anything."
+)
 
 # The allow answer the gate wrapper gives for a gate that exits 0 without printing a decision.
-_ALLOW = json.dumps({"hookSpecificOutput": {
-    "hookEventName": "PreToolUse", "permissionDecision": "allow",
-    "permissionDecisionReason": "allowed by Cairn's approval gate"}})
+_ALLOW = json.dumps(
+    {
+        "hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "permissionDecision": "allow",
+            "permissionDecisionReason": "allowed by Cairn's approval gate",
+        }
+    }
+)
 # `sh -c` body around the gate: `$1` is the allow answer, the rest the gate's command. The gate's
 # own decision (printed JSON, or exit 2 with a reason on stderr) passes through; a silent exit 0
 # becomes an explicit allow; anything else (a crash, a missing gate) becomes a refusal. Short,
@@ -121,8 +140,16 @@ def _find_elsewhere(home: Path, session_id: str) -> Path | None:
 
 def hook_command(gate: list[str]) -> str:
     """The PreToolUse hook's shell command: the gate, wrapped so that only its decision counts."""
-    return " ".join(["sh", "-c", shlex.quote(_GATE_WRAPPER), "cairn-gate", shlex.quote(_ALLOW),
-                     shlex.join([*gate, "--claude-hook"])])
+    return " ".join(
+        [
+            "sh",
+            "-c",
+            shlex.quote(_GATE_WRAPPER),
+            "cairn-gate",
+            shlex.quote(_ALLOW),
+            shlex.join([*gate, "--claude-hook"]),
+        ]
+    )
 
 
 def render_settings(gate: list[str]) -> dict[str, Any]:
@@ -132,11 +159,20 @@ def render_settings(gate: list[str]) -> dict[str, Any]:
         "cleanupPeriodDays": KEEP_TRANSCRIPTS_DAYS,
     }
     if gate:
-        settings["hooks"] = {"PreToolUse": [{
-            "matcher": HOOK_MATCHER,
-            "hooks": [{"type": "command", "command": hook_command(gate),
-                       "timeout": HOOK_TIMEOUT_S}],
-        }]}
+        settings["hooks"] = {
+            "PreToolUse": [
+                {
+                    "matcher": HOOK_MATCHER,
+                    "hooks": [
+                        {
+                            "type": "command",
+                            "command": hook_command(gate),
+                            "timeout": HOOK_TIMEOUT_S,
+                        }
+                    ],
+                }
+            ]
+        }
     return settings
 
 
@@ -158,8 +194,9 @@ class ClaudeCodeEngine(Engine):
             raise InputError("the claude-code engine takes a message (-m TEXT), not commands")
         prompt = spec.get("prompt")
         if not isinstance(prompt, str) or not prompt.strip():
-            raise InputError("the claude-code engine needs a message (-m TEXT) to send to "
-                             "Claude Code")
+            raise InputError(
+                "the claude-code engine needs a message (-m TEXT) to send to Claude Code"
+            )
         mode = spec.get("mode", MODE_START)
         if mode not in MODES:
             raise InputError(f"unknown engine mode {mode!r} (use one of {', '.join(MODES)})")
@@ -178,8 +215,9 @@ class ClaudeCodeEngine(Engine):
         if ctx.mode not in MODES:
             raise InputError(f"unknown engine mode {ctx.mode!r}")
         if ctx.mode in (MODE_CONTINUE, MODE_FORK) and not is_session_id(ctx.session_id):
-            raise InputError(f"cannot {ctx.mode} a Claude Code session without its id "
-                             f"(got {ctx.session_id!r})")
+            raise InputError(
+                f"cannot {ctx.mode} a Claude Code session without its id (got {ctx.session_id!r})"
+            )
         launch = {
             "type": LAUNCH_MARKER,
             "engine": self.name,
@@ -192,10 +230,14 @@ class ClaudeCodeEngine(Engine):
         if ctx.mode == MODE_FALLBACK:
             launch["note"] = FALLBACK_NOTE.format(
                 reason=ctx.spec.get("fallback_reason") or "it was not found",
-                workspace=ctx.workspace)
+                workspace=ctx.workspace,
+            )
         # The runs folder is writable from the sandbox: never follow a link planted there.
-        write_file(folder.parent, f"{folder.name}/{SETTINGS_FILE}",
-                   json.dumps(render_settings(ctx.gate), indent=2) + "\n")
+        write_file(
+            folder.parent,
+            f"{folder.name}/{SETTINGS_FILE}",
+            json.dumps(render_settings(ctx.gate), indent=2) + "\n",
+        )
         write_file(folder.parent, f"{folder.name}/{LAUNCH_FILE}", json.dumps(launch) + "\n")
 
     def launch_record(self, ctx: LaunchContext) -> dict[str, Any]:
@@ -204,8 +246,9 @@ class ClaudeCodeEngine(Engine):
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            raise InputError(f"the claude-code engine was not prepared for run {ctx.run_id} "
-                             f"({path} is missing)") from None
+            raise InputError(
+                f"the claude-code engine was not prepared for run {ctx.run_id} ({path} is missing)"
+            ) from None
         except ValueError as exc:
             raise InputError(f"{path} cannot be read: {exc}") from None
         if record.get("mode") != ctx.mode or not is_session_id(record.get("session_id")):
@@ -225,8 +268,13 @@ class ClaudeCodeEngine(Engine):
         if ctx.mode == MODE_CONTINUE:
             argv += ["--resume", launch["session_id"]]
         elif ctx.mode == MODE_FORK:
-            argv += ["--resume", launch["parent_session_id"], "--fork-session",
-                     "--session-id", launch["session_id"]]
+            argv += [
+                "--resume",
+                launch["parent_session_id"],
+                "--fork-session",
+                "--session-id",
+                launch["session_id"],
+            ]
             if ctx.spec.get("resume_at"):
                 # The fork's conversation ends at this assistant message (the `uuid` of its
                 # stream line), e.g. the last one before the revision the files come from.
@@ -248,8 +296,14 @@ class ClaudeCodeEngine(Engine):
         # The first stdout line says what this attempt is (its mode, the ids expected), so the
         # stream alone is enough to tell a fork that came back with its parent's id.
         marker = json.dumps(self.launch_record(ctx), separators=(",", ":"))
-        return ["sh", "-c", 'printf "%s\\n" "$1"; shift; exec "$@"', "cairn-claude-code", marker,
-                *self.claude_argv(ctx)]
+        return [
+            "sh",
+            "-c",
+            'printf "%s\\n" "$1"; shift; exec "$@"',
+            "cairn-claude-code",
+            marker,
+            *self.claude_argv(ctx),
+        ]
 
     def environment(self, ctx: LaunchContext) -> dict[str, str]:
         env = {
@@ -268,42 +322,54 @@ class ClaudeCodeEngine(Engine):
             return []  # check_version says so, with the fix
         binary = Path(settings.binary).expanduser()
         if not binary.is_file():
-            raise InputError(f"the Claude Code binary {settings.binary} does not exist",
-                             hint="set engines.claude-code.binary in settings.json to the "
-                                  "`claude` executable of @anthropic-ai/claude-code-linux-x64")
+            raise InputError(
+                f"the Claude Code binary {settings.binary} does not exist",
+                hint="set engines.claude-code.binary in settings.json to the "
+                "`claude` executable of @anthropic-ai/claude-code-linux-x64",
+            )
         # The file itself, not a link to it (node_modules/.bin/claude is one).
         return [(binary.resolve(), BINARY_IN_SANDBOX)]
 
     # -- tools --------------------------------------------------------------------------------
 
     def tool_probe(self, settings: EngineSettings) -> dict[str, list[str]]:
-        return {"claude": [BINARY_IN_SANDBOX, "--version"],
-                # Claude Code's Bash tool runs commands with bash.
-                "bash": ["bash", "-c", 'echo "bash $BASH_VERSION"']}
+        return {
+            "claude": [BINARY_IN_SANDBOX, "--version"],
+            # Claude Code's Bash tool runs commands with bash.
+            "bash": ["bash", "-c", 'echo "bash $BASH_VERSION"'],
+        }
 
     def check_version(self, settings: EngineSettings, found: dict[str, str]) -> str | None:
         if not settings.binary:
-            return ("the claude-code engine has no binary: set engines.claude-code.binary in "
-                    "settings.json to the `claude` executable (in the @anthropic-ai/"
-                    "claude-code-linux-x64 package)")
+            return (
+                "the claude-code engine has no binary: set engines.claude-code.binary in "
+                "settings.json to the `claude` executable (in the @anthropic-ai/"
+                "claude-code-linux-x64 package)"
+            )
         if not Path(settings.binary).expanduser().is_file():
             return f"the Claude Code binary {settings.binary} does not exist"
         reported = found.get("claude")
         if not reported or reported == "missing":
-            return (f"Claude Code did not answer --version inside the sandbox (is "
-                    f"{settings.binary} a Linux glibc build for this machine's architecture?)")
+            return (
+                f"Claude Code did not answer --version inside the sandbox (is "
+                f"{settings.binary} a Linux glibc build for this machine's architecture?)"
+            )
         match = _VERSION_RE.search(reported)
         if not match:
             return f"cannot tell the Claude Code version from {reported!r}"
         version = match.group(0)
         if settings.version:
             if version != settings.version:
-                return (f"Claude Code {version} is installed, but the settings pin "
-                        f"{settings.version} (engines.claude-code.version)")
+                return (
+                    f"Claude Code {version} is installed, but the settings pin "
+                    f"{settings.version} (engines.claude-code.version)"
+                )
         elif _version_tuple(version) < _version_tuple(CLAUDE_CODE_VERSION):
-            return (f"Claude Code {version} is older than {CLAUDE_CODE_VERSION}, the oldest the "
-                    f"claude-code engine was checked against: install @anthropic-ai/claude-code@"
-                    f"{CLAUDE_CODE_VERSION} or newer")
+            return (
+                f"Claude Code {version} is older than {CLAUDE_CODE_VERSION}, the oldest the "
+                f"claude-code engine was checked against: install @anthropic-ai/claude-code@"
+                f"{CLAUDE_CODE_VERSION} or newer"
+            )
         if found.get("bash") in (None, "missing"):
             return "the sandbox image has no bash; Claude Code's Bash tool needs it"
         return None
@@ -313,8 +379,11 @@ class ClaudeCodeEngine(Engine):
     def native_resume_check(self, ctx: LaunchContext) -> ResumeCheck:
         session_id = ctx.session_id
         if not session_id:
-            return ResumeCheck(False, "no Claude Code session id was recorded for the earlier "
-                                      "run (it may have ended before Claude Code started)")
+            return ResumeCheck(
+                False,
+                "no Claude Code session id was recorded for the earlier "
+                "run (it may have ended before Claude Code started)",
+            )
         if not is_session_id(session_id):
             return ResumeCheck(False, f"{session_id!r} is not a Claude Code session id")
         home = Path(ctx.host_home)
@@ -325,19 +394,32 @@ class ClaudeCodeEngine(Engine):
             other = _find_elsewhere(home, session_id)
             if other is not None:
                 cwd = transcript_cwd(other) or other.parent.name
-                return ResumeCheck(False, f"Claude Code session {session_id} was recorded in "
-                                          f"{cwd!r}, not in {ctx.workspace!r}")
-            return ResumeCheck(False, f"the transcript of Claude Code session {session_id} is not "
-                                      f"in the engine home (expected {path.relative_to(home)}; "
-                                      f"the home was lost or cleaned)")
+                return ResumeCheck(
+                    False,
+                    f"Claude Code session {session_id} was recorded in "
+                    f"{cwd!r}, not in {ctx.workspace!r}",
+                )
+            return ResumeCheck(
+                False,
+                f"the transcript of Claude Code session {session_id} is not "
+                f"in the engine home (expected {path.relative_to(home)}; "
+                f"the home was lost or cleaned)",
+            )
         if path.stat().st_size == 0:
-            return ResumeCheck(False, f"the transcript of Claude Code session {session_id} is empty")
+            return ResumeCheck(
+                False, f"the transcript of Claude Code session {session_id} is empty"
+            )
         cwd = transcript_cwd(path)
         if cwd is not None and cwd != ctx.workspace:
-            return ResumeCheck(False, f"Claude Code session {session_id} worked in {cwd!r}, not "
-                                      f"in {ctx.workspace!r}")
-        return ResumeCheck(True, f"Claude Code session {session_id} is recorded in "
-                                 f"{path.relative_to(home)} and worked in {ctx.workspace}")
+            return ResumeCheck(
+                False,
+                f"Claude Code session {session_id} worked in {cwd!r}, not in {ctx.workspace!r}",
+            )
+        return ResumeCheck(
+            True,
+            f"Claude Code session {session_id} is recorded in "
+            f"{path.relative_to(home)} and worked in {ctx.workspace}",
+        )
 
     # -- output -------------------------------------------------------------------------------
 
@@ -368,16 +450,25 @@ class ClaudeCodeEngine(Engine):
         self._reported_session = session_id
         data: dict[str, Any] = {"session_id": session_id}
         if record.get("type") == "system" and record.get("subtype") == "init":
-            data.update(cwd=record.get("cwd"), model=record.get("model"),
-                        version=record.get("claude_code_version"),
-                        permission_mode=record.get("permissionMode"))
+            data.update(
+                cwd=record.get("cwd"),
+                model=record.get("model"),
+                version=record.get("claude_code_version"),
+                permission_mode=record.get("permissionMode"),
+            )
         events = [EngineEvent("session", data)]
         launch = self._launch
         if launch.get("mode") == MODE_FORK and session_id == launch.get("parent_session_id"):
-            events.append(EngineEvent("error", {
-                "message": f"the fork came back with its parent's session id {session_id}; a "
-                           f"fork must get a new session",
-                "fatal": True}))
+            events.append(
+                EngineEvent(
+                    "error",
+                    {
+                        "message": f"the fork came back with its parent's session id {session_id}; a "
+                        f"fork must get a new session",
+                        "fatal": True,
+                    },
+                )
+            )
         return events
 
 
@@ -391,24 +482,46 @@ def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(b.get("text", "") for b in content
-                         if isinstance(b, dict) and b.get("type") == "text")
+        return "\n".join(
+            b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"
+        )
     return ""
 
 
 def _system_events(record: dict) -> list[EngineEvent]:
     subtype = record.get("subtype")
     if subtype == "informational" and isinstance(record.get("content"), str):
-        return [EngineEvent("message", {"role": "system", "text": record["content"],
-                                        "level": record.get("level"), "tag": record.get("tag")})]
+        return [
+            EngineEvent(
+                "message",
+                {
+                    "role": "system",
+                    "text": record["content"],
+                    "level": record.get("level"),
+                    "tag": record.get("tag"),
+                },
+            )
+        ]
     if subtype == "api_retry":
         # The model server did not answer; Claude Code waits and tries again on its own.
         delay = record.get("retry_delay_ms")
-        text = (f"the model server did not answer ({record.get('error') or 'no reason given'}); "
-                f"retry {record.get('attempt')} of {record.get('max_retries')}"
-                + (f" in {delay / 1000:.1f} s" if isinstance(delay, (int, float)) else ""))
-        return [EngineEvent("message", {"role": "system", "text": text, "level": "warning",
-                                        "tag": "api_retry", "attempt": record.get("attempt")})]
+        text = (
+            f"the model server did not answer ({record.get('error') or 'no reason given'}); "
+            f"retry {record.get('attempt')} of {record.get('max_retries')}"
+            + (f" in {delay / 1000:.1f} s" if isinstance(delay, (int, float)) else "")
+        )
+        return [
+            EngineEvent(
+                "message",
+                {
+                    "role": "system",
+                    "text": text,
+                    "level": "warning",
+                    "tag": "api_retry",
+                    "attempt": record.get("attempt"),
+                },
+            )
+        ]
     return []
 
 
@@ -419,13 +532,21 @@ def _assistant_events(record: dict) -> list[EngineEvent]:
         if not isinstance(block, dict):
             continue
         if block.get("type") == "text" and block.get("text"):
-            events.append(EngineEvent("message", {"role": "assistant", "text": block["text"],
-                                                  "uuid": record.get("uuid")}))
+            events.append(
+                EngineEvent(
+                    "message",
+                    {"role": "assistant", "text": block["text"], "uuid": record.get("uuid")},
+                )
+            )
         elif block.get("type") == "tool_use":
             tool_input = block.get("input") if isinstance(block.get("input"), dict) else {}
-            data = {"id": block.get("id"), "name": block.get("name"), "input": tool_input,
-                    "command": tool_input.get("command") if block.get("name") == "Bash" else None,
-                    "uuid": record.get("uuid")}
+            data = {
+                "id": block.get("id"),
+                "name": block.get("name"),
+                "input": tool_input,
+                "command": tool_input.get("command") if block.get("name") == "Bash" else None,
+                "uuid": record.get("uuid"),
+            }
             if record.get("parent_tool_use_id"):
                 data["parent_tool_use_id"] = record["parent_tool_use_id"]
             events.append(EngineEvent("tool_call", data))
@@ -443,14 +564,28 @@ def _user_events(record: dict) -> list[EngineEvent]:
         if not isinstance(block, dict) or block.get("type") != "tool_result":
             continue
         is_error = bool(block.get("is_error"))
-        events.append(EngineEvent("tool_result", {"id": block.get("tool_use_id"),
-                                                  "is_error": is_error,
-                                                  "output": _text(block.get("content"))}))
+        events.append(
+            EngineEvent(
+                "tool_result",
+                {
+                    "id": block.get("tool_use_id"),
+                    "is_error": is_error,
+                    "output": _text(block.get("content")),
+                },
+            )
+        )
         # A file the agent wrote or edited, as Claude Code reports it once the tool ran.
         if not is_error and isinstance(detail, dict) and isinstance(detail.get("filePath"), str):
-            events.append(EngineEvent("file_edit", {"path": detail["filePath"],
-                                                    "id": block.get("tool_use_id"),
-                                                    "change": detail.get("type") or "update"}))
+            events.append(
+                EngineEvent(
+                    "file_edit",
+                    {
+                        "path": detail["filePath"],
+                        "id": block.get("tool_use_id"),
+                        "change": detail.get("type") or "update",
+                    },
+                )
+            )
     return events
 
 
@@ -463,14 +598,31 @@ def _result_events(record: dict) -> list[EngineEvent]:
     totals = {k: v for k, v in usage.items() if isinstance(v, int)}
     if totals or isinstance(record.get("total_cost_usd"), (int, float)):
         events.append(EngineEvent("usage", {**totals, "cost_usd": record.get("total_cost_usd")}))
-    events.append(EngineEvent("result", {
-        "ok": not is_error, "is_error": is_error, "subtype": record.get("subtype"),
-        "result": result, "num_turns": record.get("num_turns"),
-        "cost_usd": record.get("total_cost_usd"), "duration_ms": record.get("duration_ms"),
-        "errors": errors}))
+    events.append(
+        EngineEvent(
+            "result",
+            {
+                "ok": not is_error,
+                "is_error": is_error,
+                "subtype": record.get("subtype"),
+                "result": result,
+                "num_turns": record.get("num_turns"),
+                "cost_usd": record.get("total_cost_usd"),
+                "duration_ms": record.get("duration_ms"),
+                "errors": errors,
+            },
+        )
+    )
     if is_error:
-        events.append(EngineEvent("error", {
-            "message": "; ".join(errors) or result or f"Claude Code ended with "
-                                                      f"{record.get('subtype') or 'an error'}",
-            "fatal": True}))
+        events.append(
+            EngineEvent(
+                "error",
+                {
+                    "message": "; ".join(errors)
+                    or result
+                    or f"Claude Code ended with {record.get('subtype') or 'an error'}",
+                    "fatal": True,
+                },
+            )
+        )
     return events

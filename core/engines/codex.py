@@ -16,30 +16,40 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from core.engines.base import (MODE_CONTINUE, MODE_FALLBACK, MODE_FORK, MODE_START, MODES, Engine,
-                               EngineEvent, EngineSettings, LaunchContext, ResumeCheck, json_object)
-from core.safe_fs import ensure_dir, write_file
+from core.engines.base import (
+    MODE_CONTINUE,
+    MODE_FALLBACK,
+    MODE_FORK,
+    MODE_START,
+    MODES,
+    Engine,
+    EngineEvent,
+    EngineSettings,
+    LaunchContext,
+    ResumeCheck,
+    json_object,
+)
 from core.errors import InputError
+from core.safe_fs import ensure_dir, write_file
 
 # The version whose flags, files and JSONL output this module was checked against. Another version
 # is refused unless the settings pin it (`engines.codex.version`).
 CODEX_VERSION = "0.171.0"
 
-CODEX_DIR = ".codex"                       # CODEX_HOME, inside the engine home
-MOUNT_POINT = "/cairn/engines/codex"       # the Codex package (or just its binary), read-only
+CODEX_DIR = ".codex"  # CODEX_HOME, inside the engine home
+MOUNT_POINT = "/cairn/engines/codex"  # the Codex package (or just its binary), read-only
 BINARY_IN_SANDBOX = f"{MOUNT_POINT}/bin/codex"
-PACKAGE_MANIFEST = "codex-package.json"    # marks the folder that holds bin/codex and its helpers
+PACKAGE_MANIFEST = "codex-package.json"  # marks the folder that holds bin/codex and its helpers
 
 DEFAULT_MODEL = "gpt-5.5"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 PROVIDER_ID = "cairn"
-API_KEY_ENV = "OPENAI_API_KEY"             # from a credential grant at each exec, never a file
+API_KEY_ENV = "OPENAI_API_KEY"  # from a credential grant at each exec, never a file
 
 # Codex runs the agent's commands itself. Its own sandbox and approval prompts are off: Cairn's
 # sandbox and approval gate stand in for them, and nobody could answer a prompt (stdin is
 # /dev/null). Without --skip-git-repo-check it refuses folders that are not git repositories.
-UNATTENDED_FLAGS = ("--json", "--skip-git-repo-check",
-                    "--dangerously-bypass-approvals-and-sandbox")
+UNATTENDED_FLAGS = ("--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox")
 # Codex only runs hooks a person trusted (by their hash) unless this is given. Cairn writes the
 # hooks file itself at every launch; project hooks under /workspace/.codex still do not run (the
 # workspace is never marked trusted).
@@ -54,8 +64,10 @@ HOOK_TIMEOUT_S = 24 * 3600
 HOOKS_FILE = "hooks.json"
 CONFIG_FILE = "config.toml"
 
-_THREAD_ID_RE = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-"
-                           r"[0-9a-fA-F]{12}$")
+_THREAD_ID_RE = re.compile(
+    r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-"
+    r"[0-9a-fA-F]{12}$"
+)
 _VERSION_RE = re.compile(r"(\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?)")
 _SHELLS = ("bash", "sh", "zsh", "dash")
 
@@ -90,15 +102,29 @@ def render_config(settings: EngineSettings) -> str:
 def hook_command(gate: list[str]) -> str:
     """The PreToolUse hook command: the gate, with any failure of its own made a refusal."""
     call = shlex.join([*gate, "--codex-hook"])
-    return (f'{call} || {{ rc=$?; [ "$rc" -eq 2 ] || echo "the approval gate failed (exit $rc); '
-            f'the command is refused" >&2; exit 2; }}')
+    return (
+        f'{call} || {{ rc=$?; [ "$rc" -eq 2 ] || echo "the approval gate failed (exit $rc); '
+        f'the command is refused" >&2; exit 2; }}'
+    )
 
 
 def render_hooks(gate: list[str]) -> dict[str, Any]:
-    return {"hooks": {"PreToolUse": [{
-        "matcher": HOOK_MATCHER,
-        "hooks": [{"type": "command", "command": hook_command(gate), "timeout": HOOK_TIMEOUT_S}],
-    }]}}
+    return {
+        "hooks": {
+            "PreToolUse": [
+                {
+                    "matcher": HOOK_MATCHER,
+                    "hooks": [
+                        {
+                            "type": "command",
+                            "command": hook_command(gate),
+                            "timeout": HOOK_TIMEOUT_S,
+                        }
+                    ],
+                }
+            ]
+        }
+    }
 
 
 def find_rollout(codex_home: Path, thread_id: str) -> Path | None:
@@ -129,8 +155,11 @@ def unwrap_shell(command: str) -> str:
         parts = shlex.split(command)
     except ValueError:
         return command
-    if (len(parts) == 3 and os.path.basename(parts[0]) in _SHELLS
-            and parts[1] in ("-c", "-lc", "-cl")):
+    if (
+        len(parts) == 3
+        and os.path.basename(parts[0]) in _SHELLS
+        and parts[1] in ("-c", "-lc", "-cl")
+    ):
         return parts[2]
     return command
 
@@ -165,8 +194,11 @@ class CodexEngine(Engine):
         if mode not in MODES:
             raise InputError(f"unknown engine mode {mode!r} (use one of {', '.join(MODES)})")
         session_id = spec.get("session_id")
-        if (mode in (MODE_CONTINUE, MODE_FORK) and session_id is not None
-                and not is_thread_id(session_id)):
+        if (
+            mode in (MODE_CONTINUE, MODE_FORK)
+            and session_id is not None
+            and not is_thread_id(session_id)
+        ):
             raise InputError(f"{session_id!r} is not a Codex thread id")
         return {**spec, "prompt": prompt}
 
@@ -184,7 +216,11 @@ class CodexEngine(Engine):
         _match_owner(codex_home, home)
         _write(home, f"{CODEX_DIR}/{CONFIG_FILE}", render_config(ctx.settings))
         if ctx.gate:
-            _write(home, f"{CODEX_DIR}/{HOOKS_FILE}", json.dumps(render_hooks(ctx.gate), indent=2) + "\n")
+            _write(
+                home,
+                f"{CODEX_DIR}/{HOOKS_FILE}",
+                json.dumps(render_hooks(ctx.gate), indent=2) + "\n",
+            )
         else:
             # No gate for this run: no hook left over from an earlier one either.
             (codex_home / HOOKS_FILE).unlink(missing_ok=True)
@@ -199,8 +235,9 @@ class CodexEngine(Engine):
         args += ["--cd", ctx.workspace]
         if ctx.mode in (MODE_CONTINUE, MODE_FORK):
             if not is_thread_id(ctx.session_id):
-                raise InputError(f"cannot {ctx.mode} a Codex thread without its id "
-                                 f"(got {ctx.session_id!r})")
+                raise InputError(
+                    f"cannot {ctx.mode} a Codex thread without its id (got {ctx.session_id!r})"
+                )
             args += ["resume" if ctx.mode == MODE_CONTINUE else "fork", str(ctx.session_id)]
         elif ctx.mode not in (MODE_START, MODE_FALLBACK):
             raise InputError(f"unknown engine mode {ctx.mode!r}")
@@ -212,8 +249,11 @@ class CodexEngine(Engine):
         return ["sh", "-c", 'exec "$0" "$@" < /dev/null', *self.exec_args(ctx)]
 
     def environment(self, ctx: LaunchContext) -> dict[str, str]:
-        return {"CODEX_HOME": self.sandbox_codex_home(ctx), "HOME": ctx.sandbox_home,
-                "NO_COLOR": "1"}
+        return {
+            "CODEX_HOME": self.sandbox_codex_home(ctx),
+            "HOME": ctx.sandbox_home,
+            "NO_COLOR": "1",
+        }
 
     def mounts(self, settings: EngineSettings) -> list[tuple[Path, str]]:
         if not settings.binary:
@@ -228,29 +268,37 @@ class CodexEngine(Engine):
     # -- tools --------------------------------------------------------------------------------
 
     def tool_probe(self, settings: EngineSettings) -> dict[str, list[str]]:
-        return {"codex": [BINARY_IN_SANDBOX, "--version"],
-                # Codex runs every command the model asks for with `bash -lc`.
-                "bash": ["bash", "-c", 'echo "bash $BASH_VERSION"'],
-                "git": ["git", "--version"]}
+        return {
+            "codex": [BINARY_IN_SANDBOX, "--version"],
+            # Codex runs every command the model asks for with `bash -lc`.
+            "bash": ["bash", "-c", 'echo "bash $BASH_VERSION"'],
+            "git": ["git", "--version"],
+        }
 
     def check_version(self, settings: EngineSettings, found: dict[str, str]) -> str | None:
         if not settings.binary:
-            return ("the codex engine has no binary: set engines.codex.binary in settings.json to "
-                    "the Codex executable (bin/codex in the @openai/codex platform package)")
+            return (
+                "the codex engine has no binary: set engines.codex.binary in settings.json to "
+                "the Codex executable (bin/codex in the @openai/codex platform package)"
+            )
         if not Path(settings.binary).is_file():
             return f"the Codex binary {settings.binary} does not exist"
         reported = found.get("codex")
         if not reported or reported == "missing":
-            return (f"Codex did not answer --version inside the sandbox (is {settings.binary} a "
-                    f"Linux build for this machine's architecture?)")
+            return (
+                f"Codex did not answer --version inside the sandbox (is {settings.binary} a "
+                f"Linux build for this machine's architecture?)"
+            )
         match = _VERSION_RE.search(reported)
         expected = settings.version or CODEX_VERSION
         if not match:
             return f"cannot tell the Codex version from {reported!r}"
         if match.group(1) != expected:
-            return (f"Codex {match.group(1)} is installed, but the codex engine expects {expected} "
-                    f"(its flags and output were checked against that version): install "
-                    f"@openai/codex@{expected}, or set engines.codex.version to accept another")
+            return (
+                f"Codex {match.group(1)} is installed, but the codex engine expects {expected} "
+                f"(its flags and output were checked against that version): install "
+                f"@openai/codex@{expected}, or set engines.codex.version to accept another"
+            )
         if found.get("bash") in (None, "missing"):
             return "the sandbox image has no bash; Codex runs every command with bash -lc"
         return None
@@ -266,22 +314,29 @@ class CodexEngine(Engine):
         codex_home = self.host_codex_home(ctx)
         rollout = find_rollout(codex_home, thread_id)
         if rollout is None:
-            return ResumeCheck(False, f"the record of Codex thread {thread_id} is not in "
-                                      f"{codex_home / 'sessions'} (the engine home was lost or "
-                                      f"cleaned)")
+            return ResumeCheck(
+                False,
+                f"the record of Codex thread {thread_id} is not in "
+                f"{codex_home / 'sessions'} (the engine home was lost or "
+                f"cleaned)",
+            )
         meta = rollout_meta(rollout)
         if meta is None:
-            return ResumeCheck(False, f"the record of Codex thread {thread_id} ({rollout.name}) "
-                                      f"cannot be read")
+            return ResumeCheck(
+                False, f"the record of Codex thread {thread_id} ({rollout.name}) cannot be read"
+            )
         if meta.get("id") not in (None, thread_id):
-            return ResumeCheck(False, f"{rollout.name} belongs to thread {meta.get('id')}, not "
-                                      f"{thread_id}")
+            return ResumeCheck(
+                False, f"{rollout.name} belongs to thread {meta.get('id')}, not {thread_id}"
+            )
         cwd = meta.get("cwd")
         if cwd != ctx.workspace:
-            return ResumeCheck(False, f"Codex thread {thread_id} worked in {cwd!r}, not in "
-                                      f"{ctx.workspace!r}")
-        return ResumeCheck(True, f"Codex thread {thread_id} is recorded in {rollout.name} and "
-                                 f"worked in {cwd}")
+            return ResumeCheck(
+                False, f"Codex thread {thread_id} worked in {cwd!r}, not in {ctx.workspace!r}"
+            )
+        return ResumeCheck(
+            True, f"Codex thread {thread_id} is recorded in {rollout.name} and worked in {cwd}"
+        )
 
     # -- output -------------------------------------------------------------------------------
 
@@ -294,16 +349,22 @@ class CodexEngine(Engine):
             return [EngineEvent("session", {"session_id": record["thread_id"]})]
         if kind == "turn.completed":
             usage = record.get("usage") or {}
-            return [EngineEvent("usage", {k: v for k, v in usage.items() if isinstance(v, int)}),
-                    EngineEvent("result", {"ok": True})]
+            return [
+                EngineEvent("usage", {k: v for k, v in usage.items() if isinstance(v, int)}),
+                EngineEvent("result", {"ok": True}),
+            ]
         if kind == "turn.failed":
             error = record.get("error") if isinstance(record.get("error"), dict) else {}
-            return [EngineEvent("result", {"ok": False,
-                                           "error": _error_text(error.get("message"))})]
+            return [
+                EngineEvent("result", {"ok": False, "error": _error_text(error.get("message"))})
+            ]
         if kind == "error":
             # Also used for notices such as reconnect attempts; a failed turn ends in turn.failed.
-            return [EngineEvent("error", {"message": _error_text(record.get("message")),
-                                          "fatal": False})]
+            return [
+                EngineEvent(
+                    "error", {"message": _error_text(record.get("message")), "fatal": False}
+                )
+            ]
         if kind in ("item.started", "item.updated", "item.completed"):
             item = record.get("item")
             if isinstance(item, dict):
@@ -334,39 +395,79 @@ def _item_events(kind: str, item: dict[str, Any]) -> list[EngineEvent]:
         if kind == "item.started":
             return [EngineEvent("tool_call", data)]
         if done:
-            return [EngineEvent("tool_result", {**data, "exit_code": item.get("exit_code"),
-                                                "output": item.get("aggregated_output") or "",
-                                                "status": item.get("status")})]
+            return [
+                EngineEvent(
+                    "tool_result",
+                    {
+                        **data,
+                        "exit_code": item.get("exit_code"),
+                        "output": item.get("aggregated_output") or "",
+                        "status": item.get("status"),
+                    },
+                )
+            ]
         return []
     if not done:
         if item_type == "mcp_tool_call" and kind == "item.started":
-            return [EngineEvent("tool_call", {"id": item_id,
-                                              "tool": f"{item.get('server')}.{item.get('tool')}",
-                                              "arguments": item.get("arguments")})]
+            return [
+                EngineEvent(
+                    "tool_call",
+                    {
+                        "id": item_id,
+                        "tool": f"{item.get('server')}.{item.get('tool')}",
+                        "arguments": item.get("arguments"),
+                    },
+                )
+            ]
         return []
     if item_type == "agent_message":
-        return [EngineEvent("message", {"id": item_id, "role": "assistant",
-                                        "text": item.get("text") or ""})]
+        return [
+            EngineEvent(
+                "message", {"id": item_id, "role": "assistant", "text": item.get("text") or ""}
+            )
+        ]
     if item_type == "reasoning":
-        return [EngineEvent("message", {"id": item_id, "role": "reasoning",
-                                        "text": item.get("text") or ""})]
+        return [
+            EngineEvent(
+                "message", {"id": item_id, "role": "reasoning", "text": item.get("text") or ""}
+            )
+        ]
     if item_type == "file_change":
-        changes = [{"path": c.get("path"), "kind": c.get("kind")}
-                   for c in item.get("changes") or [] if isinstance(c, dict)]
-        return [EngineEvent("file_edit", {"id": item_id, "changes": changes,
-                                          "status": item.get("status")})]
+        changes = [
+            {"path": c.get("path"), "kind": c.get("kind")}
+            for c in item.get("changes") or []
+            if isinstance(c, dict)
+        ]
+        return [
+            EngineEvent(
+                "file_edit", {"id": item_id, "changes": changes, "status": item.get("status")}
+            )
+        ]
     if item_type == "mcp_tool_call":
-        return [EngineEvent("tool_result", {"id": item_id,
-                                            "tool": f"{item.get('server')}.{item.get('tool')}",
-                                            "status": item.get("status"),
-                                            "output": item.get("result"),
-                                            "error": item.get("error")})]
+        return [
+            EngineEvent(
+                "tool_result",
+                {
+                    "id": item_id,
+                    "tool": f"{item.get('server')}.{item.get('tool')}",
+                    "status": item.get("status"),
+                    "output": item.get("result"),
+                    "error": item.get("error"),
+                },
+            )
+        ]
     if item_type == "web_search":
-        return [EngineEvent("tool_call", {"id": item_id, "tool": "web_search",
-                                          "query": item.get("query")})]
+        return [
+            EngineEvent(
+                "tool_call", {"id": item_id, "tool": "web_search", "query": item.get("query")}
+            )
+        ]
     if item_type == "todo_list":
-        lines = [("[x] " if t.get("completed") else "[ ] ") + str(t.get("text"))
-                 for t in item.get("items") or [] if isinstance(t, dict)]
+        lines = [
+            ("[x] " if t.get("completed") else "[ ] ") + str(t.get("text"))
+            for t in item.get("items") or []
+            if isinstance(t, dict)
+        ]
         return [EngineEvent("message", {"id": item_id, "role": "plan", "text": "\n".join(lines)})]
     if item_type == "error":
         message = str(item.get("message") or "")

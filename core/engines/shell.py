@@ -52,12 +52,14 @@ class ShellEngine(Engine):
 
     def prepare(self, ctx: LaunchContext) -> None:
         # The runs folder is writable from the sandbox: never follow what it may have planted.
-        write_file(ctx.host_run_dir.parent, f"{ctx.host_run_dir.name}/{SCRIPT_NAME}",
-                   render_script(ctx.spec["commands"], ctx.sandbox_run_dir, ctx.gate or None))
+        write_file(
+            ctx.host_run_dir.parent,
+            f"{ctx.host_run_dir.name}/{SCRIPT_NAME}",
+            render_script(ctx.spec["commands"], ctx.sandbox_run_dir, ctx.gate or None),
+        )
 
     def launch_argv(self, ctx: LaunchContext) -> list[str]:
         return ["sh", f"{ctx.sandbox_run_dir}/{SCRIPT_NAME}", str(ctx.start_step)]
 
     def tool_probe(self, settings: EngineSettings) -> dict[str, list[str]]:
-        return {"sh": ["sh", "-c", "command -v sh"],
-                "git": ["git", "--version"]}
+        return {"sh": ["sh", "-c", "command -v sh"], "git": ["git", "--version"]}

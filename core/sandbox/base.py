@@ -17,8 +17,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar, Union
 
-from core.safe_fs import ensure_dir
 from core.errors import CairnError, Conflict, NotFound
+from core.safe_fs import ensure_dir
 
 # Where things live inside every sandbox. The engine contract depends on `/workspace` staying put:
 # a native engine resume needs the same workspace path as the session it continues.
@@ -51,7 +51,7 @@ DETACHED_WRAPPER = (
     'd="$1"; shift; '
     'echo "$$" > "$d/pid.tmp" && mv -f "$d/pid.tmp" "$d/pid"; '
     '"$@" < /dev/null > "$d/stdout" 2> "$d/stderr"; '
-    'rc=$?; '
+    "rc=$?; "
     'echo "$rc" > "$d/exit_code.tmp" && mv -f "$d/exit_code.tmp" "$d/exit_code"; '
     'exit "$rc"'
 )
@@ -71,18 +71,22 @@ class SandboxUnavailable(SandboxError):
     """The backend cannot be used on this machine right now; the hint says how to fix it."""
 
     @classmethod
-    def not_installed(cls) -> "SandboxUnavailable":
+    def not_installed(cls) -> SandboxUnavailable:
         return cls("Docker is not installed", hint="install it: sudo apt-get install docker.io")
 
     @classmethod
-    def not_running(cls, where: str) -> "SandboxUnavailable":
-        return cls(f"the Docker daemon is not running (no answer at {where})",
-                   hint="start it: sudo systemctl start docker")
+    def not_running(cls, where: str) -> SandboxUnavailable:
+        return cls(
+            f"the Docker daemon is not running (no answer at {where})",
+            hint="start it: sudo systemctl start docker",
+        )
 
     @classmethod
-    def permission_denied(cls, socket_path: str) -> "SandboxUnavailable":
-        return cls(f"permission denied on {socket_path}",
-                   hint="add yourself to the docker group: sudo usermod -aG docker $USER, then log in again")
+    def permission_denied(cls, socket_path: str) -> SandboxUnavailable:
+        return cls(
+            f"permission denied on {socket_path}",
+            hint="add yourself to the docker group: sudo usermod -aG docker $USER, then log in again",
+        )
 
 
 class ImageMissing(SandboxError):
@@ -149,7 +153,12 @@ class Limits:
     tmp_bytes: int = 512 * 1024**2
 
     def __post_init__(self) -> None:
-        if self.pids < 16 or self.memory_bytes < 16 * 1024**2 or self.cpus <= 0 or self.tmp_bytes <= 0:
+        if (
+            self.pids < 16
+            or self.memory_bytes < 16 * 1024**2
+            or self.cpus <= 0
+            or self.tmp_bytes <= 0
+        ):
             raise ValueError(f"unusable sandbox limits: {self}")
 
 
@@ -165,7 +174,7 @@ class MountSpec:
         return {"source": self.source, "target": self.target, "read_only": self.read_only}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "MountSpec":
+    def from_dict(cls, data: Mapping[str, Any]) -> MountSpec:
         return cls(str(data["source"]), str(data["target"]), bool(data["read_only"]))
 
 
@@ -202,7 +211,9 @@ class SandboxSpec:
         if self.snapshot_id is not None and not _ID_RE.match(self.snapshot_id):
             raise ValueError(f"snapshot_id {self.snapshot_id!r} is not a valid identifier")
         if self.network not in NETWORK_MODES:
-            raise ValueError(f"network must be one of {sorted(NETWORK_MODES)}, not {self.network!r}")
+            raise ValueError(
+                f"network must be one of {sorted(NETWORK_MODES)}, not {self.network!r}"
+            )
         # Normalise paths once so mounts compare equal across processes.
         object.__setattr__(self, "workspace_root", _abs(self.workspace_root))
         object.__setattr__(self, "home_dir", _abs(self.home_dir))
@@ -298,7 +309,7 @@ class SessionState:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "SessionState":
+    def from_dict(cls, data: Mapping[str, Any]) -> SessionState:
         return cls(
             backend=str(data["backend"]),
             container_id=data.get("container_id"),
@@ -353,7 +364,7 @@ class ExecStream(abc.ABC):
     def close(self) -> None:  # noqa: B027 - optional for backends with nothing to release
         pass
 
-    def __enter__(self) -> "ExecStream":
+    def __enter__(self) -> ExecStream:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -436,14 +447,16 @@ def wait_for_pid(run_dir: Path, timeout: float) -> int:
             if pid is not None:
                 return pid
         if time.monotonic() >= deadline:
-            raise SandboxError(f"the detached process for {run_dir.name} did not start within {timeout:g} s",
-                               hint=f"see {run_dir / RUN_STDERR_FILE}")
+            raise SandboxError(
+                f"the detached process for {run_dir.name} did not start within {timeout:g} s",
+                hint=f"see {run_dir / RUN_STDERR_FILE}",
+            )
         time.sleep(0.01)
 
 
 @dataclass(frozen=True)
 class Attached:
-    live: "LiveSession"
+    live: LiveSession
 
 
 @dataclass(frozen=True)
@@ -470,18 +483,35 @@ class LiveSession(abc.ABC):
         self.spec = spec
 
     @abc.abstractmethod
-    def exec_detached(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-                      cwd: str = CONTAINER_WORKSPACE, run_id: str) -> DetachedProcess:
+    def exec_detached(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str = CONTAINER_WORKSPACE,
+        run_id: str,
+    ) -> DetachedProcess:
         """Start `argv` in the background; output to runs/<run_id>/stdout|stderr, then exit_code."""
 
     @abc.abstractmethod
-    def exec(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-             cwd: str = CONTAINER_WORKSPACE, timeout: float = 60.0) -> ExecResult:
+    def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str = CONTAINER_WORKSPACE,
+        timeout: float = 60.0,
+    ) -> ExecResult:
         """Run a short command attached; raises ExecTimeout (after killing it) past `timeout`."""
 
     @abc.abstractmethod
-    def exec_stream(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-                    cwd: str = CONTAINER_WORKSPACE) -> ExecStream:
+    def exec_stream(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str = CONTAINER_WORKSPACE,
+    ) -> ExecStream:
         """Run a command and hand its output over as it comes."""
 
     @abc.abstractmethod
@@ -522,8 +552,9 @@ class SandboxBackend(abc.ABC):
         """Raise SandboxUnavailable (with its fix) when this backend cannot be used now."""
 
     @abc.abstractmethod
-    def create(self, spec: SandboxSpec, *, previous: SessionState | None = None
-               ) -> tuple[SessionState, LiveSession]:
+    def create(
+        self, spec: SandboxSpec, *, previous: SessionState | None = None
+    ) -> tuple[SessionState, LiveSession]:
         """Make a new sandbox for `spec`. With `previous` (a gone sandbox's state) it is the next
         generation of that session and must carry the same snapshot id."""
 
@@ -574,7 +605,9 @@ def prepare_host_dirs(spec: SandboxSpec, *, hand_over: bool = True) -> None:
     uid, gid = spec.user
     if not hand_over or not _should_chown(uid):
         return
-    _chown_tree(spec.workspace_root, uid, gid, skip_files_under=spec.workspace_root / ".git" / "objects")
+    _chown_tree(
+        spec.workspace_root, uid, gid, skip_files_under=spec.workspace_root / ".git" / "objects"
+    )
     _chown_tree(spec.home_dir, uid, gid)
     # Only the runs folder itself: each run's folder is handed over when a process starts in it.
     _chown_one(spec.runs_dir, uid, gid)

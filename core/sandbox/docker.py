@@ -11,7 +11,7 @@ import shutil
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +55,16 @@ LABEL_SESSION = "cairn.session"
 LABEL_SNAPSHOT = "cairn.snapshot"
 LABEL_GENERATION = "cairn.generation"
 LABEL_DATA_DIR = "cairn.data_dir"
-RESERVED_LABELS = frozenset({LABEL_MANAGED, LABEL_WORKSPACE, LABEL_SESSION, LABEL_SNAPSHOT,
-                             LABEL_GENERATION, LABEL_DATA_DIR})
+RESERVED_LABELS = frozenset(
+    {
+        LABEL_MANAGED,
+        LABEL_WORKSPACE,
+        LABEL_SESSION,
+        LABEL_SNAPSHOT,
+        LABEL_GENERATION,
+        LABEL_DATA_DIR,
+    }
+)
 
 DEFAULT_SOCKET = "/var/run/docker.sock"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -83,7 +91,9 @@ class DockerBackend(SandboxBackend):
         isolated=True,
     )
 
-    def __init__(self, data_dir: str | os.PathLike[str], *, base_url: str | None = None, client: Any = None):
+    def __init__(
+        self, data_dir: str | os.PathLike[str], *, base_url: str | None = None, client: Any = None
+    ):
         """`data_dir` is the Cairn data folder: its sandboxes carry it as a label, so two data folders
         never adopt each other's containers. `base_url` overrides DOCKER_HOST; `client` is a ready
         docker.DockerClient to use instead of connecting."""
@@ -120,20 +130,26 @@ class DockerBackend(SandboxBackend):
 
     def _unavailable(self, exc: BaseException) -> SandboxUnavailable:
         where = self._where()
-        socket_path = where[len("unix://"):] if where.startswith("unix://") else None
+        socket_path = where[len("unix://") :] if where.startswith("unix://") else None
         chain = exception_chain(exc)
         text = " ".join(str(e) for e in chain)
         if any(isinstance(e, PermissionError) for e in chain) or "Permission denied" in text:
             return SandboxUnavailable.permission_denied(socket_path or where)
         missing_socket = socket_path is not None and not os.path.exists(socket_path)
-        if (missing_socket and socket_path == DEFAULT_SOCKET
-                and shutil.which("dockerd") is None and shutil.which("docker") is None):
+        if (
+            missing_socket
+            and socket_path == DEFAULT_SOCKET
+            and shutil.which("dockerd") is None
+            and shutil.which("docker") is None
+        ):
             return SandboxUnavailable.not_installed()
         refused = any(isinstance(e, (FileNotFoundError, ConnectionRefusedError)) for e in chain)
         if missing_socket or refused or "Connection refused" in text or "No such file" in text:
             return SandboxUnavailable.not_running(where)
-        return SandboxUnavailable(f"Docker at {where} did not answer ({_first_line(text)})",
-                                  hint="check that the daemon runs: docker info")
+        return SandboxUnavailable(
+            f"Docker at {where} did not answer ({_first_line(text)})",
+            hint="check that the daemon runs: docker info",
+        )
 
     def check(self) -> None:
         try:
@@ -162,10 +178,14 @@ class DockerBackend(SandboxBackend):
         except docker.errors.NotFound as exc:
             raise ImageMissing(image) from exc
 
-    def labels_for(self, spec: SandboxSpec, generation: int, snapshot_id: str | None) -> dict[str, str]:
+    def labels_for(
+        self, spec: SandboxSpec, generation: int, snapshot_id: str | None
+    ) -> dict[str, str]:
         clash = RESERVED_LABELS & set(spec.labels)
         if clash:
-            raise ValueError(f"labels {sorted(clash)} are Cairn's own and cannot be given in a spec")
+            raise ValueError(
+                f"labels {sorted(clash)} are Cairn's own and cannot be given in a spec"
+            )
         return {
             **spec.labels,
             LABEL_MANAGED: "1",
@@ -176,8 +196,9 @@ class DockerBackend(SandboxBackend):
             LABEL_DATA_DIR: self.data_dir,
         }
 
-    def create(self, spec: SandboxSpec, *, previous: SessionState | None = None
-               ) -> tuple[SessionState, LiveSession]:
+    def create(
+        self, spec: SandboxSpec, *, previous: SessionState | None = None
+    ) -> tuple[SessionState, LiveSession]:
         import docker.errors
         import docker.types
 
@@ -191,7 +212,10 @@ class DockerBackend(SandboxBackend):
         limits = spec.limits
         cpus = min(float(limits.cpus), float(os.cpu_count() or 1))
         host_config = api.create_host_config(
-            mounts=[docker.types.Mount(m.target, m.source, type="bind", read_only=m.read_only) for m in mounts],
+            mounts=[
+                docker.types.Mount(m.target, m.source, type="bind", read_only=m.read_only)
+                for m in mounts
+            ],
             tmpfs={"/tmp": f"rw,nosuid,nodev,size={limits.tmp_bytes}", "/run": RUN_TMPFS_OPTIONS},
             read_only=True,
             cap_drop=["ALL"],
@@ -221,8 +245,10 @@ class DockerBackend(SandboxBackend):
             )
         except docker.errors.APIError as exc:
             if exc.status_code == 409:
-                raise Conflict(f"a sandbox named {name} already exists",
-                               hint="attach to it, or remove it before creating a new one") from exc
+                raise Conflict(
+                    f"a sandbox named {name} already exists",
+                    hint="attach to it, or remove it before creating a new one",
+                ) from exc
             if exc.status_code == 404:
                 raise ImageMissing(spec.image) from exc
             raise SandboxError(f"Docker refused to create {name}: {_api_message(exc)}") from exc
@@ -269,8 +295,14 @@ class DockerBackend(SandboxBackend):
         except docker.errors.NotFound:
             replaced = self._replacement(state)
             if replaced is not None:
-                return Mismatch([f"container {state.container_name} was replaced by another one ({replaced[:12]})"])
-            return Gone(f"container {state.container_name or ref} ({(state.container_id or '')[:12]}) no longer exists")
+                return Mismatch(
+                    [
+                        f"container {state.container_name} was replaced by another one ({replaced[:12]})"
+                    ]
+                )
+            return Gone(
+                f"container {state.container_name or ref} ({(state.container_id or '')[:12]}) no longer exists"
+            )
         reasons = self.compare(info, state, spec)
         if reasons:
             return Mismatch(reasons)
@@ -278,8 +310,10 @@ class DockerBackend(SandboxBackend):
             api.start(info["Id"])
             info = api.inspect_container(info["Id"])
             if not info["State"]["Running"]:
-                raise SandboxError(f"{state.container_name} did not stay up after a restart: "
-                                   f"{info['State'].get('Error') or 'exit code ' + str(info['State'].get('ExitCode'))}")
+                raise SandboxError(
+                    f"{state.container_name} did not stay up after a restart: "
+                    f"{info['State'].get('Error') or 'exit code ' + str(info['State'].get('ExitCode'))}"
+                )
         return Attached(DockerLiveSession(self, state, spec, info["Id"]))
 
     def _replacement(self, state: SessionState) -> str | None:
@@ -298,11 +332,17 @@ class DockerBackend(SandboxBackend):
         reasons: list[str] = []
         actual_image = info.get("Image")
         if actual_image != state.image_digest:
-            reasons.append(f"image differs: container runs {actual_image}, the state records {state.image_digest}")
+            reasons.append(
+                f"image differs: container runs {actual_image}, the state records {state.image_digest}"
+            )
         if spec.image.startswith("sha256:") and spec.image != actual_image:
-            reasons.append(f"image differs: container runs {actual_image}, the spec asks for {spec.image}")
+            reasons.append(
+                f"image differs: container runs {actual_image}, the spec asks for {spec.image}"
+            )
         if spec.snapshot_id != state.snapshot_id:
-            reasons.append(f"snapshot differs: the state carries {state.snapshot_id}, the spec {spec.snapshot_id}")
+            reasons.append(
+                f"snapshot differs: the state carries {state.snapshot_id}, the spec {spec.snapshot_id}"
+            )
         actual_labels = (info.get("Config") or {}).get("Labels") or {}
         for key, want in self.labels_for(spec, state.generation, state.snapshot_id).items():
             have = actual_labels.get(key)
@@ -315,20 +355,28 @@ class DockerBackend(SandboxBackend):
         }
         for label, expected in (("state", set(state.mounts)), ("spec", set(spec.mounts()))):
             for m in sorted(expected - actual_mounts, key=lambda m: m.target):
-                reasons.append(f"mount {m.source} -> {m.target} ({'ro' if m.read_only else 'rw'}) "
-                               f"from the {label} is not on the container")
+                reasons.append(
+                    f"mount {m.source} -> {m.target} ({'ro' if m.read_only else 'rw'}) "
+                    f"from the {label} is not on the container"
+                )
             for m in sorted(actual_mounts - expected, key=lambda m: m.target):
-                reasons.append(f"mount {m.source} -> {m.target} ({'ro' if m.read_only else 'rw'}) "
-                               f"on the container is not in the {label}")
+                reasons.append(
+                    f"mount {m.source} -> {m.target} ({'ro' if m.read_only else 'rw'}) "
+                    f"on the container is not in the {label}"
+                )
         uid, gid = spec.user
         actual_user = (info.get("Config") or {}).get("User")
         if actual_user != f"{uid}:{gid}":
-            reasons.append(f"user differs: container runs as {actual_user!r}, the spec asks for {uid}:{gid}")
+            reasons.append(
+                f"user differs: container runs as {actual_user!r}, the spec asks for {uid}:{gid}"
+            )
         want_network = "bridge" if spec.network == "open" else "none"
         actual_network = (info.get("HostConfig") or {}).get("NetworkMode")
         if actual_network != want_network:
-            reasons.append(f"network differs: container has {actual_network!r}, the spec asks for "
-                           f"{spec.network!r} ({want_network})")
+            reasons.append(
+                f"network differs: container has {actual_network!r}, the spec asks for "
+                f"{spec.network!r} ({want_network})"
+            )
         return list(dict.fromkeys(reasons))
 
     # --- listing and removal ----------------------------------------------------------------
@@ -341,17 +389,19 @@ class DockerBackend(SandboxBackend):
         for c in self.api.containers(all=True, filters=self._filters()):
             labels = c.get("Labels") or {}
             generation = labels.get(LABEL_GENERATION)
-            out.append(SessionSummary(
-                container_id=c["Id"],
-                container_name=(c.get("Names") or ["/"])[0].lstrip("/"),
-                workspace_id=labels.get(LABEL_WORKSPACE),
-                session_id=labels.get(LABEL_SESSION),
-                snapshot_id=labels.get(LABEL_SNAPSHOT) or None,
-                generation=int(generation) if generation and generation.isdigit() else None,
-                status=c.get("State") or "unknown",
-                image=c.get("ImageID") or c.get("Image") or "",
-                created=datetime.fromtimestamp(c.get("Created", 0), tz=timezone.utc),
-            ))
+            out.append(
+                SessionSummary(
+                    container_id=c["Id"],
+                    container_name=(c.get("Names") or ["/"])[0].lstrip("/"),
+                    workspace_id=labels.get(LABEL_WORKSPACE),
+                    session_id=labels.get(LABEL_SESSION),
+                    snapshot_id=labels.get(LABEL_SNAPSHOT) or None,
+                    generation=int(generation) if generation and generation.isdigit() else None,
+                    status=c.get("State") or "unknown",
+                    image=c.get("ImageID") or c.get("Image") or "",
+                    created=datetime.fromtimestamp(c.get("Created", 0), tz=UTC),
+                )
+            )
         return sorted(out, key=lambda s: s.created)
 
     def remove(self, container_id_or_name: str) -> bool:
@@ -363,8 +413,10 @@ class DockerBackend(SandboxBackend):
             return False
         labels = (info.get("Config") or {}).get("Labels") or {}
         if labels.get(LABEL_MANAGED) != "1" or labels.get(LABEL_DATA_DIR) != self.data_dir:
-            raise SandboxError(f"{container_id_or_name} is not a sandbox of this Cairn data folder; "
-                               "Cairn leaves it alone")
+            raise SandboxError(
+                f"{container_id_or_name} is not a sandbox of this Cairn data folder; "
+                "Cairn leaves it alone"
+            )
         try:
             self.api.remove_container(info["Id"], force=True)
         except docker.errors.NotFound:
@@ -398,7 +450,9 @@ class DockerExecStream(ExecStream):
 class DockerLiveSession(LiveSession):
     """A running container of this backend."""
 
-    def __init__(self, backend: DockerBackend, state: SessionState, spec: SandboxSpec, container_id: str):
+    def __init__(
+        self, backend: DockerBackend, state: SessionState, spec: SandboxSpec, container_id: str
+    ):
         super().__init__(state, spec)
         self.backend = backend
         self.container_id = container_id
@@ -415,13 +469,26 @@ class DockerLiveSession(LiveSession):
         if not argv:
             raise ValueError("an exec needs a command")
         created = self._api.exec_create(
-            self.container_id, cmd=[str(a) for a in argv], stdout=True, stderr=True, stdin=False, tty=False,
-            user=self._user(), environment=check_env(env), workdir=cwd,
+            self.container_id,
+            cmd=[str(a) for a in argv],
+            stdout=True,
+            stderr=True,
+            stdin=False,
+            tty=False,
+            user=self._user(),
+            environment=check_env(env),
+            workdir=cwd,
         )
         return created["Id"]
 
-    def exec_detached(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-                      cwd: str = CONTAINER_WORKSPACE, run_id: str) -> DetachedProcess:
+    def exec_detached(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str = CONTAINER_WORKSPACE,
+        run_id: str,
+    ) -> DetachedProcess:
         check_run_id(run_id)
         run_dir = self.spec.run_dir(run_id)
         uid, gid = self.spec.user
@@ -439,20 +506,39 @@ class DockerLiveSession(LiveSession):
             if now >= next_inspect:
                 # An exec that cannot start at all (no such cwd, no sh) never writes its pid file.
                 info = self._api.exec_inspect(exec_id)
-                if not info.get("Running") and info.get("ExitCode") is not None and read_pid(run_dir) is None:
-                    raise SandboxError(f"run {run_id} could not start in {self.state.container_name} "
-                                       f"(exit code {info.get('ExitCode')}; is {cwd} there?)")
+                if (
+                    not info.get("Running")
+                    and info.get("ExitCode") is not None
+                    and read_pid(run_dir) is None
+                ):
+                    raise SandboxError(
+                        f"run {run_id} could not start in {self.state.container_name} "
+                        f"(exit code {info.get('ExitCode')}; is {cwd} there?)"
+                    )
                 next_inspect = now + 0.2
             if now >= deadline:
-                raise SandboxError(f"run {run_id} did not start within {DETACHED_START_TIMEOUT_S} s")
+                raise SandboxError(
+                    f"run {run_id} did not start within {DETACHED_START_TIMEOUT_S} s"
+                )
             time.sleep(0.005)
 
-    def exec_stream(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-                    cwd: str = CONTAINER_WORKSPACE) -> ExecStream:
+    def exec_stream(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str = CONTAINER_WORKSPACE,
+    ) -> ExecStream:
         return DockerExecStream(self._api, self._exec_create(argv, env, cwd))
 
-    def exec(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-             cwd: str = CONTAINER_WORKSPACE, timeout: float = 60.0) -> ExecResult:
+    def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str = CONTAINER_WORKSPACE,
+        timeout: float = 60.0,
+    ) -> ExecResult:
         stream = DockerExecStream(self._api, self._exec_create(argv, env, cwd))
         out: list[bytes] = []
         err: list[bytes] = []
@@ -474,7 +560,9 @@ class DockerLiveSession(LiveSession):
             raise ExecTimeout(argv, timeout, stdout=_text(out), stderr=_text(err))
         if failure:
             raise failure[0]
-        return ExecResult(stream.exit_code if stream.exit_code is not None else -1, _text(out), _text(err))
+        return ExecResult(
+            stream.exit_code if stream.exit_code is not None else -1, _text(out), _text(err)
+        )
 
     def _kill_exec(self, exec_id: str) -> None:
         """Kill a timed-out exec and its process group (each exec leads its own session)."""
@@ -483,7 +571,15 @@ class DockerLiveSession(LiveSession):
             return
         ns_pid = _namespaced_pid(host_pid)
         if ns_pid is not None:
-            self._quiet_exec(["sh", "-c", 'kill -s KILL -- "-$1" 2>/dev/null || kill -s KILL "$1"', "sh", str(ns_pid)])
+            self._quiet_exec(
+                [
+                    "sh",
+                    "-c",
+                    'kill -s KILL -- "-$1" 2>/dev/null || kill -s KILL "$1"',
+                    "sh",
+                    str(ns_pid),
+                ]
+            )
             return
         try:
             os.kill(host_pid, 9)
@@ -523,7 +619,9 @@ class DockerLiveSession(LiveSession):
         running = bool(info["State"].get("Running"))
         out: dict[str, Any] = {
             "running": running,
-            "uptime_s": (datetime.now(timezone.utc) - started).total_seconds() if running and started else None,
+            "uptime_s": (datetime.now(UTC) - started).total_seconds()
+            if running and started
+            else None,
             "cpu_percent": None,
             "memory_bytes": None,
             "memory_limit_bytes": (info.get("HostConfig") or {}).get("Memory") or None,
@@ -534,16 +632,23 @@ class DockerLiveSession(LiveSession):
         # Docker takes two samples for the cpu figure: this call lasts about a second.
         raw = self._api.stats(self.container_id, stream=False)
         cpu, pre = raw.get("cpu_stats") or {}, raw.get("precpu_stats") or {}
-        cpu_delta = ((cpu.get("cpu_usage") or {}).get("total_usage", 0)
-                     - (pre.get("cpu_usage") or {}).get("total_usage", 0))
+        cpu_delta = (cpu.get("cpu_usage") or {}).get("total_usage", 0) - (
+            pre.get("cpu_usage") or {}
+        ).get("total_usage", 0)
         system_delta = cpu.get("system_cpu_usage", 0) - pre.get("system_cpu_usage", 0)
-        online = cpu.get("online_cpus") or len((cpu.get("cpu_usage") or {}).get("percpu_usage") or []) or 1
+        online = (
+            cpu.get("online_cpus")
+            or len((cpu.get("cpu_usage") or {}).get("percpu_usage") or [])
+            or 1
+        )
         if system_delta > 0 and cpu_delta >= 0:
             out["cpu_percent"] = round(cpu_delta / system_delta * online * 100.0, 2)
         mem = raw.get("memory_stats") or {}
         if "usage" in mem:
             details = mem.get("stats") or {}
-            cache = details.get("total_inactive_file", details.get("inactive_file", details.get("cache", 0)))
+            cache = details.get(
+                "total_inactive_file", details.get("inactive_file", details.get("cache", 0))
+            )
             out["memory_bytes"] = max(0, int(mem["usage"]) - int(cache or 0))
         out["pids"] = (raw.get("pids_stats") or {}).get("current")
         return out
@@ -595,7 +700,7 @@ def _namespaced_pid(host_pid: int) -> int | None:
 def _image_path(image: Mapping[str, Any]) -> str:
     for item in (image.get("Config") or {}).get("Env") or []:
         if item.startswith("PATH="):
-            return item[len("PATH="):]
+            return item[len("PATH=") :]
     return DEFAULT_PATH
 
 
@@ -621,7 +726,6 @@ def _parse_docker_time(value: str | None) -> datetime | None:
         head, frac = text.split(".", 1)
         text = f"{head}.{frac[:6]}"
     try:
-        return datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
+        return datetime.fromisoformat(text).replace(tzinfo=UTC)
     except ValueError:
         return None
-

@@ -45,6 +45,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
 from core.launch import python_command, resource_path, stop_process
 from core.locks import flock_holder_pid
 
@@ -260,7 +261,13 @@ class ProxyRequestError(ValueError):
         self.requested = requested
 
 
-_HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate"}
+_HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "proxy-authenticate",
+}
 
 
 def parse_proxy_request(head: bytes) -> ProxyRequest:
@@ -296,7 +303,9 @@ def parse_proxy_request(head: bytes) -> ProxyRequest:
 
     scheme, sep, rest = target.partition("://")
     if not sep:
-        raise ProxyRequestError(400, "not a proxy request (use an absolute http:// URL or CONNECT)", target)
+        raise ProxyRequestError(
+            400, "not a proxy request (use an absolute http:// URL or CONNECT)", target
+        )
     if scheme.lower() != "http":
         raise ProxyRequestError(400, f"{scheme}:// needs CONNECT", target)
     split = min((rest.find(c) for c in "/?#" if c in rest), default=len(rest))
@@ -320,7 +329,9 @@ def parse_proxy_request(head: bytes) -> ProxyRequest:
     kept = [("Host", authority)] + [(n, v) for n, v in headers if n.lower() not in dropped]
     kept.append(("Connection", "close"))
     upstream = [f"{method} {path} {version}"] + [f"{n}: {v}" for n, v in kept]
-    return ProxyRequest("http", destination, authority, ("\r\n".join(upstream) + "\r\n\r\n").encode("ascii"))
+    return ProxyRequest(
+        "http", destination, authority, ("\r\n".join(upstream) + "\r\n\r\n").encode("ascii")
+    )
 
 
 def _destination_or_400(text: str, default_port: int | None) -> Destination:
@@ -389,7 +400,9 @@ def read_policy(path: os.PathLike | str) -> tuple[Allowlist, str | None]:
     return Allowlist(data["allow"]), session if isinstance(session, str) else None
 
 
-def write_policy(path: os.PathLike | str, allow: Iterable[str], session: str | None = None) -> Allowlist:
+def write_policy(
+    path: os.PathLike | str, allow: Iterable[str], session: str | None = None
+) -> Allowlist:
     """Validate `allow` and replace the policy file atomically (a reader sees old or new, whole)."""
     allowlist = Allowlist(allow)
     path = Path(path)
@@ -549,7 +562,9 @@ class EgressProxy:
             allowlist, session = read_policy(self.policy_path)
         except (OSError, ValueError) as exc:
             if not fail_closed:
-                raise EgressError(f"cannot read the egress policy {self.policy_path}: {exc}") from None
+                raise EgressError(
+                    f"cannot read the egress policy {self.policy_path}: {exc}"
+                ) from None
             self._policy_stamp = stamp
             self.log.write("policy_error", error=str(exc), allow=[])
             return Allowlist()
@@ -659,8 +674,12 @@ class EgressProxy:
             self._loop.add_signal_handler(signal.SIGHUP, self.reload)
             self._loop.add_signal_handler(signal.SIGTERM, self._stopping.set)
             self._loop.add_signal_handler(signal.SIGINT, self._stopping.set)
-        server = await asyncio.start_unix_server(self._handle, sock=self._listener, limit=HTTP_HEAD_LIMIT)
-        self.log.write("start", pid=os.getpid(), socket=str(self.paths.socket), allow=self._allowlist.entries)
+        server = await asyncio.start_unix_server(
+            self._handle, sock=self._listener, limit=HTTP_HEAD_LIMIT
+        )
+        self.log.write(
+            "start", pid=os.getpid(), socket=str(self.paths.socket), allow=self._allowlist.entries
+        )
         if ready is not None:
             ready()
         try:
@@ -687,7 +706,9 @@ class EgressProxy:
                 ready.set()
 
         self.bind()
-        self._thread = threading.Thread(target=run, name=f"egress-proxy-{self.session}", daemon=True)
+        self._thread = threading.Thread(
+            target=run, name=f"egress-proxy-{self.session}", daemon=True
+        )
         self._thread.start()
         ready.wait(START_TIMEOUT_S)
         if self._thread_error is not None:
@@ -752,7 +773,9 @@ class EgressProxy:
                 connection.kind = request.kind
                 connection.destination = request.destination
                 self._check(request.destination)
-                upstream_reader, upstream = await self._open_upstream(connection, http=True, writer=writer)
+                upstream_reader, upstream = await self._open_upstream(
+                    connection, http=True, writer=writer
+                )
                 self._check(request.destination)
                 if request.kind == "connect":
                     writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
@@ -981,7 +1004,12 @@ def start_detached(
             # The child forks the server and exits when it listens (or has failed): no zombie is
             # left behind for this process to reap, and no pipe stays open to wait on.
             result = subprocess.run(
-                argv, stdin=subprocess.DEVNULL, stdout=output, stderr=output, cwd="/", timeout=timeout
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=output,
+                cwd="/",
+                timeout=timeout,
             )
         except subprocess.TimeoutExpired:
             stop(paths.socket)  # in case the server got as far as serving after all
@@ -994,7 +1022,9 @@ def start_detached(
         raise EgressError(f"the egress proxy failed to start: {_tail(paths.stderr_file)}")
     pid = running_pid(paths.socket)
     if pid is None:
-        raise EgressError(f"the egress proxy exited right after starting: {_tail(paths.stderr_file)}")
+        raise EgressError(
+            f"the egress proxy exited right after starting: {_tail(paths.stderr_file)}"
+        )
     return pid
 
 
@@ -1134,12 +1164,17 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="an allowed destination (repeatable); written to the policy file",
     )
     parser.add_argument(
-        "--policy", help="the JSON policy file, re-read on SIGHUP (default: beside the socket's folder)"
+        "--policy",
+        help="the JSON policy file, re-read on SIGHUP (default: beside the socket's folder)",
     )
     parser.add_argument("--log", required=True, help="the JSON-lines connection log")
     parser.add_argument("--session", help="the session name written in each log line")
-    parser.add_argument("--pid-file", help="held locked while serving (default: beside the socket's folder)")
-    parser.add_argument("--detach", action="store_true", help="fork into a new session; exit once listening")
+    parser.add_argument(
+        "--pid-file", help="held locked while serving (default: beside the socket's folder)"
+    )
+    parser.add_argument(
+        "--detach", action="store_true", help="fork into a new session; exit once listening"
+    )
     return parser.parse_args(argv)
 
 

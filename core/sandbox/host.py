@@ -66,7 +66,9 @@ class HostBackend(SandboxBackend):
         isolated=False,
     )
 
-    def __init__(self, data_dir: str | os.PathLike[str] | None = None, *, allow_unsafe: bool = False):
+    def __init__(
+        self, data_dir: str | os.PathLike[str] | None = None, *, allow_unsafe: bool = False
+    ):
         if not allow_unsafe:
             raise UnsafeBackendRefused(
                 "the host backend runs agents without any isolation",
@@ -78,8 +80,9 @@ class HostBackend(SandboxBackend):
         if not os.access(SHELL, os.X_OK):
             raise SandboxError(f"{SHELL} is missing; the host backend needs a POSIX shell")
 
-    def create(self, spec: SandboxSpec, *, previous: SessionState | None = None
-               ) -> tuple[SessionState, LiveSession]:
+    def create(
+        self, spec: SandboxSpec, *, previous: SessionState | None = None
+    ) -> tuple[SessionState, LiveSession]:
         self._check_network(spec)
         generation = next_generation(spec, previous)
         prepare_host_dirs(spec, hand_over=False)
@@ -108,11 +111,15 @@ class HostBackend(SandboxBackend):
             return Gone(f"workspace folder {spec.workspace_root} no longer exists")
         reasons = []
         if spec.snapshot_id != state.snapshot_id:
-            reasons.append(f"snapshot differs: the state carries {state.snapshot_id}, the spec {spec.snapshot_id}")
+            reasons.append(
+                f"snapshot differs: the state carries {state.snapshot_id}, the spec {spec.snapshot_id}"
+            )
         differing = set(state.mounts) ^ set(spec.mounts())
         if differing:
-            reasons.append("folders differ between the state and the spec: "
-                           + ", ".join(sorted(f"{m.target}={m.source}" for m in differing)))
+            reasons.append(
+                "folders differ between the state and the spec: "
+                + ", ".join(sorted(f"{m.target}={m.source}" for m in differing))
+            )
         if spec.network not in self.capabilities.network_modes:
             reasons.append(f"network differs: the host is open, the spec asks for {spec.network!r}")
         if reasons:
@@ -163,7 +170,9 @@ class HostLiveSession(LiveSession):
         super().__init__(state, spec)
         self._started = time.monotonic()
         self._children: dict[int, subprocess.Popen] = {}
-        self._path_map = sorted(((m.target, m.source) for m in state.mounts), key=lambda p: -len(p[0]))
+        self._path_map = sorted(
+            ((m.target, m.source) for m in state.mounts), key=lambda p: -len(p[0])
+        )
 
     def visible_path(self, sandbox_path: str) -> str:
         return self.host_path(sandbox_path)
@@ -172,7 +181,7 @@ class HostLiveSession(LiveSession):
         """The host path for a path as the sandbox would name it (/workspace/..., /cairn/runs/...)."""
         for target, source in self._path_map:
             if sandbox_path == target or sandbox_path.startswith(target + "/"):
-                return source + sandbox_path[len(target):]
+                return source + sandbox_path[len(target) :]
         return sandbox_path
 
     def _env(self, env: Mapping[str, str] | None) -> dict[str, str]:
@@ -198,42 +207,76 @@ class HostLiveSession(LiveSession):
             if proc.poll() is not None:
                 del self._children[pid]
 
-    def exec_detached(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-                      cwd: str = CONTAINER_WORKSPACE, run_id: str) -> DetachedProcess:
+    def exec_detached(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str = CONTAINER_WORKSPACE,
+        run_id: str,
+    ) -> DetachedProcess:
         check_run_id(run_id)
         run_dir = self.spec.run_dir(run_id)
         reset_run_dir(run_dir, os.getuid(), os.getgid())
         proc = subprocess.Popen(
             [SHELL, "-c", DETACHED_WRAPPER, "cairn-run", str(run_dir), *self._argv(argv)],
-            cwd=self._cwd(cwd), env=self._env(env),
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True, close_fds=True,
+            cwd=self._cwd(cwd),
+            env=self._env(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
         )
         self._children[proc.pid] = proc
         pid = wait_for_pid(run_dir, DETACHED_START_TIMEOUT_S)
         return DetachedProcess(run_id=run_id, pid=pid, run_dir=run_dir)
 
-    def _popen_piped(self, argv: Sequence[str], env: Mapping[str, str] | None, cwd: str) -> subprocess.Popen:
+    def _popen_piped(
+        self, argv: Sequence[str], env: Mapping[str, str] | None, cwd: str
+    ) -> subprocess.Popen:
         return subprocess.Popen(
-            self._argv(argv), cwd=self._cwd(cwd), env=self._env(env),
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True, close_fds=True,
+            self._argv(argv),
+            cwd=self._cwd(cwd),
+            env=self._env(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            close_fds=True,
         )
 
-    def exec(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-             cwd: str = CONTAINER_WORKSPACE, timeout: float = 60.0) -> ExecResult:
+    def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str = CONTAINER_WORKSPACE,
+        timeout: float = 60.0,
+    ) -> ExecResult:
         proc = self._popen_piped(argv, env, cwd)
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             _kill_group(proc.pid, signal.SIGKILL)
             out, err = proc.communicate()
-            raise ExecTimeout(argv, timeout, stdout=out.decode(errors="replace"),
-                              stderr=err.decode(errors="replace")) from None
-        return ExecResult(proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"))
+            raise ExecTimeout(
+                argv,
+                timeout,
+                stdout=out.decode(errors="replace"),
+                stderr=err.decode(errors="replace"),
+            ) from None
+        return ExecResult(
+            proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+        )
 
-    def exec_stream(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-                    cwd: str = CONTAINER_WORKSPACE) -> ExecStream:
+    def exec_stream(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str = CONTAINER_WORKSPACE,
+    ) -> ExecStream:
         return HostExecStream(self._popen_piped(argv, env, cwd))
 
     def process_alive(self, pid: int, *, run_id: str | None = None) -> bool:
@@ -303,4 +346,3 @@ def _kill_group(pid: int, signum: int) -> bool:
         return True
     except (ProcessLookupError, PermissionError):
         return False
-

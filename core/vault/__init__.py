@@ -18,7 +18,7 @@ from core.vault.objects import Commit, ObjectStore, run_git
 # Switch off every conversion between files and blobs: the vault records bytes as they are.
 _INFO_ATTRIBUTES = "* -text -eol -filter -ident -working-tree-encoding\n"
 _CONFIG = {
-    "gc.auto": "0",            # never repack or prune behind our back
+    "gc.auto": "0",  # never repack or prune behind our back
     "core.logAllRefUpdates": "false",
     "core.autocrlf": "false",
     "receive.denyDeletes": "true",
@@ -47,11 +47,14 @@ class RevisionInfo:
     files_changed: int
 
     @classmethod
-    def parse(cls, commit: Commit) -> "RevisionInfo":
+    def parse(cls, commit: Commit) -> RevisionInfo:
         run = commit.trailer("Cairn-Run")
-        return cls(commit, commit.trailer("Cairn-Trigger") or "base",
-                   None if run in (None, "", "-") else run,
-                   int(commit.trailer("Cairn-Files-Changed") or 0))
+        return cls(
+            commit,
+            commit.trailer("Cairn-Trigger") or "base",
+            None if run in (None, "", "-") else run,
+            int(commit.trailer("Cairn-Files-Changed") or 0),
+        )
 
 
 class Vault:
@@ -64,7 +67,7 @@ class Vault:
         self.objects = ObjectStore(self.git_dir)
 
     @classmethod
-    def open_or_create(cls, git_dir: Path) -> "Vault":
+    def open_or_create(cls, git_dir: Path) -> Vault:
         git_dir = Path(git_dir)
         if not (git_dir / "objects").is_dir():
             git_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -82,6 +85,7 @@ class Vault:
                 # Someone else created it first; theirs is as good as ours.
                 run_git(["--git-dir", str(tmp), "--version"], check=False)
                 import shutil
+
                 shutil.rmtree(tmp, ignore_errors=True)
         return cls(git_dir)
 
@@ -90,24 +94,40 @@ class Vault:
 
     # -- revisions -----------------------------------------------------------------------------
 
-    def commit_revision(self, workspace_id: str, tree: str, parent: str | None, *, trigger: str,
-                        run_id: str | None = None, files_changed: int = 0,
-                        timestamp: float | None = None) -> str:
+    def commit_revision(
+        self,
+        workspace_id: str,
+        tree: str,
+        parent: str | None,
+        *,
+        trigger: str,
+        run_id: str | None = None,
+        files_changed: int = 0,
+        timestamp: float | None = None,
+    ) -> str:
         """Write a revision commit on the workspace's revision ref (which must still be `parent`)."""
-        message = (f"Cairn revision ({trigger})\n\n"
-                   f"Cairn-Workspace: {workspace_id}\n"
-                   f"Cairn-Trigger: {trigger}\n"
-                   f"Cairn-Run: {run_id or '-'}\n"
-                   f"Cairn-Files-Changed: {files_changed}\n")
-        sha = self.objects.write_commit(tree, [parent] if parent else [], message,
-                                        timestamp=timestamp if timestamp is not None else time.time())
+        message = (
+            f"Cairn revision ({trigger})\n\n"
+            f"Cairn-Workspace: {workspace_id}\n"
+            f"Cairn-Trigger: {trigger}\n"
+            f"Cairn-Run: {run_id or '-'}\n"
+            f"Cairn-Files-Changed: {files_changed}\n"
+        )
+        sha = self.objects.write_commit(
+            tree,
+            [parent] if parent else [],
+            message,
+            timestamp=timestamp if timestamp is not None else time.time(),
+        )
         self.objects.update_ref(revisions_ref(workspace_id), sha, old=parent)
         return sha
 
     def revision_head(self, workspace_id: str) -> str | None:
         return self.objects.read_ref(revisions_ref(workspace_id))
 
-    def revision_chain(self, workspace_id: str, stop_at: set[str] | None = None) -> list[RevisionInfo]:
+    def revision_chain(
+        self, workspace_id: str, stop_at: set[str] | None = None
+    ) -> list[RevisionInfo]:
         """The workspace's revisions, oldest first (walking parents until `stop_at` or the root)."""
         out = []
         sha = self.revision_head(workspace_id)

@@ -31,8 +31,11 @@ class IgnoreRules:
     def _spec(self, folder: str) -> pathspec.GitIgnoreSpec | None:
         if folder in self._specs:
             return self._specs[folder]
-        path = os.path.join(self.root, folder, ".gitignore") if folder else \
-            os.path.join(self.root, ".gitignore")
+        path = (
+            os.path.join(self.root, folder, ".gitignore")
+            if folder
+            else os.path.join(self.root, ".gitignore")
+        )
         spec = None
         try:
             with open(path, "rb") as f:
@@ -56,7 +59,7 @@ class IgnoreRules:
             spec = self._spec(folder)
             if spec is None:
                 continue
-            sub = probe[len(folder) + 1:] if folder else probe
+            sub = probe[len(folder) + 1 :] if folder else probe
             result = spec.check_file(sub)
             if result.include is not None:
                 return bool(result.include)

@@ -29,15 +29,16 @@ _GIT_WARNING = re.compile(rb"^warning: could not open directory '(.*)': (.*)$", 
 
 @dataclass
 class ImportResult:
-    kind: str                 # "git" | "plain"
-    head_commit: str | None   # the user's HEAD commit (None for a plain folder or an unborn branch)
-    head_branch: str | None   # the user's current branch, if any
-    base_commit: str          # a Cairn commit whose tree is the folder as imported
+    kind: str  # "git" | "plain"
+    head_commit: str | None  # the user's HEAD commit (None for a plain folder or an unborn branch)
+    head_branch: str | None  # the user's current branch, if any
+    base_commit: str  # a Cairn commit whose tree is the folder as imported
     base_tree: str
     files: int
 
 
 # -- validating the dropped path -------------------------------------------------------------------
+
 
 def check_importable(folder: Path, data_dir: DataDir) -> Path:
     """Resolve `folder` and make sure Cairn can import it; raise InputError (one line) if not."""
@@ -48,8 +49,9 @@ def check_importable(folder: Path, data_dir: DataDir) -> Path:
     if data_root in path.parents:
         raise InputError(f"{path} is inside Cairn's data folder ({data_root})")
     if path in data_root.parents:
-        raise InputError(f"{path} contains Cairn's data folder ({data_root}); choose a folder that "
-                         "does not")
+        raise InputError(
+            f"{path} contains Cairn's data folder ({data_root}); choose a folder that does not"
+        )
     return path
 
 
@@ -78,6 +80,7 @@ def _resolve_folder(folder: Path) -> Path:
 
 # -- importing -------------------------------------------------------------------------------------
 
+
 def import_folder(vault: Vault, folder: Path) -> ImportResult:
     """Record `folder` in `vault` and return its base commit; the folder is only ever read.
 
@@ -97,8 +100,8 @@ class _Listing:
 
     files: dict[str, tuple[str, os.stat_result | None, str | None]] = field(default_factory=dict)
     # rel → (mode, lstat for files read from disk, blob/commit id for index-only entries)
-    dirs: set[str] = field(default_factory=set)       # folders to keep even when empty
-    nested: list[str] = field(default_factory=list)   # untracked repositories: scanned as files
+    dirs: set[str] = field(default_factory=set)  # folders to keep even when empty
+    nested: list[str] = field(default_factory=list)  # untracked repositories: scanned as files
     problems: list[str] = field(default_factory=list)
 
 
@@ -158,8 +161,9 @@ def _import_git(vault: Vault, folder: Path) -> ImportResult:
     return ImportResult("git", head, branch, commit, tree, files)
 
 
-def _graft_scan(index: TreeIndex, objects: ObjectStore, folder: Path, rel: str,
-                problems: list[str]) -> None:
+def _graft_scan(
+    index: TreeIndex, objects: ObjectStore, folder: Path, rel: str, problems: list[str]
+) -> None:
     """Record an untracked repository inside the folder as plain files, under its own ignore
     rules (the way the workspace's recorder will see it: its `.git` left out)."""
     sub = TreeIndex()
@@ -171,15 +175,18 @@ def _graft_scan(index: TreeIndex, objects: ObjectStore, folder: Path, rel: str,
         index.set_file(f"{rel}/{sub_rel}", FileRecord(record.mode, record.sha))
 
 
-def _write_base(vault: Vault, tree: str, head: str | None, *, kind: str, branch: str | None,
-                files: int) -> str:
-    message = (f"Cairn base ({kind} import)\n\n"
-               f"Cairn-Trigger: base\n"
-               f"Cairn-Run: -\n"
-               f"Cairn-Import: {kind}\n"
-               f"Cairn-Head: {head or '-'}\n"
-               f"Cairn-Branch: {branch or '-'}\n"
-               f"Cairn-Files: {files}\n")
+def _write_base(
+    vault: Vault, tree: str, head: str | None, *, kind: str, branch: str | None, files: int
+) -> str:
+    message = (
+        f"Cairn base ({kind} import)\n\n"
+        f"Cairn-Trigger: base\n"
+        f"Cairn-Run: -\n"
+        f"Cairn-Import: {kind}\n"
+        f"Cairn-Head: {head or '-'}\n"
+        f"Cairn-Branch: {branch or '-'}\n"
+        f"Cairn-Files: {files}\n"
+    )
     commit = vault.objects.write_commit(tree, [head] if head else [], message)
     vault.objects.sync()
     return commit
@@ -189,10 +196,23 @@ def _fetch_head(vault: Vault, folder: Path, head: str) -> None:
     """Copy the objects of the user's HEAD into the vault, through a ref that is dropped again."""
     temp_ref = f"{IMPORTS_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
     try:
-        run_git(["--git-dir", str(vault.git_dir), "-c", "maintenance.auto=false", "fetch",
-                 "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules", "--quiet",
-                 "--update-shallow", str(folder), f"+{head}:{temp_ref}"],
-                env=git_env(GIT_PROTOCOL="version=2"))
+        run_git(
+            [
+                "--git-dir",
+                str(vault.git_dir),
+                "-c",
+                "maintenance.auto=false",
+                "fetch",
+                "--no-tags",
+                "--no-write-fetch-head",
+                "--no-recurse-submodules",
+                "--quiet",
+                "--update-shallow",
+                str(folder),
+                f"+{head}:{temp_ref}",
+            ],
+            env=git_env(GIT_PROTOCOL="version=2"),
+        )
     except VaultError as exc:
         raise InputError(f"the history of {folder} cannot be read: {exc}") from None
     finally:
@@ -213,6 +233,7 @@ def _remove_empty_ref_dirs(vault: Vault, ref: str) -> None:
 
 # -- reading the user's repository ---------------------------------------------------------------
 
+
 def _user_env() -> dict[str, str]:
     """The person's own git setup (their excludes apply), minus anything that could write."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
@@ -227,10 +248,15 @@ class _UserRepo:
         self.folder = folder
         self.env = _user_env()
 
-    def git(self, args: list[str], *, input: bytes | None = None,
-            ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess:
-        proc = subprocess.run(["git", "-C", str(self.folder), "-c", "core.fsmonitor=false", *args],
-                              input=input, capture_output=True, env=self.env)
+    def git(
+        self, args: list[str], *, input: bytes | None = None, ok: tuple[int, ...] = (0,)
+    ) -> subprocess.CompletedProcess:
+        proc = subprocess.run(
+            ["git", "-C", str(self.folder), "-c", "core.fsmonitor=false", *args],
+            input=input,
+            capture_output=True,
+            env=self.env,
+        )
         if proc.returncode not in ok:
             err = proc.stderr.decode(errors="replace").strip().splitlines()
             said = [line for line in err if line.startswith(("fatal:", "error:"))] or err
@@ -246,8 +272,9 @@ class _UserRepo:
             raise InputError(f"{self.folder}/.git is not a usable git repository")
 
     def head_commit(self) -> str | None:
-        proc = self.git(["rev-parse", "--verify", "--quiet", "--end-of-options", "HEAD^{commit}"],
-                        ok=(0, 1))
+        proc = self.git(
+            ["rev-parse", "--verify", "--quiet", "--end-of-options", "HEAD^{commit}"], ok=(0, 1)
+        )
         return (proc.stdout.decode().strip() or None) if proc.returncode == 0 else None
 
     def head_branch(self) -> str | None:
@@ -318,8 +345,11 @@ def _list_work_tree(repo: _UserRepo) -> _Listing:
         if rel in listing.files:
             continue  # a conflicted path has several stages; the disk decides
         if mode == MODE_GITLINK:
-            if is_real_dir(rel.rpartition("/")[0]) and os.path.isdir(folder / rel) \
-                    and not os.path.islink(folder / rel):
+            if (
+                is_real_dir(rel.rpartition("/")[0])
+                and os.path.isdir(folder / rel)
+                and not os.path.islink(folder / rel)
+            ):
                 listing.files[rel] = (MODE_GITLINK, None, sha)
             continue
         if not add_from_disk(rel) and tag == "S" and not os.path.lexists(folder / rel):
@@ -348,8 +378,11 @@ def _list_work_tree(repo: _UserRepo) -> _Listing:
         for rel in level:
             try:
                 with os.scandir(folder / rel) as it:
-                    below += [f"{rel}/{e.name}" for e in it
-                              if e.name != ".git" and e.is_dir(follow_symlinks=False)]
+                    below += [
+                        f"{rel}/{e.name}"
+                        for e in it
+                        if e.name != ".git" and e.is_dir(follow_symlinks=False)
+                    ]
             except PermissionError:
                 listing.problems.append(rel + "/")
             except (FileNotFoundError, NotADirectoryError):
@@ -362,6 +395,7 @@ def _list_work_tree(repo: _UserRepo) -> _Listing:
 
 
 # -- readability -----------------------------------------------------------------------------------
+
 
 def _unreadable_below(root: Path, prefix: str, ignore: IgnoreRules) -> list[str]:
     """Paths a scan of `root` would need but cannot read (the scan's own walk and ignore rules),
@@ -406,8 +440,10 @@ def _raise_unreadable(folder: Path, problems: list[str]) -> None:
     more = len(problems) - _NAMED_PROBLEMS
     tail = f" and {more} more" if more > 0 else ""
     what = "item" if len(problems) == 1 else "items"
-    raise InputError(f"cannot import {folder}: {len(problems)} {what} cannot be read "
-                     f"(permission denied): {named}{tail}")
+    raise InputError(
+        f"cannot import {folder}: {len(problems)} {what} cannot be read "
+        f"(permission denied): {named}{tail}"
+    )
 
 
 __all__ = ["ImportResult", "check_importable", "import_folder"]

@@ -24,19 +24,30 @@ from typing import Literal
 
 from core.errors import CairnError, Conflict, CorruptSnapshot, InputError, VaultError
 from core.vault import Vault
-from core.vault.objects import (EMPTY_TREE, MODE_EXEC, MODE_FILE, MODE_GITLINK, MODE_LINK,
-                                MODE_TREE, ObjectStore, TreeEntry, decode_tree, encode_tree,
-                                git_env, object_id)
+from core.vault.objects import (
+    EMPTY_TREE,
+    MODE_EXEC,
+    MODE_FILE,
+    MODE_GITLINK,
+    MODE_LINK,
+    MODE_TREE,
+    ObjectStore,
+    TreeEntry,
+    decode_tree,
+    encode_tree,
+    git_env,
+    object_id,
+)
 
 _STREAM_ABOVE = 64 * 1024 * 1024  # blobs larger than this are streamed to disk in chunks
 _CHUNK = 1 << 20
-_FEED_BATCH = 1024                # blob ids sent to git per write
-_LOOSE_READ = 1 << 16             # one read takes a whole small loose object
-_LOOSE_BATCH = 256                # loose blobs per writer task
+_FEED_BATCH = 1024  # blob ids sent to git per write
+_LOOSE_READ = 1 << 16  # one read takes a whole small loose object
+_LOOSE_BATCH = 256  # loose blobs per writer task
 _WRITERS = min(4, os.cpu_count() or 2)  # threads creating files and folders
-_PARALLEL_DIRS = 64               # fewer folders than this are made on the calling thread
-_WRITE_BATCH = 64                 # files handed to a writer at once...
-_WRITE_BATCH_BYTES = 4 << 20      # ...or this many bytes
+_PARALLEL_DIRS = 64  # fewer folders than this are made on the calling thread
+_WRITE_BATCH = 64  # files handed to a writer at once...
+_WRITE_BATCH_BYTES = 4 << 20  # ...or this many bytes
 _UNSAFE_NAMES = {b"", b".", b"..", b".git"}
 _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
@@ -70,15 +81,16 @@ def materialize(vault: Vault, commit_or_tree: str, dest: Path, *, label: str) ->
         written = _write_blobs(objects, plan, root, label)
         rebuilt = plan.rebuild(written)
         if rebuilt != tree:
-            raise CorruptSnapshot(f"{label} cannot be restored: the files written make tree "
-                                  f"{rebuilt[:12]}, not {tree[:12]}")
+            raise CorruptSnapshot(
+                f"{label} cannot be restored: the files written make tree "
+                f"{rebuilt[:12]}, not {tree[:12]}"
+            )
         if not _rename_noreplace(temp, dest):
             raise Conflict(f"cannot restore {label}: {dest} already exists")
     except BaseException as exc:
         shutil.rmtree(temp, ignore_errors=True)
         if isinstance(exc, OSError):
-            raise CairnError(f"cannot restore {label} into {dest}: "
-                             f"{exc.strerror or exc}") from None
+            raise CairnError(f"cannot restore {label} into {dest}: {exc.strerror or exc}") from None
         raise
     return tree
 
@@ -99,16 +111,18 @@ def _tree_of(objects: ObjectStore, commit_or_tree: str, label: str) -> str:
     if kind == "tree":
         return sha
     if kind != "commit":
-        raise CorruptSnapshot(f"{label} cannot be restored: object {sha[:12]} is a {kind}, not "
-                              "a commit or a tree")
+        raise CorruptSnapshot(
+            f"{label} cannot be restored: object {sha[:12]} is a {kind}, not a commit or a tree"
+        )
     try:
         return objects.read_commit(sha).tree
     except VaultError as exc:
         raise _object_error(objects, label, sha, "the commit", exc) from None
 
 
-def _object_error(objects: ObjectStore, label: str, sha: str, where: str,
-                  exc: Exception | None = None) -> CorruptSnapshot:
+def _object_error(
+    objects: ObjectStore, label: str, sha: str, where: str, exc: Exception | None = None
+) -> CorruptSnapshot:
     """One line saying which object is wrong, where in the tree it is, and whether it is missing."""
     loose = objects.objects_dir / sha[:2] / sha[2:]
     missing = exc is not None and "missing" in str(exc) and not loose.exists()
@@ -129,14 +143,17 @@ class _Plan:
     trees: list[tuple[bytes, str, list[TreeEntry]]] = field(default_factory=list)
 
     @classmethod
-    def read(cls, objects: ObjectStore, tree: str, label: str) -> "_Plan":
+    def read(cls, objects: ObjectStore, tree: str, label: str) -> _Plan:
         plan = cls()
         objects_dir = os.fsencode(objects.objects_dir) + b"/"
         stack = [(b"", tree)]
         while stack:
             folder, sha = stack.pop()
-            data = b"" if sha == EMPTY_TREE else \
-                _read_loose(objects_dir + f"{sha[:2]}/{sha[2:]}".encode(), sha, b"tree")
+            data = (
+                b""
+                if sha == EMPTY_TREE
+                else _read_loose(objects_dir + f"{sha[:2]}/{sha[2:]}".encode(), sha, b"tree")
+            )
             if data is False:
                 raise _object_error(objects, label, sha, _shown(folder))
             try:
@@ -145,14 +162,18 @@ class _Plan:
                 raise _object_error(objects, label, sha, _shown(folder), exc) from None
             plan.trees.append((folder, sha, entries))
             if len({entry.name for entry in entries}) != len(entries):
-                raise CorruptSnapshot(f"{label} cannot be restored: tree {sha[:12]} "
-                                      f"({_shown(folder)}) names an entry twice")
+                raise CorruptSnapshot(
+                    f"{label} cannot be restored: tree {sha[:12]} "
+                    f"({_shown(folder)}) names an entry twice"
+                )
             for entry in entries:
                 name = entry.name
                 rel = folder + b"/" + name if folder else name
                 if name in _UNSAFE_NAMES or b"/" in name or b"\0" in name:
-                    raise CorruptSnapshot(f"{label} cannot be restored: tree {sha[:12]} "
-                                          f"({_shown(folder)}) holds the unsafe name {name!r}")
+                    raise CorruptSnapshot(
+                        f"{label} cannot be restored: tree {sha[:12]} "
+                        f"({_shown(folder)}) holds the unsafe name {name!r}"
+                    )
                 if entry.mode == MODE_TREE:
                     plan.dirs.append(rel)
                     stack.append((rel, entry.sha))
@@ -161,8 +182,10 @@ class _Plan:
                 elif entry.mode == MODE_GITLINK:
                     plan.dirs.append(rel)  # a submodule's place: an empty folder, like git's
                 else:
-                    raise CorruptSnapshot(f"{label} cannot be restored: tree {sha[:12]} "
-                                          f"({_shown(folder)}) holds the unknown mode {entry.mode}")
+                    raise CorruptSnapshot(
+                        f"{label} cannot be restored: tree {sha[:12]} "
+                        f"({_shown(folder)}) holds the unknown mode {entry.mode}"
+                    )
         return plan
 
     def rebuild(self, written: dict[bytes, tuple[str, str]]) -> str:
@@ -183,8 +206,9 @@ class _Plan:
         return ids[b""]
 
 
-def _write_blobs(objects: ObjectStore, plan: _Plan, root: bytes,
-                 label: str) -> dict[bytes, tuple[str, str]]:
+def _write_blobs(
+    objects: ObjectStore, plan: _Plan, root: bytes, label: str
+) -> dict[bytes, tuple[str, str]]:
     """Write every file of the plan, each blob checked against its id first; returns what was
     written (path → mode, blob id).
 
@@ -200,8 +224,13 @@ def _write_blobs(objects: ObjectStore, plan: _Plan, root: bytes,
     return written
 
 
-def _write_loose(objects: ObjectStore, plan: _Plan, root: bytes, label: str,
-                 written: dict[bytes, tuple[str, str]]) -> list[str]:
+def _write_loose(
+    objects: ObjectStore,
+    plan: _Plan,
+    root: bytes,
+    label: str,
+    written: dict[bytes, tuple[str, str]],
+) -> list[str]:
     """Write the blobs stored as loose objects; returns the ids left for git (packed or large)."""
     order = list(plan.blobs)
     objects_dir = os.fsencode(objects.objects_dir) + b"/"
@@ -225,7 +254,7 @@ def _write_loose(objects: ObjectStore, plan: _Plan, root: bytes, label: str,
 
     step = max(1, min(_LOOSE_BATCH, len(order) // _WRITERS + 1))
     with ThreadPoolExecutor(_WRITERS, thread_name_prefix="materialize-write") as pool:
-        futures = [pool.submit(work, order[i:i + step]) for i in range(0, len(order), step)]
+        futures = [pool.submit(work, order[i : i + step]) for i in range(0, len(order), step)]
         try:
             return [sha for future in futures for sha in future.result()]
         finally:
@@ -264,22 +293,31 @@ def _read_loose(path: bytes, sha: str, kind: bytes) -> bytes | None | Literal[Fa
         return False
     if hashlib.sha1(raw).hexdigest() != sha:
         return False
-    return raw[nul + 1:]
+    return raw[nul + 1 :]
 
 
-def _write_streamed(objects: ObjectStore, plan: _Plan, order: list[str], root: bytes, label: str,
-                    written: dict[bytes, tuple[str, str]]) -> None:
+def _write_streamed(
+    objects: ObjectStore,
+    plan: _Plan,
+    order: list[str],
+    root: bytes,
+    label: str,
+    written: dict[bytes, tuple[str, str]],
+) -> None:
     """Stream the given blobs from one `git cat-file --batch`, check each id, write the files."""
-    proc = subprocess.Popen(["git", "--git-dir", str(objects.git_dir), "cat-file", "--batch",
-                             "--buffer"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, env=git_env())
+    proc = subprocess.Popen(
+        ["git", "--git-dir", str(objects.git_dir), "cat-file", "--batch", "--buffer"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=git_env(),
+    )
     assert proc.stdin is not None and proc.stdout is not None
 
     def feed() -> None:
         try:
             for i in range(0, len(order), _FEED_BATCH):
-                proc.stdin.write(("\n".join(order[i:i + _FEED_BATCH]) + "\n").encode())
+                proc.stdin.write(("\n".join(order[i : i + _FEED_BATCH]) + "\n").encode())
             proc.stdin.close()
         except (BrokenPipeError, OSError, ValueError):
             pass  # git stopped early; the reader reports why
@@ -295,9 +333,13 @@ def _write_streamed(objects: ObjectStore, plan: _Plan, order: list[str], root: b
             header = out.readline()
             parts = header.split()
             if len(parts) != 3 or parts[0].decode() != sha or parts[1] != b"blob":
-                raise _object_error(objects, label, sha, _shown(targets[0][0]),
-                                    VaultError("missing" if header.endswith(b" missing\n")
-                                               else "unreadable"))
+                raise _object_error(
+                    objects,
+                    label,
+                    sha,
+                    _shown(targets[0][0]),
+                    VaultError("missing" if header.endswith(b" missing\n") else "unreadable"),
+                )
             size = int(parts[2])
             if size > _STREAM_ABOVE:
                 writers.drain()
@@ -336,8 +378,10 @@ class _Writers:
         self.queue: queue.Queue = queue.Queue(maxsize=_WRITERS * 4)
         self.batch: list[tuple[str, bytes, list[tuple[bytes, str]]]] = []
         self.batch_bytes = 0
-        self.threads = [threading.Thread(target=self._work, name=f"materialize-write-{i}",
-                                         daemon=True) for i in range(_WRITERS)]
+        self.threads = [
+            threading.Thread(target=self._work, name=f"materialize-write-{i}", daemon=True)
+            for i in range(_WRITERS)
+        ]
         for thread in self.threads:
             thread.start()
 
@@ -404,8 +448,9 @@ def _make_dirs(root: bytes, dirs: list[bytes]) -> None:
         for depth in sorted(by_depth):
             paths = by_depth[depth]
             step = max(1, min(256, len(paths) // _WRITERS + 1))
-            for future in [pool.submit(make, paths[i:i + step])
-                           for i in range(0, len(paths), step)]:
+            for future in [
+                pool.submit(make, paths[i : i + step]) for i in range(0, len(paths), step)
+            ]:
                 future.result()
 
 
@@ -419,15 +464,17 @@ def _write_file(path: bytes, mode: str, data: bytes) -> None:
         if data:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
     finally:
         os.close(fd)
 
 
 def _stream_large(out, size: int, sha: str, root: bytes, targets: list[tuple[bytes, str]]) -> bool:
     """Copy a large blob to its files chunk by chunk, hashing as it goes; False if it is wrong."""
-    fds = [os.open(root + b"/" + rel, _FILE_FLAGS, 0o777 if mode == MODE_EXEC else 0o666)
-           for rel, mode in targets]
+    fds = [
+        os.open(root + b"/" + rel, _FILE_FLAGS, 0o777 if mode == MODE_EXEC else 0o666)
+        for rel, mode in targets
+    ]
     try:
         check = hashlib.sha1(b"blob %d\0" % size)
         left = size
@@ -440,7 +487,7 @@ def _stream_large(out, size: int, sha: str, root: bytes, targets: list[tuple[byt
             for fd in fds:
                 view = memoryview(chunk)
                 while view:
-                    view = view[os.write(fd, view):]
+                    view = view[os.write(fd, view) :]
         out.read(1)
         return check.hexdigest() == sha
     finally:
@@ -456,8 +503,10 @@ def _rename_noreplace(src: Path, dst: Path) -> bool:
     except (OSError, AttributeError):
         renameat2 = None
     if renameat2 is not None:
-        if renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst),
-                     _RENAME_NOREPLACE) == 0:
+        if (
+            renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE)
+            == 0
+        ):
             return True
         err = ctypes.get_errno()
         if err == errno.EEXIST:

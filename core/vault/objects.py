@@ -48,14 +48,23 @@ def git_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def run_git(args: list[str], *, cwd: str | os.PathLike[str] | None = None, input: bytes | None = None,
-            env: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess:
+def run_git(
+    args: list[str],
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    input: bytes | None = None,
+    env: dict[str, str] | None = None,
+    check: bool = True,
+) -> subprocess.CompletedProcess:
     """Run git with Cairn's clean environment; raise VaultError with git's own words on failure."""
-    proc = subprocess.run(["git", *args], cwd=cwd, input=input, capture_output=True,
-                          env=env or git_env())
+    proc = subprocess.run(
+        ["git", *args], cwd=cwd, input=input, capture_output=True, env=env or git_env()
+    )
     if check and proc.returncode != 0:
         err = proc.stderr.decode(errors="replace").strip().splitlines()
-        raise VaultError(f"git {args[0]} failed: {err[-1] if err else 'exit ' + str(proc.returncode)}")
+        raise VaultError(
+            f"git {args[0]} failed: {err[-1] if err else 'exit ' + str(proc.returncode)}"
+        )
     return proc
 
 
@@ -82,7 +91,7 @@ class Commit:
         prefix = f"{key}: "
         for line in self.message.splitlines():
             if line.startswith(prefix):
-                return line[len(prefix):].strip()
+                return line[len(prefix) :].strip()
         return None
 
 
@@ -110,7 +119,7 @@ def decode_tree(data: bytes) -> list[TreeEntry]:
         sp = data.index(b" ", i)
         nul = data.index(b"\0", sp)
         mode = data[i:sp].decode()
-        entries.append(TreeEntry(mode, data[sp + 1:nul], data[nul + 1:nul + 21].hex()))
+        entries.append(TreeEntry(mode, data[sp + 1 : nul], data[nul + 1 : nul + 21].hex()))
         i = nul + 21
     return entries
 
@@ -146,9 +155,13 @@ class ObjectStore:
     # -- plumbing processes ------------------------------------------------------------------
 
     def _popen(self, mode: str) -> subprocess.Popen:
-        return subprocess.Popen(["git", "--git-dir", str(self.git_dir), "cat-file", mode],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, env=git_env())
+        return subprocess.Popen(
+            ["git", "--git-dir", str(self.git_dir), "cat-file", mode],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=git_env(),
+        )
 
     def close(self) -> None:
         with self._lock:
@@ -202,7 +215,8 @@ class ObjectStore:
         if tuple(key) != self._elsewhere_key:
             try:
                 packs = key[0] is not None and any(
-                    name.endswith(".pack") for name in os.listdir(self.objects_dir / "pack"))
+                    name.endswith(".pack") for name in os.listdir(self.objects_dir / "pack")
+                )
             except OSError:
                 packs = True
             self._elsewhere = packs or key[1] is not None
@@ -244,6 +258,7 @@ class ObjectStore:
     def write_blob_from_path(self, path: str | os.PathLike[str], st: os.stat_result) -> str:
         """Store the file (or the link's target text) at `path`; returns the blob id."""
         import stat as statmod
+
         if statmod.S_ISLNK(st.st_mode):
             return self.write_blob(os.fsencode(os.readlink(path)))
         if st.st_size <= _LARGE_FILE:
@@ -332,8 +347,9 @@ class ObjectStore:
             raise VaultError(f"object {sha} is a {kind}, not a tree")
         return decode_tree(data)
 
-    def write_commit(self, tree: str, parents: list[str], message: str, *,
-                     timestamp: float | None = None) -> str:
+    def write_commit(
+        self, tree: str, parents: list[str], message: str, *, timestamp: float | None = None
+    ) -> str:
         ts = int(timestamp if timestamp is not None else time.time())
         who = f"Cairn <cairn@localhost> {ts} +0000"
         lines = [f"tree {tree}"] + [f"parent {p}" for p in parents]
@@ -373,7 +389,9 @@ class ObjectStore:
                     return line[:40]
         return None
 
-    def update_ref(self, name: str, new: str, *, old: str | None = None, durable: bool = False) -> None:
+    def update_ref(
+        self, name: str, new: str, *, old: str | None = None, durable: bool = False
+    ) -> None:
         """Point `name` at `new`, atomically; when `old` is given the ref must still hold it."""
         if not name.startswith("refs/"):
             raise VaultError(f"refusing to write the ref {name!r}")
@@ -387,8 +405,10 @@ class ObjectStore:
         try:
             current = self.read_ref(name)
             if old is not None and current != old:
-                raise VaultError(f"the ref {name} moved (expected {old[:12]}, found "
-                                 f"{(current or 'nothing')[:12]})")
+                raise VaultError(
+                    f"the ref {name} moved (expected {old[:12]}, found "
+                    f"{(current or 'nothing')[:12]})"
+                )
             os.write(fd, new.encode() + b"\n")
             if durable:
                 os.fsync(fd)
@@ -407,8 +427,15 @@ class ObjectStore:
         run_git(["--git-dir", str(self.git_dir), "update-ref", "-d", name])
 
     def list_refs(self, prefix: str) -> dict[str, str]:
-        proc = run_git(["--git-dir", str(self.git_dir), "for-each-ref",
-                        "--format=%(objectname) %(refname)", prefix])
+        proc = run_git(
+            [
+                "--git-dir",
+                str(self.git_dir),
+                "for-each-ref",
+                "--format=%(objectname) %(refname)",
+                prefix,
+            ]
+        )
         out = {}
         for line in proc.stdout.decode().splitlines():
             sha, _, ref = line.partition(" ")

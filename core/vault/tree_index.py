@@ -14,8 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.vault.ignore import IgnoreRules
-from core.vault.objects import (EMPTY_TREE, MODE_EXEC, MODE_FILE, MODE_GITLINK, MODE_LINK,
-                                MODE_TREE, ObjectStore, TreeEntry)
+from core.vault.objects import (
+    EMPTY_TREE,
+    MODE_EXEC,
+    MODE_FILE,
+    MODE_GITLINK,
+    MODE_LINK,
+    MODE_TREE,
+    ObjectStore,
+    TreeEntry,
+)
 
 # A file whose mtime is this close to when we looked at it may change again within the same
 # timestamp tick; its cached hash is not trusted (git's "racy" entries).
@@ -72,7 +80,7 @@ class TreeIndex:
     # -- reading -------------------------------------------------------------------------------
 
     @classmethod
-    def from_tree(cls, objects: ObjectStore, tree: str) -> "TreeIndex":
+    def from_tree(cls, objects: ObjectStore, tree: str) -> TreeIndex:
         index = cls()
         stack = [("", tree)]
         while stack:
@@ -161,7 +169,9 @@ class TreeIndex:
 
     def flush(self, objects: ObjectStore) -> str:
         """Write the trees of changed folders, deepest first; returns the root tree id."""
-        for folder in sorted(self.dirty, key=lambda f: f.count("/") + (1 if f else 0), reverse=True):
+        for folder in sorted(
+            self.dirty, key=lambda f: f.count("/") + (1 if f else 0), reverse=True
+        ):
             if folder not in self.dirs:
                 continue
             entries = []
@@ -171,15 +181,24 @@ class TreeIndex:
                     entries.append(TreeEntry(MODE_TREE, bname, self.tree_ids[_join(folder, name)]))
                 else:
                     entries.append(TreeEntry(rec.mode, bname, rec.sha))
-            self.tree_ids[folder] = objects.write_tree(entries) if entries else \
-                objects.write_object("tree", b"", sha=EMPTY_TREE)
+            self.tree_ids[folder] = (
+                objects.write_tree(entries)
+                if entries
+                else objects.write_object("tree", b"", sha=EMPTY_TREE)
+            )
         self.dirty.clear()
         return self.tree_ids[""]
 
     # -- from disk -----------------------------------------------------------------------------
 
-    def record_path(self, objects: ObjectStore, root: str, rel: str, ignore: IgnoreRules,
-                    problems: list[ScanProblem] | None = None) -> int:
+    def record_path(
+        self,
+        objects: ObjectStore,
+        root: str,
+        rel: str,
+        ignore: IgnoreRules,
+        problems: list[ScanProblem] | None = None,
+    ) -> int:
         """Bring one path (file, link or folder, present or gone) up to date with the disk.
 
         Returns how many files changed. A folder is scanned whole; a path that became ignored
@@ -210,9 +229,13 @@ class TreeIndex:
 
     def _files_under(self, rel: str) -> int:
         prefix = rel + "/"
-        return sum(1 for folder, children in self.dirs.items()
-                   if folder == rel or folder.startswith(prefix)
-                   for r in children.values() if r is not None)
+        return sum(
+            1
+            for folder, children in self.dirs.items()
+            if folder == rel or folder.startswith(prefix)
+            for r in children.values()
+            if r is not None
+        )
 
     def _remove_counted(self, rel: str) -> int:
         """Remove a path; returns how many files went with it."""
@@ -222,13 +245,24 @@ class TreeIndex:
             return max(count, 1)
         return 1 if self.remove(rel) else 0
 
-    def _record_file(self, objects: ObjectStore, full: str, rel: str, st: os.stat_result, mode: str,
-                     problems: list[ScanProblem] | None) -> int:
+    def _record_file(
+        self,
+        objects: ObjectStore,
+        full: str,
+        rel: str,
+        st: os.stat_result,
+        mode: str,
+        problems: list[ScanProblem] | None,
+    ) -> int:
         key = stat_key(st)
         old = self.get(rel)
         now = time.time()
-        if (old is not None and old.stat == key and old.mode == mode
-                and old.seen_at - st.st_mtime > RACY_SECONDS):
+        if (
+            old is not None
+            and old.stat == key
+            and old.mode == mode
+            and old.seen_at - st.st_mtime > RACY_SECONDS
+        ):
             return 0
         try:
             sha = objects.write_blob_from_path(full, st)
@@ -241,8 +275,14 @@ class TreeIndex:
         changed = self.set_file(rel, FileRecord(mode, sha, key, now))
         return 1 if changed else 0
 
-    def _scan_dir(self, objects: ObjectStore, root: str, rel: str, ignore: IgnoreRules,
-                  problems: list[ScanProblem] | None) -> int:
+    def _scan_dir(
+        self,
+        objects: ObjectStore,
+        root: str,
+        rel: str,
+        ignore: IgnoreRules,
+        problems: list[ScanProblem] | None,
+    ) -> int:
         """Make the folder at `rel` (and everything below) equal the disk."""
         changed = 0
         stack = [rel]
@@ -314,5 +354,13 @@ def _join(folder: str, name: str) -> str:
     return f"{folder}/{name}" if folder else name
 
 
-__all__ = ["TreeIndex", "FileRecord", "ScanResult", "ScanProblem", "mode_of", "stat_key",
-           "MODE_GITLINK", "RACY_SECONDS"]
+__all__ = [
+    "TreeIndex",
+    "FileRecord",
+    "ScanResult",
+    "ScanProblem",
+    "mode_of",
+    "stat_key",
+    "MODE_GITLINK",
+    "RACY_SECONDS",
+]

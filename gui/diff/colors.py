@@ -16,21 +16,37 @@ GREEN = QColor(46, 160, 67)
 RED = QColor(218, 54, 51)
 
 _LIGHT_SYNTAX = {
-    "keyword": "#0033b3", "string": "#067d17", "comment": "#8c8c8c", "number": "#1750eb",
-    "function": "#00627a", "type": "#000080", "builtin": "#0033b3", "decorator": "#9e880d",
-    "constant": "#871094", "attribute": "#174ad4",
+    "keyword": "#0033b3",
+    "string": "#067d17",
+    "comment": "#8c8c8c",
+    "number": "#1750eb",
+    "function": "#00627a",
+    "type": "#000080",
+    "builtin": "#0033b3",
+    "decorator": "#9e880d",
+    "constant": "#871094",
+    "attribute": "#174ad4",
 }
 _DARK_SYNTAX = {
-    "keyword": "#cc7832", "string": "#6a8759", "comment": "#8a8a8a", "number": "#6897bb",
-    "function": "#ffc66d", "type": "#a9b7c6", "builtin": "#8888c6", "decorator": "#bbb529",
-    "constant": "#9876aa", "attribute": "#bababa",
+    "keyword": "#cc7832",
+    "string": "#6a8759",
+    "comment": "#8a8a8a",
+    "number": "#6897bb",
+    "function": "#ffc66d",
+    "type": "#a9b7c6",
+    "builtin": "#8888c6",
+    "decorator": "#bbb529",
+    "constant": "#9876aa",
+    "attribute": "#bababa",
 }
 
 
 def blend(base: QColor, tint: QColor, amount: float) -> QColor:
-    return QColor(round(base.red() + (tint.red() - base.red()) * amount),
-                  round(base.green() + (tint.green() - base.green()) * amount),
-                  round(base.blue() + (tint.blue() - base.blue()) * amount))
+    return QColor(
+        round(base.red() + (tint.red() - base.red()) * amount),
+        round(base.green() + (tint.green() - base.green()) * amount),
+        round(base.blue() + (tint.blue() - base.blue()) * amount),
+    )
 
 
 def is_dark(palette: QPalette) -> bool:

@@ -11,15 +11,24 @@ from __future__ import annotations
 
 import bisect
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import PurePosixPath
-from typing import Callable
 
 from pygments.lexer import Lexer
 from pygments.lexers import get_lexer_for_filename
-from pygments.token import (Comment, Keyword, Literal, Name, Number, Operator, String, Token,
-                            _TokenType)
+from pygments.token import (
+    Comment,
+    Keyword,
+    Literal,
+    Name,
+    Number,
+    Operator,
+    String,
+    Token,
+    _TokenType,
+)
 from pygments.util import ClassNotFound
 
 from gui.diff.intraline import MAX_PAIRS, pair_ranges
@@ -118,8 +127,10 @@ def merge(tokens: list[tuple[int, int, str]], emphasis: list[tuple[int, int]]) -
     """Non-overlapping spans carrying both the colour category and the intraline emphasis."""
     if not emphasis:
         return [(s, n, c, False) for s, n, c in tokens]
-    bounds = sorted({p for s, n, _c in tokens for p in (s, s + n)}
-                    | {p for s, n in emphasis for p in (s, s + n)})
+    bounds = sorted(
+        {p for s, n, _c in tokens for p in (s, s + n)}
+        | {p for s, n in emphasis for p in (s, s + n)}
+    )
     out: list[Span] = []
     ti = ei = 0
     for a, b in zip(bounds, bounds[1:]):
@@ -162,16 +173,20 @@ def decorate(req: DecorateRequest) -> dict[int, list[Span]]:
         for refs in _runs(lines, req.start, req.end):
             if cancelled():
                 break
-            texts = [lines.texts[r] if len(lines.texts[r]) <= MAX_TOKENISED_LINE else ""
-                     for r in refs]
+            texts = [
+                lines.texts[r] if len(lines.texts[r]) <= MAX_TOKENISED_LINE else "" for r in refs
+            ]
             for ref, spans in zip(refs, tokenise(lexer, texts)):
                 if spans:
                     tokens[ref] = spans
     emphasis: dict[int, list[tuple[int, int]]] = {}
     if req.intraline and not cancelled():
-        pairs = [p for p in lines.pairs if req.start <= p[0] < req.end or req.start <= p[1] < req.end]
-        emphasis = pair_ranges(pairs, lines.texts.__getitem__, cancelled=cancelled,
-                               max_pairs=MAX_PAIRS)
+        pairs = [
+            p for p in lines.pairs if req.start <= p[0] < req.end or req.start <= p[1] < req.end
+        ]
+        emphasis = pair_ranges(
+            pairs, lines.texts.__getitem__, cancelled=cancelled, max_pairs=MAX_PAIRS
+        )
     out: dict[int, list[Span]] = {}
     for ref in tokens.keys() | emphasis.keys():
         out[ref] = merge(tokens.get(ref, []), emphasis.get(ref, []))

@@ -11,9 +11,16 @@ from gui.table_model import RowsTableModel
 COL_STATUS, COL_PATH, COL_COUNTS = range(3)
 HEADERS = ("", "File", "+/−")
 
-_LETTER_COLOURS = {"A": GREEN, "D": RED, "M": QColor(200, 140, 20), "R": QColor(60, 120, 220),
-                   "C": QColor(60, 120, 220), "T": QColor(150, 90, 200), "X": QColor(150, 90, 200),
-                   "S": QColor(120, 120, 120)}
+_LETTER_COLOURS = {
+    "A": GREEN,
+    "D": RED,
+    "M": QColor(200, 140, 20),
+    "R": QColor(60, 120, 220),
+    "C": QColor(60, 120, 220),
+    "T": QColor(150, 90, 200),
+    "X": QColor(150, 90, 200),
+    "S": QColor(120, 120, 120),
+}
 
 
 class FileListModel(RowsTableModel):
@@ -49,8 +56,9 @@ class FileListModel(RowsTableModel):
                 return file_label(f)
             return counts_text(f)
         if role == Qt.ItemDataRole.ToolTipRole:
-            return file_summary(f) + ("\n(partly left out by the diff's size cap)"
-                                      if f.truncated else "")
+            return file_summary(f) + (
+                "\n(partly left out by the diff's size cap)" if f.truncated else ""
+            )
         if role == Qt.ItemDataRole.ForegroundRole and col == COL_STATUS:
             text = self._palette.color(QPalette.ColorRole.Text)
             return blend(text, _LETTER_COLOURS.get(status_letter(f), text), 0.85)
@@ -59,8 +67,11 @@ class FileListModel(RowsTableModel):
             font.setBold(True)
             return font
         if role == Qt.ItemDataRole.TextAlignmentRole and col in (COL_STATUS, COL_COUNTS):
-            return int(Qt.AlignmentFlag.AlignCenter if col == COL_STATUS
-                       else Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            return int(
+                Qt.AlignmentFlag.AlignCenter
+                if col == COL_STATUS
+                else Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
+            )
         if role == Qt.ItemDataRole.AccessibleTextRole and col == COL_STATUS:
             return file_summary(f)
         return None

@@ -8,14 +8,14 @@ cancelled between pairs, because it runs for every changed pair of a possibly hu
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from difflib import SequenceMatcher
-from typing import Callable, Iterable
 
-MAX_LINE_CHARS = 500      # longer lines get no intraline pass: the matcher is quadratic
-MAX_PAIRS = 5_000         # per request; the rest keep their plain added/removed colour
-MIN_SIMILARITY = 0.3      # below this the lines are rewrites, and emphasis would be noise
+MAX_LINE_CHARS = 500  # longer lines get no intraline pass: the matcher is quadratic
+MAX_PAIRS = 5_000  # per request; the rest keep their plain added/removed colour
+MIN_SIMILARITY = 0.3  # below this the lines are rewrites, and emphasis would be noise
 
-Range = tuple[int, int]   # (start, length) in characters
+Range = tuple[int, int]  # (start, length) in characters
 
 _WORDS = re.compile(r"\w+|\s+|[^\w\s]")
 
@@ -61,9 +61,13 @@ def _extend(ranges: list[Range], start: int, length: int) -> None:
         ranges.append((start, length))
 
 
-def pair_ranges(pairs: Iterable[tuple[int, int]], text_of: Callable[[int], str], *,
-                cancelled: Callable[[], bool] = lambda: False,
-                max_pairs: int = MAX_PAIRS) -> dict[int, list[Range]]:
+def pair_ranges(
+    pairs: Iterable[tuple[int, int]],
+    text_of: Callable[[int], str],
+    *,
+    cancelled: Callable[[], bool] = lambda: False,
+    max_pairs: int = MAX_PAIRS,
+) -> dict[int, list[Range]]:
     """Emphasised ranges by line ref for each (removed ref, added ref) pair, at most `max_pairs`
     of them; stops early (returning what it has) once `cancelled()` says so."""
     out: dict[int, list[Range]] = {}

@@ -17,7 +17,7 @@ ROW_ADDED = "+"
 ROW_REMOVED = "-"
 ROW_NO_NEWLINE = "\\"
 ROW_HUNK = "@"
-ROW_NOTE = "!"    # a sentence instead of content: binary file, mode change, left out by the cap
+ROW_NOTE = "!"  # a sentence instead of content: binary file, mode change, left out by the cap
 ROW_FILLER = "~"  # side by side: the blank opposite a line the other side does not have
 
 MAX_LINE_CHARS = 2_000  # longer lines are cut for display: laying out one huge line freezes Qt
@@ -39,17 +39,28 @@ class Rows:
     def __len__(self) -> int:
         return len(self.kinds)
 
-    def add(self, kind: str, text: str, old_no: int | None = None, new_no: int | None = None,
-            ref: int = -1) -> None:
+    def add(
+        self,
+        kind: str,
+        text: str,
+        old_no: int | None = None,
+        new_no: int | None = None,
+        ref: int = -1,
+    ) -> None:
         self.kinds.append(kind)
         self.texts.append(text)
         self.old_nos.append(old_no)
         self.new_nos.append(new_no)
         self.refs.append(ref)
 
-    def slice(self, start: int, end: int) -> "Rows":
-        return Rows(self.kinds[start:end], self.texts[start:end], self.old_nos[start:end],
-                    self.new_nos[start:end], self.refs[start:end])
+    def slice(self, start: int, end: int) -> Rows:
+        return Rows(
+            self.kinds[start:end],
+            self.texts[start:end],
+            self.old_nos[start:end],
+            self.new_nos[start:end],
+            self.refs[start:end],
+        )
 
 
 @dataclass(slots=True)
@@ -103,13 +114,17 @@ def notes_for(f: FileDiff, blob_sizes: dict[str, int] | None = None) -> list[str
     elif f.binary:
         notes.append(binary_note(f, blob_sizes or {}))
     if f.status == "mode" or (f.old_mode and f.new_mode and f.old_mode != f.new_mode):
-        notes.append(f"mode changed: {f.old_mode} → {f.new_mode}"
-                     + ("; contents unchanged" if f.status == "mode" else ""))
+        notes.append(
+            f"mode changed: {f.old_mode} → {f.new_mode}"
+            + ("; contents unchanged" if f.status == "mode" else "")
+        )
     if f.status in ("renamed", "copied") and not f.hunks and not f.binary and not f.truncated:
         notes.append(f"{f.status} without changes to its contents")
     if f.truncated:
-        notes.append("the diff's size cap left out "
-                     + ("the rest of this file's changes" if f.hunks else "this file's changes"))
+        notes.append(
+            "the diff's size cap left out "
+            + ("the rest of this file's changes" if f.hunks else "this file's changes")
+        )
     if not notes and not f.hunks:
         notes.append("no changes to show")
     return notes
@@ -154,8 +169,9 @@ def _marked(kind: str, text: str) -> str:
     return kind + shown_text(text)
 
 
-def side_by_side_rows(f: FileDiff, lines: FileLines,
-                      blob_sizes: dict[str, int] | None = None) -> tuple[Rows, Rows]:
+def side_by_side_rows(
+    f: FileDiff, lines: FileLines, blob_sizes: dict[str, int] | None = None
+) -> tuple[Rows, Rows]:
     """Old side and new side, row for row: a removed line faces the added line it became."""
     left, right = Rows(), Rows()
     for note in notes_for(f, blob_sizes):
@@ -227,11 +243,24 @@ def chunk_end(rows: Rows, start: int, max_lines: int, max_chars: int) -> int:
 
 # -- the file list ------------------------------------------------------------------------------
 
-STATUS_LETTERS = {"added": "A", "removed": "D", "modified": "M", "renamed": "R", "copied": "C",
-                  "typechange": "T", "mode": "X"}
-STATUS_WORDS = {"added": "added", "removed": "removed", "modified": "modified",
-                "renamed": "renamed", "copied": "copied", "typechange": "type changed",
-                "mode": "permissions changed"}
+STATUS_LETTERS = {
+    "added": "A",
+    "removed": "D",
+    "modified": "M",
+    "renamed": "R",
+    "copied": "C",
+    "typechange": "T",
+    "mode": "X",
+}
+STATUS_WORDS = {
+    "added": "added",
+    "removed": "removed",
+    "modified": "modified",
+    "renamed": "renamed",
+    "copied": "copied",
+    "typechange": "type changed",
+    "mode": "permissions changed",
+}
 
 
 def status_letter(f: FileDiff) -> str:

@@ -10,28 +10,57 @@ from __future__ import annotations
 
 from gui.diff.colors import DiffColors, FormatCache, colors_for
 from gui.diff.decorate import Span
-from gui.diff.model import (ROW_ADDED, ROW_FILLER, ROW_HUNK, ROW_NO_NEWLINE,
-                            ROW_NOTE, ROW_REMOVED, Rows)
-from gui.qt import (QElapsedTimer, QEvent, QFont, QFontDatabase, QPainter, QPaintEvent,
-                    QPlainTextEdit, QRect, QRectF, QResizeEvent, QSize, QSyntaxHighlighter, Qt,
-                    QTextCursor, QTextOption, QTimer, QWidget, Signal)
+from gui.diff.model import (
+    ROW_ADDED,
+    ROW_FILLER,
+    ROW_HUNK,
+    ROW_NO_NEWLINE,
+    ROW_NOTE,
+    ROW_REMOVED,
+    Rows,
+)
+from gui.qt import (
+    QElapsedTimer,
+    QEvent,
+    QFont,
+    QFontDatabase,
+    QPainter,
+    QPaintEvent,
+    QPlainTextEdit,
+    QRect,
+    QRectF,
+    QResizeEvent,
+    QSize,
+    QSyntaxHighlighter,
+    Qt,
+    QTextCursor,
+    QTextOption,
+    QTimer,
+    QWidget,
+    Signal,
+)
 
 # Each kind of row's background: the DiffColors field that paints it (context rows have none).
-ROW_BACKGROUNDS = {ROW_ADDED: "added_bg", ROW_REMOVED: "removed_bg", ROW_HUNK: "hunk_bg",
-                   ROW_NOTE: "note_bg", ROW_FILLER: "filler_bg"}
+ROW_BACKGROUNDS = {
+    ROW_ADDED: "added_bg",
+    ROW_REMOVED: "removed_bg",
+    ROW_HUNK: "hunk_bg",
+    ROW_NOTE: "note_bg",
+    ROW_FILLER: "filler_bg",
+}
 
-NUMBERS_BOTH = "both"   # unified view: old and new line numbers
+NUMBERS_BOTH = "both"  # unified view: old and new line numbers
 NUMBERS_OLD = "old"
 NUMBERS_NEW = "new"
 
-BATCH_BUDGET_MS = 8     # GUI time spent re-colouring per event-loop turn
+BATCH_BUDGET_MS = 8  # GUI time spent re-colouring per event-loop turn
 BATCH_MIN_BLOCKS = 50
 
 
 class _SpanHighlighter(QSyntaxHighlighter):
     """Applies spans computed off the GUI thread; never tokenises anything itself."""
 
-    def __init__(self, view: "DiffTextView"):
+    def __init__(self, view: DiffTextView):
         super().__init__(view.document())
         self._view = view
 
@@ -63,7 +92,7 @@ class _SpanHighlighter(QSyntaxHighlighter):
 
 
 class _Gutter(QWidget):
-    def __init__(self, view: "DiffTextView"):
+    def __init__(self, view: DiffTextView):
         super().__init__(view)
         self._view = view
 
@@ -80,8 +109,9 @@ class DiffTextView(QPlainTextEdit):
     sig_colouring_idle = Signal()
     """Every pending re-colouring batch has been applied."""
 
-    def __init__(self, numbers: str = NUMBERS_BOTH, *, marker: bool = True,
-                 parent: QWidget | None = None):
+    def __init__(
+        self, numbers: str = NUMBERS_BOTH, *, marker: bool = True, parent: QWidget | None = None
+    ):
         super().__init__(parent)
         self.numbers = numbers
         self.marker_width = 1 if marker else 0
@@ -100,8 +130,10 @@ class DiffTextView(QPlainTextEdit):
         self.setUndoRedoEnabled(False)
         self.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
         self.setWordWrapMode(QTextOption.WrapMode.NoWrap)
-        self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse
-                                     | Qt.TextInteractionFlag.TextSelectableByKeyboard)
+        self.setTextInteractionFlags(
+            Qt.TextInteractionFlag.TextSelectableByMouse
+            | Qt.TextInteractionFlag.TextSelectableByKeyboard
+        )
         font = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
         font.setStyleHint(QFont.StyleHint.Monospace)
         self.setFont(font)

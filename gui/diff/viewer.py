@@ -13,16 +13,40 @@ import threading
 from core.diffs import Diff, FileDiff
 from gui.diff.decorate import DecorateRequest, Span, decorate
 from gui.diff.file_list import COL_COUNTS, COL_PATH, COL_STATUS, FileListModel
-from gui.diff.model import (SIDE_BY_SIDE, UNIFIED, FileLines, Rows, chunk_end, file_lines,
-                            file_summary, side_by_side_rows, unified_rows)
+from gui.diff.model import (
+    SIDE_BY_SIDE,
+    UNIFIED,
+    FileLines,
+    Rows,
+    chunk_end,
+    file_lines,
+    file_summary,
+    side_by_side_rows,
+    unified_rows,
+)
 from gui.diff.text_view import NUMBERS_BOTH, NUMBERS_NEW, NUMBERS_OLD, DiffTextView
-from gui.qt import (QAbstractItemView, QButtonGroup, QEvent, QHBoxLayout, QHeaderView, QLabel,
-                    QPushButton, QSplitter, QStackedWidget, Qt, QTableView, QTimer, QToolButton,
-                    QVBoxLayout, QWidget, Signal)
+from gui.qt import (
+    QAbstractItemView,
+    QButtonGroup,
+    QEvent,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QSplitter,
+    QStackedWidget,
+    Qt,
+    QTableView,
+    QTimer,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+    Signal,
+)
 
-CHUNK_LINES = 2_000          # rows shown at first, and added by each "show more"
-CHUNK_CHARS = 400_000        # ... or fewer rows when they are long
-FIRST_DECORATE_BATCH = 300   # lines coloured by the first job: about a screenful, back quickly
+CHUNK_LINES = 2_000  # rows shown at first, and added by each "show more"
+CHUNK_CHARS = 400_000  # ... or fewer rows when they are long
+FIRST_DECORATE_BATCH = 300  # lines coloured by the first job: about a screenful, back quickly
 MAX_DECORATE_BATCH = 4_000
 FILE_DEBOUNCE_MS = 60
 
@@ -204,9 +228,12 @@ class DiffViewer(QWidget):
 
     @property
     def colouring_complete(self) -> bool:
-        return (self._file is not None and not self._decorating
-                and self._decorated_upto >= self._ref_limit
-                and not any(v.colouring_pending for v in self._active_views()))
+        return (
+            self._file is not None
+            and not self._decorating
+            and self._decorated_upto >= self._ref_limit
+            and not any(v.colouring_pending for v in self._active_views())
+        )
 
     def shown_text(self) -> str:
         """The text in the active view (the new side when side by side)."""
@@ -239,8 +266,10 @@ class DiffViewer(QWidget):
         self._diff = diff
         self._sizes = dict(blob_sizes or {})
         if diff.truncated:
-            self.banner.setText(f"This diff is incomplete: {diff.note or 'it was cut at its size cap'}. "
-                                "Files past the cap are listed without their changes.")
+            self.banner.setText(
+                f"This diff is incomplete: {diff.note or 'it was cut at its size cap'}. "
+                "Files past the cap are listed without their changes."
+            )
             self.banner.setVisible(True)
         if not diff.files:
             return
@@ -393,11 +422,11 @@ class DiffViewer(QWidget):
         request = DecorateRequest(self._file.path, self._lines, start, end, cancel=self._cancel)
         generation = self._generation
         self._decorating = True
-        self._jobs.job(lambda: decorate(request), key=self._job_key, what="colour the diff",
-                       parent=self) \
-            .success(lambda spans: self._on_decorated(generation, end, spans)) \
-            .failure(lambda failure: self._on_decorate_failed(generation, failure)) \
-            .run()
+        self._jobs.job(
+            lambda: decorate(request), key=self._job_key, what="colour the diff", parent=self
+        ).success(lambda spans: self._on_decorated(generation, end, spans)).failure(
+            lambda failure: self._on_decorate_failed(generation, failure)
+        ).run()
 
     def _on_decorated(self, generation: int, end: int, spans: dict[int, list[Span]]) -> None:
         if generation != self._generation:
@@ -426,7 +455,8 @@ class DiffViewer(QWidget):
         colors = self.unified.colors
         self.banner.setStyleSheet(
             f"QLabel#diffTruncatedBanner {{ background: {colors.banner_bg.name()}; "
-            f"color: {colors.text.name()}; padding: 4px 8px; }}")
+            f"color: {colors.text.name()}; padding: 4px 8px; }}"
+        )
 
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt override)
         super().changeEvent(event)

@@ -65,8 +65,10 @@ class DiffResult:
 
 def load_timeline(cairn: Any, task_id: str) -> Timeline:
     task = cairn.task(task_id)
-    entries = [TimelineEntry(r.id, r.seq, r.trigger, r.run_id, r.created_at, r.files_changed,
-                             r.parent_id) for r in cairn.revisions(task.id)]
+    entries = [
+        TimelineEntry(r.id, r.seq, r.trigger, r.run_id, r.created_at, r.files_changed, r.parent_id)
+        for r in cairn.revisions(task.id)
+    ]
     tasks = cairn.tasks()
     by_id = {t.id: t for t in tasks}
     others: list[OtherRevision] = []
@@ -75,8 +77,9 @@ def load_timeline(cairn: Any, task_id: str) -> Timeline:
             continue
         relation = _relation(by_id, task.id, other.id)
         for r in cairn.revisions(other.id):
-            others.append(OtherRevision(other.id, other.title, relation, r.id, r.seq, r.trigger,
-                                        r.created_at))
+            others.append(
+                OtherRevision(other.id, other.title, relation, r.id, r.seq, r.trigger, r.created_at)
+            )
     order = {"parent": 0, "child": 1, "ancestor": 2, "descendant": 3, "related": 4}
     others.sort(key=lambda o: (order.get(o.relation, 9), o.task_id, -o.seq))
     return Timeline(task.id, task.title, task.source_id, entries, others, task.workspace_id)
@@ -105,14 +108,16 @@ def _relation(by_id: dict, task_id: str, other_id: str) -> str:
     return "related"
 
 
-def revision_stats(cairn: Any, task_id: str,
-                   pairs: list[tuple[str | None, str]]) -> dict[str, tuple[int, int, int]]:
+def revision_stats(
+    cairn: Any, task_id: str, pairs: list[tuple[str | None, str]]
+) -> dict[str, tuple[int, int, int]]:
     """(files, added, removed) of each revision against its parent, by revision id."""
     return cairn.revision_stats(task_id, pairs)
 
 
-def load_diff(cairn: Any, task_id: str, old_ref: str, new_ref: str, *,
-              max_bytes: int = DIFF_MAX_BYTES) -> DiffResult:
+def load_diff(
+    cairn: Any, task_id: str, old_ref: str, new_ref: str, *, max_bytes: int = DIFF_MAX_BYTES
+) -> DiffResult:
     diff = cairn.diff(task_id, old_ref, new_ref, max_bytes=max_bytes)
     sizes: dict[str, int] = {}
     shas = binary_shas(diff)

@@ -10,9 +10,26 @@ from __future__ import annotations
 
 from core import events as ev
 from gui.diff import DiffViewer
-from gui.qt import (QAbstractItemView, QComboBox, QGuiApplication, QHBoxLayout, QHeaderView,
-                    QItemSelectionModel, QLabel, QMenu, QPoint, QPushButton, QSizePolicy,
-                    QSplitter, Qt, QTableView, QTimer, QVBoxLayout, QWidget, Signal)
+from gui.qt import (
+    QAbstractItemView,
+    QComboBox,
+    QGuiApplication,
+    QHBoxLayout,
+    QHeaderView,
+    QItemSelectionModel,
+    QLabel,
+    QMenu,
+    QPoint,
+    QPushButton,
+    QSizePolicy,
+    QSplitter,
+    Qt,
+    QTableView,
+    QTimer,
+    QVBoxLayout,
+    QWidget,
+    Signal,
+)
 from gui.revisions import data
 from gui.revisions.timeline_model import COL_RUN, TimelineModel
 
@@ -61,15 +78,19 @@ class RevisionsPanel(QWidget):
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(COL_RUN, QHeaderView.ResizeMode.Stretch)
         self.table.selectionModel().selectionChanged.connect(self._on_selection_changed)
-        self.table.setToolTip("Select one revision to see what it changed, or two to compare them. "
-                              "Right-click a revision to fork from it.")
+        self.table.setToolTip(
+            "Select one revision to see what it changed, or two to compare them. "
+            "Right-click a revision to fork from it."
+        )
 
         self.other_label = QLabel("Compare with another task:", self)
         self.other_picker = QComboBox(self)
         self.other_picker.setObjectName("revisionsOtherPicker")
         self.other_picker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
-        self.other_picker.setToolTip("A revision of a parent, child or other task grown from the "
-                                     "same folder; it is compared with the selected revision")
+        self.other_picker.setToolTip(
+            "A revision of a parent, child or other task grown from the "
+            "same folder; it is compared with the selected revision"
+        )
         self.other_picker.currentIndexChanged.connect(lambda _i: self._schedule_diff())
         self.fork_button = QPushButton("Fork from here…", self)
         self.fork_button.setEnabled(False)
@@ -165,11 +186,14 @@ class RevisionsPanel(QWidget):
             return
         task_id, generation = self._task_id, self._task_generation
         cairn = self._cairn
-        self._jobs.job(lambda: data.load_timeline(cairn, task_id), key=f"{self._key}-timeline",
-                       what="load the revisions", parent=self) \
-            .success(lambda timeline: self._show_timeline(generation, timeline)) \
-            .failure(lambda failure: self._show_failure(generation, failure)) \
-            .run()
+        self._jobs.job(
+            lambda: data.load_timeline(cairn, task_id),
+            key=f"{self._key}-timeline",
+            what="load the revisions",
+            parent=self,
+        ).success(lambda timeline: self._show_timeline(generation, timeline)).failure(
+            lambda failure: self._show_failure(generation, failure)
+        ).run()
 
     def _show_timeline(self, generation: int, timeline: data.Timeline) -> None:
         if generation != self._task_generation:
@@ -196,8 +220,7 @@ class RevisionsPanel(QWidget):
         self._update_fork_button()
 
     def _add_row(self, row: int) -> None:
-        flags = (QItemSelectionModel.SelectionFlag.Select
-                 | QItemSelectionModel.SelectionFlag.Rows)
+        flags = QItemSelectionModel.SelectionFlag.Select | QItemSelectionModel.SelectionFlag.Rows
         self.table.selectionModel().select(self.model.index(row, 0), flags)
 
     def _show_failure(self, generation: int, failure) -> None:
@@ -213,8 +236,10 @@ class RevisionsPanel(QWidget):
             picker.clear()
             picker.addItem("— this task only —", NO_OTHER)
             for o in others:
-                picker.addItem(f"{o.task_title} ({o.relation}) · #{o.seq} {o.trigger} · "
-                               f"{o.revision_id[:10]}", o.ref)
+                picker.addItem(
+                    f"{o.task_title} ({o.relation}) · #{o.seq} {o.trigger} · {o.revision_id[:10]}",
+                    o.ref,
+                )
                 picker.setItemData(picker.count() - 1, f"{o.ref}", Qt.ItemDataRole.ToolTipRole)
             index = picker.findData(keep)
             picker.setCurrentIndex(max(index, 0))
@@ -278,8 +303,11 @@ class RevisionsPanel(QWidget):
         selected = self.selected_revisions()
         other = self.other_picker.currentData() or NO_OTHER
         if other:
-            new = selected[-1] if selected else (timeline.entries[-1].id if timeline.entries
-                                                else None)
+            new = (
+                selected[-1]
+                if selected
+                else (timeline.entries[-1].id if timeline.entries else None)
+            )
             return (other, new) if new else None
         if len(selected) >= 2:
             return selected[0], selected[-1]
@@ -300,8 +328,10 @@ class RevisionsPanel(QWidget):
             selected = self.selected_revisions()
             if selected and self._timeline is not None:
                 self.comparison.setText("")
-                self.viewer.show_message("The base revision is where this task started: "
-                                         "select a second revision to compare it with.")
+                self.viewer.show_message(
+                    "The base revision is where this task started: "
+                    "select a second revision to compare it with."
+                )
             else:
                 self.viewer.show_message("Select a revision to see what it changed")
             return
@@ -309,18 +339,27 @@ class RevisionsPanel(QWidget):
         self.comparison.setText(f"Comparing {self._describe(old)} → {self._describe(new)}")
         self.viewer.show_message("Loading the diff…")
         cairn = self._cairn
-        self._jobs.job(lambda: data.load_diff(cairn, task_id, old, new), key=f"{self._key}-diff",
-                       what="load the diff", parent=self) \
-            .success(lambda result: self._show_diff(request, result)) \
-            .failure(lambda failure: self._show_diff_failure(request, failure)) \
-            .run()
+        self._jobs.job(
+            lambda: data.load_diff(cairn, task_id, old, new),
+            key=f"{self._key}-diff",
+            what="load the diff",
+            parent=self,
+        ).success(lambda result: self._show_diff(request, result)).failure(
+            lambda failure: self._show_diff_failure(request, failure)
+        ).run()
 
     def _describe(self, ref: str) -> str:
         timeline = self._timeline
         if ":" in ref:
             task_id, _, rev = ref.partition(":")
-            other = next((o for o in (timeline.others if timeline else [])
-                          if o.task_id == task_id and o.revision_id == rev), None)
+            other = next(
+                (
+                    o
+                    for o in (timeline.others if timeline else [])
+                    if o.task_id == task_id and o.revision_id == rev
+                ),
+                None,
+            )
             return f"{other.task_title} #{other.seq}" if other else ref
         entry = next((e for e in (timeline.entries if timeline else []) if e.id == ref), None)
         return f"#{entry.seq} ({entry.trigger})" if entry else ref[:10]
@@ -334,8 +373,10 @@ class RevisionsPanel(QWidget):
             return  # the selection changed since this diff was asked for
         self.viewer.set_diff(result.diff, blob_sizes=result.blob_sizes)
         d = result.diff
-        self.status.setText(f"{d.files_changed} file{'' if d.files_changed == 1 else 's'} changed, "
-                            f"+{d.additions} −{d.deletions}")
+        self.status.setText(
+            f"{d.files_changed} file{'' if d.files_changed == 1 else 's'} changed, "
+            f"+{d.additions} −{d.deletions}"
+        )
         self.sig_diff_shown.emit(result.old_ref, result.new_ref)
 
     def _show_diff_failure(self, request: int, failure) -> None:
@@ -353,17 +394,20 @@ class RevisionsPanel(QWidget):
         if self._timeline is None or not self._stats_wanted:
             return
         parents = {e.id: e.parent_id for e in self._timeline.entries}
-        pairs = [(parents.get(rev), rev) for rev in dict.fromkeys(self._stats_wanted)
-                 if rev in parents]
+        pairs = [
+            (parents.get(rev), rev) for rev in dict.fromkeys(self._stats_wanted) if rev in parents
+        ]
         self._stats_wanted = []
         if not pairs:
             return
         task_id, generation, cairn = self._timeline.task_id, self._task_generation, self._cairn
-        self._jobs.job(lambda: data.revision_stats(cairn, task_id, pairs),
-                       what="count the changed lines", parent=self) \
-            .success(lambda stats: self._show_stats(generation, stats)) \
-            .failure(lambda _f: self.model.forget_asked([rev for _p, rev in pairs])) \
-            .run()
+        self._jobs.job(
+            lambda: data.revision_stats(cairn, task_id, pairs),
+            what="count the changed lines",
+            parent=self,
+        ).success(lambda stats: self._show_stats(generation, stats)).failure(
+            lambda _f: self.model.forget_asked([rev for _p, rev in pairs])
+        ).run()
 
     def _show_stats(self, generation: int, stats: dict) -> None:
         if generation == self._task_generation:

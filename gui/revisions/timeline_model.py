@@ -8,7 +8,7 @@ they arrive.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from gui.qt import QModelIndex, QObject, Qt
 from gui.revisions.data import TimelineEntry
@@ -38,8 +38,9 @@ def when(ts: float, now: float | None = None) -> str:
 class TimelineModel(RowsTableModel):
     headers = HEADERS
 
-    def __init__(self, parent: QObject | None = None,
-                 on_stats_wanted: Callable[[str], None] | None = None):
+    def __init__(
+        self, parent: QObject | None = None, on_stats_wanted: Callable[[str], None] | None = None
+    ):
         super().__init__(parent)
         self._rows: list[TimelineEntry] = []
         self._stats: dict[str, tuple[int, int, int]] = {}

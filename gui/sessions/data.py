@@ -29,7 +29,7 @@ class SessionRow:
     backend: str
     unsafe: bool
     container: str | None
-    state: str          # running / stopped / gone / unknown
+    state: str  # running / stopped / gone / unknown
     image: str | None
     age_s: float
     generation: int
@@ -79,12 +79,19 @@ def load_sessions(cairn: Any) -> SessionsData:
     for s in status.get("sessions", []):
         task = task_of_ws.get(s.get("workspace_id"))
         row = SessionRow(
-            session_id=s["session_id"], workspace_id=s.get("workspace_id") or "",
-            task_id=task.id if task else None, task_title=task.title if task else "(no task)",
-            backend=s.get("backend") or "", unsafe=bool(s.get("unsafe")),
-            container=s.get("container"), state=s.get("state") or "unknown", image=s.get("image"),
-            age_s=float(s.get("age_s") or 0.0), generation=int(s.get("generation") or 0),
-            snapshot_id=s.get("snapshot_id"))
+            session_id=s["session_id"],
+            workspace_id=s.get("workspace_id") or "",
+            task_id=task.id if task else None,
+            task_title=task.title if task else "(no task)",
+            backend=s.get("backend") or "",
+            unsafe=bool(s.get("unsafe")),
+            container=s.get("container"),
+            state=s.get("state") or "unknown",
+            image=s.get("image"),
+            age_s=float(s.get("age_s") or 0.0),
+            generation=int(s.get("generation") or 0),
+            snapshot_id=s.get("snapshot_id"),
+        )
         if row.state != "running":
             row.stats_note = NOT_RUNNING_REASON
         elif stats_available:
@@ -101,11 +108,18 @@ def load_sessions(cairn: Any) -> SessionsData:
         out.sessions.append(row)
     for snap in status.get("snapshots", []):
         task = task_of_ws.get(snap.get("workspace_id"))
-        out.snapshots.append(SnapshotRow(
-            snapshot_id=snap["snapshot_id"], workspace_id=snap.get("workspace_id") or "",
-            task_title=task.title if task else "(no task)", revision=snap.get("revision") or "",
-            age_s=float(snap.get("age_s") or 0.0), size=snap.get("size"),
-            restorable=bool(snap.get("restorable")), state=snap.get("state") or ""))
+        out.snapshots.append(
+            SnapshotRow(
+                snapshot_id=snap["snapshot_id"],
+                workspace_id=snap.get("workspace_id") or "",
+                task_title=task.title if task else "(no task)",
+                revision=snap.get("revision") or "",
+                age_s=float(snap.get("age_s") or 0.0),
+                size=snap.get("size"),
+                restorable=bool(snap.get("restorable")),
+                state=snap.get("state") or "",
+            )
+        )
     for task in tasks:
         if not any(r.task_id == task.id for r in out.sessions):
             continue
@@ -135,14 +149,16 @@ class SnapshotTarget:
     def refusal(self) -> str | None:
         """Why this workspace cannot be snapshotted now, in words; None when it can."""
         if self.workspace_state == "archived":
-            return (f"the workspace of {self.task_title} is archived; unarchive the task to "
-                    "snapshot it")
+            return (
+                f"the workspace of {self.task_title} is archived; unarchive the task to snapshot it"
+            )
         if self.workspace_state not in SNAPSHOTTABLE_STATES:
-            return (f"the workspace of {self.task_title} is {self.workspace_state}; its files "
-                    "are not on disk")
+            return (
+                f"the workspace of {self.task_title} is {self.workspace_state}; its files "
+                "are not on disk"
+            )
         if not self.present:
-            return (f"the workspace folder of {self.task_title} is missing (deleted outside "
-                    "Cairn)")
+            return f"the workspace folder of {self.task_title} is missing (deleted outside Cairn)"
         return None
 
 
@@ -167,8 +183,9 @@ def take_snapshot(cairn: Any, task_id: str, task_title: str) -> SnapshotMade:
     """A verifying capture of the workspace, then a durable snapshot of its latest revision."""
     started = time.time()
     snap = cairn.snapshot(task_id)
-    return SnapshotMade(task_id, task_title, snap.id, snap.revision_id,
-                        reused=snap.created_at < started)
+    return SnapshotMade(
+        task_id, task_title, snap.id, snap.revision_id, reused=snap.created_at < started
+    )
 
 
 def _latest_run(cairn: Any, task: Any):
@@ -180,6 +197,7 @@ def _latest_run(cairn: Any, task: Any):
 
 
 # -- resume reports in words ------------------------------------------------------------------
+
 
 def _sandbox_words(outcome: str) -> str:
     if outcome == "reattached":
@@ -227,8 +245,11 @@ def describe_resume(report: dict | None) -> str:
         elif name == "engine":
             parts.append(_engine_words(outcome))
         elif name == "checkpoint":
-            parts.append("started over from the first step (no checkpoint)" if outcome == "none"
-                         else f"went back to checkpoint {outcome}")
+            parts.append(
+                "started over from the first step (no checkpoint)"
+                if outcome == "none"
+                else f"went back to checkpoint {outcome}"
+            )
         elif name == "tools":
             parts.append(f"tools {outcome}")
         elif name == "credentials":
@@ -247,6 +268,7 @@ def describe_resume(report: dict | None) -> str:
 
 
 # -- figures in words -------------------------------------------------------------------------
+
 
 def duration(seconds: float | None) -> str:
     if seconds is None:

@@ -8,9 +8,24 @@ here). A sandbox on the host backend is labelled UNSAFE wherever it appears: it 
 from __future__ import annotations
 
 from core import events as ev
-from gui.qt import (QAbstractItemView, QBrush, QColor, QFont, QHBoxLayout, QHeaderView, QLabel,
-                    QPushButton, QSplitter, Qt, QTableWidget, QTableWidgetItem, QTimer,
-                    QVBoxLayout, QWidget, Signal)
+from gui.qt import (
+    QAbstractItemView,
+    QBrush,
+    QColor,
+    QFont,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QSplitter,
+    Qt,
+    QTableWidget,
+    QTableWidgetItem,
+    QTimer,
+    QVBoxLayout,
+    QWidget,
+    Signal,
+)
 from gui.sessions import data
 
 SESSION_COLUMNS = ("Task", "Sandbox", "Backend", "State", "Image", "Uptime", "CPU", "Memory")
@@ -19,15 +34,22 @@ SNAPSHOT_COLUMNS = ("Snapshot", "Task", "Revision", "Age", "Size", "Restorable")
 (P_ID, P_TASK, P_REVISION, P_AGE, P_SIZE, P_RESTORABLE) = range(6)
 
 UNSAFE_TEXT = "UNSAFE: host, no isolation"
-UNSAFE_TOOLTIP = ("This sandbox runs directly on your computer (the host backend): the agent can "
-                  "read and change anything your user can. It has no isolation.")
+UNSAFE_TOOLTIP = (
+    "This sandbox runs directly on your computer (the host backend): the agent can "
+    "read and change anything your user can. It has no isolation."
+)
 SNAPSHOT_TEXT = "Snapshot Now"
 SNAPSHOT_BUSY_TEXT = "Snapshotting…"
 REFRESH_MS = 5_000
 EVENT_REFRESH_MS = 250
 
-_REFRESH_ON = {ev.RUN_STATE, ev.RUN_RESUMED, ev.SNAPSHOT_CREATED, ev.WORKSPACE_STATE,
-               ev.TASK_CREATED}
+_REFRESH_ON = {
+    ev.RUN_STATE,
+    ev.RUN_RESUMED,
+    ev.SNAPSHOT_CREATED,
+    ev.WORKSPACE_STATE,
+    ev.TASK_CREATED,
+}
 
 
 def _item(text: str, tooltip: str | None = None, *, align_right: bool = False) -> QTableWidgetItem:
@@ -99,8 +121,10 @@ class SessionsPanel(QWidget):
         self.resume_button = QPushButton("Resume", self)
         self.resume_button.setToolTip("Resume the task's interrupted run from its last checkpoint")
         self.reconcile_button = QPushButton("Reconcile", self)
-        self.reconcile_button.setToolTip("Match sandboxes on this machine with Cairn's records and "
-                                         "settle runs whose process is gone; nothing is deleted")
+        self.reconcile_button.setToolTip(
+            "Match sandboxes on this machine with Cairn's records and "
+            "settle runs whose process is gone; nothing is deleted"
+        )
         self.refresh_button.clicked.connect(self.refresh)
         self.stop_button.clicked.connect(self.stop_selected)
         self.resume_button.clicked.connect(self.resume_selected)
@@ -204,12 +228,14 @@ class SessionsPanel(QWidget):
         self._loading = True
         self._reload = False
         cairn = self._cairn
-        self._jobs.job(lambda: data.load_sessions(cairn), key=f"{self._key}-load",
-                       what="list the sandboxes and snapshots", parent=self) \
-            .success(self._show_data) \
-            .failure(lambda failure: self._show_message(failure.sentence(), error=True)) \
-            .finished(self._load_finished) \
-            .run()
+        self._jobs.job(
+            lambda: data.load_sessions(cairn),
+            key=f"{self._key}-load",
+            what="list the sandboxes and snapshots",
+            parent=self,
+        ).success(self._show_data).failure(
+            lambda failure: self._show_message(failure.sentence(), error=True)
+        ).finished(self._load_finished).run()
 
     def _load_finished(self) -> None:
         self._loading = False
@@ -236,11 +262,14 @@ class SessionsPanel(QWidget):
             self._target = None  # never offer the button with another task's facts
             self._update_buttons()
         cairn = self._cairn
-        self._jobs.job(lambda: data.load_snapshot_target(cairn, task_id), key=key,
-                       what="check the task's workspace", parent=self) \
-            .success(self._target_checked) \
-            .failure(lambda failure: self._target_failed(task_id, failure)) \
-            .run()
+        self._jobs.job(
+            lambda: data.load_snapshot_target(cairn, task_id),
+            key=key,
+            what="check the task's workspace",
+            parent=self,
+        ).success(self._target_checked).failure(
+            lambda failure: self._target_failed(task_id, failure)
+        ).run()
 
     def _target_checked(self, target: data.SnapshotTarget) -> None:
         self._target = target
@@ -277,8 +306,10 @@ class SessionsPanel(QWidget):
         self._data = loaded
         self.problem.setVisible(bool(loaded.problem))
         if loaded.problem:
-            self.problem.setText(f"The sandbox backend could not be asked: {loaded.problem}. "
-                                 "Sandbox states are shown as unknown.")
+            self.problem.setText(
+                f"The sandbox backend could not be asked: {loaded.problem}. "
+                "Sandbox states are shown as unknown."
+            )
         self._fill_sessions(loaded)
         self._fill_snapshots(loaded)
         if keep is not None:
@@ -299,12 +330,19 @@ class SessionsPanel(QWidget):
             table.setRowCount(len(loaded.sessions))
             for row, s in enumerate(loaded.sessions):
                 table.setItem(row, S_TASK, _item(s.task_title, s.task_id or s.workspace_id))
-                table.setItem(row, S_SANDBOX, _item(s.container or s.session_id,
-                                                    f"session {s.session_id}, generation "
-                                                    f"{s.generation}, snapshot "
-                                                    f"{s.snapshot_id or 'none'}"))
-                backend = _item(UNSAFE_TEXT if s.unsafe else s.backend,
-                                UNSAFE_TOOLTIP if s.unsafe else None)
+                table.setItem(
+                    row,
+                    S_SANDBOX,
+                    _item(
+                        s.container or s.session_id,
+                        f"session {s.session_id}, generation "
+                        f"{s.generation}, snapshot "
+                        f"{s.snapshot_id or 'none'}",
+                    ),
+                )
+                backend = _item(
+                    UNSAFE_TEXT if s.unsafe else s.backend, UNSAFE_TOOLTIP if s.unsafe else None
+                )
                 if s.unsafe:
                     font = QFont()
                     font.setBold(True)
@@ -313,12 +351,21 @@ class SessionsPanel(QWidget):
                 table.setItem(row, S_BACKEND, backend)
                 table.setItem(row, S_STATE, _item(s.state, _STATE_WORDS.get(s.state)))
                 image = s.image or "—"
-                table.setItem(row, S_IMAGE, _item(image[:19] if image.startswith("sha256:")
-                                                  else image, s.image))
+                table.setItem(
+                    row,
+                    S_IMAGE,
+                    _item(image[:19] if image.startswith("sha256:") else image, s.image),
+                )
                 uptime = s.uptime_s if s.uptime_s is not None else s.age_s
-                table.setItem(row, S_UPTIME, _item(
-                    data.duration(uptime) if s.state == "running" else "—",
-                    f"session made {data.duration(s.age_s)} ago", align_right=True))
+                table.setItem(
+                    row,
+                    S_UPTIME,
+                    _item(
+                        data.duration(uptime) if s.state == "running" else "—",
+                        f"session made {data.duration(s.age_s)} ago",
+                        align_right=True,
+                    ),
+                )
                 cpu = f"{s.cpu_percent:.1f} %" if s.cpu_percent is not None else "—"
                 memory = data.size_text(s.memory_bytes) if s.memory_bytes is not None else "—"
                 if s.memory_bytes is not None and s.memory_limit_bytes:
@@ -340,9 +387,14 @@ class SessionsPanel(QWidget):
             table.setItem(row, P_REVISION, _item(p.revision[:12], p.revision))
             table.setItem(row, P_AGE, _item(data.duration(p.age_s), align_right=True))
             table.setItem(row, P_SIZE, _item(data.size_text(p.size), align_right=True))
-            table.setItem(row, P_RESTORABLE, _item(
-                "yes" if p.restorable else "NO",
-                None if p.restorable else "its reference in the vault is missing or moved"))
+            table.setItem(
+                row,
+                P_RESTORABLE,
+                _item(
+                    "yes" if p.restorable else "NO",
+                    None if p.restorable else "its reference in the vault is missing or moved",
+                ),
+            )
         if made is not None:
             table.selectRow(made)
             table.scrollToItem(table.item(made, P_ID))
@@ -361,13 +413,15 @@ class SessionsPanel(QWidget):
         idle = self._busy is None
         has_task = s is not None and s.task_id is not None
         offers = self._offers
-        self.stop_button.setEnabled(idle and has_task and offers("stop")
-                                    and s.state in ("running", "unknown"))
+        self.stop_button.setEnabled(
+            idle and has_task and offers("stop") and s.state in ("running", "unknown")
+        )
         self.resume_button.setEnabled(idle and has_task and offers("resume"))
         self.reconcile_button.setEnabled(idle and offers("reconcile"))
         can_snapshot, why = self._snapshot_state()
-        self.snapshot_button.setText(SNAPSHOT_BUSY_TEXT if self._busy == "snapshot"
-                                     else SNAPSHOT_TEXT)
+        self.snapshot_button.setText(
+            SNAPSHOT_BUSY_TEXT if self._busy == "snapshot" else SNAPSHOT_TEXT
+        )
         self.snapshot_button.setEnabled(idle and can_snapshot)
         self.snapshot_button.setToolTip(why)
 
@@ -383,16 +437,19 @@ class SessionsPanel(QWidget):
         target = self._target
         if target is None or target.task_id != task_id:
             if self._target_problem is not None and self._target_problem[0] == task_id:
-                return False, ("The task's workspace could not be checked: "
-                               f"{self._target_problem[1]}")
+                return False, (
+                    f"The task's workspace could not be checked: {self._target_problem[1]}"
+                )
             return False, "Checking the task's workspace…"
         refusal = target.refusal()
         if refusal is not None:
             return False, refusal[:1].upper() + refusal[1:]
         if self._busy is not None:
             return False, f"Waiting for {self._busy} to finish"
-        return True, (f"Capture the workspace of {target.task_title} now and keep its latest "
-                      "revision as a durable snapshot")
+        return True, (
+            f"Capture the workspace of {target.task_title} now and keep its latest "
+            "revision as a durable snapshot"
+        )
 
     def _offers(self, method: str) -> bool:
         return callable(getattr(self._cairn, method, None))
@@ -402,40 +459,59 @@ class SessionsPanel(QWidget):
         if s is None or s.task_id is None:
             return
         task_id, cairn = s.task_id, self._cairn
-        self._run_action("stop", f"Stopping the sandbox of {s.task_title}…",
-                         lambda: cairn.stop(task_id), self._stopped)
+        self._run_action(
+            "stop",
+            f"Stopping the sandbox of {s.task_title}…",
+            lambda: cairn.stop(task_id),
+            self._stopped,
+        )
 
     def resume_selected(self) -> None:
         s = self.selected_session()
         if s is None or s.task_id is None:
             return
         task_id, cairn = s.task_id, self._cairn
-        self._run_action("resume", f"Resuming {s.task_title}…",
-                         lambda: (task_id, cairn.resume(task_id)), self._resumed)
+        self._run_action(
+            "resume",
+            f"Resuming {s.task_title}…",
+            lambda: (task_id, cairn.resume(task_id)),
+            self._resumed,
+        )
 
     def snapshot_selected(self) -> None:
         """Snapshot Now: a verifying capture of the task's workspace, then a durable snapshot."""
         target = self._target
-        if (target is None or target.task_id != self._snapshot_task_id()
-                or target.refusal() is not None or self._busy is not None):
+        if (
+            target is None
+            or target.task_id != self._snapshot_task_id()
+            or target.refusal() is not None
+            or self._busy is not None
+        ):
             return
         task_id, title, cairn = target.task_id, target.task_title, self._cairn
-        self._run_action("snapshot", f"Snapshotting the workspace of {title}…",
-                         lambda: data.take_snapshot(cairn, task_id, title), self._snapshotted)
+        self._run_action(
+            "snapshot",
+            f"Snapshotting the workspace of {title}…",
+            lambda: data.take_snapshot(cairn, task_id, title),
+            self._snapshotted,
+        )
 
     def reconcile(self) -> None:
         cairn = self._cairn
-        self._run_action("reconcile", "Reconciling sandboxes and runs…",
-                         lambda: cairn.reconcile(), self._reconciled)
+        self._run_action(
+            "reconcile",
+            "Reconciling sandboxes and runs…",
+            lambda: cairn.reconcile(),
+            self._reconciled,
+        )
 
     def _run_action(self, action: str, doing: str, work, on_done) -> None:
         self._busy = action
         self._update_buttons()
         self._show_message(doing)
-        self._jobs.job(work, write=True, what=_ACTION_WHAT[action], parent=self) \
-            .success(lambda result: self._action_done(action, on_done, result)) \
-            .failure(lambda failure: self._action_failed(action, failure)) \
-            .run()
+        self._jobs.job(work, write=True, what=_ACTION_WHAT[action], parent=self).success(
+            lambda result: self._action_done(action, on_done, result)
+        ).failure(lambda failure: self._action_failed(action, failure)).run()
 
     def _action_done(self, action: str, on_done, result) -> None:
         self._busy = None
@@ -459,8 +535,7 @@ class SessionsPanel(QWidget):
             parts.append(f"cancelled run {result['run']}")
         if result.get("sandbox"):
             parts.append(f"stopped sandbox {result['sandbox']}")
-        self._show_message("Stop: " + (", ".join(parts) if parts else
-                                       "nothing was running") + ".")
+        self._show_message("Stop: " + (", ".join(parts) if parts else "nothing was running") + ".")
 
     def _resumed(self, result) -> None:
         task_id, outcome = result
@@ -470,18 +545,23 @@ class SessionsPanel(QWidget):
             as_dict = getattr(run, "resume_report", None)
         if as_dict:
             self._last_resume[task_id] = as_dict
-        self._show_message(f"Resumed: run {getattr(run, 'id', '?')} is "
-                           f"{getattr(run, 'state', 'running')}.")
+        self._show_message(
+            f"Resumed: run {getattr(run, 'id', '?')} is {getattr(run, 'state', 'running')}."
+        )
         self._show_resume_report(task_id)
 
     def _snapshotted(self, made: data.SnapshotMade) -> None:
         self._made_snapshot = made.snapshot_id
         if made.reused:
-            text = (f"Snapshot: the latest revision {made.revision[:12]} of {made.task_title} "
-                    f"already had snapshot {made.snapshot_id}; it was kept.")
+            text = (
+                f"Snapshot: the latest revision {made.revision[:12]} of {made.task_title} "
+                f"already had snapshot {made.snapshot_id}; it was kept."
+            )
         else:
-            text = (f"Snapshot {made.snapshot_id} made of revision {made.revision[:12]} "
-                    f"({made.task_title}).")
+            text = (
+                f"Snapshot {made.snapshot_id} made of revision {made.revision[:12]} "
+                f"({made.task_title})."
+            )
         self._show_message(text)
         status = getattr(self._context, "sig_status", None)
         if status is not None:
@@ -519,13 +599,15 @@ _STATE_WORDS = {
 def describe_reconcile(d: dict) -> str:
     """A reconcile report in words."""
     parts = []
-    for key, words in (("interrupted", "run(s) marked interrupted"),
-                       ("finished", "run(s) found finished"),
-                       ("still_running", "run(s) still running"),
-                       ("sessions_gone", "sandbox(es) gone"),
-                       ("catch_up_revisions", "catch-up revision(s) recorded"),
-                       ("orphan_containers", "container(s) Cairn does not know (left alone)"),
-                       ("orphan_snapshot_refs", "snapshot reference(s) without a record")):
+    for key, words in (
+        ("interrupted", "run(s) marked interrupted"),
+        ("finished", "run(s) found finished"),
+        ("still_running", "run(s) still running"),
+        ("sessions_gone", "sandbox(es) gone"),
+        ("catch_up_revisions", "catch-up revision(s) recorded"),
+        ("orphan_containers", "container(s) Cairn does not know (left alone)"),
+        ("orphan_snapshot_refs", "snapshot reference(s) without a record"),
+    ):
         items = d.get(key) or []
         if items:
             parts.append(f"{len(items)} {words}")
@@ -536,6 +618,9 @@ def describe_reconcile(d: dict) -> str:
     return text
 
 
-_ACTION_WHAT = {"stop": "stop the task's sandbox", "resume": "resume the task",
-                "reconcile": "reconcile sandboxes and runs",
-                "snapshot": "snapshot the task's workspace"}
+_ACTION_WHAT = {
+    "stop": "stop the task's sandbox",
+    "resume": "resume the task",
+    "reconcile": "reconcile sandboxes and runs",
+    "snapshot": "snapshot the task's workspace",
+}

@@ -95,10 +95,19 @@ def ask(engine, tool, command, cwd, on_wait=None):
     """Relay one request and wait for its decision: (allowed, reason)."""
     exec_id, requests, decisions = mailbox()
     request_id = new_request_id()
-    write_request(requests, {
-        "id": request_id, "run_id": os.environ.get("CAIRN_RUN_ID", ""), "exec_id": exec_id,
-        "engine": engine, "tool": tool, "command": command, "cwd": cwd,
-        "created_at": time.time()})
+    write_request(
+        requests,
+        {
+            "id": request_id,
+            "run_id": os.environ.get("CAIRN_RUN_ID", ""),
+            "exec_id": exec_id,
+            "engine": engine,
+            "tool": tool,
+            "command": command,
+            "cwd": cwd,
+            "created_at": time.time(),
+        },
+    )
     limit = timeout_s()
     path = os.path.join(decisions, request_id + ".json")
     start = time.monotonic()
@@ -126,8 +135,11 @@ def ask(engine, tool, command, cwd, on_wait=None):
 def shell_text(value):
     """A command as one line of shell: an argv list is joined, and `bash -lc X` is X."""
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        if len(value) == 3 and os.path.basename(value[0]) in ("sh", "bash", "zsh", "dash") \
-                and value[1] in ("-c", "-lc", "-ic"):
+        if (
+            len(value) == 3
+            and os.path.basename(value[0]) in ("sh", "bash", "zsh", "dash")
+            and value[1] in ("-c", "-lc", "-ic")
+        ):
             return value[2]
         return " ".join(shlex.quote(v) for v in value)
     return value if isinstance(value, str) else None
@@ -153,10 +165,13 @@ def describe(tool, tool_input):
 
 
 def hook_answer(allowed, reason):
-    return {"hookSpecificOutput": {
-        "hookEventName": "PreToolUse",
-        "permissionDecision": "allow" if allowed else "deny",
-        "permissionDecisionReason": "Cairn: " + reason}}
+    return {
+        "hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "permissionDecision": "allow" if allowed else "deny",
+            "permissionDecisionReason": "Cairn: " + reason,
+        }
+    }
 
 
 def run_hook(engine, stdin, stdout):
@@ -203,8 +218,9 @@ def main(argv):
     if argv == ["--check"]:
         sys.stdout.write("ok\n")
         return 0
-    sys.stderr.write("usage: approval-gate.py --shell CMD | --claude-hook | --codex-hook "
-                     "| --check\n")
+    sys.stderr.write(
+        "usage: approval-gate.py --shell CMD | --claude-hook | --codex-hook | --check\n"
+    )
     return DENIED_EXIT if argv[:1] == ["--shell"] else 2
 
 

@@ -69,7 +69,9 @@ async def relay(client_reader, client_writer, header, socket_path):
     upstream_writer = None
     try:
         try:
-            upstream_reader, upstream_writer = await asyncio.open_unix_connection(socket_path, limit=CHUNK)
+            upstream_reader, upstream_writer = await asyncio.open_unix_connection(
+                socket_path, limit=CHUNK
+            )
         except OSError as exc:
             log("cannot reach the egress proxy at %s: %s" % (socket_path, exc))
             return
@@ -107,15 +109,21 @@ async def serve(args):
     if args.proxy is not None:
         servers.append((args.proxy, b"PROXY\n", "HTTP proxy"))
     for local, destination in args.forward:
-        servers.append((local, ("FORWARD %s\n" % destination).encode("ascii"), "forward to " + destination))
+        servers.append(
+            (local, ("FORWARD %s\n" % destination).encode("ascii"), "forward to " + destination)
+        )
     if not servers:
         raise SystemExit("egress-forward: nothing to do (give --proxy and/or --forward)")
     if not os.path.exists(args.socket):
-        log("%s does not exist yet; connections fail until the egress proxy serves it" % args.socket)
+        log(
+            "%s does not exist yet; connections fail until the egress proxy serves it" % args.socket
+        )
 
     started = []
     for port, header, what in servers:
-        server = await asyncio.start_server(handler(header, args.socket), LISTEN_HOST, port, limit=CHUNK)
+        server = await asyncio.start_server(
+            handler(header, args.socket), LISTEN_HOST, port, limit=CHUNK
+        )
         started.append(server)
         log("listening on %s:%d (%s)" % (LISTEN_HOST, port, what))
 
@@ -129,7 +137,9 @@ async def serve(args):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description="Relay loopback TCP to Cairn's egress proxy socket.")
+    parser = argparse.ArgumentParser(
+        description="Relay loopback TCP to Cairn's egress proxy socket."
+    )
     parser.add_argument("--socket", default=DEFAULT_SOCKET, help="the egress proxy's unix socket")
     parser.add_argument(
         "--proxy", type=parse_port, metavar="PORT", help="serve an HTTP proxy on 127.0.0.1:PORT"

@@ -28,9 +28,14 @@ def patterns():
             continue
         raw = value.encode()
         mark = f"[secret:{name}]".encode()
-        forms = {raw, urllib.parse.quote(value, safe="").encode(),
-                 urllib.parse.quote_plus(value).encode(), base64.b64encode(raw),
-                 base64.b64encode(raw).rstrip(b"="), base64.urlsafe_b64encode(raw).rstrip(b"=")}
+        forms = {
+            raw,
+            urllib.parse.quote(value, safe="").encode(),
+            urllib.parse.quote_plus(value).encode(),
+            base64.b64encode(raw),
+            base64.b64encode(raw).rstrip(b"="),
+            base64.urlsafe_b64encode(raw).rstrip(b"="),
+        }
         out.extend((form, mark) for form in forms if len(form) >= MIN_LENGTH)
     return sorted(out, key=lambda p: -len(p[0]))  # the longest form first
 
@@ -67,12 +72,15 @@ def main():
     pats = patterns()
     env = dict(os.environ)
     env.pop("CAIRN_REDACT_VARS", None)
-    child = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, env=env)
+    child = subprocess.Popen(
+        args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda s, _f: child.send_signal(s))
-    threads = [threading.Thread(target=pump, args=(child.stdout, sys.stdout.buffer, pats)),
-               threading.Thread(target=pump, args=(child.stderr, sys.stderr.buffer, pats))]
+    threads = [
+        threading.Thread(target=pump, args=(child.stdout, sys.stdout.buffer, pats)),
+        threading.Thread(target=pump, args=(child.stderr, sys.stderr.buffer, pats)),
+    ]
     for t in threads:
         t.start()
     code = child.wait()

@@ -77,7 +77,7 @@ class Recorded:
 
 
 def _is_title_request(body: dict) -> bool:
-    fmt = ((body.get("output_config") or {}).get("format") or {})
+    fmt = (body.get("output_config") or {}).get("format") or {}
     return not body.get("tools") and fmt.get("type") == "json_schema"
 
 
@@ -118,8 +118,13 @@ class _State:
 class FakeAnthropic:
     """`with FakeAnthropic([Bash("touch x"), Reply("done")]) as server: ... server.url ...`"""
 
-    def __init__(self, steps: list[Step] | None = None, *, model: str = MODEL,
-                 title: str = "Scripted session"):
+    def __init__(
+        self,
+        steps: list[Step] | None = None,
+        *,
+        model: str = MODEL,
+        title: str = "Scripted session",
+    ):
         self.model = model
         self.title = title
         self.requests: list[Recorded] = []
@@ -131,12 +136,13 @@ class FakeAnthropic:
 
     # -- lifecycle -----------------------------------------------------------------------------
 
-    def start(self) -> "FakeAnthropic":
+    def start(self) -> FakeAnthropic:
         handler = type("Handler", (_Handler,), {"fake": self})
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-anthropic",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="fake-anthropic", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -146,7 +152,7 @@ class FakeAnthropic:
             self._server.server_close()
             self._server = None
 
-    def __enter__(self) -> "FakeAnthropic":
+    def __enter__(self) -> FakeAnthropic:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -226,47 +232,116 @@ class FakeAnthropic:
 
 def _usage(body: dict, output_tokens: int) -> dict:
     size = len(json.dumps(body.get("messages") or []))
-    return {"input_tokens": max(1, size // 4), "output_tokens": output_tokens,
-            "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+    return {
+        "input_tokens": max(1, size // 4),
+        "output_tokens": output_tokens,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+    }
 
 
-def sse_events(message_id: str, model: str, body: dict, blocks: list[dict]) -> list[tuple[str, dict]]:
+def sse_events(
+    message_id: str, model: str, body: dict, blocks: list[dict]
+) -> list[tuple[str, dict]]:
     """The standard streamed sequence for one message made of `blocks`."""
     stop_reason = "tool_use" if any(b["type"] == "tool_use" for b in blocks) else "end_turn"
     out_tokens = sum(len(json.dumps(b)) for b in blocks) // 4 + 1
-    events: list[tuple[str, dict]] = [("message_start", {
-        "type": "message_start",
-        "message": {"id": message_id, "type": "message", "role": "assistant", "model": model,
-                    "content": [], "stop_reason": None, "stop_sequence": None,
-                    "usage": _usage(body, 1)}})]
+    events: list[tuple[str, dict]] = [
+        (
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": message_id,
+                    "type": "message",
+                    "role": "assistant",
+                    "model": model,
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": _usage(body, 1),
+                },
+            },
+        )
+    ]
     for index, block in enumerate(blocks):
         if block["type"] == "text":
-            events.append(("content_block_start", {"type": "content_block_start", "index": index,
-                                                   "content_block": {"type": "text", "text": ""}}))
-            events.append(("content_block_delta", {"type": "content_block_delta", "index": index,
-                                                   "delta": {"type": "text_delta",
-                                                             "text": block["text"]}}))
+            events.append(
+                (
+                    "content_block_start",
+                    {
+                        "type": "content_block_start",
+                        "index": index,
+                        "content_block": {"type": "text", "text": ""},
+                    },
+                )
+            )
+            events.append(
+                (
+                    "content_block_delta",
+                    {
+                        "type": "content_block_delta",
+                        "index": index,
+                        "delta": {"type": "text_delta", "text": block["text"]},
+                    },
+                )
+            )
         else:
-            events.append(("content_block_start", {
-                "type": "content_block_start", "index": index,
-                "content_block": {"type": "tool_use", "id": block["id"], "name": block["name"],
-                                  "input": {}}}))
-            events.append(("content_block_delta", {
-                "type": "content_block_delta", "index": index,
-                "delta": {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}}))
+            events.append(
+                (
+                    "content_block_start",
+                    {
+                        "type": "content_block_start",
+                        "index": index,
+                        "content_block": {
+                            "type": "tool_use",
+                            "id": block["id"],
+                            "name": block["name"],
+                            "input": {},
+                        },
+                    },
+                )
+            )
+            events.append(
+                (
+                    "content_block_delta",
+                    {
+                        "type": "content_block_delta",
+                        "index": index,
+                        "delta": {
+                            "type": "input_json_delta",
+                            "partial_json": json.dumps(block["input"]),
+                        },
+                    },
+                )
+            )
         events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
-    events.append(("message_delta", {"type": "message_delta",
-                                     "delta": {"stop_reason": stop_reason, "stop_sequence": None},
-                                     "usage": {"output_tokens": out_tokens}}))
+    events.append(
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+                "usage": {"output_tokens": out_tokens},
+            },
+        )
+    )
     events.append(("message_stop", {"type": "message_stop"}))
     return events
 
 
 def whole_message(message_id: str, model: str, body: dict, blocks: list[dict]) -> dict:
     stop_reason = "tool_use" if any(b["type"] == "tool_use" for b in blocks) else "end_turn"
-    return {"id": message_id, "type": "message", "role": "assistant", "model": model,
-            "content": blocks, "stop_reason": stop_reason, "stop_sequence": None,
-            "usage": _usage(body, sum(len(json.dumps(b)) for b in blocks) // 4 + 1)}
+    return {
+        "id": message_id,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": blocks,
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": _usage(body, sum(len(json.dumps(b)) for b in blocks) // 4 + 1),
+    }
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -277,8 +352,9 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def _record(self, body: Any, kind: str = "") -> Recorded:
-        record = Recorded(self.command, self.path, {k.lower(): v for k, v in self.headers.items()},
-                          body, kind)
+        record = Recorded(
+            self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body, kind
+        )
         with self.fake._lock:
             self.fake.requests.append(record)
         return record
@@ -301,8 +377,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802
         self._record(None, "other")
-        self._json(404, {"type": "error", "error": {"type": "not_found_error",
-                                                    "message": f"no {self.path} here"}})
+        self._json(
+            404,
+            {
+                "type": "error",
+                "error": {"type": "not_found_error", "message": f"no {self.path} here"},
+            },
+        )
 
     def do_POST(self) -> None:  # noqa: N802
         length = int(self.headers.get("Content-Length") or 0)
@@ -318,16 +399,23 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if path != "/v1/messages":
             self._record(body, "other")
-            self._json(404, {"type": "error", "error": {"type": "not_found_error",
-                                                        "message": f"no {path} here"}})
+            self._json(
+                404,
+                {
+                    "type": "error",
+                    "error": {"type": "not_found_error", "message": f"no {path} here"},
+                },
+            )
             return
         record = self._record(body)
         fake = self.fake
         blocks = fake.answer(record)
         message_id = fake.message_id()
         if body.get("stream"):
-            payload = "".join(f"event: {name}\ndata: {json.dumps(data)}\n\n"
-                              for name, data in sse_events(message_id, fake.model, body, blocks))
+            payload = "".join(
+                f"event: {name}\ndata: {json.dumps(data)}\n\n"
+                for name, data in sse_events(message_id, fake.model, body, blocks)
+            )
             self._send(200, payload.encode(), "text/event-stream")
         else:
             self._json(200, whole_message(message_id, fake.model, body, blocks))

@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 SHELL_TOOL = "exec_command"  # what Codex 0.171 advertises in `tools` for running a command
-PATCH_TOOL = "apply_patch"   # its file-editing tool (a custom tool: free-form input)
+PATCH_TOOL = "apply_patch"  # its file-editing tool (a custom tool: free-form input)
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ class FakeOpenAI:
 
     # -- control ------------------------------------------------------------------------------
 
-    def start(self) -> "FakeOpenAI":
+    def start(self) -> FakeOpenAI:
         handler = type("Handler", (_Handler,), {"fake": self})
         self._server = ThreadingHTTPServer((self.host, self.port), handler)
         self._server.daemon_threads = True
@@ -136,7 +136,7 @@ class FakeOpenAI:
             self._server.server_close()
             self._server = None
 
-    def __enter__(self) -> "FakeOpenAI":
+    def __enter__(self) -> FakeOpenAI:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -177,15 +177,36 @@ class FakeOpenAI:
                 call_id = f"call_{next(self._ids)}" if step.is_call else None
                 self._pending = _Served(step, call_id) if step.is_call else None
         if step.cmd is not None:
-            return step, [{"type": "function_call", "id": f"fc_{call_id}", "call_id": call_id,
-                           "name": SHELL_TOOL, "arguments": json.dumps({"cmd": step.cmd}),
-                           "status": "completed"}]
+            return step, [
+                {
+                    "type": "function_call",
+                    "id": f"fc_{call_id}",
+                    "call_id": call_id,
+                    "name": SHELL_TOOL,
+                    "arguments": json.dumps({"cmd": step.cmd}),
+                    "status": "completed",
+                }
+            ]
         if step.patch is not None:
-            return step, [{"type": "custom_tool_call", "id": f"ctc_{call_id}", "call_id": call_id,
-                           "name": PATCH_TOOL, "input": step.patch, "status": "completed"}]
-        return step, [{"type": "message", "id": f"msg_{next(self._ids)}", "role": "assistant",
-                       "status": "completed",
-                       "content": [{"type": "output_text", "text": step.text, "annotations": []}]}]
+            return step, [
+                {
+                    "type": "custom_tool_call",
+                    "id": f"ctc_{call_id}",
+                    "call_id": call_id,
+                    "name": PATCH_TOOL,
+                    "input": step.patch,
+                    "status": "completed",
+                }
+            ]
+        return step, [
+            {
+                "type": "message",
+                "id": f"msg_{next(self._ids)}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": step.text, "annotations": []}],
+            }
+        ]
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -209,24 +230,50 @@ class _Handler(BaseHTTPRequestHandler):
             return
         step, items = self.fake._answer(request)
         if step.status != 200:
-            error = {"error": {"message": step.text, "type": "invalid_request_error",
-                               "code": None, "param": None}}
+            error = {
+                "error": {
+                    "message": step.text,
+                    "type": "invalid_request_error",
+                    "code": None,
+                    "param": None,
+                }
+            }
             self._plain(step.status, json.dumps(error).encode(), "application/json")
             return
         response_id = f"resp_{next(self.fake._ids)}"
-        events = [("response.created", {"response": {"id": response_id, "status": "in_progress",
-                                                     "output": []}})]
+        events = [
+            (
+                "response.created",
+                {"response": {"id": response_id, "status": "in_progress", "output": []}},
+            )
+        ]
         for index, item in enumerate(items):
             events.append(("response.output_item.added", {"output_index": index, "item": item}))
             events.append(("response.output_item.done", {"output_index": index, "item": item}))
-        usage = {"input_tokens": 100, "input_tokens_details": {"cached_tokens": 0},
-                 "output_tokens": 10, "output_tokens_details": {"reasoning_tokens": 0},
-                 "total_tokens": 110}
-        events.append(("response.completed", {"response": {"id": response_id, "status": "completed",
-                                                           "output": items, "usage": usage}}))
+        usage = {
+            "input_tokens": 100,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 10,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 110,
+        }
+        events.append(
+            (
+                "response.completed",
+                {
+                    "response": {
+                        "id": response_id,
+                        "status": "completed",
+                        "output": items,
+                        "usage": usage,
+                    }
+                },
+            )
+        )
         payload = b"".join(
             f"event: {name}\ndata: {json.dumps({'type': name, **data})}\n\n".encode()
-            for name, data in events)
+            for name, data in events
+        )
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Content-Length", str(len(payload)))

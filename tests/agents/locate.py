@@ -19,7 +19,8 @@ CODEX_PACKAGE = "@openai/codex"
 
 def _arch() -> str | None:
     return {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}.get(
-        platform.machine().lower())
+        platform.machine().lower()
+    )
 
 
 def _is_musl() -> bool:
@@ -71,5 +72,6 @@ def pinned_version(package: str) -> str | None:
 
 def missing(what: str = "Claude Code") -> str:
     """The skip reason when a CLI is not installed."""
-    return (f"{what} is not installed: run `npm ci --prefix {AGENTS_DIR}` "
-            f"(scripts/setup.sh test does)")
+    return (
+        f"{what} is not installed: run `npm ci --prefix {AGENTS_DIR}` (scripts/setup.sh test does)"
+    )

@@ -45,10 +45,12 @@ def main() -> int:
         return 1
     client = docker.from_env()
     streams = []
-    script = [Bash("echo hello > hello.txt", text="Writing the file."),
-              Tool("Write", {"file_path": "/workspace/notes.txt", "content": "notes\n"}),
-              Bash("touch forbidden.txt"),
-              Reply("Made hello.txt and notes.txt; the other command was refused.")]
+    script = [
+        Bash("echo hello > hello.txt", text="Writing the file."),
+        Tool("Write", {"file_path": "/workspace/notes.txt", "content": "notes\n"}),
+        Bash("touch forbidden.txt"),
+        Reply("Made hello.txt and notes.txt; the other command was refused."),
+    ]
     with tempfile.TemporaryDirectory() as tmp, FakeAnthropic(script) as server:
         box = Sandboxed(Path(tmp), binary, server, IMAGE)
         try:

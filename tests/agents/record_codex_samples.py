@@ -35,22 +35,34 @@ def main() -> int:
         gate = root / "gate.sh"
         gate.write_text("#!/bin/sh\ncat > /dev/null\nexit 0\n")
         gate.chmod(0o755)
-        script = [run("echo hello > hello.txt && cat hello.txt"),
-                  patch("*** Begin Patch\n*** Add File: notes.md\n+# Notes\n*** End Patch\n"),
-                  run("exit 3"), say("I wrote hello.txt and notes.md."),
-                  say("Still here."), fail(400, "The model `gpt-5.5` does not exist.")]
+        script = [
+            run("echo hello > hello.txt && cat hello.txt"),
+            patch("*** Begin Patch\n*** Add File: notes.md\n+# Notes\n*** End Patch\n"),
+            run("exit 3"),
+            say("I wrote hello.txt and notes.md."),
+            say("Still here."),
+            fail(400, "The model `gpt-5.5` does not exist."),
+        ]
         lines: list[str] = []
         with FakeOpenAI(script) as server:
             settings = EngineSettings(binary=str(binary), base_url=server.url)
             engine = CodexEngine()
 
             def ctx(mode: str, prompt: str, session_id: str | None = None) -> LaunchContext:
-                return LaunchContext(run_id="run", mode=mode, prompt=prompt, spec={},
-                                     settings=settings, host_run_dir=root / "run",
-                                     sandbox_run_dir=str(root / "run"), host_home=root / "home",
-                                     sandbox_home=str(root / "home"),
-                                     workspace=str(root / "workspace"), session_id=session_id,
-                                     gate=[str(gate)])
+                return LaunchContext(
+                    run_id="run",
+                    mode=mode,
+                    prompt=prompt,
+                    spec={},
+                    settings=settings,
+                    host_run_dir=root / "run",
+                    sandbox_run_dir=str(root / "run"),
+                    host_home=root / "home",
+                    sandbox_home=str(root / "home"),
+                    workspace=str(root / "workspace"),
+                    session_id=session_id,
+                    gate=[str(gate)],
+                )
 
             first = ctx(MODE_START, "Write hello.txt and notes.md.")
             engine.prepare(first)

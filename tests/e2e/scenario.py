@@ -22,13 +22,14 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from PySide6.QtCore import QPoint, Qt, QTimer
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtTest import QTest
-from PySide6.QtWidgets import QApplication, QWidget
+from PySide6.QtWidgets import QWidget
 
 import gui.main as app_main
 from gui.diff.file_list import COL_PATH
@@ -75,8 +76,10 @@ class Scenario:
             if value:
                 return value
             if time.monotonic() > deadline:
-                raise Failed(f"timed out after {timeout:.0f} s waiting for {what}; status bar: "
-                             f"{self.w.statusBar().currentMessage()!r}")
+                raise Failed(
+                    f"timed out after {timeout:.0f} s waiting for {what}; status bar: "
+                    f"{self.w.statusBar().currentMessage()!r}"
+                )
             QTest.qWait(50)
 
     def shot(self, name: str) -> Path:
@@ -88,9 +91,11 @@ class Scenario:
         return path
 
     def click(self, widget: QWidget) -> None:
-        self.wait(lambda: widget.isVisible() and widget.isEnabled(),
-                  f"{widget.objectName() or type(widget).__name__} to be clickable "
-                  f"(tooltip: {widget.toolTip()!r})")
+        self.wait(
+            lambda: widget.isVisible() and widget.isEnabled(),
+            f"{widget.objectName() or type(widget).__name__} to be clickable "
+            f"(tooltip: {widget.toolTip()!r})",
+        )
         QTest.mouseClick(widget, Qt.MouseButton.LeftButton)
 
     def click_action(self, name: str) -> None:
@@ -108,11 +113,20 @@ class Scenario:
         index = self.w.lineage.proxy.mapFromSource(self.w.lineage.model.index_of_task(task_id))
         self.wait(index.isValid, f"task {task_id} in the tree")
         tree.scrollTo(index)
-        QTest.mouseClick(tree.viewport(), Qt.MouseButton.LeftButton,
-                         Qt.KeyboardModifier.NoModifier, tree.visualRect(index).center())
-        self.wait(lambda: self.w.task_view.task_id == task_id and self.w.task_view.data
-                  is not None and self.w.task_view.data.details["task_id"] == task_id,
-                  f"task {task_id} to show")
+        QTest.mouseClick(
+            tree.viewport(),
+            Qt.MouseButton.LeftButton,
+            Qt.KeyboardModifier.NoModifier,
+            tree.visualRect(index).center(),
+        )
+        self.wait(
+            lambda: (
+                self.w.task_view.task_id == task_id
+                and self.w.task_view.data is not None
+                and self.w.task_view.data.details["task_id"] == task_id
+            ),
+            f"task {task_id} to show",
+        )
 
     def tasks(self) -> list:
         return self.w.context.cairn.tasks()
@@ -122,15 +136,20 @@ class Scenario:
         return run.state if run else None
 
     def wait_run(self, task_id: str, states: tuple[str, ...], what: str) -> str:
-        return self.wait(lambda: self.run_state(task_id) in states and self.run_state(task_id),
-                         what)
+        return self.wait(
+            lambda: self.run_state(task_id) in states and self.run_state(task_id), what
+        )
 
     def show_tab(self, widget: QWidget) -> None:
         tabs = self.w.tabs
         bar = tabs.tabBar()
         index = tabs.indexOf(widget)
-        QTest.mouseClick(bar, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier,
-                         bar.tabRect(index).center())
+        QTest.mouseClick(
+            bar,
+            Qt.MouseButton.LeftButton,
+            Qt.KeyboardModifier.NoModifier,
+            bar.tabRect(index).center(),
+        )
         self.wait(lambda: tabs.currentWidget() is widget, "the tab to show")
 
     def timeline_ids(self) -> list[str]:
@@ -142,8 +161,17 @@ class Scenario:
     def drop_folder(self, folder: Path) -> None:
         """Drag the folder from another X client onto the window, as from a file manager."""
         source = subprocess.Popen(
-            [sys.executable, "-m", "tests.e2e.drag_source", str(SOURCE_POS[0]), str(SOURCE_POS[1]),
-             str(folder)], stdout=subprocess.PIPE, text=True)
+            [
+                sys.executable,
+                "-m",
+                "tests.e2e.drag_source",
+                str(SOURCE_POS[0]),
+                str(SOURCE_POS[1]),
+                str(folder),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         try:
             assert source.stdout is not None
             if source.stdout.readline().strip() != "ready":
@@ -152,12 +180,37 @@ class Scenario:
             sx, sy = SOURCE_POS[0] + 100, SOURCE_POS[1] + 60
             target = self.w.mapToGlobal(QPoint(self.w.width() // 2, self.w.height() // 2))
             moves = subprocess.Popen(
-                ["xdotool", "mousemove", str(sx), str(sy), "mousedown", "1",
-                 "mousemove", str(sx - 15), str(sy + 10), "sleep", "0.3",
-                 "mousemove", str((sx + target.x()) // 2), str(sy + 80), "sleep", "0.3",
-                 "mousemove", str(target.x()), str(target.y()), "sleep", "0.3",
-                 "mousemove", str(target.x() + 10), str(target.y() + 10), "sleep", "0.5",
-                 "mouseup", "1"])
+                [
+                    "xdotool",
+                    "mousemove",
+                    str(sx),
+                    str(sy),
+                    "mousedown",
+                    "1",
+                    "mousemove",
+                    str(sx - 15),
+                    str(sy + 10),
+                    "sleep",
+                    "0.3",
+                    "mousemove",
+                    str((sx + target.x()) // 2),
+                    str(sy + 80),
+                    "sleep",
+                    "0.3",
+                    "mousemove",
+                    str(target.x()),
+                    str(target.y()),
+                    "sleep",
+                    "0.3",
+                    "mousemove",
+                    str(target.x() + 10),
+                    str(target.y() + 10),
+                    "sleep",
+                    "0.5",
+                    "mouseup",
+                    "1",
+                ]
+            )
             self.wait(lambda: moves.poll() is not None, "xdotool to finish the drag", 30)
             if moves.returncode != 0:
                 raise Failed(f"xdotool exited with {moves.returncode}")
@@ -172,8 +225,10 @@ class Scenario:
         w, repo = self.w, Path(self.args.repo)
         self.wait(lambda: w.lineage._loaded, "the task tree to load")
         # The first start shows the system check; Docker and the keyring are there.
-        welcome = self.wait(lambda: w.system_check is not None and w.system_check.isVisible()
-                            and w.system_check, "the first-run system check")
+        welcome = self.wait(
+            lambda: w.system_check is not None and w.system_check.isVisible() and w.system_check,
+            "the first-run system check",
+        )
         self.wait(lambda: welcome.checked, "the checks to finish")
         self.result["checks"] = {c.id: c.state for c in welcome.checks}
         self.shot("first-run-check")
@@ -182,11 +237,19 @@ class Scenario:
         self.shot("started-empty")
 
         self.drop_folder(repo)
-        dialog = self.wait(lambda: w.new_task_dialog is not None and w.new_task_dialog.isVisible()
-                           and w.new_task_dialog, "the New Task dialog after the drop")
+        dialog = self.wait(
+            lambda: (
+                w.new_task_dialog is not None
+                and w.new_task_dialog.isVisible()
+                and w.new_task_dialog
+            ),
+            "the New Task dialog after the drop",
+        )
         if [e.text() for e in dialog.title_edits] != [repo.name]:
-            raise Failed(f"the dialog is not prefilled with the folder's name: "
-                         f"{[e.text() for e in dialog.title_edits]}")
+            raise Failed(
+                f"the dialog is not prefilled with the folder's name: "
+                f"{[e.text() for e in dialog.title_edits]}"
+            )
         dialog.engine_combo.setCurrentText("shell")
         dialog.instructions_edit.setPlainText("\n".join(TASK_COMMANDS))
         self.shot("new-task-dialog")
@@ -199,8 +262,9 @@ class Scenario:
         self.wait_run(task.id, ("running", "succeeded", "failed"), "the run to start")
         self.show_tab(w.revisions_panel)
         self.shot("running")
-        state = self.wait_run(task.id, ("succeeded", "failed", "interrupted", "cancelled"),
-                              "the run to end")
+        state = self.wait_run(
+            task.id, ("succeeded", "failed", "interrupted", "cancelled"), "the run to end"
+        )
         if state != "succeeded":
             raise Failed(f"the task's run {state}: {w.task_view.output.toPlainText()[-400:]}")
         self.wait(lambda: "succeeded" in w.task_view.state_label.text(), "the state label")
@@ -219,8 +283,10 @@ class Scenario:
         panel = w.revisions_panel
         panel.select_revisions(revisions[0], revisions[-1])
         self.wait(lambda: panel.viewer.file_model.rowCount() >= 3, "the diff's file list")
-        files = [panel.viewer.file_model.index(r, COL_PATH).data()
-                 for r in range(panel.viewer.file_model.rowCount())]
+        files = [
+            panel.viewer.file_model.index(r, COL_PATH).data()
+            for r in range(panel.viewer.file_model.rowCount())
+        ]
         self.result["diff_files"] = files
         self.wait(lambda: panel.viewer.colouring_complete, "the diff's colours")
         self.shot("diff-two-revisions")
@@ -228,16 +294,22 @@ class Scenario:
         # Fork from the first revision, through the timeline's "Fork from here".
         panel.select_revisions(revisions[0])
         self.click(panel.fork_button)
-        fork_dialog = self.wait(lambda: getattr(w.task_view, "fork_dialog", None) is not None
-                                and w.task_view.fork_dialog.isVisible() and w.task_view.fork_dialog,
-                                "the Fork dialog")
+        fork_dialog = self.wait(
+            lambda: (
+                getattr(w.task_view, "fork_dialog", None) is not None
+                and w.task_view.fork_dialog.isVisible()
+                and w.task_view.fork_dialog
+            ),
+            "the Fork dialog",
+        )
         if fork_dialog.revision() != revisions[0]:
             raise Failed(f"the Fork dialog picked {fork_dialog.revision()}, not the first revision")
         self.type_into(fork_dialog.instructions_edit, FORK_COMMAND)
         self.shot("fork-dialog")
         self.click(fork_dialog.ok_button)
-        fork = self.wait(lambda: next((t for t in self.tasks() if t.parent_task_id == task.id), None),
-                         "the fork")
+        fork = self.wait(
+            lambda: next((t for t in self.tasks() if t.parent_task_id == task.id), None), "the fork"
+        )
         self.wait_run(fork.id, ("succeeded",), "the fork's run to succeed")
         self.select_task(fork.id)
         self.wait(lambda: "succeeded" in w.task_view.state_label.text(), "the fork's state")
@@ -279,14 +351,21 @@ class Scenario:
         w = self.w
         before = getattr(w.task_view, "continue_dialog", None)
         self.click_action(CONTINUE)
-        dialog = self.wait(lambda: w.task_view.continue_dialog is not before
-                           and w.task_view.continue_dialog.isVisible()
-                           and w.task_view.continue_dialog, "the Continue dialog")
+        dialog = self.wait(
+            lambda: (
+                w.task_view.continue_dialog is not before
+                and w.task_view.continue_dialog.isVisible()
+                and w.task_view.continue_dialog
+            ),
+            "the Continue dialog",
+        )
         self.type_into(dialog.instructions_edit, command)
         self.shot("continue-dialog")
         self.click(dialog.ok_button)
-        child = self.wait(lambda: next((t for t in self.tasks() if t.parent_task_id == task.id),
-                                       None), "the continuation")
+        child = self.wait(
+            lambda: next((t for t in self.tasks() if t.parent_task_id == task.id), None),
+            "the continuation",
+        )
         card = self.wait_card(command)
         self.show_tab(w.approvals_panel)
         self.shot(shot)
@@ -294,9 +373,10 @@ class Scenario:
 
     def wait_card(self, command: str):
         panel = self.w.approvals_panel
-        return self.wait(lambda: next((c for c in panel.cards.values()
-                                       if c.approval.command == command), None),
-                         f"an approval card for {command!r}")
+        return self.wait(
+            lambda: next((c for c in panel.cards.values() if c.approval.command == command), None),
+            f"an approval card for {command!r}",
+        )
 
     def again(self) -> None:
         w = self.w
@@ -319,8 +399,11 @@ class Scenario:
                 # What the tree says live must be what it reads back after a relaunch.
                 "badges": index.siblingAtColumn(1).data() if index.isValid() else None,
                 "parent": task.parent_task_id,
-                "tree_parent": (index.parent().data(ROLE_TASK_ID)
-                                if index.isValid() and index.parent().isValid() else None),
+                "tree_parent": (
+                    index.parent().data(ROLE_TASK_ID)
+                    if index.isValid() and index.parent().isValid()
+                    else None
+                ),
                 "revisions": len(cairn.revisions(task.id)),
                 "run": self.run_state(task.id),
             }
@@ -357,12 +440,20 @@ class Scenario:
         """Click the menu bar's menu holding the action, then the action in it."""
         bar = self.w.menuBar()
         menu = next(a.menu() for a in bar.actions() if a.menu() and action in a.menu().actions())
-        QTest.mouseClick(bar, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier,
-                         bar.actionGeometry(menu.menuAction()).center())
+        QTest.mouseClick(
+            bar,
+            Qt.MouseButton.LeftButton,
+            Qt.KeyboardModifier.NoModifier,
+            bar.actionGeometry(menu.menuAction()).center(),
+        )
         self.wait(menu.isVisible, "the menu to open", 10)
         QTest.qWait(200)
-        QTest.mouseClick(menu, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier,
-                         menu.actionGeometry(action).center())
+        QTest.mouseClick(
+            menu,
+            Qt.MouseButton.LeftButton,
+            Qt.KeyboardModifier.NoModifier,
+            menu.actionGeometry(action).center(),
+        )
 
 
 def main() -> int:

@@ -24,24 +24,45 @@ PHASE_TIMEOUT_S = 420
 
 def run_phase(phase: str, env: dict, shots: Path, result: Path, *args: str) -> dict:
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.e2e.scenario", phase, "--shots", str(shots),
-         "--result", str(result), *args], cwd=REPO_ROOT, env=env, capture_output=True,
-        text=True, timeout=PHASE_TIMEOUT_S)
+        [
+            sys.executable,
+            "-m",
+            "tests.e2e.scenario",
+            phase,
+            "--shots",
+            str(shots),
+            "--result",
+            str(result),
+            *args,
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=PHASE_TIMEOUT_S,
+    )
     (shots / f"{phase}.log").write_text(proc.stdout + proc.stderr)
     assert result.is_file(), f"the {phase} phase wrote no result:\n{proc.stderr[-3000:]}"
     outcome = json.loads(result.read_text())
-    assert outcome.get("ok"), (f"{phase}: {outcome.get('error')}\n{outcome.get('traceback')}\n"
-                               f"{proc.stderr[-2000:]}")
+    assert outcome.get("ok"), (
+        f"{phase}: {outcome.get('error')}\n{outcome.get('traceback')}\n{proc.stderr[-2000:]}"
+    )
     assert proc.returncode == 0, f"{phase}: the app exited with {proc.returncode}:\n{proc.stderr}"
     assert "Traceback" not in proc.stderr, proc.stderr
     return outcome
 
 
 def test_drop_run_diff_fork_continue_approve_deny_quit_and_relaunch(
-        tmp_path, x_display, sandbox_image, repo, e2e_data, artifacts_dir):
+    tmp_path, x_display, sandbox_image, repo, e2e_data, artifacts_dir
+):
     env = {k: v for k, v in os.environ.items() if not k.startswith("QT_")}
-    env.update(DISPLAY=x_display, QT_QPA_PLATFORM="xcb", XDG_CONFIG_HOME=str(tmp_path / "config"),
-               CAIRN_DATA_DIR=str(e2e_data), PYTHONPATH=str(REPO_ROOT))
+    env.update(
+        DISPLAY=x_display,
+        QT_QPA_PLATFORM="xcb",
+        XDG_CONFIG_HOME=str(tmp_path / "config"),
+        CAIRN_DATA_DIR=str(e2e_data),
+        PYTHONPATH=str(REPO_ROOT),
+    )
     first = run_phase("first", env, artifacts_dir, tmp_path / "first.json", "--repo", str(repo))
     assert first["checks"]["docker"] == "ok", first["checks"]
     assert first["drag_result"] == "dropped CopyAction"
@@ -50,8 +71,12 @@ def test_drop_run_diff_fork_continue_approve_deny_quit_and_relaunch(
     before = first["state"]
     tasks = before["tasks"]
     assert len(tasks) == 4  # the task, its fork, the continuation, the denied continuation
-    assert sorted(t["run"] for t in tasks.values()) == ["failed", "succeeded", "succeeded",
-                                                       "succeeded"]
+    assert sorted(t["run"] for t in tasks.values()) == [
+        "failed",
+        "succeeded",
+        "succeeded",
+        "succeeded",
+    ]
     assert all(t["tree_parent"] == t["parent"] for t in tasks.values())
     assert before["approvals_pending"] == 0
 

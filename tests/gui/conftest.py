@@ -33,6 +33,7 @@ def settings(tmp_path: Path) -> QSettings:
 @pytest.fixture
 def cairn(data_dir: Path):
     from core.app import Cairn
+
     facade = Cairn(data_dir)
     yield facade
     facade.close()

@@ -26,11 +26,20 @@ STATES = (None, "running", "succeeded", "failed", "interrupted", "waiting_approv
 
 def task_row(i: int, parent: str | None, source: int = 0, **fields) -> TaskRow:
     values = dict(
-        task_id=f"t{i:06d}", title=f"task {i}", parent_id=parent, source_id=f"src{source}",
-        source_path=f"/repos/project-{source}", engine="shell", origin="new" if parent is None
-        else "fork" if i % 3 == 0 else "continue", created_at=1_000_000.0 + i,
-        workspace_id=f"ws{i:06d}", workspace_state="prepared", run_state=STATES[i % len(STATES)],
-        live=i % 5 == 0, snapshot=("none", "fresh", "stale")[i % 3], approvals=i % 4 == 0 and 1 or 0,
+        task_id=f"t{i:06d}",
+        title=f"task {i}",
+        parent_id=parent,
+        source_id=f"src{source}",
+        source_path=f"/repos/project-{source}",
+        engine="shell",
+        origin="new" if parent is None else "fork" if i % 3 == 0 else "continue",
+        created_at=1_000_000.0 + i,
+        workspace_id=f"ws{i:06d}",
+        workspace_state="prepared",
+        run_state=STATES[i % len(STATES)],
+        live=i % 5 == 0,
+        snapshot=("none", "fresh", "stale")[i % 3],
+        approvals=i % 4 == 0 and 1 or 0,
     )
     values.update(fields)
     return TaskRow(**values)
@@ -62,6 +71,7 @@ def wide_rows(total: int = 10_000, fan: int = 5_000) -> list[TaskRow]:
 
 # -- drag and drop -------------------------------------------------------------------------------
 
+
 def mime_with(*paths: Path | str | QUrl) -> QMimeData:
     mime = QMimeData()
     mime.setUrls([p if isinstance(p, QUrl) else QUrl.fromLocalFile(str(p)) for p in paths])
@@ -69,8 +79,12 @@ def mime_with(*paths: Path | str | QUrl) -> QMimeData:
 
 
 def send_drag_enter(widget, mime: QMimeData) -> bool:
-    args = (Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
-            Qt.KeyboardModifier.NoModifier)
+    args = (
+        Qt.DropAction.CopyAction,
+        mime,
+        Qt.MouseButton.LeftButton,
+        Qt.KeyboardModifier.NoModifier,
+    )
     try:
         event = QDragEnterEvent(QPoint(20, 20), *args)
     except TypeError:
@@ -83,8 +97,13 @@ def send_drag_enter(widget, mime: QMimeData) -> bool:
 def send_drop(widget, mime: QMimeData) -> bool:
     """A real drag-enter then drop; returns whether the drop was accepted."""
     assert send_drag_enter(widget, mime), "the drag was refused before the drop"
-    event = QDropEvent(QPointF(20, 20), Qt.DropAction.CopyAction, mime,
-                       Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
+    event = QDropEvent(
+        QPointF(20, 20),
+        Qt.DropAction.CopyAction,
+        mime,
+        Qt.MouseButton.LeftButton,
+        Qt.KeyboardModifier.NoModifier,
+    )
     event.setAccepted(False)
     QApplication.sendEvent(widget, event)
     return event.isAccepted()
@@ -92,12 +111,13 @@ def send_drop(widget, mime: QMimeData) -> bool:
 
 # -- responsiveness ------------------------------------------------------------------------------
 
+
 class StallMeter(QObject):
     """The longest gap between ticks of a 5 ms timer: how long the event loop was blocked.
 
-        with StallMeter() as meter:
-            ...  # drive the GUI, waiting with qtbot
-        assert meter.longest_ms < 100
+    with StallMeter() as meter:
+        ...  # drive the GUI, waiting with qtbot
+    assert meter.longest_ms < 100
     """
 
     def __init__(self, interval_ms: int = 5):
@@ -117,7 +137,7 @@ class StallMeter(QObject):
         self._last = now
         self.ticks += 1
 
-    def __enter__(self) -> "StallMeter":
+    def __enter__(self) -> StallMeter:
         self._clock.start()
         self._last = 0.0
         self._timer.start()

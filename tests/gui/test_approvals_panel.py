@@ -43,8 +43,9 @@ class FakeApprovals:
         with self.lock:
             self.items[approval_id]["state"] = state
             self.decisions.append((approval_id, state, remember))
-        self.events.publish("approval.decided", approval_id, state=state,
-                            task_id=self.items[approval_id]["task_id"])
+        self.events.publish(
+            "approval.decided", approval_id, state=state, task_id=self.items[approval_id]["task_id"]
+        )
 
     def request(self, item):
         with self.lock:
@@ -53,10 +54,17 @@ class FakeApprovals:
 
 
 def request(n: int, **changes) -> dict:
-    item = {"id": f"ap_{n}", "task_id": f"t_{n}", "task_title": f"Task {n}", "run_id": f"r_{n}",
-            "command": f"rm -rf build/{n}", "rule": "destructive-rm",
-            "reason": "deletes files recursively", "state": "pending",
-            "created_at": time.time() - 75}
+    item = {
+        "id": f"ap_{n}",
+        "task_id": f"t_{n}",
+        "task_title": f"Task {n}",
+        "run_id": f"r_{n}",
+        "command": f"rm -rf build/{n}",
+        "rule": "destructive-rm",
+        "reason": "deletes files recursively",
+        "state": "pending",
+        "created_at": time.time() - 75,
+    }
     item.update(changes)
     return item
 
@@ -140,8 +148,12 @@ def test_a_decision_that_fails_says_why_and_keeps_the_card(qtbot, make_panel):
     qtbot.waitUntil(lambda: panel.count == 1)
     facade.fail_next = Conflict("the request timed out and was denied")
     qtbot.mouseClick(panel.cards["ap_1"].approve_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: any(box.objectName() == "decisionFailed" and box.isVisible()
-                                for box in panel.findChildren(QMessageBox)))
+    qtbot.waitUntil(
+        lambda: any(
+            box.objectName() == "decisionFailed" and box.isVisible()
+            for box in panel.findChildren(QMessageBox)
+        )
+    )
     box = next(b for b in panel.findChildren(QMessageBox) if b.objectName() == "decisionFailed")
     assert "the request timed out" in box.text()
     assert "ap_1" in panel.cards and panel.cards["ap_1"].approve_button.isEnabled()

@@ -9,12 +9,17 @@ from gui.qt import QLabel, QModelIndex, QObject, QStandardItemModel
 
 
 def _lost(call, times: int = 200) -> dict[str, int]:
-    before = {name: sys.getrefcount(value) for name, value in
-              (("None", None), ("True", True), ("False", False))}
+    before = {
+        name: sys.getrefcount(value)
+        for name, value in (("None", None), ("True", True), ("False", False))
+    }
     for _ in range(times):
         call()
-    return {name: before[name] - sys.getrefcount(value) for name, value in
-            (("None", None), ("True", True), ("False", False)) if before[name] - sys.getrefcount(value) >= times // 2}
+    return {
+        name: before[name] - sys.getrefcount(value)
+        for name, value in (("None", None), ("True", True), ("False", False))
+        if before[name] - sys.getrefcount(value) >= times // 2
+    }
 
 
 def test_void_and_bool_returns_keep_reference_counts(qtbot):

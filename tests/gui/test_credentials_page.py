@@ -77,6 +77,7 @@ def secrets(backend) -> SecretStore:
 def cairn(data_dir: Path, secrets):
     """The facade with its secrets in the stand-in keyring (overrides the conftest fixture)."""
     from core.app import Cairn
+
     facade = Cairn(data_dir, secrets=secrets)
     yield facade
     facade.close()
@@ -86,8 +87,18 @@ def cairn(data_dir: Path, secrets):
 def tasks(cairn, repo) -> dict[str, str]:
     """A task made from a folder and a child of it (continue): their ids."""
     root = cairn.new_task(repo, title="login fix").task
-    child = Task(new_id("task"), "logout too", root.source_id, root.workspace_id, "shell", "",
-                 root.id, "continue", None, time.time())
+    child = Task(
+        new_id("task"),
+        "logout too",
+        root.source_id,
+        root.workspace_id,
+        "shell",
+        "",
+        root.id,
+        "continue",
+        None,
+        time.time(),
+    )
     cairn.store.add_task(child)
     return {"root": root.id, "child": child.id}
 
@@ -111,8 +122,10 @@ def listed(page: CredentialsPage) -> list[str]:
 
 def grants_shown(page: CredentialsPage) -> list[list[str]]:
     table = page.grants_table
-    return [[table.item(row, col).text() for col in range(table.columnCount())]
-            for row in range(table.rowCount())]
+    return [
+        [table.item(row, col).text() for col in range(table.columnCount())]
+        for row in range(table.rowCount())
+    ]
 
 
 def every_text(root: QWidget) -> list[str]:
@@ -124,13 +137,16 @@ def every_text(root: QWidget) -> list[str]:
     for combo in root.findChildren(QComboBox):
         texts += [combo.itemText(i) for i in range(combo.count())] + [combo.currentText()]
     for table in root.findChildren(QTableWidget):
-        texts += [table.item(r, c).text() for r in range(table.rowCount())
-                  for c in range(table.columnCount()) if table.item(r, c) is not None]
+        texts += [
+            table.item(r, c).text()
+            for r in range(table.rowCount())
+            for c in range(table.columnCount())
+            if table.item(r, c) is not None
+        ]
     return texts
 
 
-def test_the_secret_names_in_the_keyring_are_listed_and_the_keyring_named(
-        qtbot, context, secrets):
+def test_the_secret_names_in_the_keyring_are_listed_and_the_keyring_named(qtbot, context, secrets):
     secrets.set("github-token", "ghp-value-1")
     secrets.set("api.key", "sk-value-2")
     page = make_page(qtbot, context)
@@ -171,8 +187,7 @@ def test_rotate_replaces_the_stored_value(qtbot, context, secrets):
     assert not any("second-value" in text for text in every_text(page))
 
 
-def test_adding_a_name_already_stored_points_to_rotate_and_writes_nothing(
-        qtbot, context, secrets):
+def test_adding_a_name_already_stored_points_to_rotate_and_writes_nothing(qtbot, context, secrets):
     secrets.set("api.key", "first-value")
     page = make_page(qtbot, context)
     page.name_edit.setText("api.key")
@@ -184,7 +199,8 @@ def test_adding_a_name_already_stored_points_to_rotate_and_writes_nothing(
 
 
 def test_remove_asks_naming_the_tasks_with_grants_then_removes(
-        qtbot, context, cairn, secrets, tasks, monkeypatch):
+    qtbot, context, cairn, secrets, tasks, monkeypatch
+):
     secrets.set("api.key", "value-1234")
     cairn.credentials.grant(tasks["root"], "api.key", "API_KEY")
     asked: list[str] = []
@@ -209,8 +225,9 @@ def test_remove_asks_naming_the_tasks_with_grants_then_removes(
 
 def test_remove_cancelled_keeps_the_secret(qtbot, context, secrets, monkeypatch):
     secrets.set("api.key", "value-1234")
-    monkeypatch.setattr(credentials_page.QMessageBox, "question",
-                        lambda *_a: QMessageBox.StandardButton.Cancel)
+    monkeypatch.setattr(
+        credentials_page.QMessageBox, "question", lambda *_a: QMessageBox.StandardButton.Cancel
+    )
     page = make_page(qtbot, context)
     page.select_secret("api.key")
     page.remove_button.click()
@@ -261,10 +278,12 @@ def test_grant_then_revoke_round_trip(qtbot, context, cairn, secrets, tasks):
     page.env_var_edit.setText("API_KEY")
     page.grant_button.click()
     settle(qtbot, context)
-    assert [(g.secret_name, g.env_var) for g in cairn.credentials.grants_for(tasks["root"])] == \
-        [("api.key", "API_KEY")]
-    assert grants_shown(page) == [["api.key", "API_KEY", "this task and its descendants",
-                                   "granted"]]
+    assert [(g.secret_name, g.env_var) for g in cairn.credentials.grants_for(tasks["root"])] == [
+        ("api.key", "API_KEY")
+    ]
+    assert grants_shown(page) == [
+        ["api.key", "API_KEY", "this task and its descendants", "granted"]
+    ]
     assert "Granted" in page.grants_message.text()
 
     page.grants_table.selectRow(0)
@@ -327,8 +346,11 @@ def test_a_locked_keyring_shows_the_fix_and_try_again_recovers(qtbot, context, b
 
 def test_a_plaintext_keyring_is_warned_about(qtbot, context, data_dir):
     from core.app import Cairn
-    plain = Cairn(data_dir.parent / "plain", secrets=SecretStore(backend=PlaintextKeyring(),
-                                                                 redactor=Redactor()))
+
+    plain = Cairn(
+        data_dir.parent / "plain",
+        secrets=SecretStore(backend=PlaintextKeyring(), redactor=Redactor()),
+    )
     context.cairn = plain
     try:
         page = make_page(qtbot, context)
@@ -350,17 +372,22 @@ def test_the_dialog_wraps_the_page_with_a_close_button(qtbot, context, tasks):
 
 # -- the real Secret Service ---------------------------------------------------------------------
 
+
 @pytest.mark.keyring
 def test_add_rotate_and_remove_through_the_real_secret_service(
-        qtbot, settings, data_dir, secret_service, monkeypatch):
+    qtbot, settings, data_dir, secret_service, monkeypatch
+):
     from core.app import Cairn
     from gui.context import AppContext
-    store = SecretStore(f"cairn-test-{uuid.uuid4().hex[:12]}", backend=secret_service,
-                        redactor=Redactor())
+
+    store = SecretStore(
+        f"cairn-test-{uuid.uuid4().hex[:12]}", backend=secret_service, redactor=Redactor()
+    )
     facade = Cairn(data_dir, secrets=store)
     ctx = AppContext(facade, settings=settings, data_dir=data_dir)
-    monkeypatch.setattr(credentials_page.QMessageBox, "question",
-                        lambda *_a: QMessageBox.StandardButton.Yes)
+    monkeypatch.setattr(
+        credentials_page.QMessageBox, "question", lambda *_a: QMessageBox.StandardButton.Yes
+    )
     try:
         page = make_page(qtbot, ctx)
         assert "keyring.backends.SecretService.Keyring" in page.keyring_label.text()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from gui.dialogs import (
     ContinueDialog,
     ForkDialog,
@@ -28,8 +27,9 @@ def test_new_task_dialog_is_prefilled_from_the_folder(qtbot, tmp_path):
     dialog.title_edits[0].setText("Fix the login test")
     dialog.engine_combo.setCurrentText("claude-code")
     dialog.instructions_edit.setPlainText("  make the login test pass  ")
-    assert dialog.requests() == [NewTaskRequest(folder, "Fix the login test", "claude-code",
-                                                "make the login test pass")]
+    assert dialog.requests() == [
+        NewTaskRequest(folder, "Fix the login test", "claude-code", "make the login test pass")
+    ]
 
 
 def test_new_task_dialog_needs_a_title(qtbot, tmp_path):
@@ -83,8 +83,16 @@ def test_continue_dialog_needs_instructions(qtbot):
 
 
 def revisions(n: int) -> list[dict]:
-    return [{"id": f"{i:040x}", "seq": i, "trigger": "watch", "files_changed": i,
-             "created_at": 1_700_000_000 + i} for i in range(1, n + 1)]
+    return [
+        {
+            "id": f"{i:040x}",
+            "seq": i,
+            "trigger": "watch",
+            "files_changed": i,
+            "created_at": 1_700_000_000 + i,
+        }
+        for i in range(1, n + 1)
+    ]
 
 
 def test_fork_dialog_defaults_to_the_latest_revision(qtbot):
@@ -124,6 +132,8 @@ def test_paths_are_sorted_into_folders_and_refusals(tmp_path):
     result = sort_paths([folder, note, missing, folder])
     assert result.folders == [folder]
     assert [(p.name, why) for p, why in result.refused] == [
-        ("notes.txt", "it is a file, not a folder"), ("gone", "it does not exist")]
+        ("notes.txt", "it is a file, not a folder"),
+        ("gone", "it does not exist"),
+    ]
     assert result.message().startswith("Cannot start a task from these: notes.txt: it is a file")
     assert check_folder(folder) is None

@@ -8,8 +8,18 @@ import threading
 from core.diffs import DiffLine, FileDiff, Hunk
 from gui.diff import intraline
 from gui.diff.decorate import DecorateRequest, decorate, lexer_for, merge, tokenise
-from gui.diff.model import (MAX_LINE_CHARS, ROW_FILLER, ROW_NO_NEWLINE, Rows, chunk_end,
-                            file_label, file_lines, notes_for, side_by_side_rows, unified_rows)
+from gui.diff.model import (
+    MAX_LINE_CHARS,
+    ROW_FILLER,
+    ROW_NO_NEWLINE,
+    Rows,
+    chunk_end,
+    file_label,
+    file_lines,
+    notes_for,
+    side_by_side_rows,
+    unified_rows,
+)
 
 
 def _file(lines: list[tuple[str, str]], path: str = "a.py", **kw) -> FileDiff:
@@ -21,8 +31,17 @@ def _file(lines: list[tuple[str, str]], path: str = "a.py", **kw) -> FileDiff:
         hunk.lines.append(DiffLine(kind, text, o, n))
         old += kind in " -"
         new += kind in " +"
-    return FileDiff(kw.pop("status", "modified"), path, path, "100644", "100644", "1" * 40,
-                    "2" * 40, hunks=[hunk], **kw)
+    return FileDiff(
+        kw.pop("status", "modified"),
+        path,
+        path,
+        "100644",
+        "100644",
+        "1" * 40,
+        "2" * 40,
+        hunks=[hunk],
+        **kw,
+    )
 
 
 def test_changed_pairs_follow_removed_then_added_runs():
@@ -32,8 +51,14 @@ def test_changed_pairs_follow_removed_then_added_runs():
 
 
 def test_side_by_side_keeps_no_newline_markers_on_their_side():
-    f = _file([("-", "old"), ("\\", "No newline at end of file"), ("+", "new"),
-               ("\\", "No newline at end of file")])
+    f = _file(
+        [
+            ("-", "old"),
+            ("\\", "No newline at end of file"),
+            ("+", "new"),
+            ("\\", "No newline at end of file"),
+        ]
+    )
     left, right = side_by_side_rows(f, file_lines(f))
     assert left.texts[1:] == ["old", "\\ No newline at end of file"]
     assert right.texts[1:] == ["new", "\\ No newline at end of file"]
@@ -62,8 +87,17 @@ def test_chunks_respect_lines_and_characters_and_always_progress():
 
 
 def test_renames_binary_and_mode_are_described():
-    f = FileDiff("renamed", "a/old.txt", "a/new.txt", "100644", "100755", "1" * 40, "2" * 40,
-                 similarity=90, binary=True)
+    f = FileDiff(
+        "renamed",
+        "a/old.txt",
+        "a/new.txt",
+        "100644",
+        "100755",
+        "1" * 40,
+        "2" * 40,
+        similarity=90,
+        binary=True,
+    )
     assert file_label(f) == "a/old.txt → a/new.txt"
     notes = notes_for(f, {"1" * 40: 10, "2" * 40: 1})
     assert notes[0] == "binary file, 10 bytes → 1 byte"
@@ -96,8 +130,13 @@ def test_intraline_limits_and_cancel():
 
 def test_merge_splits_tokens_at_emphasis_edges():
     merged = merge([(0, 5, "keyword"), (6, 3, "string")], [(3, 5)])
-    assert merged == [(0, 3, "keyword", False), (3, 2, "keyword", True), (5, 1, "", True),
-                      (6, 2, "string", True), (8, 1, "string", False)]
+    assert merged == [
+        (0, 3, "keyword", False),
+        (3, 2, "keyword", True),
+        (5, 1, "", True),
+        (6, 2, "string", True),
+        (8, 1, "string", False),
+    ]
 
 
 def test_decorate_stops_when_cancelled():

@@ -17,7 +17,7 @@ from gui.diff import DiffViewer
 from gui.diff.model import ROW_ADDED, ROW_REMOVED, SIDE_BY_SIDE, UNIFIED
 from gui.diff.viewer import CHUNK_LINES
 from gui.jobs import JobRunner
-from gui.qt import QColor, QCoreApplication, QEvent, QPalette, QTextCharFormat, Qt
+from gui.qt import QColor, QCoreApplication, QEvent, QPalette, Qt, QTextCharFormat
 from tests.gui.support import longest_stall_while
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
@@ -34,8 +34,9 @@ class Repo:
         self.git("init", "-q")
 
     def git(self, *args: str) -> str:
-        return subprocess.run([*GIT, *args], cwd=self.root, check=True, capture_output=True,
-                              text=True).stdout.strip()
+        return subprocess.run(
+            [*GIT, *args], cwd=self.root, check=True, capture_output=True, text=True
+        ).stdout.strip()
 
     def write(self, path: str, data: str | bytes, mode: int | None = None) -> None:
         target = self.root / path
@@ -194,8 +195,10 @@ def test_added_and_removed_files_and_the_core_cap_banner(qtbot, viewer, repo):
     viewer.set_diff(diff)
     assert viewer.banner.isVisibleTo(viewer)
     assert diff.note in viewer.banner.text()
-    letters = [viewer.file_model.data(viewer.file_model.index(r, 0))
-               for r in range(viewer.file_model.rowCount())]
+    letters = [
+        viewer.file_model.data(viewer.file_model.index(r, 0))
+        for r in range(viewer.file_model.rowCount())
+    ]
     assert sorted(letters) == ["A"] * 5 + ["D"]
     last = viewer.file_model.rowCount() - 1
     viewer.select_file(last)
@@ -227,9 +230,9 @@ def test_late_colouring_for_a_file_no_longer_shown_is_dropped(qtbot, viewer, rep
     repo.write("second.py", "y = 20\n")
     b = repo.commit()
     diff = repo.diff(a, b)
-    viewer.set_diff(diff)            # starts colouring first.py in a worker
+    viewer.set_diff(diff)  # starts colouring first.py in a worker
     stale_generation = viewer._generation
-    viewer.select_file(1)            # before that result arrives
+    viewer.select_file(1)  # before that result arrives
     _wait_coloured(qtbot, viewer)
     assert viewer.file_index == 1
     # A result made for the old file is ignored when it finally comes back.
@@ -256,8 +259,7 @@ def test_diff_colours_follow_the_palette(qtbot, viewer, repo):
     assert viewer.unified.colors.added_bg.lightnessF() < 0.5
 
 
-def test_huge_diff_paints_first_chunk_then_show_more_appends_without_blocking(
-        qtbot, viewer, repo):
+def test_huge_diff_paints_first_chunk_then_show_more_appends_without_blocking(qtbot, viewer, repo):
     count = 24_000
     repo.write("big.py", "".join(f"value_{i} = compute({i}, 'old')\n" for i in range(count)))
     a = repo.commit()

@@ -58,17 +58,24 @@ def test_a_burst_of_output_arrives_as_few_signals_with_nothing_lost(qtbot):
 
 
 def test_coalescing_keeps_order_and_separates_runs_and_streams():
-    events = [Event(RUN_OUTPUT, "r_1", {"stream": "stdout", "text": "a"}),
-              Event(RUN_OUTPUT, "r_1", {"stream": "stdout", "text": "b"}),
-              Event(RUN_OUTPUT, "r_1", {"stream": "stderr", "text": "c"}),
-              Event("run.state", "r_1", {"state": "failed"}),
-              Event(RUN_OUTPUT, "r_1", {"stream": "stderr", "text": "d"}),
-              Event(RUN_OUTPUT, "r_2", {"stream": "stderr", "text": "e"}),
-              Event(RUN_OUTPUT, "r_2", {"stream": "stderr", "text": "f", "backlog": True})]
+    events = [
+        Event(RUN_OUTPUT, "r_1", {"stream": "stdout", "text": "a"}),
+        Event(RUN_OUTPUT, "r_1", {"stream": "stdout", "text": "b"}),
+        Event(RUN_OUTPUT, "r_1", {"stream": "stderr", "text": "c"}),
+        Event("run.state", "r_1", {"state": "failed"}),
+        Event(RUN_OUTPUT, "r_1", {"stream": "stderr", "text": "d"}),
+        Event(RUN_OUTPUT, "r_2", {"stream": "stderr", "text": "e"}),
+        Event(RUN_OUTPUT, "r_2", {"stream": "stderr", "text": "f", "backlog": True}),
+    ]
     merged = coalesce(events)
     assert [(e.kind, e.subject, e.payload.get("text")) for e in merged] == [
-        (RUN_OUTPUT, "r_1", "ab"), (RUN_OUTPUT, "r_1", "c"), ("run.state", "r_1", None),
-        (RUN_OUTPUT, "r_1", "d"), (RUN_OUTPUT, "r_2", "e"), (RUN_OUTPUT, "r_2", "f")]
+        (RUN_OUTPUT, "r_1", "ab"),
+        (RUN_OUTPUT, "r_1", "c"),
+        ("run.state", "r_1", None),
+        (RUN_OUTPUT, "r_1", "d"),
+        (RUN_OUTPUT, "r_2", "e"),
+        (RUN_OUTPUT, "r_2", "f"),
+    ]
 
 
 def test_a_long_queue_is_flushed_in_batches(qtbot):

@@ -44,8 +44,10 @@ def test_dialog_shows_the_plan_and_cleans_up(qtbot, context, cairn, repo):
 
     dialog.confirm = lambda text: True
     dialog.clean_button.click()
-    qtbot.waitUntil(lambda: dialog.last_result is not None and dialog.plan is not None
-                    and not dialog.busy, timeout=10_000)
+    qtbot.waitUntil(
+        lambda: dialog.last_result is not None and dialog.plan is not None and not dialog.busy,
+        timeout=10_000,
+    )
     assert dialog.last_result.freed == plan.total
     assert dialog.status_label.text().startswith(f"Freed {human_bytes(plan.total)}")
     assert not Path(made.workspace.root).exists()
@@ -58,6 +60,7 @@ def test_dialog_shows_the_plan_and_cleans_up(qtbot, context, cairn, repo):
 def test_dialog_shows_errors(qtbot, context, cairn, monkeypatch):
     def broken():
         raise OSError(13, "Permission denied", "/data")
+
     monkeypatch.setattr(cairn, "housekeeping_plan", broken)
     dialog = HousekeepingDialog(context)
     qtbot.addWidget(dialog)

@@ -22,6 +22,7 @@ def runner(qtbot):
 
 def gui_thread():
     from gui.qt import QApplication
+
     return QApplication.instance().thread()
 
 
@@ -54,8 +55,9 @@ def test_an_error_comes_back_as_a_value(qtbot, runner):
     qtbot.waitUntil(lambda: bool(failures))
     failure = failures[0]
     assert isinstance(failure.error, Conflict)
-    assert failure.sentence() == ("Could not start the run: run r_1 of this task's lineage is "
-                                  "running (stop it first)")
+    assert failure.sentence() == (
+        "Could not start the run: run r_1 of this task's lineage is running (stop it first)"
+    )
     assert "Traceback" in failure.details
 
 
@@ -83,10 +85,12 @@ def test_a_stale_result_for_an_old_selection_is_dropped(qtbot, runner):
         release_first.wait(5)
         return "old task"
 
-    runner.job(slow_old, key="task-view").success(shown.append) \
-        .finished(lambda: finished.append("old")).run()
-    runner.job(lambda: "new task", key="task-view").success(shown.append) \
-        .finished(lambda: finished.append("new")).run()
+    runner.job(slow_old, key="task-view").success(shown.append).finished(
+        lambda: finished.append("old")
+    ).run()
+    runner.job(lambda: "new task", key="task-view").success(shown.append).finished(
+        lambda: finished.append("new")
+    ).run()
     qtbot.waitUntil(lambda: shown == ["new task"])
     release_first.set()
     qtbot.waitUntil(runner.idle)
@@ -164,6 +168,7 @@ def test_a_destroyed_parent_drops_the_result(qtbot, runner):
 
 def _alive(obj) -> bool:
     from gui.qt import is_alive
+
     return is_alive(obj)
 
 
@@ -189,15 +194,19 @@ def test_after_shutdown_nothing_is_delivered_and_nothing_new_starts(qtbot):
 
 
 def test_error_descriptions_are_one_line_for_people():
-    assert describe_error(CairnError("no such task", hint="see cairnctl tasks")) == \
-        "no such task (see cairnctl tasks)"
-    assert describe_error(PermissionError(13, "Permission denied", "/x")) == \
-        "Permission denied (/x)"
+    assert (
+        describe_error(CairnError("no such task", hint="see cairnctl tasks"))
+        == "no such task (see cairnctl tasks)"
+    )
+    assert (
+        describe_error(PermissionError(13, "Permission denied", "/x")) == "Permission denied (/x)"
+    )
     assert describe_error(RuntimeError("first\nsecond")) == "RuntimeError: first"
 
 
 def test_keyring_problems_are_recognised_by_their_type():
     from core.credentials import KeyringLocked, KeyringUnavailable
+
     assert is_keyring_problem(KeyringLocked("Prompt dismissed"))
     assert is_keyring_problem(KeyringUnavailable("no D-Bus session"))
     assert not is_keyring_problem(CairnError("other"))

@@ -18,15 +18,17 @@ from gui.lineage_model import (
     LineageModel,
     build_forest,
 )
-from gui.qt import QAbstractItemModel, QModelIndex, QTreeView, Qt
+from gui.qt import QAbstractItemModel, QModelIndex, Qt, QTreeView
 from tests.gui.support import deep_rows, task_row, wide_rows
 
 
 @pytest.fixture
 def model_failures(qtlog):
     """The FAIL! lines Qt's model tester logged during the test."""
+
     def failures() -> list[str]:
         return [r.message for r in qtlog.records if "FAIL" in r.message]
+
     return failures
 
 
@@ -50,6 +52,7 @@ def test_the_tester_catches_a_broken_model(qtbot):
     from PySide6.QtCore import qInstallMessageHandler
 
     messages: list[str] = []
+
     class Broken(LineageModel):
         def parent(self, index=None):
             if index is None:
@@ -177,8 +180,15 @@ def test_a_view_shows_only_what_is_expanded(qtbot):
 
 def test_rows_carry_title_badge_text_and_badge_roles(qtbot):
     model = LineageModel()
-    row = task_row(7, None, run_state="waiting_approval", live=True, snapshot="stale",
-                   approvals=2, title="Fix the login test")
+    row = task_row(
+        7,
+        None,
+        run_state="waiting_approval",
+        live=True,
+        snapshot="stale",
+        approvals=2,
+        title="Fix the login test",
+    )
     model.set_rows([row])
     index = model.index_of_task(row.task_id)
     assert index.data() == "Fix the login test"
@@ -197,9 +207,13 @@ def test_rows_carry_title_badge_text_and_badge_roles(qtbot):
 
 
 def test_tasks_group_under_folders_and_parents(qtbot):
-    rows = [task_row(1, None, source=0), task_row(2, "t000001", source=0),
-            task_row(3, None, source=1), task_row(4, "t000003", source=1),
-            task_row(5, "missing-parent", source=1)]
+    rows = [
+        task_row(1, None, source=0),
+        task_row(2, "t000001", source=0),
+        task_row(3, None, source=1),
+        task_row(4, "t000003", source=1),
+        task_row(5, "missing-parent", source=1),
+    ]
     model = LineageModel()
     model.set_rows(rows)
     assert model.index_of_task("t000002").parent() == model.index_of_task("t000001")

@@ -35,8 +35,10 @@ def accept_dialog(qtbot, dialog) -> None:
 
 
 def wait_for_dialog(qtbot, window) -> NewTaskDialog:
-    qtbot.waitUntil(lambda: window.new_task_dialog is not None
-                    and window.new_task_dialog.isVisible(), timeout=10_000)
+    qtbot.waitUntil(
+        lambda: window.new_task_dialog is not None and window.new_task_dialog.isVisible(),
+        timeout=10_000,
+    )
     return window.new_task_dialog
 
 
@@ -48,6 +50,7 @@ def tree_titles(window) -> list[str]:
 
 # -- the frame ---------------------------------------------------------------------------------
 
+
 def test_window_shows_the_tree_the_task_area_and_the_tabs(window, data_dir):
     assert window.windowTitle() == "Cairn"
     assert not window.windowIcon().isNull()
@@ -55,12 +58,16 @@ def test_window_shows_the_tree_the_task_area_and_the_tabs(window, data_dir):
     assert EMPTY_STATE_TEXT in texts
     assert window.lineage.empty_label.isVisible()  # no tasks yet, and it says how to make one
     assert [window.tabs.tabText(i) for i in range(window.tabs.count())] == [
-        "Revisions", "Sessions && Snapshots", "Approvals"]
+        "Revisions",
+        "Sessions && Snapshots",
+        "Approvals",
+    ]
     assert str(data_dir) in window.data_dir_label.text()
 
 
 def test_the_icons_exist_and_draw(qtbot):
     from gui.icons import icon
+
     for name in ICON_NAMES:
         assert icon_path(name).is_file(), name
         assert not icon(name).isNull(), name
@@ -68,8 +75,10 @@ def test_the_icons_exist_and_draw(qtbot):
 
 def test_panels_not_in_this_build_are_placeholders(qtbot, context, monkeypatch):
     from gui import panels
-    monkeypatch.setitem(panels.PANELS, "revisions",
-                        ("gui.no_such_panel", "RevisionsPanel", "Revisions"))
+
+    monkeypatch.setitem(
+        panels.PANELS, "revisions", ("gui.no_such_panel", "RevisionsPanel", "Revisions")
+    )
     panel = panels.make_panel("revisions", context)
     qtbot.addWidget(panel)
     assert isinstance(panel, PanelPlaceholder) and panel.text() == "loading…"
@@ -78,6 +87,7 @@ def test_panels_not_in_this_build_are_placeholders(qtbot, context, monkeypatch):
 
 def test_a_panel_that_fails_to_load_says_so(qtbot, context, monkeypatch):
     from gui import panels
+
     broken = types.ModuleType("gui.broken_panel")
 
     class RevisionsPanel(QLabel):
@@ -86,8 +96,9 @@ def test_a_panel_that_fails_to_load_says_so(qtbot, context, monkeypatch):
 
     broken.RevisionsPanel = RevisionsPanel
     monkeypatch.setitem(sys.modules, "gui.broken_panel", broken)
-    monkeypatch.setitem(panels.PANELS, "revisions",
-                        ("gui.broken_panel", "RevisionsPanel", "Revisions"))
+    monkeypatch.setitem(
+        panels.PANELS, "revisions", ("gui.broken_panel", "RevisionsPanel", "Revisions")
+    )
     panel = panels.make_panel("revisions", context)
     qtbot.addWidget(panel)
     assert isinstance(panel, PanelPlaceholder)
@@ -117,6 +128,7 @@ def test_the_panel_factory_wires_a_panel_that_exists(qtbot, context, monkeypatch
 
 # -- new tasks from folders --------------------------------------------------------------------
 
+
 def test_dropping_a_folder_opens_the_dialog_and_makes_the_task(qtbot, window, repo, cairn):
     with StallMeter() as meter:
         assert send_drop(window, mime_with(repo))
@@ -126,8 +138,9 @@ def test_dropping_a_folder_opens_the_dialog_and_makes_the_task(qtbot, window, re
         dialog.instructions_edit.setPlainText("make test")
         accept_dialog(qtbot, dialog)
         qtbot.waitUntil(lambda: len(window.lineage.model) == 1, timeout=20_000)
-        qtbot.waitUntil(lambda: window.task_view.title_label.text() == "Fix the login test",
-                        timeout=10_000)
+        qtbot.waitUntil(
+            lambda: window.task_view.title_label.text() == "Fix the login test", timeout=10_000
+        )
     print(f"longest event-loop stall while creating a task: {meter.longest_ms:.1f} ms")
     assert meter.longest_ms < 250, "the GUI thread waited on something"
     [task] = cairn.tasks()
@@ -228,12 +241,30 @@ def test_dropping_an_unreadable_folder_says_so(qtbot, window, tmp_path):
         try:
             base.chmod(0o777)
             (base / "locked").mkdir(mode=0o700)
-            env = dict(os.environ, QT_QPA_PLATFORM="offscreen", HOME=str(base),
-                       XDG_RUNTIME_DIR=str(base), PYTHONPATH=str(REPO_ROOT))
+            env = dict(
+                os.environ,
+                QT_QPA_PLATFORM="offscreen",
+                HOME=str(base),
+                XDG_RUNTIME_DIR=str(base),
+                PYTHONPATH=str(REPO_ROOT),
+            )
             result = subprocess.run(
-                ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                 sys.executable, "-c", UNREADABLE, str(base)],
-                cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+                [
+                    "setpriv",
+                    "--reuid=65534",
+                    "--regid=65534",
+                    "--clear-groups",
+                    sys.executable,
+                    "-c",
+                    UNREADABLE,
+                    str(base),
+                ],
+                cwd=REPO_ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
         finally:
             shutil.rmtree(base, ignore_errors=True)
         assert result.returncode == 0, result.stderr
@@ -245,8 +276,10 @@ def test_dropping_an_unreadable_folder_says_so(qtbot, window, tmp_path):
 
 def test_file_new_task_uses_a_folder_chooser(qtbot, window, repo, monkeypatch):
     from gui import main_window as module
-    monkeypatch.setattr(module.QFileDialog, "getExistingDirectory",
-                        staticmethod(lambda *args, **kwargs: str(repo)))
+
+    monkeypatch.setattr(
+        module.QFileDialog, "getExistingDirectory", staticmethod(lambda *args, **kwargs: str(repo))
+    )
     window.new_task_action.trigger()
     dialog = wait_for_dialog(qtbot, window)
     assert dialog.folders == [repo]
@@ -257,12 +290,14 @@ def test_a_failed_import_is_shown_to_the_user(qtbot, window, tmp_path, data_dir)
     inside = data_dir / "inside"
     inside.mkdir(parents=True, exist_ok=True)
     window.create_tasks([NewTaskRequest(inside, "inside the data folder", "shell", "")])
-    qtbot.waitUntil(lambda: window.statusBar().currentMessage().startswith("Could not create"),
-                    timeout=10_000)
+    qtbot.waitUntil(
+        lambda: window.statusBar().currentMessage().startswith("Could not create"), timeout=10_000
+    )
     assert str(inside) in window.statusBar().currentMessage()
 
 
 # -- state kept across sessions ----------------------------------------------------------------
+
 
 def test_layout_selection_and_geometry_are_restored(qtbot, context, cairn, repo, settings):
     made = cairn.new_task(repo, title="Remember me")
@@ -293,15 +328,16 @@ def test_layout_selection_and_geometry_are_restored(qtbot, context, cairn, repo,
 
 # -- failures reach the user -------------------------------------------------------------------
 
+
 def test_an_error_in_a_job_reaches_the_status_bar(qtbot, window):
     def work():
         raise CairnError("the vault of /src is missing", hint="import the folder again")
 
     window.context.jobs.job(work, what="load the revisions").run()
-    qtbot.waitUntil(lambda: "the vault of /src is missing" in
-                    window.statusBar().currentMessage())
+    qtbot.waitUntil(lambda: "the vault of /src is missing" in window.statusBar().currentMessage())
     assert window.statusBar().currentMessage() == (
-        "Could not load the revisions: the vault of /src is missing (import the folder again)")
+        "Could not load the revisions: the vault of /src is missing (import the folder again)"
+    )
 
 
 def test_a_locked_keyring_asks_the_user_to_unlock_it(qtbot, window):
@@ -311,18 +347,19 @@ def test_a_locked_keyring_asks_the_user_to_unlock_it(qtbot, window):
         raise KeyringLocked("Prompt dismissed")
 
     window.context.jobs.job(work, what="read the secrets").run()
-    qtbot.waitUntil(lambda: window.keyring_dialog is not None
-                    and window.keyring_dialog.isVisible())
+    qtbot.waitUntil(lambda: window.keyring_dialog is not None and window.keyring_dialog.isVisible())
     assert isinstance(window.keyring_dialog, KeyringDialog)
     assert "Prompt dismissed" in window.keyring_dialog.message_label.text()
     window.keyring_dialog.reject()
 
 
 def test_docker_not_running_shows_a_banner_and_the_app_stays_usable(
-        qtbot, monkeypatch, tmp_path, settings, repo):
+    qtbot, monkeypatch, tmp_path, settings, repo
+):
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path / 'no-docker.sock'}")
     monkeypatch.setenv("CAIRN_BACKEND", "docker")
     from core.app import Cairn
+
     facade = Cairn(tmp_path / "data")
     facade.new_task(repo, title="Browse me", instructions="make test")
     context = AppContext(facade, settings=settings, data_dir=tmp_path / "data")
@@ -347,6 +384,7 @@ def test_docker_not_running_shows_a_banner_and_the_app_stays_usable(
 
 # -- approvals in the window -------------------------------------------------------------------
 
+
 def test_the_approvals_tab_is_honest_without_the_api(qtbot, data_dir, settings):
     from core.app import Cairn
 
@@ -370,8 +408,16 @@ def test_approvals_badge_and_notification(qtbot, data_dir, settings):
     from core.app import Cairn
 
     class CairnWithApprovals(Cairn):
-        queue = [{"id": "ap_1", "task_id": "t_1", "command": "git push --force",
-                  "rule": "force-push", "reason": "rewrites history", "state": "pending"}]
+        queue = [
+            {
+                "id": "ap_1",
+                "task_id": "t_1",
+                "command": "git push --force",
+                "rule": "force-push",
+                "reason": "rewrites history",
+                "state": "pending",
+            }
+        ]
 
         def approvals(self, pending_only=True):
             return list(self.queue)
@@ -395,8 +441,9 @@ def test_approvals_badge_and_notification(qtbot, data_dir, settings):
         assert not win.tabs.tabIcon(win.approvals_tab).isNull()
         notified = []
         win.notify = lambda title, text: notified.append((title, text)) or "alert"
-        facade.queue = facade.queue + [{"id": "ap_2", "task_id": "t_1", "command": "rm -rf /x",
-                                        "state": "pending"}]
+        facade.queue = facade.queue + [
+            {"id": "ap_2", "task_id": "t_1", "command": "rm -rf /x", "state": "pending"}
+        ]
         facade.events.publish("approval.requested", "ap_2", task_id="t_1")
         qtbot.waitUntil(lambda: win.tabs.tabText(win.approvals_tab) == "Approvals (2)")
         if not win.isActiveWindow():
@@ -434,7 +481,11 @@ def test_main_starts_opens_the_dialog_for_a_path_and_quits_saving_settings(tmp_p
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", XDG_CONFIG_HOME=str(tmp_path / "config"))
     result = subprocess.run(
         [sys.executable, "-c", LAUNCH, str(tmp_path / "data"), str(repo)],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60,
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 0, result.stderr
     assert "window: Cairn MainWindow" in result.stdout
@@ -466,11 +517,19 @@ SCREENSHOT = textwrap.dedent(
 @pytest.mark.skipif(not shutil.which("import"), reason="imagemagick's import is not installed")
 def test_cairn_shows_a_real_window_under_x(tmp_path, artifacts_dir, x_display):
     shot = artifacts_dir / "main-window.png"
-    env = dict(os.environ, QT_QPA_PLATFORM="xcb", DISPLAY=x_display,
-               XDG_CONFIG_HOME=str(tmp_path / "config"))
+    env = dict(
+        os.environ,
+        QT_QPA_PLATFORM="xcb",
+        DISPLAY=x_display,
+        XDG_CONFIG_HOME=str(tmp_path / "config"),
+    )
     result = subprocess.run(
         [sys.executable, "-c", SCREENSHOT, str(tmp_path / "data"), str(shot)],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=90,
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
     )
     assert result.returncode == 0, result.stderr
     # A first start: the system check comes up over the main window.
@@ -489,15 +548,17 @@ def test_settings_open_with_a_credentials_page_for_the_selected_task(qtbot, wind
     qtbot.waitUntil(dialog.isVisible, timeout=5_000)
     titles = [dialog.pages.tabText(i) for i in range(dialog.pages.count())]
     assert titles[-1] == "Credentials" and "General" in titles
-    qtbot.waitUntil(lambda: dialog.credentials_page.task_combo.currentData() == made.task.id,
-                    timeout=10_000)
+    qtbot.waitUntil(
+        lambda: dialog.credentials_page.task_combo.currentData() == made.task.id, timeout=10_000
+    )
     window.settings_action.trigger()  # a second time brings the same dialog forward
     assert window.settings_dialog is dialog
     dialog.reject()
 
 
-def test_the_default_engine_setting_preselects_the_new_task_engine(qtbot, context, cairn,
-                                                                   settings, repo):
+def test_the_default_engine_setting_preselects_the_new_task_engine(
+    qtbot, context, cairn, settings, repo
+):
     cairn.set_setting("defaults.engine", "codex")
     win = MainWindow(context)
     qtbot.addWidget(win)
@@ -522,15 +583,21 @@ def test_credentials_housekeeping_and_system_check_open_from_the_menus(qtbot, wi
     window.system_check_action.trigger()
     check = window.system_check
     qtbot.waitUntil(lambda: check.isVisible() and check.checked, timeout=15_000)
-    assert {row for row in ("docker", "keyring", "git", "disk") if check.row(row) is not None} \
-        == {"docker", "keyring", "git", "disk"}
+    assert {row for row in ("docker", "keyring", "git", "disk") if check.row(row) is not None} == {
+        "docker",
+        "keyring",
+        "git",
+        "disk",
+    }
     check.reject()
     assert window.menuBar().actions()[-1].text() == "&Help"
 
 
-def test_the_data_folder_chosen_in_settings_is_used_unless_one_is_given(tmp_path, settings,
-                                                                         monkeypatch):
+def test_the_data_folder_chosen_in_settings_is_used_unless_one_is_given(
+    tmp_path, settings, monkeypatch
+):
     from gui.main import DATA_DIR_SETTING, chosen_data_dir
+
     monkeypatch.delenv("CAIRN_DATA_DIR", raising=False)
     assert chosen_data_dir(None, settings) == (None, False)
     settings.setValue(DATA_DIR_SETTING, str(tmp_path / "chosen"))

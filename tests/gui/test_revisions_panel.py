@@ -37,8 +37,9 @@ def folder(tmp_path) -> Path:
 
 @pytest.fixture
 def context(qtbot, cairn, tmp_path):
-    ctx = AppContext(cairn, settings=QSettings(str(tmp_path / "settings.ini"),
-                                               QSettings.Format.IniFormat))
+    ctx = AppContext(
+        cairn, settings=QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    )
     yield ctx
     ctx.close(close_facade=False)  # the cairn fixture closes the facade
 
@@ -82,8 +83,9 @@ def test_timeline_lists_revisions_newest_first_with_lazy_line_counts(qtbot, pane
     assert model.data(model.index(3, COL_TRIGGER)) == "base"
     assert model.data(model.index(0, COL_TRIGGER)) == "manual"
     # +/− arrive from a job for the rows the view painted.
-    qtbot.waitUntil(lambda: all(model.stats(model.entry(r).id) is not None for r in range(4)),
-                    timeout=10_000)
+    qtbot.waitUntil(
+        lambda: all(model.stats(model.entry(r).id) is not None for r in range(4)), timeout=10_000
+    )
     assert model.data(model.index(0, COL_LINES)) == "+0 −1"  # README.md removed
     assert model.data(model.index(1, COL_LINES)) == "+2 −0"  # notes.txt added
     assert model.data(model.index(2, COL_LINES)) == "+2 −2"
@@ -97,8 +99,10 @@ def test_selecting_two_revisions_shows_their_diff(qtbot, panel, cairn, folder):
         panel.select_revisions(revs[1], revs[3])
     assert shown.args == [revs[1], revs[3]]
     viewer = panel.viewer
-    labels = sorted(viewer.file_model.data(viewer.file_model.index(r, 1))
-                    for r in range(viewer.file_model.rowCount()))
+    labels = sorted(
+        viewer.file_model.data(viewer.file_model.index(r, 1))
+        for r in range(viewer.file_model.rowCount())
+    )
     assert labels == ["README.md", "notes.txt"]
     assert panel.comparison.text() == "Comparing #2 (manual) → #4 (manual)"
 
@@ -114,8 +118,7 @@ def test_one_revision_shows_what_it_changed(qtbot, panel, cairn, folder):
     assert "+def greet(name):" in text and "-def greet():" in text
 
 
-def test_a_revision_of_another_task_of_the_same_folder_can_be_compared(qtbot, panel, cairn,
-                                                                      folder):
+def test_a_revision_of_another_task_of_the_same_folder_can_be_compared(qtbot, panel, cairn, folder):
     task, revs = _task_with_revisions(cairn, folder)
     other = cairn.new_task(folder, title="second try")
     (Path(other.workspace.root) / "main.py").write_text("print('other')\n")

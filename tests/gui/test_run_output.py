@@ -40,21 +40,60 @@ def test_chunks_cut_mid_line_are_joined_and_the_rest_flushed():
 
 
 def test_claude_code_stream_json():
-    text = "\n".join([
-        line({"type": "system", "subtype": "init", "session_id": "s-1", "model": "m"}),
-        line({"type": "assistant", "message": {"content": [
-            {"type": "text", "text": "I'll run the tests."},
-            {"type": "tool_use", "name": "Bash", "input": {"command": "pytest -q"}},
-            {"type": "tool_use", "name": "Edit", "input": {"file_path": "/workspace/app.py"}},
-            {"type": "tool_use", "name": "Write", "input": {"file_path": "/workspace/new.py"}},
-            {"type": "tool_use", "name": "Read", "input": {"file_path": "/workspace/a.py"}},
-        ]}}),
-        line({"type": "user", "message": {"content": [
-            {"type": "tool_result", "content": "3 passed", "is_error": False},
-            {"type": "tool_result", "content": [{"type": "text", "text": "boom"}],
-             "is_error": True}]}}),
-        line({"type": "result", "subtype": "success", "result": "All green."}),
-    ]) + "\n"
+    text = (
+        "\n".join(
+            [
+                line({"type": "system", "subtype": "init", "session_id": "s-1", "model": "m"}),
+                line(
+                    {
+                        "type": "assistant",
+                        "message": {
+                            "content": [
+                                {"type": "text", "text": "I'll run the tests."},
+                                {
+                                    "type": "tool_use",
+                                    "name": "Bash",
+                                    "input": {"command": "pytest -q"},
+                                },
+                                {
+                                    "type": "tool_use",
+                                    "name": "Edit",
+                                    "input": {"file_path": "/workspace/app.py"},
+                                },
+                                {
+                                    "type": "tool_use",
+                                    "name": "Write",
+                                    "input": {"file_path": "/workspace/new.py"},
+                                },
+                                {
+                                    "type": "tool_use",
+                                    "name": "Read",
+                                    "input": {"file_path": "/workspace/a.py"},
+                                },
+                            ]
+                        },
+                    }
+                ),
+                line(
+                    {
+                        "type": "user",
+                        "message": {
+                            "content": [
+                                {"type": "tool_result", "content": "3 passed", "is_error": False},
+                                {
+                                    "type": "tool_result",
+                                    "content": [{"type": "text", "text": "boom"}],
+                                    "is_error": True,
+                                },
+                            ]
+                        },
+                    }
+                ),
+                line({"type": "result", "subtype": "success", "result": "All green."}),
+            ]
+        )
+        + "\n"
+    )
     assert read_all(text) == [
         OutputBlock(SESSION, "session s-1 (m)"),
         OutputBlock(MESSAGE, "I'll run the tests."),
@@ -69,19 +108,45 @@ def test_claude_code_stream_json():
 
 
 def test_codex_exec_json():
-    text = "\n".join([
-        line({"type": "thread.started", "thread_id": "th-9"}),
-        line({"type": "item.started", "item": {"type": "command_execution",
-                                               "command": "make test"}}),
-        line({"type": "item.completed", "item": {"type": "command_execution",
-                                                 "command": "make test",
-                                                 "aggregated_output": "ok\n", "exit_code": 2}}),
-        line({"type": "item.completed", "item": {"type": "file_change", "changes": [
-            {"path": "src/a.rs", "kind": "update"}]}}),
-        line({"type": "item.completed", "item": {"type": "reasoning", "text": "hmm"}}),
-        line({"type": "item.completed", "item": {"type": "agent_message", "text": "Done."}}),
-        line({"type": "turn.failed", "error": {"message": "rate limited"}}),
-    ]) + "\n"
+    text = (
+        "\n".join(
+            [
+                line({"type": "thread.started", "thread_id": "th-9"}),
+                line(
+                    {
+                        "type": "item.started",
+                        "item": {"type": "command_execution", "command": "make test"},
+                    }
+                ),
+                line(
+                    {
+                        "type": "item.completed",
+                        "item": {
+                            "type": "command_execution",
+                            "command": "make test",
+                            "aggregated_output": "ok\n",
+                            "exit_code": 2,
+                        },
+                    }
+                ),
+                line(
+                    {
+                        "type": "item.completed",
+                        "item": {
+                            "type": "file_change",
+                            "changes": [{"path": "src/a.rs", "kind": "update"}],
+                        },
+                    }
+                ),
+                line({"type": "item.completed", "item": {"type": "reasoning", "text": "hmm"}}),
+                line(
+                    {"type": "item.completed", "item": {"type": "agent_message", "text": "Done."}}
+                ),
+                line({"type": "turn.failed", "error": {"message": "rate limited"}}),
+            ]
+        )
+        + "\n"
+    )
     assert read_all(text) == [
         OutputBlock(SESSION, "thread th-9"),
         OutputBlock(TOOL, "$ make test"),
@@ -94,15 +159,24 @@ def test_codex_exec_json():
 
 
 def test_cairn_engine_events():
-    text = "\n".join([
-        line({"kind": "message", "data": {"text": "hello"}}),
-        line({"kind": "tool_call", "data": {"name": "shell", "input": {"command": "ls"}}}),
-        line({"kind": "file_edit", "data": {"path": "a.txt"}}),
-        line({"kind": "error", "data": {"message": "no"}}),
-        line({"kind": "usage", "data": {"tokens": 3}}),
-    ]) + "\n"
-    assert read_all(text) == [OutputBlock(MESSAGE, "hello"), OutputBlock(TOOL, "$ ls"),
-                              OutputBlock(EDIT, "edited a.txt"), OutputBlock(ERROR, "no")]
+    text = (
+        "\n".join(
+            [
+                line({"kind": "message", "data": {"text": "hello"}}),
+                line({"kind": "tool_call", "data": {"name": "shell", "input": {"command": "ls"}}}),
+                line({"kind": "file_edit", "data": {"path": "a.txt"}}),
+                line({"kind": "error", "data": {"message": "no"}}),
+                line({"kind": "usage", "data": {"tokens": 3}}),
+            ]
+        )
+        + "\n"
+    )
+    assert read_all(text) == [
+        OutputBlock(MESSAGE, "hello"),
+        OutputBlock(TOOL, "$ ls"),
+        OutputBlock(EDIT, "edited a.txt"),
+        OutputBlock(ERROR, "no"),
+    ]
 
 
 def test_json_that_is_no_known_protocol_and_broken_json_stay_plain():
@@ -112,6 +186,7 @@ def test_json_that_is_no_known_protocol_and_broken_json_stay_plain():
 
 def test_long_tool_output_is_cut_with_a_note():
     long = "x" * 1000
-    [block] = parse_line(line({"type": "user", "message": {"content": [
-        {"type": "tool_result", "content": long}]}}))
+    [block] = parse_line(
+        line({"type": "user", "message": {"content": [{"type": "tool_result", "content": long}]}})
+    )
     assert block.text.startswith("x" * 400) and block.text.endswith("(600 more characters)")

@@ -19,16 +19,40 @@ from gui.context import AppContext
 from gui.qt import QCoreApplication, QEvent, QSettings
 from gui.sessions import SessionsPanel
 from gui.sessions import data as sessions_data
-from gui.sessions.panel import (P_ID, P_REVISION, S_BACKEND, S_CPU, S_MEMORY, S_STATE, S_TASK,
-                                S_UPTIME, SNAPSHOT_BUSY_TEXT, SNAPSHOT_TEXT, UNSAFE_TEXT)
+from gui.sessions.panel import (
+    P_ID,
+    P_REVISION,
+    S_BACKEND,
+    S_CPU,
+    S_MEMORY,
+    S_STATE,
+    S_TASK,
+    S_UPTIME,
+    SNAPSHOT_BUSY_TEXT,
+    SNAPSHOT_TEXT,
+    UNSAFE_TEXT,
+)
 
-RECREATED = {"run_id": "run-2", "path": ["checkpoint: ck-1", "workspace: restored",
-                                         "sandbox: recreated",
-                                         "engine: new session on the same files (fallback)"],
-             "notes": ["sandbox: the container was gone"]}
-REATTACHED = {"run_id": "run-9", "path": ["checkpoint: ck-7", "workspace: unchanged since the "
-                                          "checkpoint", "sandbox: reattached",
-                                          "engine: native resume of session abc"], "notes": []}
+RECREATED = {
+    "run_id": "run-2",
+    "path": [
+        "checkpoint: ck-1",
+        "workspace: restored",
+        "sandbox: recreated",
+        "engine: new session on the same files (fallback)",
+    ],
+    "notes": ["sandbox: the container was gone"],
+}
+REATTACHED = {
+    "run_id": "run-9",
+    "path": [
+        "checkpoint: ck-7",
+        "workspace: unchanged since the checkpoint",
+        "sandbox: reattached",
+        "engine: native resume of session abc",
+    ],
+    "notes": [],
+}
 
 
 @dataclass
@@ -63,31 +87,78 @@ class FakeCairn:
     events: EventBus = field(default_factory=EventBus)
 
     def tasks(self):
-        return [FakeTask("task-a", "fix login", "ws-a"), FakeTask("task-b", "docs", "ws-b"),
-                FakeTask("task-c", "spike", "ws-c")]
+        return [
+            FakeTask("task-a", "fix login", "ws-a"),
+            FakeTask("task-b", "docs", "ws-b"),
+            FakeTask("task-c", "spike", "ws-c"),
+        ]
 
     def status(self):
         return {
             "sessions": [
-                {"session_id": "sess-a", "workspace_id": "ws-a", "backend": "docker",
-                 "unsafe": False, "container": "cairn-a", "state": "running",
-                 "image": "sha256:0123456789abcdef0123", "generation": 1, "snapshot_id": "snap-a",
-                 "age_s": 3725.0, "policy_version": 1},
-                {"session_id": "sess-b", "workspace_id": "ws-b", "backend": "docker",
-                 "unsafe": False, "container": "cairn-b", "state": "gone", "image": "img-b",
-                 "generation": 2, "snapshot_id": "snap-b", "age_s": 90000.0,
-                 "policy_version": 1},
-                {"session_id": "sess-c", "workspace_id": "ws-c", "backend": "host",
-                 "unsafe": True, "container": "host-c", "state": "running", "image": None,
-                 "generation": 1, "snapshot_id": None, "age_s": 42.0, "policy_version": 1},
+                {
+                    "session_id": "sess-a",
+                    "workspace_id": "ws-a",
+                    "backend": "docker",
+                    "unsafe": False,
+                    "container": "cairn-a",
+                    "state": "running",
+                    "image": "sha256:0123456789abcdef0123",
+                    "generation": 1,
+                    "snapshot_id": "snap-a",
+                    "age_s": 3725.0,
+                    "policy_version": 1,
+                },
+                {
+                    "session_id": "sess-b",
+                    "workspace_id": "ws-b",
+                    "backend": "docker",
+                    "unsafe": False,
+                    "container": "cairn-b",
+                    "state": "gone",
+                    "image": "img-b",
+                    "generation": 2,
+                    "snapshot_id": "snap-b",
+                    "age_s": 90000.0,
+                    "policy_version": 1,
+                },
+                {
+                    "session_id": "sess-c",
+                    "workspace_id": "ws-c",
+                    "backend": "host",
+                    "unsafe": True,
+                    "container": "host-c",
+                    "state": "running",
+                    "image": None,
+                    "generation": 1,
+                    "snapshot_id": None,
+                    "age_s": 42.0,
+                    "policy_version": 1,
+                },
             ],
             "snapshots": [
-                {"snapshot_id": "snap-a", "workspace_id": "ws-a", "revision": "a" * 40,
-                 "tree": "t", "state": "durable", "created_at": 0, "age_s": 600.0,
-                 "size": 2_500_000, "restorable": True},
-                {"snapshot_id": "snap-b", "workspace_id": "ws-b", "revision": "b" * 40,
-                 "tree": "t", "state": "durable", "created_at": 0, "age_s": 7200.0,
-                 "size": None, "restorable": False},
+                {
+                    "snapshot_id": "snap-a",
+                    "workspace_id": "ws-a",
+                    "revision": "a" * 40,
+                    "tree": "t",
+                    "state": "durable",
+                    "created_at": 0,
+                    "age_s": 600.0,
+                    "size": 2_500_000,
+                    "restorable": True,
+                },
+                {
+                    "snapshot_id": "snap-b",
+                    "workspace_id": "ws-b",
+                    "revision": "b" * 40,
+                    "tree": "t",
+                    "state": "durable",
+                    "created_at": 0,
+                    "age_s": 7200.0,
+                    "size": None,
+                    "restorable": False,
+                },
             ],
             "problem": None,
         }
@@ -109,15 +180,27 @@ class FakeCairn:
 
     def reconcile(self):
         self.calls.append(("reconcile",))
-        return SimpleNamespace(to_dict=lambda: {
-            "still_running": ["run-1"], "interrupted": ["run-3"], "finished": [],
-            "sessions_gone": ["sess-b"], "orphan_containers": ["stray"], "problems": []})
+        return SimpleNamespace(
+            to_dict=lambda: {
+                "still_running": ["run-1"],
+                "interrupted": ["run-3"],
+                "finished": [],
+                "sessions_gone": ["sess-b"],
+                "orphan_containers": ["stray"],
+                "problems": [],
+            }
+        )
 
 
 class FakeCairnWithStats(FakeCairn):
     def session_stats(self, session_id):
-        return {"cpu_percent": 12.5, "memory_bytes": 256_000_000,
-                "memory_limit_bytes": 4_000_000_000, "pids": 3, "uptime_s": 61.0}
+        return {
+            "cpu_percent": 12.5,
+            "memory_bytes": 256_000_000,
+            "memory_limit_bytes": 4_000_000_000,
+            "pids": 3,
+            "uptime_s": 61.0,
+        }
 
 
 @pytest.fixture
@@ -125,8 +208,9 @@ def make_panel(qtbot, tmp_path):
     made = []
 
     def make(cairn):
-        context = AppContext(cairn, settings=QSettings(str(tmp_path / "settings.ini"),
-                                                       QSettings.Format.IniFormat))
+        context = AppContext(
+            cairn, settings=QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+        )
         panel = SessionsPanel(context)
         qtbot.addWidget(panel)
         panel.resize(1000, 700)
@@ -251,14 +335,22 @@ def test_a_resume_event_updates_the_report(qtbot, make_panel):
 
 def test_describe_resume_covers_each_outcome():
     text = sessions_data.describe_resume(
-        {"run_id": "r", "path": ["workspace: restored into new workspace ws-9",
-                                 "sandbox: created", "checkpoint: none"]})
+        {
+            "run_id": "r",
+            "path": [
+                "workspace: restored into new workspace ws-9",
+                "sandbox: created",
+                "checkpoint: none",
+            ],
+        }
+    )
     assert "restored the checkpoint into a new workspace (ws-9)" in text
     assert "created a new sandbox" in text
     assert "started over from the first step" in text
 
 
 # -- Snapshot Now over a real facade -------------------------------------------------------------
+
 
 def test_snapshot_now_is_not_offered_by_a_facade_without_snapshots(qtbot, make_panel):
     panel = make_panel(FakeCairn())
@@ -288,12 +380,15 @@ def _select(qtbot, panel, task_id) -> None:
 
 def _snapshot_rows(panel) -> list[tuple[str, str]]:
     table = panel.snapshots
-    return [(table.item(r, P_ID).text(), table.item(r, P_REVISION).toolTip())
-            for r in range(table.rowCount())]
+    return [
+        (table.item(r, P_ID).text(), table.item(r, P_REVISION).toolTip())
+        for r in range(table.rowCount())
+    ]
 
 
-def test_snapshot_now_needs_a_task_with_its_workspace_on_disk(qtbot, cairn, real_panel, repo,
-                                                             tmp_path):
+def test_snapshot_now_needs_a_task_with_its_workspace_on_disk(
+    qtbot, cairn, real_panel, repo, tmp_path
+):
     panel = real_panel
     assert not panel.snapshot_button.isEnabled()
     assert panel.snapshot_button.toolTip() == "Select a task to snapshot its workspace"
@@ -338,8 +433,9 @@ def test_snapshot_now_makes_a_snapshot_that_appears_in_the_table(qtbot, cairn, r
     [snap] = cairn.snapshots(task.id)
     latest = cairn.revisions(task.id)[-1]
     assert snap.revision_id == latest.id and latest.trigger == "checkpoint"  # the edit is in it
-    assert panel.message.text() == (f"Snapshot {snap.id} made of revision {latest.id[:12]} "
-                                    "(login).")
+    assert panel.message.text() == (
+        f"Snapshot {snap.id} made of revision {latest.id[:12]} (login)."
+    )
     qtbot.waitUntil(lambda: (snap.id, latest.id) in _snapshot_rows(panel), timeout=10_000)
     assert panel.snapshot_button.text() == SNAPSHOT_TEXT
     qtbot.waitUntil(panel.snapshot_button.isEnabled, timeout=10_000)
@@ -350,8 +446,9 @@ def test_snapshot_now_makes_a_snapshot_that_appears_in_the_table(qtbot, cairn, r
     assert f"already had snapshot {snap.id}" in panel.message.text()
 
 
-def test_a_workspace_deleted_behind_the_panel_says_why_the_snapshot_failed(qtbot, cairn,
-                                                                          real_panel, repo):
+def test_a_workspace_deleted_behind_the_panel_says_why_the_snapshot_failed(
+    qtbot, cairn, real_panel, repo
+):
     panel = real_panel
     task = cairn.new_task(repo, title="doomed").task
     _select(qtbot, panel, task.id)

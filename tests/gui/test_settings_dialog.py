@@ -9,11 +9,13 @@ import json
 import pytest
 
 from core.settings import settings_path
-from gui.settings_dialog import DATA_DIR_KEY, HOST_WARNING, SettingsDialog
 from gui.qt import QTabWidget
+from gui.settings_dialog import DATA_DIR_KEY, HOST_WARNING, SettingsDialog
 
-OVERRIDE = {"version": 3, "rules": [
-    {"id": "make-deploy", "pattern": "\\bmake\\s+deploy\\b", "reason": "deploys"}]}
+OVERRIDE = {
+    "version": 3,
+    "rules": [{"id": "make-deploy", "pattern": "\\bmake\\s+deploy\\b", "reason": "deploys"}],
+}
 
 
 @pytest.fixture
@@ -24,6 +26,7 @@ def open_dialog(qtbot, context):
         dialog.show()
         qtbot.waitUntil(lambda: dialog.loaded is not None and not dialog.busy, timeout=10_000)
         return dialog
+
     return make
 
 
@@ -39,8 +42,11 @@ def stored(cairn) -> dict:
 def test_the_pages_are_a_plain_tab_widget_others_can_add_to(open_dialog):
     dialog = open_dialog()
     assert isinstance(dialog.pages, QTabWidget)
-    assert [dialog.pages.tabText(i) for i in range(dialog.pages.count())] == \
-        ["General", "Engines", "Risk rules"]
+    assert [dialog.pages.tabText(i) for i in range(dialog.pages.count())] == [
+        "General",
+        "Engines",
+        "Risk rules",
+    ]
 
 
 def test_fields_show_what_the_settings_file_holds(cairn, open_dialog):
@@ -58,8 +64,13 @@ def test_fields_show_what_the_settings_file_holds(cairn, open_dialog):
     assert dialog.backend_combo.currentData() == "docker"
     assert dialog.engine_edits[("codex", "model")].text() == "gpt-5.5"
     assert dialog.engine_edits[("claude-code", "model")].text() == ""
-    assert {key for _, key in dialog.engine_edits} == \
-        {"binary", "version", "base_url", "model", "api_key_secret"}
+    assert {key for _, key in dialog.engine_edits} == {
+        "binary",
+        "version",
+        "base_url",
+        "model",
+        "api_key_secret",
+    }
     assert not dialog.changes()
 
 
@@ -82,17 +93,25 @@ def test_apply_writes_only_the_changed_keys(qtbot, cairn, open_dialog):
     dialog.engine_edits[("codex", "model")].setText("")
     dialog.engine_edits[("claude-code", "model")].setText("sonnet")
     changes = dialog.changes()
-    assert changes.set == {"defaults.engine": "claude-code", "defaults.network": "allowlist",
-                           "defaults.allow": "api.example.com:443",
-                           "engines.claude-code.model": "sonnet"}
+    assert changes.set == {
+        "defaults.engine": "claude-code",
+        "defaults.network": "allowlist",
+        "defaults.allow": "api.example.com:443",
+        "engines.claude-code.model": "sonnet",
+    }
     assert changes.unset == ("engines.codex.model",) and changes.rules_text is None
     with qtbot.waitSignal(dialog.sig_saved, timeout=10_000):
         dialog.apply_button.click()
     settle(qtbot, dialog)
     assert stored(cairn) == {
-        "defaults": {"engine": "claude-code", "image": "keep-me:1", "network": "allowlist",
-                     "allow": "api.example.com:443"},
-        "engines": {"claude-code": {"model": "sonnet"}}}
+        "defaults": {
+            "engine": "claude-code",
+            "image": "keep-me:1",
+            "network": "allowlist",
+            "allow": "api.example.com:443",
+        },
+        "engines": {"claude-code": {"model": "sonnet"}},
+    }
     assert "Saved" in dialog.message.text()
     assert not dialog.changes()
     assert dialog.isVisible()
@@ -107,7 +126,8 @@ def test_ok_writes_and_closes(qtbot, cairn, open_dialog):
 
 
 def test_an_invalid_allowlist_entry_is_refused_with_the_reason_and_nothing_is_written(
-        qtbot, cairn, open_dialog):
+    qtbot, cairn, open_dialog
+):
     dialog = open_dialog()
     dialog.image_edit.setText("fine-image:1")  # valid, but must not be written alone
     dialog.network_combo.setCurrentIndex(dialog.network_combo.findData("allowlist"))
@@ -122,8 +142,9 @@ def test_an_invalid_allowlist_entry_is_refused_with_the_reason_and_nothing_is_wr
     assert not settings_path(cairn.data.root).exists()
 
 
-def test_the_host_backend_shows_the_unsafe_warning_and_is_stored(qtbot, cairn, open_dialog,
-                                                                 monkeypatch):
+def test_the_host_backend_shows_the_unsafe_warning_and_is_stored(
+    qtbot, cairn, open_dialog, monkeypatch
+):
     monkeypatch.delenv("CAIRN_BACKEND", raising=False)
     dialog = open_dialog()
     assert dialog.host_warning.isHidden()
@@ -135,13 +156,15 @@ def test_the_host_backend_shows_the_unsafe_warning_and_is_stored(qtbot, cairn, o
     settle(qtbot, dialog)
     assert cairn.get_setting("defaults.backend") == "host"
     from core.sandbox.host import HostBackend
+
     assert isinstance(cairn.sandboxes.backend, HostBackend)
     dialog.backend_combo.setCurrentIndex(dialog.backend_combo.findData("docker"))
     assert dialog.host_warning.isHidden()
 
 
 def test_the_data_folder_is_shown_and_a_new_one_is_stored_for_the_next_start(
-        qtbot, context, settings, open_dialog, tmp_path, data_dir, monkeypatch):
+    qtbot, context, settings, open_dialog, tmp_path, data_dir, monkeypatch
+):
     dialog = open_dialog()
     assert dialog.data_dir_edit.text() == str(data_dir) and dialog.data_dir_edit.isReadOnly()
     assert "next start" in dialog.data_dir_note.text()
@@ -165,8 +188,9 @@ def test_risk_rules_validate_save_and_reset_round_trip(qtbot, cairn, open_dialog
     assert bundled_rows == len(cairn.risk_rules()["rules"]) > 0
     assert not dialog.reset_rules_button.isEnabled()
 
-    dialog.rules_edit.setPlainText(json.dumps(
-        {"version": 1, "rules": [{"id": "broken", "pattern": "(", "reason": "r"}]}))
+    dialog.rules_edit.setPlainText(
+        json.dumps({"version": 1, "rules": [{"id": "broken", "pattern": "(", "reason": "r"}]})
+    )
     dialog.validate_button.click()
     qtbot.waitUntil(lambda: dialog.rules_message.text() != "", timeout=10_000)
     assert "rule 'broken'" in dialog.rules_message.text()
@@ -242,6 +266,7 @@ def test_an_unreadable_settings_file_is_reported_and_nothing_can_be_saved(qtbot,
 
 def test_the_dialog_never_touches_the_disk_on_the_gui_thread(qtbot, cairn, context, monkeypatch):
     import threading
+
     main = threading.get_ident()
     calls: list[str] = []
     for name in ("setting_keys", "get_setting", "risk_rules", "check_setting", "set_setting"):
@@ -251,6 +276,7 @@ def test_the_dialog_never_touches_the_disk_on_the_gui_thread(qtbot, cairn, conte
             if threading.get_ident() == main:
                 calls.append(_name)
             return _original(*args, **kwargs)
+
         monkeypatch.setattr(cairn, name, spy)
     dialog = SettingsDialog(context)
     qtbot.addWidget(dialog)
@@ -264,6 +290,7 @@ def test_the_dialog_never_touches_the_disk_on_the_gui_thread(qtbot, cairn, conte
 
 def test_the_new_task_dialog_preselects_the_default_engine(qtbot, tmp_path):
     from gui.dialogs import NewTaskDialog
+
     dialog = NewTaskDialog([tmp_path], ("shell", "claude-code", "codex"), default_engine="codex")
     qtbot.addWidget(dialog)
     assert dialog.engine_combo.currentText() == "codex"

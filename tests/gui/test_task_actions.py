@@ -32,10 +32,18 @@ class FakeRun:
 
 
 def details(**changes) -> dict:
-    base = {"task_id": "t_1", "title": "Fix login", "engine": "shell",
-            "instructions": "make test", "state": "prepared", "workspace_present": True,
-            "expired": False, "base_revision": "b" * 40, "current_revision": "c" * 40,
-            "revisions": [{"id": "b" * 40}, {"id": "c" * 40}]}
+    base = {
+        "task_id": "t_1",
+        "title": "Fix login",
+        "engine": "shell",
+        "instructions": "make test",
+        "state": "prepared",
+        "workspace_present": True,
+        "expired": False,
+        "base_revision": "b" * 40,
+        "current_revision": "c" * 40,
+        "revisions": [{"id": "b" * 40}, {"id": "c" * 40}],
+    }
     base.update(changes)
     return base
 
@@ -78,8 +86,9 @@ def test_a_run_in_flight_can_be_stopped_and_nothing_else_that_touches_it(state):
 
 def test_waiting_for_approval_reads_as_words():
     states = button_states(details(), FakeRun(RunState.WAITING_APPROVAL.value))
-    assert states[CONTINUE][1] == ("the task's run is waiting for approval; "
-                                   "stop it or wait for it to end")
+    assert states[CONTINUE][1] == (
+        "the task's run is waiting for approval; stop it or wait for it to end"
+    )
 
 
 def test_an_interrupted_run_can_be_resumed_or_continued():
@@ -88,9 +97,14 @@ def test_an_interrupted_run_can_be_resumed_or_continued():
     assert states[STOP][1] == "no run in flight (the last run was interrupted)"
 
 
-@pytest.mark.parametrize("state,words", [(RunState.SUCCEEDED, "the last run succeeded"),
-                                         (RunState.FAILED, "the last run failed"),
-                                         (RunState.CANCELLED, "the last run was cancelled")])
+@pytest.mark.parametrize(
+    "state,words",
+    [
+        (RunState.SUCCEEDED, "the last run succeeded"),
+        (RunState.FAILED, "the last run failed"),
+        (RunState.CANCELLED, "the last run was cancelled"),
+    ],
+)
 def test_a_finished_run_can_be_continued_not_resumed(state, words):
     states = button_states(details(), FakeRun(state.value))
     assert enabled(states) == {CONTINUE, FORK, PROMOTE, EXPORT_PATCH}
@@ -111,13 +125,16 @@ def test_another_run_of_the_lineage_in_flight_blocks_what_would_start_a_run():
     assert button_states(details(), FakeRun("failed"), lineage_run=other)[CONTINUE][0] is False
 
 
-@pytest.mark.parametrize("changes,words", [
-    ({"workspace_present": False}, "the workspace folder is missing"),
-    ({"state": "archived"}, "the workspace is archived"),
-    ({"state": "destroyed"}, "the workspace is destroyed"),
-    ({"state": "frozen"}, "the workspace is frozen"),
-    ({"expired": True}, "the workspace has expired"),
-])
+@pytest.mark.parametrize(
+    "changes,words",
+    [
+        ({"workspace_present": False}, "the workspace folder is missing"),
+        ({"state": "archived"}, "the workspace is archived"),
+        ({"state": "destroyed"}, "the workspace is destroyed"),
+        ({"state": "frozen"}, "the workspace is frozen"),
+        ({"expired": True}, "the workspace has expired"),
+    ],
+)
 def test_an_unusable_workspace_points_to_fork(changes, words):
     states = button_states(details(**changes), FakeRun("succeeded"))
     assert states[CONTINUE] == (False, f"{words}; fork from a revision instead")
@@ -161,8 +178,9 @@ def test_the_shell_engine_needs_commands_to_start():
 
 
 def test_actions_missing_from_the_facade_say_so():
-    states = button_states(details(), FakeRun("interrupted"),
-                           capabilities={"start", "stop", "resume"})
+    states = button_states(
+        details(), FakeRun("interrupted"), capabilities={"start", "stop", "resume"}
+    )
     for name in (CONTINUE, FORK, PROMOTE, EXPORT_PATCH):
         assert states[name] == (False, NOT_IN_BUILD)
     assert states[RESUME][0] is True
@@ -170,8 +188,9 @@ def test_actions_missing_from_the_facade_say_so():
 
 def test_an_action_in_progress_disables_the_task_s_buttons():
     states = button_states(details(), FakeRun("running"), busy="stopping the run")
-    assert all(state == (False, "stopping the run; wait for it to finish")
-               for state in states.values())
+    assert all(
+        state == (False, "stopping the run; wait for it to finish") for state in states.values()
+    )
 
 
 @pytest.mark.parametrize("run_state", [None, *[s.value for s in RunState]])
@@ -181,16 +200,27 @@ def test_an_action_in_progress_disables_the_task_s_buttons():
 def test_every_combination_is_consistent(run_state, workspace, lineage_busy, sandbox):
     run = FakeRun(run_state) if run_state else None
     other = FakeRun("running", id="r_2") if lineage_busy else None
-    states = button_states(details(state=workspace), run, lineage_run=other,
-                           sandbox_problem=sandbox)
+    states = button_states(
+        details(state=workspace), run, lineage_run=other, sandbox_problem=sandbox
+    )
     in_flight = run_state in {s.value for s in RunState if s.in_flight}
     assert states[STOP][0] == in_flight
-    assert states[RESUME][0] == (run_state == "interrupted" and not lineage_busy
-                                 and sandbox is None)
-    assert states[CONTINUE][0] == (run_state is not None and not in_flight and not lineage_busy
-                                   and workspace in ("prepared", "active") and sandbox is None)
-    assert states[START][0] == (run_state is None and not lineage_busy
-                                and workspace in ("prepared", "active") and sandbox is None)
+    assert states[RESUME][0] == (
+        run_state == "interrupted" and not lineage_busy and sandbox is None
+    )
+    assert states[CONTINUE][0] == (
+        run_state is not None
+        and not in_flight
+        and not lineage_busy
+        and workspace in ("prepared", "active")
+        and sandbox is None
+    )
+    assert states[START][0] == (
+        run_state is None
+        and not lineage_busy
+        and workspace in ("prepared", "active")
+        and sandbox is None
+    )
     assert states[FORK][0] == (not in_flight and not lineage_busy and sandbox is None)
     assert states[EXPORT_PATCH][0] is True
     assert states[PROMOTE][0] == (not in_flight)

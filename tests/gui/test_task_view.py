@@ -20,6 +20,7 @@ COMMANDS = "echo first-line\nsleep 2\necho changed > made-by-run.txt\necho secon
 def host_cairn(monkeypatch, data_dir, repo):
     monkeypatch.setenv("CAIRN_BACKEND", "host")
     from core.app import Cairn
+
     facade = Cairn(data_dir)
     made = facade.new_task(repo, title="Run me", engine="shell", instructions=COMMANDS)
     facade.set_policy(made.task.id, network="open")  # the host backend cannot close the network
@@ -37,8 +38,9 @@ def shown(qtbot, host_cairn, settings, data_dir):
     qtbot.waitUntil(lambda: len(win.lineage.model) == 1, timeout=10_000)
     assert win.lineage.select_task(task_id)
     view = win.task_view
-    qtbot.waitUntil(lambda: view.data is not None and view.data.details["task_id"] == task_id,
-                    timeout=10_000)
+    qtbot.waitUntil(
+        lambda: view.data is not None and view.data.details["task_id"] == task_id, timeout=10_000
+    )
     yield win, view, facade, task_id
     win.close()
     context.close(close_facade=False)
@@ -78,10 +80,12 @@ def test_a_run_shows_its_output_live_and_its_end(qtbot, shown, tmp_path, monkeyp
     text = output_text(view)
     assert text.index("first-line") < text.index("second-line")
     assert text.count("first-line") == 1  # backlog and live output never overlap
-    qtbot.waitUntil(lambda: view.buttons[STOP].toolTip() ==
-                    "no run in flight (the last run succeeded)")
-    assert view.buttons[RESUME].toolTip() == ("the last run succeeded; only an interrupted run "
-                                              "can be resumed")
+    qtbot.waitUntil(
+        lambda: view.buttons[STOP].toolTip() == "no run in flight (the last run succeeded)"
+    )
+    assert view.buttons[RESUME].toolTip() == (
+        "the last run succeeded; only an interrupted run can be resumed"
+    )
     # The tree's row carries the state too.
     index = win.lineage.model.index_of_task(task_id)
     qtbot.waitUntil(lambda: index.siblingAtColumn(1).data().startswith("succeeded"))
@@ -96,8 +100,10 @@ def test_a_run_shows_its_output_live_and_its_end(qtbot, shown, tmp_path, monkeyp
     qtbot.waitUntil(lambda: view.buttons[EXPORT_PATCH].isEnabled(), timeout=10_000)
     target = tmp_path / "out.patch"
     from gui import task_view as module
-    monkeypatch.setattr(module.QFileDialog, "getSaveFileName",
-                        staticmethod(lambda *a, **k: (str(target), "")))
+
+    monkeypatch.setattr(
+        module.QFileDialog, "getSaveFileName", staticmethod(lambda *a, **k: (str(target), ""))
+    )
     view.buttons[EXPORT_PATCH].trigger()
     qtbot.waitUntil(lambda: target.exists() and target.stat().st_size > 0, timeout=10_000)
     assert "made-by-run.txt" in target.read_text()
@@ -110,13 +116,19 @@ def test_promote_to_branch_asks_for_the_name(qtbot, shown, repo, monkeypatch):
     qtbot.waitUntil(lambda: "succeeded" in view.state_label.text(), timeout=30_000)
     qtbot.waitUntil(lambda: view.buttons[PROMOTE].isEnabled(), timeout=10_000)
     from gui import task_view as module
-    monkeypatch.setattr(module.QInputDialog, "getText",
-                        staticmethod(lambda *a, **k: ("cairn/from-gui", True)))
+
+    monkeypatch.setattr(
+        module.QInputDialog, "getText", staticmethod(lambda *a, **k: ("cairn/from-gui", True))
+    )
     view.buttons[PROMOTE].trigger()
-    qtbot.waitUntil(lambda: "cairn/from-gui" in win.statusBar().currentMessage(),
-                    timeout=10_000)
-    branches = subprocess.run(["git", "branch", "--list", "cairn/from-gui"], cwd=repo,
-                              capture_output=True, text=True, check=True).stdout
+    qtbot.waitUntil(lambda: "cairn/from-gui" in win.statusBar().currentMessage(), timeout=10_000)
+    branches = subprocess.run(
+        ["git", "branch", "--list", "cairn/from-gui"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "cairn/from-gui" in branches
 
 
@@ -124,6 +136,7 @@ def test_the_empty_output_says_why_it_is_empty():
     from types import SimpleNamespace
 
     from gui.task_view import output_placeholder
+
     assert output_placeholder(None).startswith("No run yet")
     assert output_placeholder(SimpleNamespace(state="running")) == "Waiting for the run's output…"
     assert output_placeholder(SimpleNamespace(state="succeeded")) == "The run printed nothing."

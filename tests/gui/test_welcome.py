@@ -24,10 +24,12 @@ from gui.welcome import WELCOMED_KEY, WelcomeDialog, should_welcome
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-DOCKER_OK = Check("docker", "Docker", "ok",
-                  "Docker 24.0.7 is running at unix:///var/run/docker.sock")
-KEYRING_OK = Check("keyring", "Keyring", "ok",
-                   "secrets are kept in the OS keyring (SecretService Keyring)")
+DOCKER_OK = Check(
+    "docker", "Docker", "ok", "Docker 24.0.7 is running at unix:///var/run/docker.sock"
+)
+KEYRING_OK = Check(
+    "keyring", "Keyring", "ok", "secrets are kept in the OS keyring (SecretService Keyring)"
+)
 GIT_OK = Check("git", "Git", "ok", "git 2.39.5 (Cairn needs 2.29 or newer)")
 DISK_OK = Check("disk", "Disk space", "ok", "70.0 GiB free on the disk of the data folder (/data)")
 
@@ -37,12 +39,14 @@ def docker_missing() -> Check:
 
 
 def docker_stopped() -> Check:
-    return check_docker(which=lambda name: f"/usr/bin/{name}",
-                        docker_host="unix:///nonexistent/docker.sock")
+    return check_docker(
+        which=lambda name: f"/usr/bin/{name}", docker_host="unix:///nonexistent/docker.sock"
+    )
 
 
 def keyring_unavailable() -> Check:
     from keyring.backends import fail
+
     return check_keyring(fail.Keyring())
 
 
@@ -84,18 +88,32 @@ def make_dialog(qtbot, settings):
 
 
 SCENARIOS = {
-    "docker missing": (docker_missing, "docker", "Docker is not installed",
-                       "sudo apt install docker.io", True),
-    "daemon stopped": (docker_stopped, "docker", "its daemon is not running",
-                       "sudo systemctl start docker", True),
-    "keyring unavailable": (keyring_unavailable, "keyring", "No usable keyring",
-                            "sudo apt install gnome-keyring", False),
+    "docker missing": (
+        docker_missing,
+        "docker",
+        "Docker is not installed",
+        "sudo apt install docker.io",
+        True,
+    ),
+    "daemon stopped": (
+        docker_stopped,
+        "docker",
+        "its daemon is not running",
+        "sudo systemctl start docker",
+        True,
+    ),
+    "keyring unavailable": (
+        keyring_unavailable,
+        "keyring",
+        "No usable keyring",
+        "sudo apt install gnome-keyring",
+        False,
+    ),
 }
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
-def test_each_problem_shows_its_message_and_continue_works(qtbot, make_dialog, settings,
-                                                           scenario):
+def test_each_problem_shows_its_message_and_continue_works(qtbot, make_dialog, settings, scenario):
     make_check, check_id, words, command, host_offered = SCENARIOS[scenario]
     problem = make_check()
     checks = {c.id: c for c in (DOCKER_OK, KEYRING_OK, GIT_OK, DISK_OK)}
@@ -153,14 +171,14 @@ def test_choosing_the_host_backend_asks_first_then_sets_it(qtbot, make_dialog, m
     with qtbot.waitSignal(dialog.sig_backend_changed, timeout=5000) as blocker:
         dialog.host_button.click()
     assert blocker.args == ["host"]
-    assert cairn.calls[-2:] == [("set_setting", "defaults.backend", "host"),
-                                ("reset_sandboxes",)]
+    assert cairn.calls[-2:] == [("set_setting", "defaults.backend", "host"), ("reset_sandboxes",)]
     assert "no isolation" in dialog.host_result.text() and dialog.host_result.isVisible()
     assert not dialog.host_button.isEnabled()
 
 
-def test_the_host_backend_without_reset_sandboxes_and_a_failing_setting(qtbot, make_dialog,
-                                                                         monkeypatch):
+def test_the_host_backend_without_reset_sandboxes_and_a_failing_setting(
+    qtbot, make_dialog, monkeypatch
+):
     class OldFacade:
         def health_checks(self):
             return [docker_stopped(), KEYRING_OK, GIT_OK, DISK_OK]
@@ -179,8 +197,9 @@ def test_the_host_backend_without_reset_sandboxes_and_a_failing_setting(qtbot, m
 
 def test_the_host_backend_through_the_real_facade(qtbot, context, cairn, monkeypatch):
     monkeypatch.delenv("CAIRN_BACKEND", raising=False)
-    monkeypatch.setattr(cairn, "health_checks",
-                        lambda: [docker_missing(), KEYRING_OK, GIT_OK, DISK_OK])
+    monkeypatch.setattr(
+        cairn, "health_checks", lambda: [docker_missing(), KEYRING_OK, GIT_OK, DISK_OK]
+    )
     monkeypatch.setattr(welcome, "confirm_host_backend", lambda parent: True)
     dialog = WelcomeDialog(context)
     qtbot.addWidget(dialog)
@@ -283,15 +302,27 @@ def test_the_app_opens_without_docker_or_a_keyring(tmp_path):
     git = shutil.which("git")
     assert git
     (bin_dir / "git").symlink_to(git)
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith(("DBUS_", "DOCKER_", "CAIRN_"))}
-    env.update(QT_QPA_PLATFORM="offscreen", PATH=str(bin_dir),
-               DOCKER_HOST="unix:///nonexistent.sock",
-               PYTHON_KEYRING_BACKEND="keyring.backends.fail.Keyring",
-               XDG_CONFIG_HOME=str(tmp_path / "config"), HOME=str(tmp_path / "home"))
-    proc = subprocess.Popen([sys.executable, "-c", LAUNCH, str(tmp_path / "data")],
-                            cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("DBUS_", "DOCKER_", "CAIRN_"))
+    }
+    env.update(
+        QT_QPA_PLATFORM="offscreen",
+        PATH=str(bin_dir),
+        DOCKER_HOST="unix:///nonexistent.sock",
+        PYTHON_KEYRING_BACKEND="keyring.backends.fail.Keyring",
+        XDG_CONFIG_HOME=str(tmp_path / "config"),
+        HOME=str(tmp_path / "home"),
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LAUNCH, str(tmp_path / "data")],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     watchdog = threading.Timer(90, proc.kill)  # a hung start fails the test instead of pytest
     watchdog.start()
     try:

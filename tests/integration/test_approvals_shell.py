@@ -10,12 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import wait_for
-
 from core import approvals
 from core.runs import output_of
 from core.store import Store
-from tests.support import as_json, cairnctl, cairnctl_argv, cairnctl_env
+from tests.support import as_json, cairnctl, cairnctl_argv, cairnctl_env, wait_for
 
 PUSH = "git push --force origin main; touch pushed.marker"
 
@@ -44,8 +42,12 @@ def run_state(data: Path, run_id: str) -> str:
 def test_a_risky_step_waits_across_observers_and_a_denial_refuses_it(task):
     data, task_id, ws = task
     run = run_steps(data, task_id, "echo safe > a.txt", PUSH, "echo after > b.txt")
-    observer = subprocess.Popen(cairnctl_argv(data, "follow", task_id), env=cairnctl_env(),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    observer = subprocess.Popen(
+        cairnctl_argv(data, "follow", task_id),
+        env=cairnctl_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         pending = wait_for(lambda: waiting_for(data, PUSH), what="the push to wait for approval")
         assert pending["rule"] == "git-force-push" and "force-push" in pending["reason"]
@@ -88,14 +90,18 @@ def test_an_approved_risky_step_runs(task):
 
 def test_the_sandbox_cannot_write_a_decision(task):
     data, task_id, ws = task
-    step = ('touch /cairn/decisions/x 2> ro.txt; mkdir -p "/cairn/decisions/$CAIRN_EXEC_ID" '
-            '2>> ro.txt; touch /cairn/decisions/x')
+    step = (
+        'touch /cairn/decisions/x 2> ro.txt; mkdir -p "/cairn/decisions/$CAIRN_EXEC_ID" '
+        "2>> ro.txt; touch /cairn/decisions/x"
+    )
     run_steps(data, task_id, step)
     res = as_json(cairnctl(data, "follow", task_id, "--json"))
     assert res["state"] == "failed" and res["exit_code"] not in (0, 126), res
     assert "Read-only file system" in (ws / "ro.txt").read_text()
-    decisions = approvals.decisions_root(data.resolve(), Store(data / "cairn.db").get_task(
-        task_id).workspace_id)
+    decisions = approvals.decisions_root(
+        data.resolve(), Store(data / "cairn.db").get_task(task_id).workspace_id
+    )
     assert not (decisions / "x").exists()
-    assert [p.name for p in decisions.iterdir()] == [Store(data / "cairn.db").runs_of(
-        [task_id])[-1].exec_id]  # only Cairn's own folder of decisions
+    assert [p.name for p in decisions.iterdir()] == [
+        Store(data / "cairn.db").runs_of([task_id])[-1].exec_id
+    ]  # only Cairn's own folder of decisions

@@ -20,15 +20,21 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import wait_for, engine_session_of
-
-from core.engines.base import (MODE_CONTINUE, MODE_FALLBACK, MODE_FORK, MODE_START, EngineEvent,
-                               EngineSettings, LaunchContext)
+from core.engines.base import (
+    MODE_CONTINUE,
+    MODE_FALLBACK,
+    MODE_FORK,
+    MODE_START,
+    EngineEvent,
+    EngineSettings,
+    LaunchContext,
+)
 from core.engines.claude_code import ClaudeCodeEngine, transcript_path
 from core.sandbox import egress
 from core.sandbox.base import CONTAINER_HOME
 from tests.agents.fake_anthropic import Bash, FakeAnthropic, Reply, text_of, tool_results
 from tests.agents.locate import claude_binary, missing
+from tests.support import engine_session_of, wait_for
 
 IMAGE = os.environ.get("CAIRN_SANDBOX_IMAGE", "cairn-sandbox:1")
 API_KEY = "sk-ant-test-not-a-real-key"
@@ -89,20 +95,37 @@ def test_the_cli_talks_to_the_scripted_server_on_the_host(binary, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     with FakeAnthropic([Bash("echo hello > hello.txt"), Reply("Made hello.txt.")]) as server:
-        ctx = LaunchContext(run_id="smoke", mode=MODE_START, prompt="make hello.txt", spec={},
-                            settings=EngineSettings(binary=str(binary), base_url=server.url),
-                            host_run_dir=tmp_path / "run", sandbox_run_dir=str(tmp_path / "run"),
-                            host_home=tmp_path / "home", sandbox_home=str(tmp_path / "home"),
-                            workspace=str(work))
+        ctx = LaunchContext(
+            run_id="smoke",
+            mode=MODE_START,
+            prompt="make hello.txt",
+            spec={},
+            settings=EngineSettings(binary=str(binary), base_url=server.url),
+            host_run_dir=tmp_path / "run",
+            sandbox_run_dir=str(tmp_path / "run"),
+            host_home=tmp_path / "home",
+            sandbox_home=str(tmp_path / "home"),
+            workspace=str(work),
+        )
         eng.prepare(ctx)
         argv = [str(binary), *eng.claude_argv(ctx)[1:]]
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **eng.environment(ctx),
-               "ANTHROPIC_API_KEY": API_KEY}
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            **eng.environment(ctx),
+            "ANTHROPIC_API_KEY": API_KEY,
+        }
         if os.geteuid() == 0:
             # Outside a sandbox, as root, Claude Code accepts its bypass flag only with this.
             env["IS_SANDBOX"] = "1"
-        proc = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True,
-                              stdin=subprocess.DEVNULL, timeout=RUN_TIMEOUT_S)
+        proc = subprocess.run(
+            argv,
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=RUN_TIMEOUT_S,
+        )
     assert proc.returncode == 0, proc.stderr
     assert (work / "hello.txt").read_text() == "hello\n"
     events = events_of(proc.stdout)
@@ -143,8 +166,9 @@ class Sandboxed:
         self.app = Cairn(root / "data", image=image)
         made = self.app.new_task(src, engine="claude-code")
         self.task_id = made.task.id
-        self.policy = self.app.set_policy(self.task_id, network="allowlist",
-                                          allow=[f"127.0.0.1:{server.port}"])
+        self.policy = self.app.set_policy(
+            self.task_id, network="allowlist", allow=[f"127.0.0.1:{server.port}"]
+        )
         self.engine = ClaudeCodeEngine()
         self.settings = EngineSettings(binary=str(binary), base_url=server.url)
         self.attempts = 0
@@ -161,39 +185,55 @@ class Sandboxed:
         return self.app.workspace_of(self.app.task(self.task_id))
 
     def ensure(self):
-        self.outcome = self.app.sandboxes.ensure(self.ws, self.policy, None,
-                                                 extra_mounts=self.engine.mounts(self.settings))
+        self.outcome = self.app.sandboxes.ensure(
+            self.ws, self.policy, None, extra_mounts=self.engine.mounts(self.settings)
+        )
         return self.outcome
 
     @property
     def home(self) -> Path:
         return self.app.data.home_path(self.outcome.record.id)
 
-    def launch(self, mode: str, prompt: str, session_id: str | None = None, *,
-               gated: bool = True, **spec):
+    def launch(
+        self, mode: str, prompt: str, session_id: str | None = None, *, gated: bool = True, **spec
+    ):
         self.attempts += 1
         exec_id = f"claude-{self.attempts}"
         ctx = LaunchContext(
-            run_id=exec_id, mode=mode, prompt=prompt, spec={"mode": mode, "prompt": prompt, **spec},
-            settings=self.settings, host_run_dir=self.app.sandboxes.runs_dir(self.ws.id) / exec_id,
-            sandbox_run_dir=self.app.sandboxes.run_dir_in_sandbox(exec_id), host_home=self.home,
-            sandbox_home=CONTAINER_HOME, session_id=session_id,
-            gate=self.gate if gated else [])
+            run_id=exec_id,
+            mode=mode,
+            prompt=prompt,
+            spec={"mode": mode, "prompt": prompt, **spec},
+            settings=self.settings,
+            host_run_dir=self.app.sandboxes.runs_dir(self.ws.id) / exec_id,
+            sandbox_run_dir=self.app.sandboxes.run_dir_in_sandbox(exec_id),
+            host_home=self.home,
+            sandbox_home=CONTAINER_HOME,
+            session_id=session_id,
+            gate=self.gate if gated else [],
+        )
         self.engine.prepare(ctx)
-        env = {**self.app.sandboxes.exec_environment(self.policy), **self.engine.environment(ctx),
-               "ANTHROPIC_API_KEY": API_KEY}
-        proc = self.outcome.live.exec_detached(self.engine.launch_argv(ctx), env=env,
-                                               run_id=exec_id)
+        env = {
+            **self.app.sandboxes.exec_environment(self.policy),
+            **self.engine.environment(ctx),
+            "ANTHROPIC_API_KEY": API_KEY,
+        }
+        proc = self.outcome.live.exec_detached(
+            self.engine.launch_argv(ctx), env=env, run_id=exec_id
+        )
         code = proc.wait(RUN_TIMEOUT_S)
         stdout = proc.stdout_path.read_text()
         stderr = proc.stderr_path.read_text()
-        assert code is not None, (f"attempt {exec_id} did not finish within {RUN_TIMEOUT_S} s; "
-                                  f"stdout: {stdout[-1500:]!r}; stderr: {stderr[-1500:]!r}")
+        assert code is not None, (
+            f"attempt {exec_id} did not finish within {RUN_TIMEOUT_S} s; "
+            f"stdout: {stdout[-1500:]!r}; stderr: {stderr[-1500:]!r}"
+        )
         return ctx, code, stdout, stderr
 
     def close(self, docker_client) -> None:
         for c in docker_client.containers.list(
-                all=True, filters={"label": f"cairn.data_dir={self.app.data.root}"}):
+            all=True, filters={"label": f"cairn.data_dir={self.app.data.root}"}
+        ):
             c.remove(force=True)
         for sock in (self.app.data.root / "egress").glob("*/sandbox/egress.sock"):
             egress.stop(sock)
@@ -201,10 +241,13 @@ class Sandboxed:
 
 
 def test_claude_code_in_a_sandbox_writes_continues_forks_and_falls_back(
-        binary, sandbox_image, docker_client, tmp_path, artifacts_dir):
-    script = [Bash("echo hello > hello.txt", text="Writing the file."),
-              Bash("touch forbidden.txt"),
-              Reply("Made hello.txt; the other command was refused.")]
+    binary, sandbox_image, docker_client, tmp_path, artifacts_dir
+):
+    script = [
+        Bash("echo hello > hello.txt", text="Writing the file."),
+        Bash("touch forbidden.txt"),
+        Reply("Made hello.txt; the other command was refused."),
+    ]
     with FakeAnthropic(script) as server:
         box = Sandboxed(tmp_path, binary, server, sandbox_image)
         try:
@@ -227,15 +270,19 @@ def _start_continue_fork(box: Sandboxed, server: FakeAnthropic, docker_client, a
     assert [s["session_id"] for s in kinds(events, "session")] == [first]
     assert kinds(events, "session")[0]["cwd"] == "/workspace"
     assert kinds(events, "session")[0]["permission_mode"] == "dontAsk"
-    assert [c["command"] for c in kinds(events, "tool_call")] == ["echo hello > hello.txt",
-                                                                  "touch forbidden.txt"]
+    assert [c["command"] for c in kinds(events, "tool_call")] == [
+        "echo hello > hello.txt",
+        "touch forbidden.txt",
+    ]
     results = kinds(events, "tool_result")
     assert [r["is_error"] for r in results] == [False, True]
     assert "refused by the test gate" in results[1]["output"]
     assert kinds(events, "result")[0]["ok"] and not kinds(events, "error")
     calls = [json.loads(line) for line in box.gate_calls.read_text().splitlines()]
-    assert [c["tool_input"]["command"] for c in calls] == ["echo hello > hello.txt",
-                                                           "touch forbidden.txt"]
+    assert [c["tool_input"]["command"] for c in calls] == [
+        "echo hello > hello.txt",
+        "touch forbidden.txt",
+    ]
     assert all(c["hook_event_name"] == "PreToolUse" and c["cwd"] == "/workspace" for c in calls)
     assert transcript_path(box.home, "/workspace", first).is_file()
     # The key came only through the exec's environment: not in the container's config, not in
@@ -265,9 +312,11 @@ def _start_continue_fork(box: Sandboxed, server: FakeAnthropic, docker_client, a
     (request,) = server.main_requests()[before:]
     history = conversation(request)
     # The whole earlier conversation, then the new message.
-    assert history[:len(first_history)] == first_history
-    assert history[len(first_history):] == [
-        ("assistant", "Made hello.txt; the other command was refused."), ("user", "now say more")]
+    assert history[: len(first_history)] == first_history
+    assert history[len(first_history) :] == [
+        ("assistant", "Made hello.txt; the other command was refused."),
+        ("user", "now say more"),
+    ]
     assert ("user", "make hello.txt") in history
 
     # 3. A fork: a new session id, the history carried over, the parent's transcript untouched.
@@ -285,7 +334,9 @@ def _start_continue_fork(box: Sandboxed, server: FakeAnthropic, docker_client, a
     (request,) = server.main_requests()[before:]
     # Everything the continued session had sent, its answer, then the fork's message.
     assert conversation(request) == conversation(server.main_requests()[before - 1]) + [
-        ("assistant", "Second turn, same session."), ("user", "try another way")]
+        ("assistant", "Second turn, same session."),
+        ("user", "try another way"),
+    ]
     assert tool_results(request.messages)  # the Bash results are part of the copied history
     assert transcript_path(box.home, "/workspace", forked).is_file()
     assert transcript_path(box.home, "/workspace", first).read_bytes() == parent_transcript
@@ -295,8 +346,13 @@ def _start_continue_fork(box: Sandboxed, server: FakeAnthropic, docker_client, a
     #    sandbox's non-root user as it is (no IS_SANDBOX).
     server.add(Bash("cat hello.txt > seen.txt"), Reply("Picked up from the files."))
     before = len(server.main_requests())
-    ctx4, code, out, err = box.launch(MODE_FALLBACK, "carry on", session_id=first, gated=False,
-                                      fallback_reason="the transcript was lost")
+    ctx4, code, out, err = box.launch(
+        MODE_FALLBACK,
+        "carry on",
+        session_id=first,
+        gated=False,
+        fallback_reason="the transcript was lost",
+    )
     assert code == 0, err
     assert (ws_root / "seen.txt").read_text() == "hello\n"
     events = events_of(out)
@@ -311,9 +367,9 @@ def _start_continue_fork(box: Sandboxed, server: FakeAnthropic, docker_client, a
 # -- (c) end to end through cairnctl ------------------------------------------------------------------
 
 
-
-def test_cairnctl_runs_continues_and_forks_claude_code(binary, sandbox_image, docker_client,
-                                                      secret_service, tmp_path):
+def test_cairnctl_runs_continues_and_forks_claude_code(
+    binary, sandbox_image, docker_client, secret_service, tmp_path
+):
     """A person's path: engine settings and a keyring secret, a task under `allowlist`, a first
     turn whose risky command waits for (and gets) a refusal, a continue after the sandbox was lost,
     and a fork from an earlier revision into its own workspace."""
@@ -325,37 +381,54 @@ def test_cairnctl_runs_continues_and_forks_claude_code(binary, sandbox_image, do
     data = tmp_path / "data"
     data.mkdir()
     secret = f"claude-e2e-{uuid.uuid4().hex[:12]}"
-    script = [Bash("echo hello > hello.txt"),
-              Bash("git push --force origin main; touch pushed.marker"),
-              Reply("Made hello.txt; the push was refused.")]
+    script = [
+        Bash("echo hello > hello.txt"),
+        Bash("git push --force origin main; touch pushed.marker"),
+        Reply("Made hello.txt; the push was refused."),
+    ]
     with FakeAnthropic(script) as server:
-        (data / "settings.json").write_text(json.dumps({"engines": {"claude-code": {
-            "binary": str(binary), "base_url": server.url, "api_key_secret": secret}}}))
+        (data / "settings.json").write_text(
+            json.dumps(
+                {
+                    "engines": {
+                        "claude-code": {
+                            "binary": str(binary),
+                            "base_url": server.url,
+                            "api_key_secret": secret,
+                        }
+                    }
+                }
+            )
+        )
         cairnctl(data, "secret", "set", secret, input=API_KEY)
         try:
             _through_cairnctl(data, src, server, docker_client)
         finally:
             cairnctl(data, "secret", "rm", secret, check=False)
             for c in docker_client.containers.list(
-                    all=True, filters={"label": f"cairn.data_dir={data.resolve()}"}):
+                all=True, filters={"label": f"cairn.data_dir={data.resolve()}"}
+            ):
                 c.remove(force=True)
             for sock in (data / "egress").glob("*/sandbox/egress.sock"):
                 egress.stop(sock)
             from core.approvals import stop_judge
+
             stop_judge(data.resolve())
 
 
 def _through_cairnctl(data: Path, src: Path, server: FakeAnthropic, docker_client) -> None:
-    from tests.support import as_json, cairnctl
-
     from core.approvals import stop_judge
+    from tests.support import as_json, cairnctl
 
     # An engine of the wrong version is refused before it starts, with the reason.
     settings = json.loads((data / "settings.json").read_text())
     settings["engines"]["claude-code"]["version"] = "0.0.1"
     (data / "settings.json").write_text(json.dumps(settings))
-    made = as_json(cairnctl(data, "new", str(src), "--engine", "claude-code", "--network",
-                            "allowlist", "--json"))
+    made = as_json(
+        cairnctl(
+            data, "new", str(src), "--engine", "claude-code", "--network", "allowlist", "--json"
+        )
+    )
     root, ws = made["task_id"], Path(made["workspace_root"])
     refused = cairnctl(data, "continue", root, "-m", "make hello.txt", check=False)
     assert refused.returncode == 2 and "0.0.1" in refused.stderr, refused.stderr
@@ -367,8 +440,11 @@ def _through_cairnctl(data: Path, src: Path, server: FakeAnthropic, docker_clien
     #    when Cairn comes back; the person refuses, and the command never runs.
     first = as_json(cairnctl(data, "continue", root, "-m", "make hello.txt", "--detach", "--json"))
     task1 = first["task_id"]
-    pending = wait_for(lambda: as_json(cairnctl(data, "approvals", "--json"))["approvals"],
-                       timeout=90, what="the push to wait for approval")
+    pending = wait_for(
+        lambda: as_json(cairnctl(data, "approvals", "--json"))["approvals"],
+        timeout=90,
+        what="the push to wait for approval",
+    )
     stop_judge(data.resolve())
     pending = as_json(cairnctl(data, "approvals", "--json"))["approvals"]
     assert [a["command"] for a in pending] == ["git push --force origin main; touch pushed.marker"]
@@ -400,14 +476,17 @@ def _through_cairnctl(data: Path, src: Path, server: FakeAnthropic, docker_clien
     assert (ws / "second.txt").read_text() == "second\n"
     request = server.main_requests()[before]
     assert conversation(request) == history1 + [
-        ("assistant", "Made hello.txt; the push was refused."), ("user", "now say more")]
+        ("assistant", "Made hello.txt; the push was refused."),
+        ("user", "now say more"),
+    ]
 
     # 3. A fork from the revision after the first turn: its own workspace without the second
     #    turn's file, a new session, the conversation carried over, the parent untouched.
     server.add(Reply("A forked turn."))
     before = len(server.main_requests())
-    fork = as_json(cairnctl(data, "fork", cont["task_id"], "--at", rev, "-m", "try another way",
-                            "--json"))
+    fork = as_json(
+        cairnctl(data, "fork", cont["task_id"], "--at", rev, "-m", "try another way", "--json")
+    )
     assert fork["state"] == "succeeded", fork
     assert any("native fork" in p for p in fork["resume_report"]["path"]), fork
     fork_ws = Path(fork["workspace_root"])
@@ -423,14 +502,22 @@ def _through_cairnctl(data: Path, src: Path, server: FakeAnthropic, docker_clien
     # 4. The engine home is lost: Continue falls back to a new session on the same files, and the
     #    run's record says why.
     sessions = as_json(cairnctl(data, "status", "--json"))["sessions"]
-    (home_session,) = [s["session_id"] for s in sessions if s["workspace_id"] == made["workspace_id"]]
+    (home_session,) = [
+        s["session_id"] for s in sessions if s["workspace_id"] == made["workspace_id"]
+    ]
     shutil.rmtree(data / "homes" / home_session / ".claude")
-    server.add(Bash("git push --force origin main || true; touch approved.marker"),
-               Reply("Starting afresh."))
-    started = as_json(cairnctl(data, "continue", cont["task_id"], "-m", "carry on", "--detach",
-                               "--json"))
-    pending = wait_for(lambda: as_json(cairnctl(data, "approvals", "--json"))["approvals"],
-                       timeout=90, what="the second push to wait for approval")
+    server.add(
+        Bash("git push --force origin main || true; touch approved.marker"),
+        Reply("Starting afresh."),
+    )
+    started = as_json(
+        cairnctl(data, "continue", cont["task_id"], "-m", "carry on", "--detach", "--json")
+    )
+    pending = wait_for(
+        lambda: as_json(cairnctl(data, "approvals", "--json"))["approvals"],
+        timeout=90,
+        what="the second push to wait for approval",
+    )
     cairnctl(data, "approve", pending[0]["id"], "--json")
     again = as_json(cairnctl(data, "follow", started["task_id"], "--json"))
     assert again["state"] == "succeeded", again

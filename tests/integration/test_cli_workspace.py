@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from core.locks import held
-
 from tests.support import REPO, as_json, cairnctl, git  # noqa: E402
 
 
@@ -129,9 +128,23 @@ def test_watch_records_until_interrupted(tmp_path):
     made = as_json(cairnctl(data, "new", str(src), "--json"))
     ws = Path(made["workspace_root"])
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "core.cli", "--data-dir", str(data), "watch",
-                             made["task_id"], "--json"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "core.cli",
+            "--data-dir",
+            str(data),
+            "watch",
+            made["task_id"],
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
     try:
         deadline = time.time() + 20
         # Wait until the watcher is ready (it holds the workspace's watch lock).
@@ -152,8 +165,13 @@ def test_watch_records_until_interrupted(tmp_path):
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["revisions"] and summary["revisions"][-1]["trigger"] == "watch"
     revs = as_json(cairnctl(data, "revisions", made["task_id"], "--json"))["revisions"]
-    latest_tree = git(Path(data / "vault" / os.listdir(data / "vault")[0]), "ls-tree", "-r",
-                      "--name-only", revs[-1]["id"])
+    latest_tree = git(
+        Path(data / "vault" / os.listdir(data / "vault")[0]),
+        "ls-tree",
+        "-r",
+        "--name-only",
+        revs[-1]["id"],
+    )
     assert set(latest_tree.split()) == {"a.txt", "b.txt"}
 
 
@@ -180,7 +198,9 @@ def test_a_file_is_not_a_folder(tmp_path):
 def test_the_data_folder_cannot_be_imported(tmp_path, where):
     data = tmp_path / "outer" / "data"
     cairnctl(data, "tasks")  # creates the data folder
-    target = {"itself": data, "inside": data / "workspaces", "containing": tmp_path / "outer"}[where]
+    target = {"itself": data, "inside": data / "workspaces", "containing": tmp_path / "outer"}[
+        where
+    ]
     proc = cairnctl(data, "new", str(target), check=False)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "data folder" in proc.stderr
@@ -200,7 +220,14 @@ def test_unreadable_files_are_named_and_nothing_is_created(tmp_path):
         (src / "secret.key").write_text("no\n")
         (src / "private").mkdir()
         (src / "private" / "x").write_text("x\n")
-        for p in (base, src, src / "ok.txt", src / "private", src / "private" / "x", src / "secret.key"):
+        for p in (
+            base,
+            src,
+            src / "ok.txt",
+            src / "private",
+            src / "private" / "x",
+            src / "secret.key",
+        ):
             os.chown(p, 65534, 65534)
         (src / "secret.key").chmod(0o000)
         (src / "private").chmod(0o000)
@@ -237,7 +264,11 @@ def test_a_second_import_of_the_same_folder_while_the_first_runs_is_refused(tmp_
 
 def test_unknown_task_and_snapshot_are_clear_errors(tmp_path):
     data = tmp_path / "data"
-    for args in (("show", "t_nope"), ("diff", "t_nope"), ("materialize", "snap_nope", str(tmp_path / "x"))):
+    for args in (
+        ("show", "t_nope"),
+        ("diff", "t_nope"),
+        ("materialize", "snap_nope", str(tmp_path / "x")),
+    ):
         proc = cairnctl(data, *args, check=False)
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
         assert "no task" in proc.stderr or "no snapshot" in proc.stderr

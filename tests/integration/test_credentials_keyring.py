@@ -42,6 +42,7 @@ keyring_test = pytest.mark.keyring
 
 # -- fixtures ------------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def redactor() -> Redactor:
     return Redactor()
@@ -50,8 +51,9 @@ def redactor() -> Redactor:
 @pytest.fixture
 def secrets(secret_service, redactor):
     """A SecretStore on the real Secret Service under a service name of its own, emptied after."""
-    store = SecretStore(f"cairn-test-{uuid.uuid4().hex[:12]}", backend=secret_service,
-                        redactor=redactor)
+    store = SecretStore(
+        f"cairn-test-{uuid.uuid4().hex[:12]}", backend=secret_service, redactor=redactor
+    )
     yield store
     for name in store.names():
         try:
@@ -75,20 +77,35 @@ def store(data_dir: Path):
 
 
 def add_task(store: Store, task_id: str, parent: str | None = None, source: str = "new") -> str:
-    store.add_task(Task(task_id, f"task {task_id}", "src_1", None, "shell", "", parent,
-                        source if parent else "new", None, 1.0))
+    store.add_task(
+        Task(
+            task_id,
+            f"task {task_id}",
+            "src_1",
+            None,
+            "shell",
+            "",
+            parent,
+            source if parent else "new",
+            None,
+            1.0,
+        )
+    )
     return task_id
 
 
 @pytest.fixture
 def lineage(store: Store) -> dict[str, str]:
     """root ─┬─ child ── grandchild
-             └─ sibling"""
+    └─ sibling"""
     root = add_task(store, "t_root")
     child = add_task(store, "t_child", root, "continue")
-    return {"root": root, "child": child,
-            "grandchild": add_task(store, "t_grandchild", child, "fork"),
-            "sibling": add_task(store, "t_sibling", root, "fork")}
+    return {
+        "root": root,
+        "child": child,
+        "grandchild": add_task(store, "t_grandchild", child, "fork"),
+        "sibling": add_task(store, "t_sibling", root, "fork"),
+    }
 
 
 @pytest.fixture
@@ -101,6 +118,7 @@ def canary() -> str:
 
 
 # -- secrets in the keyring ----------------------------------------------------------------------
+
 
 @keyring_test
 def test_check_reports_the_secret_service_as_a_usable_os_keyring(secrets):
@@ -138,7 +156,8 @@ def test_values_set_here_are_registered_for_redaction(secrets, redactor):
 
 @keyring_test
 def test_a_secret_removed_outside_cairn_is_missing_and_delete_cleans_the_list(
-        secrets, secret_service):
+    secrets, secret_service
+):
     secrets.set("gone", canary())
     secret_service.delete_password(secrets.service, "gone")
     assert secrets.names() == ["gone"]
@@ -151,8 +170,11 @@ def test_a_secret_removed_outside_cairn_is_missing_and_delete_cleans_the_list(
 @pytest.mark.parametrize("name", ["", "has space", "colon:name", "x" * 65, "slash/name", "é"])
 def test_invalid_secret_names_are_refused_before_the_keyring_is_touched(name):
     store = SecretStore(backend=_ExplodingBackend())
-    for call in (lambda: store.set(name, "value-1234"), lambda: store.get(name),
-                 lambda: store.delete(name)):
+    for call in (
+        lambda: store.set(name, "value-1234"),
+        lambda: store.get(name),
+        lambda: store.delete(name),
+    ):
         with pytest.raises(InputError, match="not a valid secret name"):
             call()
 
@@ -166,6 +188,7 @@ class _ExplodingBackend:
 
 # -- grants and resolution -----------------------------------------------------------------------
 
+
 @keyring_test
 def test_a_grant_resolves_to_the_current_value(creds, secrets, lineage):
     value = canary()
@@ -176,8 +199,13 @@ def test_a_grant_resolves_to_the_current_value(creds, secrets, lineage):
     assert resolved.env == {"OPENAI_API_KEY": value}
     assert (resolved.missing, resolved.revoked, resolved.granted) == ([], [], ["openai"])
     assert value not in repr(resolved)
-    assert resolved.record() == {"env_vars": ["OPENAI_API_KEY"], "secrets": ["openai"],
-                                 "missing": [], "revoked": [], "problem": None}
+    assert resolved.record() == {
+        "env_vars": ["OPENAI_API_KEY"],
+        "secrets": ["openai"],
+        "missing": [],
+        "revoked": [],
+        "problem": None,
+    }
 
 
 @keyring_test
@@ -194,7 +222,8 @@ def test_a_rotated_secret_is_what_the_next_resolve_env_sees(creds, secrets, line
 
 @keyring_test
 def test_a_revoked_grant_is_absent_listed_as_revoked_and_stays_revoked(
-        creds, secrets, lineage, store):
+    creds, secrets, lineage, store
+):
     secrets.set("gh", canary())
     original = creds.grant(lineage["root"], "gh", "GH_TOKEN")
     revoked = creds.revoke(lineage["root"], "gh")
@@ -219,7 +248,8 @@ def test_a_revoked_grant_is_absent_listed_as_revoked_and_stays_revoked(
 
 @keyring_test
 def test_a_descendant_inherits_a_grant_and_the_nearest_task_wins_per_variable(
-        creds, secrets, lineage):
+    creds, secrets, lineage
+):
     shared, child_own = canary(), canary()
     secrets.set("team-key", shared)
     secrets.set("child-key", child_own)
@@ -232,7 +262,9 @@ def test_a_descendant_inherits_a_grant_and_the_nearest_task_wins_per_variable(
     assert creds.resolve_env(lineage["child"]).env == {"API_KEY": child_own, "TEAM_KEY": shared}
     grandchild = creds.grants_for(lineage["grandchild"])
     assert [(g.env_var, g.secret_name, g.task_id) for g in grandchild] == [
-        ("API_KEY", "child-key", lineage["child"]), ("TEAM_KEY", "team-key", lineage["root"])]
+        ("API_KEY", "child-key", lineage["child"]),
+        ("TEAM_KEY", "team-key", lineage["root"]),
+    ]
 
 
 @keyring_test
@@ -362,9 +394,12 @@ LOCK_SCRIPT = textwrap.dedent("""
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("DISPLAY", "WAYLAND_DISPLAY", "PYTHON_KEYRING_BACKEND",
-                        "DBUS_SESSION_BUS_ADDRESS")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in ("DISPLAY", "WAYLAND_DISPLAY", "PYTHON_KEYRING_BACKEND", "DBUS_SESSION_BUS_ADDRESS")
+    }
     env["PYTHONPATH"] = str(REPO_ROOT)
     env.update(extra)
     return env
@@ -379,7 +414,8 @@ def _probe_outcome(proc: subprocess.CompletedProcess) -> dict:
 def granted_task(store, lineage, redactor) -> tuple[str, str]:
     """A grant in the database (no keyring needed for that); the db path and the task id."""
     Credentials(store, SecretStore(backend=_ExplodingBackend()), redactor=redactor).grant(
-        lineage["root"], "needed", "NEEDED_TOKEN")
+        lineage["root"], "needed", "NEEDED_TOKEN"
+    )
     return str(store.path), lineage["child"]
 
 
@@ -388,9 +424,13 @@ def test_no_d_bus_session_means_keyring_unavailable_and_a_refused_run(tmp_path, 
     script = tmp_path / "probe.py"
     script.write_text(PROBE_SCRIPT)
     proc = subprocess.run(
-        [sys.executable, str(script), "cairn-test-dead", db, task], cwd=REPO_ROOT,
+        [sys.executable, str(script), "cairn-test-dead", db, task],
+        cwd=REPO_ROOT,
         env=_clean_env(DBUS_SESSION_BUS_ADDRESS=f"unix:path={tmp_path}/no-bus-here"),
-        capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S)
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT_S,
+    )
     out = _probe_outcome(proc)
 
     status = out["status"]
@@ -419,8 +459,12 @@ def _private_keyring_session(tmp_path: Path, shell: str, *args: str) -> subproce
     # developer's own) is neither seen nor changed. No DISPLAY: a prompt fails at once.
     return subprocess.run(
         ["dbus-run-session", "--", "sh", "-c", shell, "sh", sys.executable, *args],
-        cwd=REPO_ROOT, env=_clean_env(XDG_DATA_HOME=str(data), XDG_RUNTIME_DIR=str(runtime)),
-        capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S)
+        cwd=REPO_ROOT,
+        env=_clean_env(XDG_DATA_HOME=str(data), XDG_RUNTIME_DIR=str(runtime)),
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT_S,
+    )
 
 
 @keyring_test
@@ -432,14 +476,19 @@ def test_a_locked_keyring_raises_keyring_locked_and_refuses_the_run(tmp_path, gr
     lock.write_text(LOCK_SCRIPT)
     if how == "locked-collection":
         # Unlocked with the empty password, then locked: unlocking again needs a prompt.
-        shell = ('echo "" | gnome-keyring-daemon --unlock --components=secrets >/dev/null 2>&1; '
-                 '"$1" "$2" && exec "$1" "$3" "$4" "$5" "$6"')
+        shell = (
+            'echo "" | gnome-keyring-daemon --unlock --components=secrets >/dev/null 2>&1; '
+            '"$1" "$2" && exec "$1" "$3" "$4" "$5" "$6"'
+        )
     else:
         # No password at all on stdin: no login keyring gets unlocked or created.
-        shell = ('gnome-keyring-daemon --unlock --components=secrets </dev/null >/dev/null 2>&1; '
-                 'exec "$1" "$3" "$4" "$5" "$6"')
-    proc = _private_keyring_session(tmp_path, shell, str(lock), str(probe),
-                                    "cairn-test-locked", db, task)
+        shell = (
+            "gnome-keyring-daemon --unlock --components=secrets </dev/null >/dev/null 2>&1; "
+            'exec "$1" "$3" "$4" "$5" "$6"'
+        )
+    proc = _private_keyring_session(
+        tmp_path, shell, str(lock), str(probe), "cairn-test-locked", db, task
+    )
     out = _probe_outcome(proc)
 
     status = out["status"]
@@ -455,12 +504,22 @@ def test_a_locked_keyring_raises_keyring_locked_and_refuses_the_run(tmp_path, gr
 
 # -- backends that are not the OS keyring --------------------------------------------------------
 
+
 def _fake_backend(module: str, name: str, **attrs):
     def get_password(self, service, username):
         return None
 
-    cls = type(name, (), {"get_password": get_password, "set_password": lambda *a: None,
-                          "delete_password": lambda *a: None, "__module__": module, **attrs})
+    cls = type(
+        name,
+        (),
+        {
+            "get_password": get_password,
+            "set_password": lambda *a: None,
+            "delete_password": lambda *a: None,
+            "__module__": module,
+            **attrs,
+        },
+    )
     return cls()
 
 
@@ -484,15 +543,17 @@ def test_the_fail_and_null_backends_are_unusable_with_a_clear_message():
 def test_a_chainer_is_judged_by_its_first_backend_and_warns_about_a_plaintext_one():
     os_first = _fake_backend("keyring.backends.SecretService", "Keyring")
     plain = _fake_backend("keyrings.alt.file", "PlaintextKeyring")
-    chainer = _fake_backend("keyring.backends.chainer", "ChainerBackend",
-                            backends=[os_first, plain])
+    chainer = _fake_backend(
+        "keyring.backends.chainer", "ChainerBackend", backends=[os_first, plain]
+    )
     assert backend_kind(chainer) == "os"
     status = SecretStore(backend=chainer).check()
     assert status.usable and "unencrypted" in (status.warning or "")
 
 
 def test_resolved_env_never_shows_values_in_its_repr():
-    resolved = ResolvedEnv(env={"K": "value-that-must-not-show"}, missing=[], revoked=[],
-                           granted=["k"])
+    resolved = ResolvedEnv(
+        env={"K": "value-that-must-not-show"}, missing=[], revoked=[], granted=["k"]
+    )
     assert "value-that-must-not-show" not in repr(resolved)
     assert resolved.env_vars == ["K"]

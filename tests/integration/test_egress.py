@@ -239,10 +239,17 @@ def test_socket_protocol_allows_only_the_allowlist_and_logs_each_decision(
         get(refused_tunnel, "/z")
 
     for kind in ("forward", "http", "connect"):
-        allowed = proxy.wait_for_connection(kind=kind, destination=servers.allowed_pair, decision="allowed")
+        allowed = proxy.wait_for_connection(
+            kind=kind, destination=servers.allowed_pair, decision="allowed"
+        )
         assert allowed["bytes_down"] > 0 and "time" in allowed
-        refused = proxy.wait_for_connection(kind=kind, destination=servers.other_pair, decision="refused")
-        assert refused["reason"] == "not in allowlist" and refused["bytes_up"] == refused["bytes_down"] == 0
+        refused = proxy.wait_for_connection(
+            kind=kind, destination=servers.other_pair, decision="refused"
+        )
+        assert (
+            refused["reason"] == "not in allowlist"
+            and refused["bytes_up"] == refused["bytes_down"] == 0
+        )
 
 
 def test_other_spellings_of_loopback_match_only_what_they_normalise_to(
@@ -258,14 +265,19 @@ def test_other_spellings_of_loopback_match_only_what_they_normalise_to(
         record = proxy.wait_for_connection(requested=f"{spelling}:{servers.allowed}")
         assert record["destination"] == servers.allowed_pair and record["decision"] == "allowed"
         # Spelled differently, the other port is still the other port.
-        status, _ = get(SocketHTTPConnection(socket_path, "PROXY"), f"http://{spelling}:{servers.other}/")
+        status, _ = get(
+            SocketHTTPConnection(socket_path, "PROXY"), f"http://{spelling}:{servers.other}/"
+        )
         assert status == 403, spelling
     # Other names and addresses for the same server are not the allowed pair.
     for refused in ("localhost", "[::1]", "0.0.0.0", "0"):
-        status, _ = get(SocketHTTPConnection(socket_path, "PROXY"), f"http://{refused}:{servers.allowed}/")
+        status, _ = get(
+            SocketHTTPConnection(socket_path, "PROXY"), f"http://{refused}:{servers.allowed}/"
+        )
         assert status == 403, refused
     status, body = get(
-        SocketHTTPConnection(socket_path, "PROXY"), f"http://127.0.0.1.evil@127.0.0.1:{servers.allowed}/"
+        SocketHTTPConnection(socket_path, "PROXY"),
+        f"http://127.0.0.1.evil@127.0.0.1:{servers.allowed}/",
     )
     assert status == 400 and "user information" in body
 
@@ -274,18 +286,26 @@ def test_policy_file_replaced_without_a_signal_applies_to_the_next_connection(
     proxy: Session, servers: Servers
 ) -> None:
     socket_path = proxy.paths.socket
-    assert get(SocketHTTPConnection(socket_path, "PROXY"), f"http://{servers.allowed_pair}/")[0] == 200
+    assert (
+        get(SocketHTTPConnection(socket_path, "PROXY"), f"http://{servers.allowed_pair}/")[0] == 200
+    )
     # A writer that never signals (or a signal that has not been handled yet): the file is the policy.
     egress.write_policy(proxy.paths.policy_file, [servers.other_pair], "test")
-    assert get(SocketHTTPConnection(socket_path, "PROXY"), f"http://{servers.allowed_pair}/")[0] == 403
+    assert (
+        get(SocketHTTPConnection(socket_path, "PROXY"), f"http://{servers.allowed_pair}/")[0] == 403
+    )
     assert get(SocketHTTPConnection(socket_path, "PROXY"), f"http://{servers.other_pair}/") == (
         200,
         "other /",
     )
     # An unreadable policy refuses everything rather than keeping the last one.
     proxy.paths.policy_file.write_text("{not json")
-    assert get(SocketHTTPConnection(socket_path, "PROXY"), f"http://{servers.other_pair}/")[0] == 403
-    assert any(json.loads(line)["event"] == "policy_error" for line in proxy.log.read_text().splitlines())
+    assert (
+        get(SocketHTTPConnection(socket_path, "PROXY"), f"http://{servers.other_pair}/")[0] == 403
+    )
+    assert any(
+        json.loads(line)["event"] == "policy_error" for line in proxy.log.read_text().splitlines()
+    )
 
 
 def test_tightening_the_allowlist_cuts_a_live_tunnel(proxy: Session, servers: Servers) -> None:
@@ -299,7 +319,9 @@ def test_tightening_the_allowlist_cuts_a_live_tunnel(proxy: Session, servers: Se
     assert tunnel.sock.recv(1) == b""  # closed by the proxy, not by the server or a timeout
     record = proxy.wait_for_connection(kind="connect", ended="revoked by policy")
     assert record["decision"] == "allowed" and record["bytes_down"] > 0
-    status, _ = get(SocketHTTPConnection(proxy.paths.socket, "PROXY"), f"http://{servers.allowed_pair}/after")
+    status, _ = get(
+        SocketHTTPConnection(proxy.paths.socket, "PROXY"), f"http://{servers.allowed_pair}/after"
+    )
     assert status == 403
 
 
@@ -308,7 +330,9 @@ def test_ensure_running_replaces_a_dead_proxy_whatever_its_pid_file_says(
 ) -> None:
     socket_path = proxy.paths.socket
     old_pid = proxy.proxy_pid
-    assert egress.ensure_running(socket_path, [servers.allowed_pair], proxy.log) == old_pid  # running: kept
+    assert (
+        egress.ensure_running(socket_path, [servers.allowed_pair], proxy.log) == old_pid
+    )  # running: kept
 
     os.kill(old_pid, signal.SIGKILL)
     deadline = time.monotonic() + WAIT_S
@@ -488,24 +512,36 @@ def sandbox(docker_client, sandbox_image: str, proxy: Session, servers: Servers)
         argv = egress.forwarder_argv(
             FORWARDER_IN_SANDBOX,
             proxy_port=PROXY_PORT,
-            forwards={FORWARD_ALLOWED_PORT: servers.allowed_pair, FORWARD_OTHER_PORT: servers.other_pair},
+            forwards={
+                FORWARD_ALLOWED_PORT: servers.allowed_pair,
+                FORWARD_OTHER_PORT: servers.other_pair,
+            },
         )
         container.exec_run(argv, user=f"{SANDBOX_UID}:{SANDBOX_UID}", detach=True)
         box = Sandbox(container, proxy)
-        ready = box.run("wait-listening", str(PROXY_PORT), str(FORWARD_ALLOWED_PORT), str(FORWARD_OTHER_PORT))
+        ready = box.run(
+            "wait-listening", str(PROXY_PORT), str(FORWARD_ALLOWED_PORT), str(FORWARD_OTHER_PORT)
+        )
         assert ready == {"listening": True}, ready
         yield box
     finally:
         container.remove(force=True)
 
 
-PROXY_ENV = {"HTTP_PROXY": f"http://127.0.0.1:{PROXY_PORT}", "http_proxy": f"http://127.0.0.1:{PROXY_PORT}"}
+PROXY_ENV = {
+    "HTTP_PROXY": f"http://127.0.0.1:{PROXY_PORT}",
+    "http_proxy": f"http://127.0.0.1:{PROXY_PORT}",
+}
 
 
 @pytest.mark.docker
-def test_sandbox_reaches_the_allowlisted_server_and_nothing_else(sandbox: Sandbox, servers: Servers) -> None:
+def test_sandbox_reaches_the_allowlisted_server_and_nothing_else(
+    sandbox: Sandbox, servers: Servers
+) -> None:
     attrs = sandbox.container.attrs["HostConfig"]
-    assert attrs["NetworkMode"] == "none" and attrs["ReadonlyRootfs"] and attrs["CapDrop"] == ["ALL"]
+    assert (
+        attrs["NetworkMode"] == "none" and attrs["ReadonlyRootfs"] and attrs["CapDrop"] == ["ALL"]
+    )
     assert sandbox.container.attrs["Config"]["User"] == f"{SANDBOX_UID}:{SANDBOX_UID}"
 
     # Allowed: a fixed forward (a client with no proxy support), HTTP_PROXY, and a CONNECT tunnel.
@@ -529,15 +565,22 @@ def test_sandbox_reaches_the_allowlisted_server_and_nothing_else(sandbox: Sandbo
     refused = sandbox.run("urlopen", f"http://{servers.other_pair}/proxied", environment=PROXY_ENV)
     assert refused["status"] == 403 and refused["egress"] == "refused"
     assert (
-        "403" in sandbox.run("tunnel", str(PROXY_PORT), "127.0.0.1", str(servers.other), "/tunnel")["detail"]
+        "403"
+        in sandbox.run("tunnel", str(PROXY_PORT), "127.0.0.1", str(servers.other), "/tunnel")[
+            "detail"
+        ]
     )
 
     log = sandbox.session
     for kind in ("forward", "http", "connect"):
-        allowed = log.wait_for_connection(kind=kind, destination=servers.allowed_pair, carried_data=True)
+        allowed = log.wait_for_connection(
+            kind=kind, destination=servers.allowed_pair, carried_data=True
+        )
         assert allowed["decision"] == "allowed"
         refused_line = log.wait_for_connection(kind=kind, destination=servers.other_pair)
-        assert refused_line["decision"] == "refused" and refused_line["reason"] == "not in allowlist"
+        assert (
+            refused_line["decision"] == "refused" and refused_line["reason"] == "not in allowlist"
+        )
 
 
 def _bridge_gateway(docker_client) -> str | None:
@@ -581,7 +624,7 @@ def test_sandbox_has_no_network_path_to_the_host(sandbox: Sandbox, docker_client
     assert sandbox.run("write", f"{SANDBOX_EGRESS_DIR}/planted")["detail"].startswith("[Errno 30]")
     assert "Read-only" in sandbox.run("write", "/etc/planted")["detail"]
     assert sandbox.run("tcp", "127.0.0.1", str(PROXY_PORT)) == {"connected": True}
-    assert SANDBOX_SOCKET == f"{SANDBOX_EGRESS_DIR}/{egress.SOCKET_NAME}"
+    assert f"{SANDBOX_EGRESS_DIR}/{egress.SOCKET_NAME}" == SANDBOX_SOCKET
 
 
 @pytest.mark.docker
@@ -598,8 +641,12 @@ def test_tightening_the_allowlist_refuses_the_next_sandbox_connection(
     )
     refused = sandbox.run("urlopen", f"http://{servers.allowed_pair}/after", environment=PROXY_ENV)
     assert refused["status"] == 403
-    sandbox.session.wait_for_connection(kind="forward", destination=servers.allowed_pair, decision="refused")
-    sandbox.session.wait_for_connection(kind="http", destination=servers.allowed_pair, decision="refused")
+    sandbox.session.wait_for_connection(
+        kind="forward", destination=servers.allowed_pair, decision="refused"
+    )
+    sandbox.session.wait_for_connection(
+        kind="http", destination=servers.allowed_pair, decision="refused"
+    )
 
 
 @pytest.mark.docker

@@ -26,8 +26,12 @@ OLD = time.time() - 3 * 86400  # older than the grace period
 def du(root: Path) -> int:
     """Disk used by the data folder, as `du` sees it, without what a cleanup itself adds: the
     database (its event) and lock files (made on first use, then kept)."""
-    out = subprocess.run(["du", "-s", "-B1", "--exclude=cairn.db*", "--exclude=*.lock", str(root)],
-                         check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["du", "-s", "-B1", "--exclude=cairn.db*", "--exclude=*.lock", str(root)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return int(out.split()[0])
 
 
@@ -63,8 +67,15 @@ def orphan(app: Cairn, source_id: str, data: bytes) -> Path:
 
 def fake_run(app: Cairn, task_id: str, state: str = "succeeded") -> Run:
     task = app.task(task_id)
-    run = Run(new_id("run"), task.id, state, 1, "shell", workspace_id=task.workspace_id,
-              created_at=time.time())
+    run = Run(
+        new_id("run"),
+        task.id,
+        state,
+        1,
+        "shell",
+        workspace_id=task.workspace_id,
+        created_at=time.time(),
+    )
     app.store.add_run(run)
     return run
 
@@ -104,16 +115,26 @@ def world(tmp_path, data_dir):
     app.snapshot(t3.id)
     lone = orphan(app, t1.source_id, os.urandom(30_000))
     fresh = app.vault_for(t1.source_id).objects.write_blob(os.urandom(10_000))  # too young
-    yield {"app": app, "t1": t1, "t2": t2, "t3": t3, "expected": expected, "linked": linked,
-           "lone": lone, "fresh": fresh, "data": data_dir}
+    yield {
+        "app": app,
+        "t1": t1,
+        "t2": t2,
+        "t3": t3,
+        "expected": expected,
+        "linked": linked,
+        "lone": lone,
+        "fresh": fresh,
+        "data": data_dir,
+    }
     app.close()
 
 
 def test_usage_counts_like_du_and_attributes_shared_objects_to_the_vault(world):
     app = world["app"]
     usage = app.data_usage()
-    out = subprocess.run(["du", "-s", "-B1", str(world["data"])], check=True, capture_output=True,
-                         text=True).stdout
+    out = subprocess.run(
+        ["du", "-s", "-B1", str(world["data"])], check=True, capture_output=True, text=True
+    ).stdout
     assert usage.total == int(out.split()[0])
     assert set(usage.parts) == set(housekeeping.CATEGORIES)
     assert usage.parts["vault"] > 0 and usage.parts["workspaces"] > 0
@@ -136,8 +157,10 @@ def test_archive_then_clean_frees_exactly_the_plan_and_keeps_history(world, tmp_
     assert kinds == ["archived_workspace", "archived_workspace", "vault_objects"]
     objects = next(i for i in plan.items if i.kind == "vault_objects")
     assert objects.count == 2  # the young object is not in the plan
-    names = {str(world["linked"].relative_to(world["linked"].parents[1])),
-             str(world["lone"].relative_to(world["lone"].parents[1]))}
+    names = {
+        str(world["linked"].relative_to(world["linked"].parents[1])),
+        str(world["lone"].relative_to(world["lone"].parents[1])),
+    }
     assert set(objects.objects) == names
     # The linked orphan still has a link in the live workspace of t2: removing the vault's link
     # frees nothing, so only the lone one counts.
@@ -169,8 +192,9 @@ def test_archive_then_clean_frees_exactly_the_plan_and_keeps_history(world, tmp_
     rev, new = app.capture(t2.id)
     assert new
     assert any(f.path == "logout.py" for f in app.diff(t2.id).files)
-    subprocess.run(["git", "-C", str(ws2), "fsck", "--no-dangling"], check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["git", "-C", str(ws2), "fsck", "--no-dangling"], check=True, capture_output=True
+    )
     # Nothing is left to do.
     assert app.housekeeping_plan().empty
 
@@ -178,8 +202,10 @@ def test_archive_then_clean_frees_exactly_the_plan_and_keeps_history(world, tmp_
     ws = app.unarchive_task(t1.id)
     assert ws.state == "prepared"
     assert (Path(ws.root) / "later.txt").read_text() == "after the checkpoint\n"
-    assert hashes(Path(ws.root))["big.bin"] == world["expected"][
-        app.store.list_checkpoints()[0].id]["big.bin"]
+    assert (
+        hashes(Path(ws.root))["big.bin"]
+        == world["expected"][app.store.list_checkpoints()[0].id]["big.bin"]
+    )
     subprocess.run(["git", "-C", ws.root, "status", "--short"], check=True, capture_output=True)
 
 
@@ -195,17 +221,31 @@ def test_items_that_stopped_qualifying_are_skipped(world):
     vault = app.vault_for(t1.source_id)
     lone_sha = world["lone"].parent.name + world["lone"].name
     from core.vault.objects import TreeEntry
+
     tree = vault.objects.write_tree([TreeEntry("100644", b"kept.bin", lone_sha)])
     commit = vault.objects.write_commit(tree, [], "kept by a checkpoint")
     from core.models import Checkpoint, Snapshot
+
     ws = app.workspace_of(t1)
     snap = Snapshot(new_id("snapshot"), ws.id, commit, tree, "durable", created_at=time.time())
     vault.objects.update_ref(snapshot_ref(snap.id), commit, durable=True)
     app.store.add_snapshot(snap)
     run = fake_run(app, t1.id)
-    app.store.add_checkpoint(Checkpoint(new_id("checkpoint"), run.id, 1,
-                                        f"git:{snapshot_ref(snap.id)}@{commit}", tree, snap.id,
-                                        None, None, {}, 1, time.time()))
+    app.store.add_checkpoint(
+        Checkpoint(
+            new_id("checkpoint"),
+            run.id,
+            1,
+            f"git:{snapshot_ref(snap.id)}@{commit}",
+            tree,
+            snap.id,
+            None,
+            None,
+            {},
+            1,
+            time.time(),
+        )
+    )
 
     result = app.housekeeping_clean(plan)
     reasons = {s.item.kind: s.reason for s in result.skipped}

@@ -41,11 +41,25 @@ def test_fork_from_an_earlier_revision_leaves_the_parent_untouched(task):
     data, parent, ws = task
     as_json(cairnctl(data, "run", parent, "--json", "--", "sh", "-c", "echo v1 > f.txt"))
     early = as_json(cairnctl(data, "revisions", parent, "--json"))["revisions"][-1]["id"]
-    as_json(cairnctl(data, "run", parent, "--json", "--", "sh", "-c", "echo v2 > f.txt; echo x > later.txt"))
+    as_json(
+        cairnctl(
+            data, "run", parent, "--json", "--", "sh", "-c", "echo v2 > f.txt; echo x > later.txt"
+        )
+    )
     before = tree_hash(ws)
 
-    child = as_json(cairnctl(data, "fork", parent, "--at", early, "-m",
-                             "cat f.txt > seen.txt; echo fork > f.txt", "--json"))
+    child = as_json(
+        cairnctl(
+            data,
+            "fork",
+            parent,
+            "--at",
+            early,
+            "-m",
+            "cat f.txt > seen.txt; echo fork > f.txt",
+            "--json",
+        )
+    )
     assert child["state"] == "succeeded" and child["from_revision"] == early
     fork_ws = Path(child["workspace_root"])
     assert fork_ws != ws
@@ -68,7 +82,10 @@ def test_nothing_continues_a_lineage_in_flight(task):
     line = one_error_line(cairnctl(data, "fork", parent, "-m", "echo no", check=False))
     assert "wait for it to end or stop it" in line
     cairnctl(data, "stop", parent)
-    assert as_json(cairnctl(data, "continue", parent, "-m", "echo yes", "--json"))["state"] == "succeeded"
+    assert (
+        as_json(cairnctl(data, "continue", parent, "-m", "echo yes", "--json"))["state"]
+        == "succeeded"
+    )
 
 
 def test_an_unknown_engine_is_refused_before_anything_is_made(tmp_path):
@@ -80,8 +97,11 @@ def test_an_unknown_engine_is_refused_before_anything_is_made(tmp_path):
     assert not (data / "vault").exists() or not any((data / "vault").iterdir())
 
 
-def test_a_forks_revision_promoted_as_a_branch_lands_in_the_users_repository(tmp_path, sandbox_image):
+def test_a_forks_revision_promoted_as_a_branch_lands_in_the_users_repository(
+    tmp_path, sandbox_image
+):
     from tests.support import git
+
     repo = tmp_path / "repo"
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")
@@ -91,8 +111,18 @@ def test_a_forks_revision_promoted_as_a_branch_lands_in_the_users_repository(tmp
     refs_before = git(repo, "for-each-ref", "--format=%(refname)").split()
     data = tmp_path / "data"
     made = as_json(cairnctl(data, "new", str(repo), "-m", "echo parent > app.txt", "--json"))
-    fork = as_json(cairnctl(data, "fork", made["task_id"], "--at", "base", "-m",
-                            "echo fork > app.txt; echo new > extra.txt", "--json"))
+    fork = as_json(
+        cairnctl(
+            data,
+            "fork",
+            made["task_id"],
+            "--at",
+            "base",
+            "-m",
+            "echo fork > app.txt; echo new > extra.txt",
+            "--json",
+        )
+    )
     assert fork["state"] == "succeeded"
     rev = as_json(cairnctl(data, "revisions", fork["task_id"], "--json"))["revisions"][-1]
     cairnctl(data, "promote", fork["task_id"], "--branch", "cairn/from-fork", "--json")
@@ -102,6 +132,9 @@ def test_a_forks_revision_promoted_as_a_branch_lands_in_the_users_repository(tmp
     assert git(repo, "rev-parse", "cairn/from-fork^{tree}").strip() == rev["tree"]
     assert git(repo, "show", "cairn/from-fork:app.txt") == "fork\n"
     assert (repo / "app.txt").read_text() == "v0\n"  # the user's files are untouched
-    for c in __import__("docker").from_env().containers.list(
-            all=True, filters={"label": f"cairn.data_dir={data.resolve()}"}):
+    for c in (
+        __import__("docker")
+        .from_env()
+        .containers.list(all=True, filters={"label": f"cairn.data_dir={data.resolve()}"})
+    ):
         c.remove(force=True)

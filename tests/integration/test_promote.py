@@ -5,8 +5,8 @@ that re-hashes on every read, a patch `git apply` takes, and every refusal with 
 from __future__ import annotations
 
 import hashlib
-import os
 import json
+import os
 import shutil
 import subprocess
 import uuid
@@ -18,7 +18,6 @@ from core.app import Cairn
 from core.artifacts import SecretFound
 from core.credentials import INDEX_KEY, SecretMissing, SecretStore
 from core.redact import Redactor
-
 from tests.support import as_json, cairnctl, git, one_error_line
 
 # Token-shaped text assembled at run time, so no file of the project holds one whole.
@@ -55,8 +54,11 @@ def repo_state(repo: Path) -> dict:
         "index": hashlib.sha256((dot / "index").read_bytes()).hexdigest(),
         "config": (dot / "config").read_text(),
         "status": git(repo, "status", "--porcelain=v1", "--untracked-files=all", "--ignored"),
-        "files": {p.relative_to(repo).as_posix(): p.read_bytes()
-                  for p in sorted(repo.rglob("*")) if p.is_file() and ".git" not in p.parts},
+        "files": {
+            p.relative_to(repo).as_posix(): p.read_bytes()
+            for p in sorted(repo.rglob("*"))
+            if p.is_file() and ".git" not in p.parts
+        },
         "objects": git(repo, "count-objects", "-v"),
     }
 
@@ -83,12 +85,19 @@ def world(tmp_path):
     data = tmp_path / "data"
     repo = make_repo(tmp_path / "repo")
     task = new_task(data, repo)
-    rev = write_and_capture(data, task, {"src/app.py": "def main():\n    print('hello, world')\n",
-                                         "tests/test_app.py": "def test_it():\n    pass\n"})
+    rev = write_and_capture(
+        data,
+        task,
+        {
+            "src/app.py": "def main():\n    print('hello, world')\n",
+            "tests/test_app.py": "def test_it():\n    pass\n",
+        },
+    )
     return data, repo, task, rev
 
 
 # -- promote to a branch --------------------------------------------------------------------------
+
 
 def test_promote_creates_exactly_one_branch_and_touches_nothing_else(world):
     data, repo, task, rev = world
@@ -103,13 +112,17 @@ def test_promote_creates_exactly_one_branch_and_touches_nothing_else(world):
 
     new_refs = set(after.pop("refs").splitlines()) - set(before.pop("refs").splitlines())
     assert new_refs == {f"{out['commit']} refs/heads/cairn/fix-app"}
-    assert set(git(repo, "for-each-ref", "--format=%(refname)").split()) == \
-        {"refs/heads/main", "refs/heads/cairn/fix-app"}
+    assert set(git(repo, "for-each-ref", "--format=%(refname)").split()) == {
+        "refs/heads/main",
+        "refs/heads/cairn/fix-app",
+    }
     before.pop("objects"), after.pop("objects")  # new objects are expected
     assert after == before  # HEAD, index, config, status and the files themselves
     assert not marker.exists(), "the user's hooks must not run during a promotion"
 
-    assert git(repo, "rev-parse", "cairn/fix-app^{tree}").strip() == tree_of(data, task["task_id"], rev)
+    assert git(repo, "rev-parse", "cairn/fix-app^{tree}").strip() == tree_of(
+        data, task["task_id"], rev
+    )
     assert out["tree"] == tree_of(data, task["task_id"], rev)
     assert git(repo, "rev-parse", "cairn/fix-app^").strip() == before["head_commit"].strip()
     message = git(repo, "log", "-1", "--format=%B", "cairn/fix-app")
@@ -125,12 +138,14 @@ def test_an_existing_branch_is_refused_and_nothing_is_written(world):
     data, repo, task, _ = world
     git(repo, "branch", "taken")
     before = repo_state(repo)
-    line = one_error_line(cairnctl(data, "promote", task["task_id"], "--branch", "taken",
-                                   check=False))
+    line = one_error_line(
+        cairnctl(data, "promote", task["task_id"], "--branch", "taken", check=False)
+    )
     assert "the branch taken already exists" in line
     assert repo_state(repo) == before
-    line = one_error_line(cairnctl(data, "promote", task["task_id"], "--branch", "main",
-                                   check=False))
+    line = one_error_line(
+        cairnctl(data, "promote", task["task_id"], "--branch", "main", check=False)
+    )
     assert "already exists" in line
     assert repo_state(repo) == before
 
@@ -140,11 +155,13 @@ def test_a_branch_beside_a_folder_of_branches_is_refused_before_any_object_is_se
     git(repo, "branch", "feature")
     git(repo, "branch", "topic/one")
     before = repo_state(repo)
-    line = one_error_line(cairnctl(data, "promote", task["task_id"], "--branch", "feature/x",
-                                   check=False))
+    line = one_error_line(
+        cairnctl(data, "promote", task["task_id"], "--branch", "feature/x", check=False)
+    )
     assert "the branch feature exists" in line
-    line = one_error_line(cairnctl(data, "promote", task["task_id"], "--branch", "topic",
-                                   check=False))
+    line = one_error_line(
+        cairnctl(data, "promote", task["task_id"], "--branch", "topic", check=False)
+    )
     assert "branches named topic/... exist" in line
     assert repo_state(repo) == before
 
@@ -153,8 +170,9 @@ def test_bad_branch_names_are_refused(world):
     data, repo, task, _ = world
     before = repo_state(repo)
     for name in ("bad..name", "-x", "has space", "HEAD"):
-        line = one_error_line(cairnctl(data, "promote", task["task_id"], f"--branch={name}",
-                                       check=False))
+        line = one_error_line(
+            cairnctl(data, "promote", task["task_id"], f"--branch={name}", check=False)
+        )
         assert "branch name" in line, line
     assert repo_state(repo) == before
 
@@ -177,10 +195,12 @@ def test_token_shaped_strings_refuse_every_way_out(world):
     data, repo, task, _ = world
     write_and_capture(data, task, {"config/deploy.py": f"TOKEN = '{GITHUB}'\n"})
     before = repo_state(repo)
-    for args in (["promote", task["task_id"], "--branch", "cairn/leak"],
-                 ["promote", task["task_id"], "--artifact"],
-                 ["promote", task["task_id"], "--artifact", "--path", "config/deploy.py"],
-                 ["export", task["task_id"]]):
+    for args in (
+        ["promote", task["task_id"], "--branch", "cairn/leak"],
+        ["promote", task["task_id"], "--artifact"],
+        ["promote", task["task_id"], "--artifact", "--path", "config/deploy.py"],
+        ["export", task["task_id"]],
+    ):
         proc = cairnctl(data, *args, check=False)
         line = one_error_line(proc)
         assert "config/deploy.py (GitHub token, line 1)" in line, line
@@ -188,8 +208,12 @@ def test_token_shaped_strings_refuse_every_way_out(world):
     assert repo_state(repo) == before
     assert as_json(cairnctl(data, "artifacts", "--json"))["artifacts"] == []
     # Promoting an earlier revision, before the token was written, is fine.
-    assert as_json(cairnctl(data, "promote", task["task_id"], "--artifact", "--revision", "base",
-                            "--json"))["kind"] == "revision"
+    assert (
+        as_json(
+            cairnctl(data, "promote", task["task_id"], "--artifact", "--revision", "base", "--json")
+        )["kind"]
+        == "revision"
+    )
 
 
 def test_a_committed_example_key_of_the_user_does_not_block(tmp_path):
@@ -207,12 +231,24 @@ def test_a_committed_example_key_of_the_user_does_not_block(tmp_path):
 
 # -- artifacts ------------------------------------------------------------------------------------
 
+
 def test_artifact_round_trip_then_tampering_is_caught_on_read(world, tmp_path):
     data, repo, task, rev = world
     evidence = tmp_path / "pytest-output.txt"
     evidence.write_text("1 passed in 0.01s\n")
-    art = as_json(cairnctl(data, "promote", task["task_id"], "--artifact", "--path", "src/app.py",
-                           "--evidence", str(evidence), "--json"))
+    art = as_json(
+        cairnctl(
+            data,
+            "promote",
+            task["task_id"],
+            "--artifact",
+            "--path",
+            "src/app.py",
+            "--evidence",
+            str(evidence),
+            "--json",
+        )
+    )
     expected = b"def main():\n    print('hello, world')\n"
     assert art["sha256"] == hashlib.sha256(expected).hexdigest()
     assert art["revision"] == rev and art["path"] == "src/app.py"
@@ -222,8 +258,10 @@ def test_artifact_round_trip_then_tampering_is_caught_on_read(world, tmp_path):
     whole = as_json(cairnctl(data, "promote", task["task_id"], "--artifact", "--json"))
 
     listed = as_json(cairnctl(data, "artifacts", "--verify", "--json"))["artifacts"]
-    assert [(a["artifact_id"], a["verified"]) for a in listed] == \
-        [(art["artifact_id"], True), (whole["artifact_id"], True)]
+    assert [(a["artifact_id"], a["verified"]) for a in listed] == [
+        (art["artifact_id"], True),
+        (whole["artifact_id"], True),
+    ]
     with Cairn(data) as app:
         assert app.read_artifact(art["artifact_id"]) == expected
 
@@ -242,15 +280,26 @@ def test_promote_arguments_are_checked(world):
     data, _, task, _ = world
     line = one_error_line(cairnctl(data, "promote", task["task_id"], check=False))
     assert "--branch" in line and "--artifact" in line
-    line = one_error_line(cairnctl(data, "promote", task["task_id"], "--branch", "x", "--path",
-                                   "a", check=False))
+    line = one_error_line(
+        cairnctl(data, "promote", task["task_id"], "--branch", "x", "--path", "a", check=False)
+    )
     assert "go with --artifact" in line
-    line = one_error_line(cairnctl(data, "promote", task["task_id"], "--artifact", "--evidence",
-                                   "/nonexistent/file", check=False))
+    line = one_error_line(
+        cairnctl(
+            data,
+            "promote",
+            task["task_id"],
+            "--artifact",
+            "--evidence",
+            "/nonexistent/file",
+            check=False,
+        )
+    )
     assert "cannot read the evidence file" in line
 
 
 # -- export ---------------------------------------------------------------------------------------
+
 
 def clone_at(repo: Path, commit: str, dest: Path) -> Path:
     subprocess.run(["git", "clone", "-q", str(repo), str(dest)], check=True, capture_output=True)
@@ -271,8 +320,9 @@ def test_export_applies_to_the_import(world, tmp_path):
     for rel in ("src/util.py", "notes.txt"):
         shutil.copy(repo / rel, as_imported / rel)
     (tmp_path / "base.patch").write_text(patch)
-    subprocess.run(["git", "apply", "--check", str(tmp_path / "base.patch")], cwd=as_imported,
-                   check=True)
+    subprocess.run(
+        ["git", "apply", "--check", str(tmp_path / "base.patch")], cwd=as_imported, check=True
+    )
     subprocess.run(["git", "apply", str(tmp_path / "base.patch")], cwd=as_imported, check=True)
     root = Path(task["workspace_root"])
     for rel in ("src/app.py", "src/util.py", "tests/test_app.py", "notes.txt"):
@@ -280,12 +330,16 @@ def test_export_applies_to_the_import(world, tmp_path):
 
     # From HEAD: the uncommitted changes travel in the patch; applies to a clean checkout.
     clean = clone_at(repo, head, tmp_path / "clean")
-    (tmp_path / "head.patch").write_text(cairnctl(data, "export", task["task_id"],
-                                                  "--from", "head").stdout)
+    (tmp_path / "head.patch").write_text(
+        cairnctl(data, "export", task["task_id"], "--from", "head").stdout
+    )
     subprocess.run(["git", "apply", "--check", str(tmp_path / "head.patch")], cwd=clean, check=True)
-    subprocess.run(["git", "am", "-q", str(tmp_path / "head.patch")], cwd=clean, check=True,
-                   env={**os.environ, "GIT_COMMITTER_NAME": "t",
-                        "GIT_COMMITTER_EMAIL": "t@example.com"})
+    subprocess.run(
+        ["git", "am", "-q", str(tmp_path / "head.patch")],
+        cwd=clean,
+        check=True,
+        env={**os.environ, "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"},
+    )
     for rel in ("src/app.py", "src/util.py", "tests/test_app.py", "notes.txt"):
         assert (clean / rel).read_text() == (root / rel).read_text(), rel
 
@@ -308,10 +362,12 @@ def test_export_with_nothing_changed_is_empty(tmp_path):
 
 # -- a granted secret, with the real keyring ------------------------------------------------------
 
+
 @pytest.mark.keyring
 def test_a_granted_secret_in_the_workspace_refuses_the_branch(secret_service, tmp_path):
-    secrets = SecretStore(f"cairn-test-{uuid.uuid4().hex[:12]}", backend=secret_service,
-                          redactor=Redactor())
+    secrets = SecretStore(
+        f"cairn-test-{uuid.uuid4().hex[:12]}", backend=secret_service, redactor=Redactor()
+    )
     try:
         secrets.set("api", CANARY)
         repo = make_repo(tmp_path / "repo")
@@ -342,15 +398,20 @@ def test_a_granted_secret_in_the_workspace_refuses_the_branch(secret_service, tm
 
 # -- engine settings ------------------------------------------------------------------------------
 
+
 def test_config_set_get_show_round_trip(tmp_path):
     data = tmp_path / "data"
     cairnctl(data, "config", "set", "engines.codex.base_url", "https://api.example.com/v1")
     cairnctl(data, "config", "set", "engines.codex.api_key_secret", "openai")
     cairnctl(data, "config", "set", "engines.claude-code.model", "sonnet")
-    assert cairnctl(data, "config", "get", "engines.codex.base_url").stdout == \
-        "https://api.example.com/v1\n"
-    assert as_json(cairnctl(data, "config", "get", "engines.codex", "--json"))["value"] == \
-        {"base_url": "https://api.example.com/v1", "api_key_secret": "openai"}
+    assert (
+        cairnctl(data, "config", "get", "engines.codex.base_url").stdout
+        == "https://api.example.com/v1\n"
+    )
+    assert as_json(cairnctl(data, "config", "get", "engines.codex", "--json"))["value"] == {
+        "base_url": "https://api.example.com/v1",
+        "api_key_secret": "openai",
+    }
     shown = as_json(cairnctl(data, "config", "show", "--json"))
     assert shown == json.loads((data / "settings.json").read_text())
     assert shown["engines"]["claude-code"] == {"model": "sonnet"}
@@ -367,12 +428,18 @@ def test_config_defaults_round_trip_and_apply_to_a_new_task(tmp_path):
     (folder / "a.txt").write_text("a\n")
     cairnctl(data, "config", "set", "defaults.engine", "codex")
     cairnctl(data, "config", "set", "defaults.network", "allowlist")
-    assert cairnctl(data, "config", "set", "defaults.allow",
-                    "API.example.com:443, 127.0.0.1:11434").stdout == \
-        "defaults.allow = api.example.com:443,127.0.0.1:11434\n"
+    assert (
+        cairnctl(
+            data, "config", "set", "defaults.allow", "API.example.com:443, 127.0.0.1:11434"
+        ).stdout
+        == "defaults.allow = api.example.com:443,127.0.0.1:11434\n"
+    )
     assert cairnctl(data, "config", "get", "defaults.engine").stdout == "codex\n"
-    assert as_json(cairnctl(data, "config", "get", "defaults", "--json"))["value"] == \
-        {"engine": "codex", "network": "allowlist", "allow": "api.example.com:443,127.0.0.1:11434"}
+    assert as_json(cairnctl(data, "config", "get", "defaults", "--json"))["value"] == {
+        "engine": "codex",
+        "network": "allowlist",
+        "allow": "api.example.com:443,127.0.0.1:11434",
+    }
     made = as_json(cairnctl(data, "new", str(folder), "--json"))
     shown = as_json(cairnctl(data, "show", made["task_id"], "--json"))
     assert shown["engine"] == "codex"
@@ -380,22 +447,25 @@ def test_config_defaults_round_trip_and_apply_to_a_new_task(tmp_path):
     assert cairnctl(data, "config", "get", "defaults.engine", check=False).returncode == 1
 
 
-@pytest.mark.parametrize("args,message", [
-    (["set", "engines.gemini.model", "x"], "unknown engine 'gemini'"),
-    (["set", "engines.codex.temperature", "1"], "unknown engine setting 'temperature'"),
-    (["set", "engines.codex.binary", "codex"], "absolute path"),
-    (["set", "engines.codex.base_url", "not a url"], "http:// or https://"),
-    (["set", "engines.codex.model"], "needs a VALUE"),
-    (["get", "codex.model"], "not a settings key"),
-    (["set", "defaults.network", "internet"], "unknown network mode 'internet'"),
-    (["set", "defaults.allow", "example.com"], "'example.com' is not a usable host:port"),
-    (["set", "defaults.backend", "podman"], "unknown sandbox backend 'podman'"),
-    (["set", "defaults.image", "Not An Image"], "Docker image reference"),
-    (["set", "defaults.engine", "gemini"], "unknown engine 'gemini'"),
-    (["get", "defaults.colour"], "unknown default 'colour'"),
-    (["get"], "needs a KEY"),
-    (["bogus"], "invalid choice"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["set", "engines.gemini.model", "x"], "unknown engine 'gemini'"),
+        (["set", "engines.codex.temperature", "1"], "unknown engine setting 'temperature'"),
+        (["set", "engines.codex.binary", "codex"], "absolute path"),
+        (["set", "engines.codex.base_url", "not a url"], "http:// or https://"),
+        (["set", "engines.codex.model"], "needs a VALUE"),
+        (["get", "codex.model"], "not a settings key"),
+        (["set", "defaults.network", "internet"], "unknown network mode 'internet'"),
+        (["set", "defaults.allow", "example.com"], "'example.com' is not a usable host:port"),
+        (["set", "defaults.backend", "podman"], "unknown sandbox backend 'podman'"),
+        (["set", "defaults.image", "Not An Image"], "Docker image reference"),
+        (["set", "defaults.engine", "gemini"], "unknown engine 'gemini'"),
+        (["get", "defaults.colour"], "unknown default 'colour'"),
+        (["get"], "needs a KEY"),
+        (["bogus"], "invalid choice"),
+    ],
+)
 def test_config_errors_exit_2_with_one_line(tmp_path, args, message):
     data = tmp_path / "data"
     line = one_error_line(cairnctl(data, "config", *args, check=False))

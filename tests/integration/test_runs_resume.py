@@ -14,14 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import wait_for
-
 from core.checkpoints import STEPS as CHECKPOINT_STEPS
 from core.models import Run
 from core.runs import output_of
 from core.store import Store
-from tests.support import as_json, cairnctl, cairnctl_argv, cairnctl_env, one_error_line
-
+from tests.support import as_json, cairnctl, cairnctl_argv, cairnctl_env, one_error_line, wait_for
 
 pytestmark = pytest.mark.docker
 
@@ -70,9 +67,13 @@ def tree_of_disk(root: Path) -> dict[str, bytes]:
 def test_a_killed_cairn_comes_back_and_observes_every_line_once(task):
     data, task_id, _ = task
     script = "for i in $(seq 1 40); do echo line $i; sleep 0.05; done"
-    proc = subprocess.Popen(cairnctl_argv(data, "run", task_id, "--", "sh", "-c", script),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=cairnctl_env())
+    proc = subprocess.Popen(
+        cairnctl_argv(data, "run", task_id, "--", "sh", "-c", script),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cairnctl_env(),
+    )
     seen = []
     for line in proc.stdout:  # type: ignore[union-attr]
         seen.append(line)
@@ -110,7 +111,10 @@ def test_container_removed_mid_run_is_interrupted_and_resume_recreates_it(task, 
     assert after["session_id"] == before["session_id"]
     assert after["snapshot_id"] == before["snapshot_id"]  # the same snapshot id, carried over
     assert after["generation"] == before["generation"] + 1
-    assert docker_client.containers.get(after["container"]).labels["cairn.snapshot"] == before["snapshot_id"]
+    assert (
+        docker_client.containers.get(after["container"]).labels["cairn.snapshot"]
+        == before["snapshot_id"]
+    )
     assert (ws / "a.txt").read_text() == "a\n"  # step 0 was not run again
     assert (ws / "b.txt").read_text() == "b\n"
     assert res["run_id"] == run["run_id"] and res["attempt"] == 2
@@ -118,8 +122,13 @@ def test_container_removed_mid_run_is_interrupted_and_resume_recreates_it(task, 
 
 def test_a_deleted_workspace_is_restored_from_the_snapshot(task, docker_client):
     data, task_id, ws = task
-    start_steps(data, task_id, "echo a > a.txt && mkdir -p d && ln -s ../a.txt d/link", "sleep 2",
-                "cat a.txt > c.txt")
+    start_steps(
+        data,
+        task_id,
+        "echo a > a.txt && mkdir -p d && ln -s ../a.txt d/link",
+        "sleep 2",
+        "cat a.txt > c.txt",
+    )
     wait_for(lambda: step_of(data, latest_run(data, task_id)) == 1, what="step 1")
     ck = as_json(cairnctl(data, "checkpoint", task_id, "--json"))
     interrupt_by_removing_container(data, task_id, docker_client)
@@ -168,7 +177,9 @@ def test_on_top_keeps_outside_edits(task, docker_client):
     res = as_json(cairnctl(data, "resume", task_id, "--on-top", "--json"))
     assert res["state"] == "succeeded", res
     assert (ws / "copy.txt").read_text() == "mine\n"
-    triggers = [r["trigger"] for r in as_json(cairnctl(data, "revisions", task_id, "--json"))["revisions"]]
+    triggers = [
+        r["trigger"] for r in as_json(cairnctl(data, "revisions", task_id, "--json"))["revisions"]
+    ]
     assert "external" in triggers
 
 
@@ -177,15 +188,22 @@ def test_canary_secret_rotation_and_revocation(task, docker_client, secret_servi
     data, task_id, ws = task
     name = f"canary-{uuid.uuid4().hex[:8]}"
     value = f"CANARY-{uuid.uuid4().hex}"
-    check = 'if [ -n "$TOKEN" ]; then printf %s "$TOKEN" | sha256sum | cut -c1-64; else echo absent; fi'
+    check = (
+        'if [ -n "$TOKEN" ]; then printf %s "$TOKEN" | sha256sum | cut -c1-64; else echo absent; fi'
+    )
     try:
         cairnctl(data, "secret", "set", name, input=value)
         cairnctl(data, "grant", task_id, name, "--env", "TOKEN")
         res = as_json(cairnctl(data, "run", task_id, "--json", "--", "sh", "-c", check))
-        assert output_of(store_of(data), res["run_id"]).strip() == hashlib.sha256(value.encode()).hexdigest()
+        assert (
+            output_of(store_of(data), res["run_id"]).strip()
+            == hashlib.sha256(value.encode()).hexdigest()
+        )
         # A run that prints the secret (plainly, through env, base64-encoded, on stderr): its
         # files on the host hold a placeholder instead.
-        leak = 'echo "token=$TOKEN"; env | grep TOKEN; printf %s "$TOKEN" | base64; echo "$TOKEN" >&2'
+        leak = (
+            'echo "token=$TOKEN"; env | grep TOKEN; printf %s "$TOKEN" | base64; echo "$TOKEN" >&2'
+        )
         res = as_json(cairnctl(data, "run", task_id, "--json", "--", "sh", "-c", leak))
         assert res["state"] == "succeeded"
         shown = output_of(store_of(data), res["run_id"])
@@ -199,8 +217,10 @@ def test_canary_secret_rotation_and_revocation(task, docker_client, secret_servi
             if p.is_file() and not p.is_symlink():
                 assert needle not in p.read_bytes(), f"the canary is in {p}"
         for vault in (data / "vault").glob("*.git"):
-            dump = subprocess.run(["git", "--git-dir", str(vault), "cat-file", "--batch-all-objects",
-                                   "--batch"], capture_output=True).stdout
+            dump = subprocess.run(
+                ["git", "--git-dir", str(vault), "cat-file", "--batch-all-objects", "--batch"],
+                capture_output=True,
+            ).stdout
             assert needle not in dump
         assert needle not in json.dumps(docker_client.api.inspect_container(container_id)).encode()
         for p in Path(f"/var/lib/docker/containers/{container_id}").rglob("*"):
@@ -210,7 +230,10 @@ def test_canary_secret_rotation_and_revocation(task, docker_client, secret_servi
         rotated = f"ROTATED-{uuid.uuid4().hex}"
         cairnctl(data, "secret", "set", name, input=rotated)
         res = as_json(cairnctl(data, "run", task_id, "--json", "--", "sh", "-c", check))
-        assert output_of(store_of(data), res["run_id"]).strip() == hashlib.sha256(rotated.encode()).hexdigest()
+        assert (
+            output_of(store_of(data), res["run_id"]).strip()
+            == hashlib.sha256(rotated.encode()).hexdigest()
+        )
 
         # Revoked between a checkpoint and the resume: the resumed run goes without it.
         start_steps(data, task_id, "sleep 2", check + " > token.txt")
@@ -226,29 +249,35 @@ def test_canary_secret_rotation_and_revocation(task, docker_client, secret_servi
 
 
 @pytest.mark.keyring
-def test_a_policy_tightened_after_a_checkpoint_governs_the_resumed_sandbox(task, docker_client,
-                                                                          secret_service):
+def test_a_policy_tightened_after_a_checkpoint_governs_the_resumed_sandbox(
+    task, docker_client, secret_service
+):
     data, task_id, ws = task
     name = f"pol-{uuid.uuid4().hex[:8]}"
     try:
         cairnctl(data, "secret", "set", name, input=f"value-{uuid.uuid4().hex}")
         cairnctl(data, "grant", task_id, name, "--env", "TOKEN")
         cairnctl(data, "policy", task_id, "--network", "open")
-        probe = ('grep -c : /proc/net/dev > {n}-net.txt; '
-                 'if [ -n "$TOKEN" ]; then echo has; else echo absent; fi > {n}-token.txt')
+        probe = (
+            "grep -c : /proc/net/dev > {n}-net.txt; "
+            'if [ -n "$TOKEN" ]; then echo has; else echo absent; fi > {n}-token.txt'
+        )
         start_steps(data, task_id, probe.format(n="before"), "sleep 2", probe.format(n="after"))
         wait_for(lambda: step_of(data, latest_run(data, task_id)) == 1, what="step 1")
         cairnctl(data, "checkpoint", task_id)
         interrupt_by_removing_container(data, task_id, docker_client)
-        policy = as_json(cairnctl(data, "policy", task_id, "--network", "none", "--secrets", "",
-                                  "--json"))
+        policy = as_json(
+            cairnctl(data, "policy", task_id, "--network", "none", "--secrets", "", "--json")
+        )
         assert policy["network"] == "none" and policy["secrets"] == []
 
         res = as_json(cairnctl(data, "resume", task_id, "--json"))
         assert res["state"] == "succeeded", res
         assert (ws / "before-token.txt").read_text().strip() == "has"
         assert (ws / "after-token.txt").read_text().strip() == "absent"
-        assert int((ws / "before-net.txt").read_text()) > int((ws / "after-net.txt").read_text()) == 1
+        assert (
+            int((ws / "before-net.txt").read_text()) > int((ws / "after-net.txt").read_text()) == 1
+        )
         info = docker_client.api.inspect_container(session(data)["container"])
         assert info["HostConfig"]["NetworkMode"] == "none"
     finally:
@@ -260,9 +289,16 @@ def test_two_resumes_of_one_lineage_at_once_only_one_proceeds(task, docker_clien
     start_steps(data, task_id, "sleep 1", "sleep 1")
     wait_for(lambda: step_of(data, latest_run(data, task_id)) == 0, what="step 0")
     interrupt_by_removing_container(data, task_id, docker_client)
-    procs = [subprocess.Popen(cairnctl_argv(data, "resume", task_id, "--detach", "--json"),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=cairnctl_env()) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            cairnctl_argv(data, "resume", task_id, "--detach", "--json"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=cairnctl_env(),
+        )
+        for _ in range(2)
+    ]
     outcomes = [(p.wait(timeout=120), p.stdout.read(), p.stderr.read()) for p in procs]  # type: ignore[union-attr]
     codes = sorted(code for code, _, _ in outcomes)
     assert codes == [0, 2], outcomes
@@ -280,13 +316,25 @@ def test_crash_at_each_checkpoint_step_leaves_the_previous_checkpoint_restorable
     made = as_json(cairnctl(data, "new", str(src), "--json"))
     task_id, ws = made["task_id"], Path(made["workspace_root"])
     store = store_of(data)
-    store.add_run(Run("r_crashtest", task_id, "interrupted", 1, "shell", {"commands": ["true"]},
-                      workspace_id=made["workspace_id"], attempt=1, created_at=time.time()))
+    store.add_run(
+        Run(
+            "r_crashtest",
+            task_id,
+            "interrupted",
+            1,
+            "shell",
+            {"commands": ["true"]},
+            workspace_id=made["workspace_id"],
+            attempt=1,
+            created_at=time.time(),
+        )
+    )
     cairnctl(data, "checkpoint", task_id)
     for i, step in enumerate(CHECKPOINT_STEPS):
         (ws / "f.txt").write_text(f"{i + 1}\n")
-        proc = cairnctl(data, "checkpoint", task_id, check=False,
-                        env=cairnctl_env(CAIRN_FAILPOINT=step))
+        proc = cairnctl(
+            data, "checkpoint", task_id, check=False, env=cairnctl_env(CAIRN_FAILPOINT=step)
+        )
         assert proc.returncode == 137, (step, proc.stderr)
         store = store_of(data)
         checkpoints = store.list_checkpoints("r_crashtest")
@@ -305,13 +353,27 @@ def test_failures_are_clear_and_the_task_stays_resumable(task, docker_client, tm
     wait_for(lambda: step_of(data, latest_run(data, task_id)) == 0, what="step 0")
     interrupt_by_removing_container(data, task_id, docker_client)
 
-    line = one_error_line(cairnctl(data, "resume", task_id, check=False,
-                                   env=cairnctl_env(DOCKER_HOST="unix:///nonexistent.sock")))
+    line = one_error_line(
+        cairnctl(
+            data,
+            "resume",
+            task_id,
+            check=False,
+            env=cairnctl_env(DOCKER_HOST="unix:///nonexistent.sock"),
+        )
+    )
     assert "not running" in line
     assert latest_run(data, task_id).state == "interrupted"
 
-    line = one_error_line(cairnctl(data, "resume", task_id, check=False,
-                                   env=cairnctl_env(CAIRN_SANDBOX_IMAGE="cairn-missing:0")))
+    line = one_error_line(
+        cairnctl(
+            data,
+            "resume",
+            task_id,
+            check=False,
+            env=cairnctl_env(CAIRN_SANDBOX_IMAGE="cairn-missing:0"),
+        )
+    )
     assert "cairn-missing:0" in line
     assert latest_run(data, task_id).state == "interrupted"
 
@@ -327,7 +389,9 @@ def test_failures_are_clear_and_the_task_stays_resumable(task, docker_client, tm
 
 
 @pytest.mark.keyring
-def test_a_locked_keyring_refuses_the_run_and_keeps_it_resumable(task, docker_client, secret_service):
+def test_a_locked_keyring_refuses_the_run_and_keeps_it_resumable(
+    task, docker_client, secret_service
+):
     data, task_id, ws = task
     name = f"lock-{uuid.uuid4().hex[:8]}"
     try:
@@ -336,9 +400,15 @@ def test_a_locked_keyring_refuses_the_run_and_keeps_it_resumable(task, docker_cl
         start_steps(data, task_id, "sleep 1", "echo ok > ok.txt")
         wait_for(lambda: step_of(data, latest_run(data, task_id)) == 0, what="step 0")
         interrupt_by_removing_container(data, task_id, docker_client)
-        line = one_error_line(cairnctl(
-            data, "resume", task_id, check=False,
-            env=cairnctl_env(DBUS_SESSION_BUS_ADDRESS="unix:path=/nonexistent/bus")))
+        line = one_error_line(
+            cairnctl(
+                data,
+                "resume",
+                task_id,
+                check=False,
+                env=cairnctl_env(DBUS_SESSION_BUS_ADDRESS="unix:path=/nonexistent/bus"),
+            )
+        )
         assert "keyring" in line
         assert latest_run(data, task_id).state == "interrupted"
         res = as_json(cairnctl(data, "resume", task_id, "--json"))
@@ -352,8 +422,13 @@ def test_a_link_planted_in_the_runs_folder_is_never_followed(task, docker_client
     victim = tmp_path / "victim"
     victim.mkdir()
     before = os.stat(victim)
-    plant = ('cd /cairn/runs && for d in r_*.1; do ln -s ' + str(victim) +
-             ' "${d%.1}.2"; ln -s ' + str(victim) + ' "${d%.1}.2.x"; done')
+    plant = (
+        "cd /cairn/runs && for d in r_*.1; do ln -s "
+        + str(victim)
+        + ' "${d%.1}.2"; ln -s '
+        + str(victim)
+        + ' "${d%.1}.2.x"; done'
+    )
     start_steps(data, task_id, plant, "sleep 2", "echo resumed > r.txt")
     wait_for(lambda: step_of(data, latest_run(data, task_id)) == 1, what="step 1")
     interrupt_by_removing_container(data, task_id, docker_client)
@@ -361,7 +436,11 @@ def test_a_link_planted_in_the_runs_folder_is_never_followed(task, docker_client
     assert res["state"] == "succeeded" and (ws / "r.txt").exists()
     assert list(victim.iterdir()) == []  # nothing written through the planted link
     after = os.stat(victim)
-    assert (after.st_uid, after.st_gid, after.st_mode) == (before.st_uid, before.st_gid, before.st_mode)
+    assert (after.st_uid, after.st_gid, after.st_mode) == (
+        before.st_uid,
+        before.st_gid,
+        before.st_mode,
+    )
     run = latest_run(data, task_id)
     attempt = data / "runs" / run.workspace_id / run.exec_id
     assert attempt.is_dir() and not attempt.is_symlink()

@@ -63,10 +63,16 @@ def test_images(docker_client) -> None:
         except docker.errors.ImageNotFound:
             missing.append(image)
     if missing:
-        build = subprocess.run(["bash", str(REPO_ROOT / "tests/images/build.sh")],
-                               capture_output=True, text=True, timeout=600)
+        build = subprocess.run(
+            ["bash", str(REPO_ROOT / "tests/images/build.sh")],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         if build.returncode != 0:
-            pytest.fail(f"tests/images/build.sh could not build {missing}:\n{build.stdout}\n{build.stderr}")
+            pytest.fail(
+                f"tests/images/build.sh could not build {missing}:\n{build.stdout}\n{build.stderr}"
+            )
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -107,7 +113,8 @@ def backend(docker_client, test_images, tmp_path):
     b = DockerBackend(data_dir)
     yield b
     for c in docker_client.containers.list(
-            all=True, filters={"label": [LABEL_SELECTOR, f"cairn.data_dir={b.data_dir}"]}):
+        all=True, filters={"label": [LABEL_SELECTOR, f"cairn.data_dir={b.data_dir}"]}
+    ):
         c.remove(force=True)
     b.close()
 
@@ -153,7 +160,9 @@ def bridge_gateway(docker_client) -> str:
     name = (attrs.get("Options") or {}).get("com.docker.network.bridge.name", "docker0")
     probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
-        packed = fcntl.ioctl(probe.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))  # SIOCGIFADDR
+        packed = fcntl.ioctl(
+            probe.fileno(), 0x8915, struct.pack("256s", name.encode()[:15])
+        )  # SIOCGIFADDR
     finally:
         probe.close()
     return socket.inet_ntoa(packed[20:24])
@@ -256,7 +265,9 @@ def test_root_filesystem_is_read_only(sandbox):
 
 def test_workspace_and_home_are_writable_and_land_on_the_host(sandbox):
     spec, _, live = sandbox
-    result = sh(live, 'echo "from the sandbox" > /workspace/x && echo "home file" > "$HOME/x" && echo $HOME')
+    result = sh(
+        live, 'echo "from the sandbox" > /workspace/x && echo "home file" > "$HOME/x" && echo $HOME'
+    )
     assert result.ok, result.stderr
     assert result.stdout.strip() == "/home/agent"
     assert (spec.workspace_root / "x").read_text() == "from the sandbox\n"
@@ -297,9 +308,13 @@ def test_network_none_has_only_loopback_and_cannot_reach_the_host(sandbox, docke
     assert [line.split(":")[0].strip() for line in dev] == ["lo"]
     server = OneShotServer(bridge_gateway(docker_client))
     try:
-        result = live.exec(["python3", "-c", CONNECT_SCRIPT, server.host, str(server.port)], timeout=30)
+        result = live.exec(
+            ["python3", "-c", CONNECT_SCRIPT, server.host, str(server.port)], timeout=30
+        )
         assert result.exit_code != 0
-        assert "unreachable" in result.stderr.lower() or "timed out" in result.stderr.lower(), result.stderr
+        assert "unreachable" in result.stderr.lower() or "timed out" in result.stderr.lower(), (
+            result.stderr
+        )
         assert server.received == []
     finally:
         server.close()
@@ -309,7 +324,9 @@ def test_network_open_reaches_a_server_on_the_bridge(backend, make_spec, docker_
     _, live = backend.create(make_spec(network="open"))
     server = OneShotServer(bridge_gateway(docker_client))
     try:
-        result = live.exec(["python3", "-c", CONNECT_SCRIPT, server.host, str(server.port)], timeout=30)
+        result = live.exec(
+            ["python3", "-c", CONNECT_SCRIPT, server.host, str(server.port)], timeout=30
+        )
         assert result.ok, result.stderr
         assert result.stdout.strip() == "pong"
         assert server.received == [b"ping"]
@@ -317,7 +334,9 @@ def test_network_open_reaches_a_server_on_the_bridge(backend, make_spec, docker_
         server.close()
 
 
-def test_allowlist_mode_has_no_network_and_mounts_the_egress_folder_read_only(backend, make_spec, tmp_path):
+def test_allowlist_mode_has_no_network_and_mounts_the_egress_folder_read_only(
+    backend, make_spec, tmp_path
+):
     egress = tmp_path / "egress"
     egress.mkdir()
     (egress / "note").write_text("proxy socket goes here")
@@ -336,10 +355,16 @@ def _cgroup_value(live, v1: str, v2: str) -> str:
 
 
 def test_pid_limit_stops_a_fork_bomb_and_the_sandbox_stays_usable(backend, make_spec):
-    _, live = backend.create(make_spec(limits=Limits(pids=64, memory_bytes=256 * 1024**2, cpus=1.0)))
+    _, live = backend.create(
+        make_spec(limits=Limits(pids=64, memory_bytes=256 * 1024**2, cpus=1.0))
+    )
     assert _cgroup_value(live, "/sys/fs/cgroup/pids/pids.max", "/sys/fs/cgroup/pids.max") == "64"
     bomb = live.exec(
-        ["sh", "-c", "i=0; while [ $i -lt 500 ]; do sleep 4 >/dev/null 2>&1 & i=$((i+1)); done; echo spawned all"],
+        [
+            "sh",
+            "-c",
+            "i=0; while [ $i -lt 500 ]; do sleep 4 >/dev/null 2>&1 & i=$((i+1)); done; echo spawned all",
+        ],
         timeout=60,
     )
     assert "spawned all" not in bomb.stdout
@@ -362,8 +387,12 @@ def test_pid_limit_stops_a_fork_bomb_and_the_sandbox_stays_usable(backend, make_
 
 
 def test_memory_limit_shows_in_the_cgroup(backend, make_spec):
-    _, live = backend.create(make_spec(limits=Limits(pids=128, memory_bytes=256 * 1024**2, cpus=0.5)))
-    value = _cgroup_value(live, "/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory.max")
+    _, live = backend.create(
+        make_spec(limits=Limits(pids=128, memory_bytes=256 * 1024**2, cpus=0.5))
+    )
+    value = _cgroup_value(
+        live, "/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory.max"
+    )
     assert int(value) == 256 * 1024**2
 
 
@@ -385,7 +414,8 @@ def test_detached_run_outlives_the_live_session_and_is_found_again(backend, make
     state, live = backend.create(spec)
     stored = json.dumps(state.to_dict())
     process = live.exec_detached(
-        ["sh", "-c", "for i in $(seq 1 5); do echo line $i; sleep 0.2; done"], run_id="r_detached")
+        ["sh", "-c", "for i in $(seq 1 5); do echo line $i; sleep 0.2; done"], run_id="r_detached"
+    )
     pid = process.pid
     assert (spec.runs_dir / "r_detached" / "pid").read_text().strip() == str(pid)
     del live, process
@@ -451,8 +481,9 @@ def test_exec_env_secret_never_reaches_the_stored_container_config(sandbox, dock
     canary = f"cairn-canary-{uuid.uuid4().hex}"
     result = live.exec(["sh", "-c", 'echo "$CAIRN_CANARY"'], env={"CAIRN_CANARY": canary})
     assert result.stdout.strip() == canary
-    detached = live.exec_detached(["sh", "-c", 'test -n "$CAIRN_CANARY"'], env={"CAIRN_CANARY": canary},
-                                  run_id="r_canary")
+    detached = live.exec_detached(
+        ["sh", "-c", 'test -n "$CAIRN_CANARY"'], env={"CAIRN_CANARY": canary}, run_id="r_canary"
+    )
     assert detached.wait(10) == 0
     attrs = docker_client.api.inspect_container(state.container_id)
     assert canary not in json.dumps(attrs)
@@ -476,7 +507,9 @@ def test_attach_after_docker_rm_is_gone(sandbox, docker_client):
     assert state.container_name in result.reason
 
 
-def test_attach_with_a_different_image_digest_is_a_mismatch_and_deletes_nothing(sandbox, docker_client):
+def test_attach_with_a_different_image_digest_is_a_mismatch_and_deletes_nothing(
+    sandbox, docker_client
+):
     spec, state, live = sandbox
     other = replace(state, image_digest="sha256:" + "0" * 64)
     result = live.backend.attach(other, spec)
@@ -521,16 +554,20 @@ def test_recreate_after_gone_keeps_the_snapshot_and_bumps_the_generation(sandbox
 
 
 def test_list_sessions_is_per_data_folder_and_remove_refuses_foreign_containers(
-        sandbox, docker_client, tmp_path):
+    sandbox, docker_client, tmp_path
+):
     spec, state, live = sandbox
     sessions = live.backend.list_sessions()
     assert [(s.container_id, s.session_id, s.snapshot_id, s.status) for s in sessions] == [
-        (state.container_id, spec.session_id, spec.snapshot_id, "running")]
+        (state.container_id, spec.session_id, spec.snapshot_id, "running")
+    ]
     assert sessions[0].image == state.image_digest
     assert DockerBackend(tmp_path / "other-data").list_sessions() == []
     with pytest.raises(SandboxError):
         DockerBackend(tmp_path / "other-data").remove(state.container_id)
-    foreign = docker_client.containers.create(BUSYBOX_IMAGE, ["true"], labels={TEST_LABEL: TEST_LABEL_VALUE})
+    foreign = docker_client.containers.create(
+        BUSYBOX_IMAGE, ["true"], labels={TEST_LABEL: TEST_LABEL_VALUE}
+    )
     with pytest.raises(SandboxError, match="not a sandbox of this Cairn data folder"):
         live.backend.remove(foreign.id)
     assert live.backend.remove(state.container_id) is True
@@ -549,7 +586,9 @@ def test_busybox_image_runs_detached_work_too(backend, make_spec):
 # --- host folders -----------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="ownership hand-over happens only when Cairn runs as root")
+@pytest.mark.skipif(
+    os.geteuid() != 0, reason="ownership hand-over happens only when Cairn runs as root"
+)
 def test_root_hands_folders_to_the_sandbox_user_but_not_vault_objects(backend, make_spec, tmp_path):
     workspace = tmp_path / "workspace"
     objects = workspace / ".git" / "objects" / "ab"
@@ -595,15 +634,19 @@ def test_missing_image_is_image_missing_naming_it(backend, make_spec):
 def test_default_image_tag_matches_the_recipe_version():
     script = (REPO_ROOT / "resources/sandbox/build-image.sh").read_text()
     version = re.search(r"^RECIPE_VERSION=(\S+)$", script, re.M).group(1)
-    assert DEFAULT_IMAGE == f"cairn-sandbox:{version}"
+    assert f"cairn-sandbox:{version}" == DEFAULT_IMAGE
 
 
 def test_socket_permission_and_missing_docker_have_their_own_fixes(monkeypatch, tmp_path):
     backend = DockerBackend(tmp_path / "data", base_url="unix:///var/run/docker.sock")
     denied = backend._unavailable(ConnectionError(PermissionError(13, "Permission denied")))
-    assert str(denied) == ("permission denied on /var/run/docker.sock (add yourself to the docker group: "
-                           "sudo usermod -aG docker $USER, then log in again)")
+    assert str(denied) == (
+        "permission denied on /var/run/docker.sock (add yourself to the docker group: "
+        "sudo usermod -aG docker $USER, then log in again)"
+    )
     monkeypatch.setattr("core.sandbox.docker.os.path.exists", lambda path: False)
     monkeypatch.setattr("core.sandbox.docker.shutil.which", lambda name: None)
-    missing = backend._unavailable(ConnectionError(FileNotFoundError(2, "No such file or directory")))
+    missing = backend._unavailable(
+        ConnectionError(FileNotFoundError(2, "No such file or directory"))
+    )
     assert str(missing) == "Docker is not installed (install it: sudo apt-get install docker.io)"

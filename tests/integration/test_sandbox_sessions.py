@@ -9,8 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_runs_resume import (interrupt_by_removing_container, latest_run,
-                                                session, start_steps, step_of, wait_for)
+from tests.integration.test_runs_resume import (
+    interrupt_by_removing_container,
+    latest_run,
+    session,
+    start_steps,
+    step_of,
+    wait_for,
+)
 from tests.support import as_json, cairnctl, cairnctl_env, one_error_line
 
 pytestmark = pytest.mark.docker
@@ -23,7 +29,9 @@ def test_status_lists_sessions_and_snapshots_and_stop_stops_both(task, docker_cl
     st = as_json(cairnctl(data, "status", "--json"))
     (s,) = st["sessions"]
     assert s["state"] == "running" and s["image"].startswith("sha256:") and s["age_s"] >= 0
-    assert st["snapshots"] and all(x["restorable"] and x["size"] is not None for x in st["snapshots"])
+    assert st["snapshots"] and all(
+        x["restorable"] and x["size"] is not None for x in st["snapshots"]
+    )
 
     t0 = time.time()
     res = as_json(cairnctl(data, "stop", task_id, "--json"))
@@ -40,6 +48,7 @@ def test_status_lists_sessions_and_snapshots_and_stop_stops_both(task, docker_cl
 def test_a_running_sandbox_has_cpu_and_memory_figures(task, docker_client):
     from core.app import Cairn
     from core.errors import NotFound
+
     data, task_id, _ = task
     start_steps(data, task_id, "sleep 60")
     wait_for(lambda: step_of(data, latest_run(data, task_id)) == 0, what="the run to start")
@@ -60,11 +69,16 @@ def test_reconcile_settles_runs_and_lists_orphans_without_deleting(task, docker_
     data, task_id, _ = task
     finished = start_steps(data, task_id, "echo hi")
     run = latest_run(data, task_id)
-    wait_for(lambda: (data / "runs" / run.workspace_id / run.exec_id / "exit_code").exists(),
-             what="the run to end")
+    wait_for(
+        lambda: (data / "runs" / run.workspace_id / run.exec_id / "exit_code").exists(),
+        what="the run to end",
+    )
     orphan = docker_client.containers.run(
-        "cairn-test-busybox:1", ["sleep", "300"], detach=True,
-        labels={"cairn.managed": "1", "cairn.data_dir": str(data.resolve())})
+        "cairn-test-busybox:1",
+        ["sleep", "300"],
+        detach=True,
+        labels={"cairn.managed": "1", "cairn.data_dir": str(data.resolve())},
+    )
     try:
         report = as_json(cairnctl(data, "reconcile", "--json"))
         assert finished["run_id"] in report["finished"]
@@ -125,22 +139,35 @@ def test_allowlist_reaches_only_listed_endpoints(task, docker_client):
     try:
         a, b = allowed.server_address[1], other.server_address[1]
         cairnctl(data, "policy", task_id, "--network", "allowlist", "--allow", f"127.0.0.1:{a}")
-        fetch = ("import sys, urllib.request\n"
-                 "try:\n"
-                 "    print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())\n"
-                 "except Exception as e:\n"
-                 "    print('refused', type(e).__name__)\n")
+        fetch = (
+            "import sys, urllib.request\n"
+            "try:\n"
+            "    print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())\n"
+            "except Exception as e:\n"
+            "    print('refused', type(e).__name__)\n"
+        )
         (ws / "fetch.py").write_text(fetch)
-        res = as_json(cairnctl(
-            data, "run", task_id, "--json", "--step", f"python3 fetch.py http://127.0.0.1:{a}/ > a.txt",
-            "--step", f"python3 fetch.py http://127.0.0.1:{b}/ > b.txt",
-            "--step", f"env -u NO_PROXY -u no_proxy python3 fetch.py http://127.0.0.1:{b}/ > c.txt",
-            "--step", "grep -c : /proc/net/dev > ifaces.txt"))
+        res = as_json(
+            cairnctl(
+                data,
+                "run",
+                task_id,
+                "--json",
+                "--step",
+                f"python3 fetch.py http://127.0.0.1:{a}/ > a.txt",
+                "--step",
+                f"python3 fetch.py http://127.0.0.1:{b}/ > b.txt",
+                "--step",
+                f"env -u NO_PROXY -u no_proxy python3 fetch.py http://127.0.0.1:{b}/ > c.txt",
+                "--step",
+                "grep -c : /proc/net/dev > ifaces.txt",
+            )
+        )
         assert res["state"] == "succeeded", res
         assert (ws / "a.txt").read_text().strip() == f"hello from {a}"
-        assert (ws / "b.txt").read_text().startswith("refused")   # no forward, no network
-        assert (ws / "c.txt").read_text().startswith("refused")   # through the proxy: 403
-        assert (ws / "ifaces.txt").read_text().strip() == "1"     # loopback only
+        assert (ws / "b.txt").read_text().startswith("refused")  # no forward, no network
+        assert (ws / "c.txt").read_text().startswith("refused")  # through the proxy: 403
+        assert (ws / "ifaces.txt").read_text().strip() == "1"  # loopback only
         log = next((data / "egress").glob("*/egress.log")).read_text()
         assert f"127.0.0.1:{a}" in log and f"127.0.0.1:{b}" in log and "refused" in log
     finally:
@@ -154,14 +181,25 @@ def test_the_host_backend_is_used_only_when_chosen_and_says_it_is_unsafe(tmp_pat
     data = tmp_path / "data"
     made = as_json(cairnctl(data, "new", str(src), "--json"))
     env = cairnctl_env(CAIRN_BACKEND="host")
-    line = one_error_line(cairnctl(data, "run", made["task_id"], check=False, env=env,
-                                   *["--", "true"]))
+    line = one_error_line(
+        cairnctl(data, "run", made["task_id"], check=False, env=env, *["--", "true"])
+    )
     assert "network" in line  # the default policy (network none) cannot be honoured on the host
     cairnctl(data, "policy", made["task_id"], "--network", "open")
-    res = as_json(cairnctl(data, "run", made["task_id"], "--json", "--", "sh", "-c",
-                           "echo from-host > h.txt", env=env))
+    res = as_json(
+        cairnctl(
+            data,
+            "run",
+            made["task_id"],
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            "echo from-host > h.txt",
+            env=env,
+        )
+    )
     assert res["state"] == "succeeded"
     assert (Path(made["workspace_root"]) / "h.txt").read_text() == "from-host\n"
     st = as_json(cairnctl(data, "status", "--json", env=env))
     assert st["sessions"][0]["backend"] == "host" and st["sessions"][0]["unsafe"] is True
-

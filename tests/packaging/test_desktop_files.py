@@ -24,7 +24,9 @@ METAINFO = PACKAGING / f"{APP_ID}.metainfo.xml"
 def tool(name: str, package: str) -> str:
     path = shutil.which(name)
     if path is None:
-        pytest.skip(f"{name} is not installed (Debian package {package}; scripts/setup.sh installs it)")
+        pytest.skip(
+            f"{name} is not installed (Debian package {package}; scripts/setup.sh installs it)"
+        )
     return path
 
 
@@ -36,14 +38,22 @@ def desktop_entry() -> configparser.SectionProxy:
 
 
 def test_the_desktop_file_validates():
-    result = subprocess.run([tool("desktop-file-validate", "desktop-file-utils"), str(DESKTOP_FILE)],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [tool("desktop-file-validate", "desktop-file-utils"), str(DESKTOP_FILE)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0 and not result.stdout.strip(), result.stdout + result.stderr
 
 
 def test_the_metainfo_validates():
-    result = subprocess.run([tool("appstreamcli", "appstream"), "validate", "--no-net", str(METAINFO)],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [tool("appstreamcli", "appstream"), "validate", "--no-net", str(METAINFO)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "W:" not in result.stdout and "E:" not in result.stdout, result.stdout
 
@@ -70,7 +80,8 @@ def test_the_metainfo_describes_this_version_of_this_app():
     assert root.find("launchable[@type='desktop-id']").text == DESKTOP_FILE.name
     newest = root.find("releases/release")
     assert newest is not None and newest.get("version") == __version__, (
-        f"add a <release version=\"{__version__}\"> at the top of <releases> in {METAINFO.name}")
+        f'add a <release version="{__version__}"> at the top of <releases> in {METAINFO.name}'
+    )
     pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     assert root.findtext("project_license") == pyproject["project"]["license"]["text"]
     assert root.find("content_rating") is not None

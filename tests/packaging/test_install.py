@@ -53,7 +53,9 @@ def home(tmp_path) -> Path:
     (home / ".local" / "bin" / "other-tool").write_text("#!/bin/sh\n")
     applications = home / ".local" / "share" / "applications"
     applications.mkdir(parents=True)
-    (applications / "other.desktop").write_text("[Desktop Entry]\nType=Application\nName=Other\nExec=other\n")
+    (applications / "other.desktop").write_text(
+        "[Desktop Entry]\nType=Application\nName=Other\nExec=other\n"
+    )
     data = home / ".local" / "share" / "cairn"
     data.mkdir()
     (data / "cairn.db").write_bytes(b"user data")
@@ -77,7 +79,9 @@ def tree(root: Path) -> list[tuple[str, str, str]]:
 
 
 def install(bundle: Path, home: Path) -> subprocess.CompletedProcess:
-    return run(["bash", str(PACKAGING / "install.sh"), "--bundle", str(bundle), "--home", str(home)])
+    return run(
+        ["bash", str(PACKAGING / "install.sh"), "--bundle", str(bundle), "--home", str(home)]
+    )
 
 
 def uninstall(home: Path) -> subprocess.CompletedProcess:
@@ -91,15 +95,23 @@ def test_install_puts_the_app_where_desktops_look_and_uninstall_restores_the_hom
 
     share = home / ".local" / "share"
     app = share / APP_ID / "app"
-    assert (app / "cairn").is_file() and (app / "_internal" / "VERSION").read_text().strip() == FAKE_VERSION
+    assert (app / "cairn").is_file() and (
+        app / "_internal" / "VERSION"
+    ).read_text().strip() == FAKE_VERSION
     for name in ("cairn", "cairnctl"):
         link = home / ".local" / "bin" / name
         assert link.is_symlink() and Path(os.readlink(link)) == app / name
         assert run([str(link), "--version"]).stdout.strip() == f"{name} {FAKE_VERSION} --version"
 
     desktop = share / "applications" / f"{APP_ID}.desktop"
-    validate = run(["desktop-file-validate", str(desktop)]) if shutil.which("desktop-file-validate") else None
-    assert validate is None or (validate.returncode == 0 and not validate.stdout.strip()), validate.stdout
+    validate = (
+        run(["desktop-file-validate", str(desktop)])
+        if shutil.which("desktop-file-validate")
+        else None
+    )
+    assert validate is None or (validate.returncode == 0 and not validate.stdout.strip()), (
+        validate.stdout
+    )
     exec_line = next(line for line in desktop.read_text().splitlines() if line.startswith("Exec="))
     exec_args = shlex.split(exec_line.removeprefix("Exec="))  # the home's space makes it quoted
     assert exec_args == [str(app / "cairn"), "%F"]
@@ -110,8 +122,9 @@ def test_install_puts_the_app_where_desktops_look_and_uninstall_restores_the_hom
     for size in ICON_SIZES:
         png = icons / f"{size}x{size}" / "apps" / f"{APP_ID}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
-    assert (icons / "scalable" / "apps" / f"{APP_ID}.svg").read_bytes() == \
-        (REPO_ROOT / "resources" / "icons" / "cairn.svg").read_bytes()
+    assert (icons / "scalable" / "apps" / f"{APP_ID}.svg").read_bytes() == (
+        REPO_ROOT / "resources" / "icons" / "cairn.svg"
+    ).read_bytes()
     assert (share / "cairn" / "cairn.db").read_bytes() == b"user data"  # the data folder is apart
 
     # The copy installed beside the manifest works without the checkout.
@@ -142,7 +155,9 @@ def test_a_file_in_the_way_stops_the_install_before_it_changes_anything(bundle, 
 
 
 def test_a_failed_install_takes_back_what_it_had_added(bundle, home):
-    (home / ".local" / "share" / "metainfo").write_text("not a folder")  # met after bundle and links
+    (home / ".local" / "share" / "metainfo").write_text(
+        "not a folder"
+    )  # met after bundle and links
     before = tree(home)
     result = install(bundle, home)
     assert result.returncode != 0
@@ -150,7 +165,9 @@ def test_a_failed_install_takes_back_what_it_had_added(bundle, home):
     assert tree(home) == before
 
 
-def test_uninstall_keeps_folders_that_hold_other_files_and_says_when_nothing_is_installed(bundle, home):
+def test_uninstall_keeps_folders_that_hold_other_files_and_says_when_nothing_is_installed(
+    bundle, home
+):
     assert install(bundle, home).returncode == 0
     other_icon = home / ".local" / "share" / "icons" / "hicolor" / "48x48" / "apps" / "other.png"
     other_icon.write_bytes(b"png")

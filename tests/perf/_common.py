@@ -53,7 +53,7 @@ def small_file_tree(files: int, folders: int | None = None) -> Path:
 
     def build(base: Path) -> None:
         ws = base / "ws"
-        tops = max(1, round(folders ** 0.5))
+        tops = max(1, round(folders**0.5))
         leaves = []
         for t in range(tops):
             for s in range(folders // tops):
@@ -94,6 +94,7 @@ def random_file_tree(count: int, size: int) -> Path:
 def age_tree(root: Path, seconds: float = 3600.0) -> None:
     """Backdate files as if written an hour ago (an older tree, nothing 'racy' in it)."""
     import time
+
     past = time.time() - seconds
     for folder, _dirs, names in os.walk(root):
         for name in names:
@@ -116,8 +117,7 @@ def git_copy(tree: Path) -> Path:
 
 
 def git(repo: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", *args], cwd=repo, env=git_env(), check=True,
-                          capture_output=True)
+    return subprocess.run(["git", *args], cwd=repo, env=git_env(), check=True, capture_output=True)
 
 
 def disk_usage(path: Path) -> int:
@@ -151,8 +151,9 @@ def verdict(ok: bool) -> str:
 
 def print_table(title: str, rows: list[tuple[str, str, str, str]]) -> None:
     """Rows of (what, measured, target, verdict); empty target/verdict for context lines."""
-    widths = [max(len(r[i]) for r in rows + [("what", "measured", "target", "verdict")])
-              for i in range(4)]
+    widths = [
+        max(len(r[i]) for r in rows + [("what", "measured", "target", "verdict")]) for i in range(4)
+    ]
     line = "  ".join("-" * w for w in widths)
     print(f"\n{title}")
     print(line)

@@ -31,8 +31,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import (GIT_IDENTITY, disk_usage, full_run, git_copy, median,  # noqa: E402
-                     print_table, random_file_tree, small_file_tree, verdict, vm_hwm_mb)
+from _common import (
+    GIT_IDENTITY,
+    disk_usage,
+    full_run,
+    git_copy,
+    median,  # noqa: E402
+    print_table,
+    random_file_tree,
+    small_file_tree,
+    verdict,
+    vm_hwm_mb,
+)
 
 from core.vault import Vault  # noqa: E402
 from core.vault.objects import git_env  # noqa: E402
@@ -56,9 +66,15 @@ class _Watched:
         self.revisions: list[tuple[float, object]] = []
         self.problems: list[str] = []
         self._got = threading.Event()
-        self.recorder = Recorder(self.vault, WS, tree, on_revision=self._on_revision,
-                                 on_problem=self.problems.append, quiet_period=QUIET,
-                                 stat_cache=tree.parent / "stat-cache")
+        self.recorder = Recorder(
+            self.vault,
+            WS,
+            tree,
+            on_revision=self._on_revision,
+            on_problem=self.problems.append,
+            quiet_period=QUIET,
+            stat_cache=tree.parent / "stat-cache",
+        )
 
     def _on_revision(self, captured) -> None:
         self.revisions.append((time.perf_counter(), captured))
@@ -82,7 +98,9 @@ class _Watched:
             raise RuntimeError(f"no revision for the edit of {path}")
         when, captured = self.revisions[-1]
         if captured.files_changed != 1:
-            raise RuntimeError(f"expected one changed file, the revision says {captured.files_changed}")
+            raise RuntimeError(
+                f"expected one changed file, the revision says {captured.files_changed}"
+            )
         return when - t0, self.recorder.stats["last_capture_ms"]
 
     def stop(self) -> None:
@@ -114,13 +132,20 @@ def measure_captures(sizes: list[int], edits: int) -> dict[int, dict]:
         for n in sizes:
             watched[n] = _Watched(trees[n])
             start_s = watched[n].start()
-            out[n] = {"files": n, "folders": sum(1 for _ in _walk_dirs(trees[n])), "start_s": start_s,
-                      "start_from_cache": watched[n].recorder.stats["stat_cache_used"],
-                      "latencies": [], "costs": [], "targets": targets[n]}
+            out[n] = {
+                "files": n,
+                "folders": sum(1 for _ in _walk_dirs(trees[n])),
+                "start_s": start_s,
+                "start_from_cache": watched[n].recorder.stats["stat_cache_used"],
+                "latencies": [],
+                "costs": [],
+                "targets": targets[n],
+            }
         for i in range(edits + 1):
             for n in sizes:
-                latency, cost = watched[n].edit(trees[n] / targets[n][i],
-                                                f"edit {i} at {time.time_ns()}\n".encode())
+                latency, cost = watched[n].edit(
+                    trees[n] / targets[n][i], f"edit {i} at {time.time_ns()}\n".encode()
+                )
                 if i:  # the first edit warms caches
                     out[n]["latencies"].append(latency)
                     out[n]["costs"].append(cost)
@@ -165,16 +190,26 @@ def measure_growth(count: int, size: int) -> dict:
         after = disk_usage(objects)
     finally:
         watched.stop()
-    proc = subprocess.run(f"tar czf - -C {tree} . | wc -c", shell=True, check=True,
-                          capture_output=True)
-    return {"workspace_bytes": count * size, "changed_bytes": size, "growth_bytes": after - before,
-            "targz_bytes": int(proc.stdout.split()[0])}
+    proc = subprocess.run(
+        f"tar czf - -C {tree} . | wc -c", shell=True, check=True, capture_output=True
+    )
+    return {
+        "workspace_bytes": count * size,
+        "changed_bytes": size,
+        "growth_bytes": after - before,
+        "targz_bytes": int(proc.stdout.split()[0]),
+    }
 
 
 def measure_memory(files: int) -> dict:
     """Run the recorder on the cached tree in a fresh process; its VmHWM is the answer."""
-    proc = subprocess.run([sys.executable, __file__, "--child-memory", "--files", str(files)],
-                          check=True, capture_output=True, text=True, timeout=1800)
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child-memory", "--files", str(files)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -188,14 +223,26 @@ def _child_memory(files: int) -> None:
         latency, cost = watched.edit(tree / rel, f"memory probe {time.time_ns()}\n".encode())
     finally:
         watched.stop()
-    print(json.dumps({"hwm_mb": vm_hwm_mb(), "baseline_mb": baseline, "start_s": start_s,
-                      "capture_ms": cost, "latency_s": latency,
-                      "stat_cache_used": watched.recorder.stats["stat_cache_used"]}))
+    print(
+        json.dumps(
+            {
+                "hwm_mb": vm_hwm_mb(),
+                "baseline_mb": baseline,
+                "start_s": start_s,
+                "capture_ms": cost,
+                "latency_s": latency,
+                "stat_cache_used": watched.recorder.stats["stat_cache_used"],
+            }
+        )
+    )
 
 
 def run(files: int, small_files: int, big_count: int, big_size: int, edits: int) -> dict:
-    print(f"capture benchmark: {files:,} and {small_files:,} files, {big_count} x "
-          f"{big_size >> 20} MiB, {edits} edits (trees cached under /tmp)", flush=True)
+    print(
+        f"capture benchmark: {files:,} and {small_files:,} files, {big_count} x "
+        f"{big_size >> 20} MiB, {edits} edits (trees cached under /tmp)",
+        flush=True,
+    )
     captures = measure_captures([files, small_files], edits)
     large, small = captures[files], captures[small_files]
     large["git_ms"] = measure_git_commit(files, large["targets"])
@@ -211,30 +258,68 @@ def run(files: int, small_files: int, big_count: int, big_size: int, edits: int)
     rows = [
         (f"workspace: {files:,} files in {large['folders'] - 1:,} folders", "", "", ""),
         (f"recorder capture, one file edited (median of {edits})", f"{cap:.1f} ms", "", ""),
-        (f"git add -A && git commit -q, plain git copy (median of {edits})", f"{git_ms:.0f} ms",
-         "", ""),
-        ("  capture / git", f"{ratio:.3f}", f"<= {COST_RATIO_TARGET:.2f}",
-         verdict(ratio <= COST_RATIO_TARGET)),
+        (
+            f"git add -A && git commit -q, plain git copy (median of {edits})",
+            f"{git_ms:.0f} ms",
+            "",
+            "",
+        ),
+        (
+            "  capture / git",
+            f"{ratio:.3f}",
+            f"<= {COST_RATIO_TARGET:.2f}",
+            verdict(ratio <= COST_RATIO_TARGET),
+        ),
         (f"recorder capture at {small_files:,} files", f"{small['capture_ms']:.1f} ms", "", ""),
-        (f"  capture at {files:,} / at {small_files:,}", f"{scale:.2f}", f"<= {SCALE_TARGET}",
-         verdict(scale <= SCALE_TARGET)),
-        (f"end-to-end, write to revision (quiet period {QUIET * 1000:.0f} ms)", f"{lat:.0f} ms",
-         "", ""),
-        (f"recorder start on {files:,} files, valid stat cache (load, watch, catch-up scan)",
-         f"{memory['start_s']:.2f} s", "", ""),
-        (f"vault growth, one {big_size / mib:.0f} MiB file changed of "
-         f"{growth['workspace_bytes'] / mib:,.0f} MiB", f"{growth['growth_bytes'] / mib:.2f} MiB",
-         "", ""),
-        ("  growth / changed file size", f"{grow:.2f}", f"<= {GROWTH_TARGET:.1f}",
-         verdict(grow <= GROWTH_TARGET)),
+        (
+            f"  capture at {files:,} / at {small_files:,}",
+            f"{scale:.2f}",
+            f"<= {SCALE_TARGET}",
+            verdict(scale <= SCALE_TARGET),
+        ),
+        (
+            f"end-to-end, write to revision (quiet period {QUIET * 1000:.0f} ms)",
+            f"{lat:.0f} ms",
+            "",
+            "",
+        ),
+        (
+            f"recorder start on {files:,} files, valid stat cache (load, watch, catch-up scan)",
+            f"{memory['start_s']:.2f} s",
+            "",
+            "",
+        ),
+        (
+            f"vault growth, one {big_size / mib:.0f} MiB file changed of "
+            f"{growth['workspace_bytes'] / mib:,.0f} MiB",
+            f"{growth['growth_bytes'] / mib:.2f} MiB",
+            "",
+            "",
+        ),
+        (
+            "  growth / changed file size",
+            f"{grow:.2f}",
+            f"<= {GROWTH_TARGET:.1f}",
+            verdict(grow <= GROWTH_TARGET),
+        ),
         ("tar czf of the workspace", f"{growth['targz_bytes'] / mib:,.0f} MiB", "", ""),
-        (f"peak RSS, recorder on {files:,} files (start + one capture)", f"{rss:.0f} MB",
-         f"< {RSS_TARGET_MB:.0f} MB", verdict(rss < RSS_TARGET_MB)),
+        (
+            f"peak RSS, recorder on {files:,} files (start + one capture)",
+            f"{rss:.0f} MB",
+            f"< {RSS_TARGET_MB:.0f} MB",
+            verdict(rss < RSS_TARGET_MB),
+        ),
         ("  of which the interpreter and imports", f"{memory['baseline_mb']:.0f} MB", "", ""),
     ]
     if not large["start_from_cache"]:
-        rows.append(("  first start ever on this tree (everything hashed and written)",
-                     f"{large['start_s']:.1f} s", "", ""))
+        rows.append(
+            (
+                "  first start ever on this tree (everything hashed and written)",
+                f"{large['start_s']:.1f} s",
+                "",
+                "",
+            )
+        )
     print_table("Revision capture", rows)
     for problem in large["problems"] + small["problems"]:
         print(f"recorder problem: {problem}")

@@ -45,18 +45,23 @@ def make_diff(diff_lines: int, folder: Path):
     repo.mkdir()
 
     def git(*args: str) -> str:
-        return subprocess.run(["git", *GIT_IDENTITY, *args], cwd=repo, check=True,
-                              capture_output=True, text=True).stdout.strip()
+        return subprocess.run(
+            ["git", *GIT_IDENTITY, *args], cwd=repo, check=True, capture_output=True, text=True
+        ).stdout.strip()
 
     git("init", "-q")
-    body = "".join(f"    result_{i} = compute_value({i}, name='item {i}')  # step {i}\n"
-                   for i in range(changed))
+    body = "".join(
+        f"    result_{i} = compute_value({i}, name='item {i}')  # step {i}\n"
+        for i in range(changed)
+    )
     (repo / "module.py").write_text("def run():\n" + body)
     git("add", "-A")
     git("commit", "-q", "-m", "old")
     old = git("rev-parse", "HEAD")
-    body = "".join(f"    result_{i} = compute_value({i} + 1, name='item {i}')  # step {i}\n"
-                   for i in range(changed))
+    body = "".join(
+        f"    result_{i} = compute_value({i} + 1, name='item {i}')  # step {i}\n"
+        for i in range(changed)
+    )
     (repo / "module.py").write_text("def run():\n" + body)
     git("add", "-A")
     git("commit", "-q", "-m", "new")
@@ -102,9 +107,16 @@ def measure_viewer(diff, jobs: JobRunner) -> dict:
     viewer.close()
     viewer.deleteLater()
     QApplication.processEvents()
-    return {"first_paint": first_paint, "first_coloured": first_coloured,
-            "stall_first_ms": stall_first, "everything": everything, "stall_all_ms": stall_all,
-            "shown_at_first": shown_at_first, "total_rows": total_rows, "clicks": clicks}
+    return {
+        "first_paint": first_paint,
+        "first_coloured": first_coloured,
+        "stall_first_ms": stall_first,
+        "everything": everything,
+        "stall_all_ms": stall_all,
+        "shown_at_first": shown_at_first,
+        "total_rows": total_rows,
+        "clicks": clicks,
+    }
 
 
 def run(diff_lines: int = 20_000, runs: int = 5) -> dict:
@@ -114,7 +126,7 @@ def run(diff_lines: int = 20_000, runs: int = 5) -> dict:
     text = render_unified(diff)
     jobs = JobRunner()
     try:
-        measure_plain(text)          # warm-up: fonts, glyph caches, lexer tables
+        measure_plain(text)  # warm-up: fonts, glyph caches, lexer tables
         measure_viewer(diff, jobs)
         plain = [measure_plain(text) for _ in range(runs)]
         viewer = [measure_viewer(diff, jobs) for _ in range(runs)]
@@ -125,20 +137,44 @@ def run(diff_lines: int = 20_000, runs: int = 5) -> dict:
     ratio = first_ms / plain_ms
     sample = viewer[-1]
     rows = [
-        (f"diff: {diff.files[0].additions:,} added + {diff.files[0].deletions:,} removed lines",
-         f"{len(text.splitlines()):,} lines of text", "", ""),
+        (
+            f"diff: {diff.files[0].additions:,} added + {diff.files[0].deletions:,} removed lines",
+            f"{len(text.splitlines()):,} lines of text",
+            "",
+            "",
+        ),
         ("QPlainTextEdit.setPlainText + repaint (plain)", f"{plain_ms:.1f} ms", "", ""),
         ("DiffViewer.set_diff + repaint (first paint)", f"{first_ms:.1f} ms", "", ""),
-        ("ratio first paint / plain", f"{ratio:.2f}x", f"<= {RATIO_TARGET:.0f}x",
-         verdict(ratio <= RATIO_TARGET)),
-        (f"first chunk ({sample['shown_at_first']:,} rows) fully coloured",
-         f"{median([v['first_coloured'] for v in viewer]) * 1000:.0f} ms", "", ""),
-        ("  longest event-loop stall meanwhile",
-         f"{max(v['stall_first_ms'] for v in viewer):.0f} ms", "", ""),
-        (f"all {sample['total_rows']:,} rows shown and coloured ({sample['clicks']} x show more)",
-         f"{median([v['everything'] for v in viewer]) * 1000:.0f} ms", "", ""),
-        ("  longest event-loop stall meanwhile",
-         f"{max(v['stall_all_ms'] for v in viewer):.0f} ms", "", ""),
+        (
+            "ratio first paint / plain",
+            f"{ratio:.2f}x",
+            f"<= {RATIO_TARGET:.0f}x",
+            verdict(ratio <= RATIO_TARGET),
+        ),
+        (
+            f"first chunk ({sample['shown_at_first']:,} rows) fully coloured",
+            f"{median([v['first_coloured'] for v in viewer]) * 1000:.0f} ms",
+            "",
+            "",
+        ),
+        (
+            "  longest event-loop stall meanwhile",
+            f"{max(v['stall_first_ms'] for v in viewer):.0f} ms",
+            "",
+            "",
+        ),
+        (
+            f"all {sample['total_rows']:,} rows shown and coloured ({sample['clicks']} x show more)",
+            f"{median([v['everything'] for v in viewer]) * 1000:.0f} ms",
+            "",
+            "",
+        ),
+        (
+            "  longest event-loop stall meanwhile",
+            f"{max(v['stall_all_ms'] for v in viewer):.0f} ms",
+            "",
+            "",
+        ),
     ]
     print_table("Diff viewer: opening a large diff", rows)
     return {"plain_ms": plain_ms, "first_paint_ms": first_ms, "ratio": ratio, "runs": viewer}

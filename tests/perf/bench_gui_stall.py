@@ -42,12 +42,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pytest  # noqa: E402
 from _common import print_table, small_file_tree, verdict  # noqa: E402
+from PySide6.QtCore import QEventLoop  # noqa: E402
 
 from gui.collector import GuiThreadCollector  # noqa: E402
 from gui.context import AppContext  # noqa: E402
 from gui.main_window import MainWindow  # noqa: E402
-from PySide6.QtCore import QEventLoop  # noqa: E402
-
 from gui.qt import QApplication, QSettings, QTimer  # noqa: E402
 from gui.task_actions import START  # noqa: E402
 from tests.gui.support import StallMeter  # noqa: E402
@@ -63,6 +62,7 @@ LATE_MS = 50.0  # a tick this late is a stall worth sampling (--trace)
 
 
 # -- driving the event loop --------------------------------------------------------------------
+
 
 def run_until(condition, timeout_s: float, what: str) -> None:
     """Run the event loop (as the app idles in it) until `condition()` holds."""
@@ -122,19 +122,21 @@ class StackSampler:
                 if frame is None:
                     continue
                 text = "GUI thread:\n" + "".join(
-                    line for line in traceback.format_stack(frame)[-12:]
-                    if "site-packages" not in line)
+                    line
+                    for line in traceback.format_stack(frame)[-12:]
+                    if "site-packages" not in line
+                )
                 # In Qt's C++ code (no Python frame of its own), the GUI thread may be waiting
                 # for the GIL: say where the other threads are.
                 for ident, other in frames.items():
                     if ident not in (self._main, threading.get_ident()):
-                        name = next((t.name for t in threading.enumerate()
-                                     if t.ident == ident), str(ident))
-                        text += f"thread {name}:\n" + "".join(
-                            traceback.format_stack(other)[-3:])
+                        name = next(
+                            (t.name for t in threading.enumerate() if t.ident == ident), str(ident)
+                        )
+                        text += f"thread {name}:\n" + "".join(traceback.format_stack(other)[-3:])
                 self.samples[text] += 1
 
-    def __enter__(self) -> "StackSampler":
+    def __enter__(self) -> StackSampler:
         self._last = time.monotonic()
         self._timer.start()
         self._thread.start()
@@ -149,13 +151,17 @@ class StackSampler:
         if not self.samples:
             print(f"\n{title}: no tick was later than {self.late_ms:.0f} ms", flush=True)
             return
-        print(f"\n{title}: where the GUI thread was when a tick was late "
-              f"(> {self.late_ms:.0f} ms), most often first", flush=True)
+        print(
+            f"\n{title}: where the GUI thread was when a tick was late "
+            f"(> {self.late_ms:.0f} ms), most often first",
+            flush=True,
+        )
         for stack, count in self.samples.most_common(5):
             print(f"--- {count} time(s):\n{stack}", flush=True)
 
 
 # -- the window over a 100,000-file task --------------------------------------------------------
+
 
 @dataclass
 class Bench:
@@ -177,10 +183,12 @@ def open_bench(files: int = FILES, folders: int = FOLDERS, *, trace: bool = Fals
     tree = small_file_tree(files, folders)
     root = Path(tempfile.mkdtemp(prefix="cairn-bench-stall-"))
     from core.app import Cairn
+
     cairn = Cairn(root / "data", captures_in_child=True)  # as the app opens it
     started = time.perf_counter()
-    task = cairn.new_task(tree, title=f"{files:,} files", engine="shell",
-                          instructions=INSTRUCTIONS).task
+    task = cairn.new_task(
+        tree, title=f"{files:,} files", engine="shell", instructions=INSTRUCTIONS
+    ).task
     import_s = time.perf_counter() - started
     collector = GuiThreadCollector().start()  # as gui.main does, before any job thread exists
     settings = QSettings(str(root / "settings.ini"), QSettings.Format.IniFormat)
@@ -190,14 +198,25 @@ def open_bench(files: int = FILES, folders: int = FOLDERS, *, trace: bool = Fals
     window.show()
     bench = Bench(root, cairn, context, window, task.id, files, import_s, collector, trace)
     try:
-        run_until(lambda: window.lineage.select_task(task.id), SETTLE_TIMEOUT_S,
-                  "the task listed in the lineage")
+        run_until(
+            lambda: window.lineage.select_task(task.id),
+            SETTLE_TIMEOUT_S,
+            "the task listed in the lineage",
+        )
         window.tabs.setCurrentWidget(window.sessions_panel)
-        run_until(lambda: window.task_view.data is not None
-                  and window.task_view.data.details["task_id"] == task.id,
-                  SETTLE_TIMEOUT_S, "the task shown in the task view")
-        run_until(window.sessions_panel.snapshot_button.isEnabled, SETTLE_TIMEOUT_S,
-                  "Snapshot Now offered")
+        run_until(
+            lambda: (
+                window.task_view.data is not None
+                and window.task_view.data.details["task_id"] == task.id
+            ),
+            SETTLE_TIMEOUT_S,
+            "the task shown in the task view",
+        )
+        run_until(
+            window.sessions_panel.snapshot_button.isEnabled,
+            SETTLE_TIMEOUT_S,
+            "Snapshot Now offered",
+        )
         settle(bench)
     except BaseException:
         close_bench(bench)
@@ -220,6 +239,7 @@ def close_bench(bench: Bench) -> None:
     bench.cairn.close()
     if bench.docker_client is not None:
         from tests.support import release_data_dir
+
         release_data_dir(bench.root / "data", bench.docker_client)
     shutil.rmtree(bench.root, ignore_errors=True)
 
@@ -248,13 +268,18 @@ def _measured(bench: Bench, click, done, timeout_s: float, what: str) -> tuple[f
     return meter.longest_ms, elapsed, meter.ticks
 
 
-def _add_rows(bench: Bench, what: str, stall_ms: float, seconds: float,
-              ticks: int) -> tuple[float, float]:
+def _add_rows(
+    bench: Bench, what: str, stall_ms: float, seconds: float, ticks: int
+) -> tuple[float, float]:
     idle_ms = measure_idle(seconds)
     bench.rows += [
         (f"{what}: click to done", f"{seconds:.1f} s", "", ""),
-        (f"{what}: longest event-loop stall", f"{stall_ms:.0f} ms",
-         f"< {STALL_TARGET_MS:.0f} ms", verdict(stall_ms < STALL_TARGET_MS)),
+        (
+            f"{what}: longest event-loop stall",
+            f"{stall_ms:.0f} ms",
+            f"< {STALL_TARGET_MS:.0f} ms",
+            verdict(stall_ms < STALL_TARGET_MS),
+        ),
         (f"{what}: idle loop, same {seconds:.1f} s (baseline)", f"{idle_ms:.0f} ms", "", ""),
         (f"{what}: 5 ms ticks seen / expected", f"{ticks:,} / {int(seconds * 200):,}", "", ""),
     ]
@@ -276,8 +301,9 @@ def measure_snapshot(bench: Bench) -> tuple[float, float, float]:
         ids = {panel.snapshots.item(r, 0).text() for r in range(panel.snapshots.rowCount())}
         return bool(ids - listed)
 
-    stall, seconds, ticks = _measured(bench, button.click, appeared, SNAPSHOT_TIMEOUT_S,
-                                      "the snapshot listed")
+    stall, seconds, ticks = _measured(
+        bench, button.click, appeared, SNAPSHOT_TIMEOUT_S, "the snapshot listed"
+    )
     assert outcomes == [True], panel.message.text()
     _, idle = _add_rows(bench, f"Snapshot Now ({bench.files:,} files)", stall, seconds, ticks)
     settle(bench)
@@ -293,11 +319,11 @@ def measure_start(bench: Bench) -> tuple[float, float, float]:
 
     def ended() -> bool:
         run = view.data.run if view.data is not None else None
-        return run is not None and run.state in ("succeeded", "failed", "cancelled",
-                                                 "interrupted")
+        return run is not None and run.state in ("succeeded", "failed", "cancelled", "interrupted")
 
-    stall, seconds, ticks = _measured(bench, button.click, ended, START_TIMEOUT_S,
-                                      "the run shown as ended")
+    stall, seconds, ticks = _measured(
+        bench, button.click, ended, START_TIMEOUT_S, "the run shown as ended"
+    )
     run = view.data.run
     assert run.state == "succeeded", f"the run ended {run.state}: {getattr(run, 'note', '')}"
     _, idle = _add_rows(bench, "Start (sandbox + echo hi)", stall, seconds, ticks)
@@ -306,12 +332,19 @@ def measure_start(bench: Bench) -> tuple[float, float, float]:
 
 
 def print_results(bench: Bench) -> None:
-    head = [(f"import of {bench.files:,} files as a task (facade, not measured)",
-             f"{bench.import_s:.1f} s", "", "")]
+    head = [
+        (
+            f"import of {bench.files:,} files as a task (facade, not measured)",
+            f"{bench.import_s:.1f} s",
+            "",
+            "",
+        )
+    ]
     print_table("GUI responsiveness: longest event-loop stall (5 ms timer)", head + bench.rows)
 
 
 # -- pytest ---------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def bench(qapp):
@@ -337,14 +370,16 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=FILES)
     parser.add_argument("--folders", type=int, default=FOLDERS)
     parser.add_argument("--no-sandbox", action="store_true", help="measure the snapshot only")
-    parser.add_argument("--trace", action="store_true",
-                        help="print the GUI thread's stack when a tick is late")
+    parser.add_argument(
+        "--trace", action="store_true", help="print the GUI thread's stack when a tick is late"
+    )
     args = parser.parse_args()
     bench = open_bench(args.files, args.folders, trace=args.trace)
     try:
         measure_snapshot(bench)
         if not args.no_sandbox:
             import docker
+
             bench.docker_client = docker.from_env()
             measure_start(bench)
         print_results(bench)

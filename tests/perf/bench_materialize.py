@@ -91,8 +91,11 @@ def run(files: int, runs: int = 3, out_dir: Path | None = None) -> float:
             for which in ("cp", "materialize") if i % 2 == 0 else ("materialize", "cp"):
                 out = outs / f"{which}-{i}"
                 timings[which].append(_timed(lambda: actions[which](out)))
-            print(f"  run {i + 1}: cp -a {timings['cp'][-1][0]:.2f} s, "
-                  f"materialize {timings['materialize'][-1][0]:.2f} s", flush=True)
+            print(
+                f"  run {i + 1}: cp -a {timings['cp'][-1][0]:.2f} s, "
+                f"materialize {timings['materialize'][-1][0]:.2f} s",
+                flush=True,
+            )
     finally:
         vault.close()
         shutil.rmtree(outs, ignore_errors=True)
@@ -102,13 +105,20 @@ def run(files: int, runs: int = 3, out_dir: Path | None = None) -> float:
     mat_cpu = median([t[1] for t in timings["materialize"]])
     ratio = mat_wall / cp_wall
     folders = sum(1 for _ in os.walk(tree)) - 1
-    print_table(f"materialize: {files} files in {folders} folders into {outs}, "
-                f"median of {runs}", [
-        ("cp -a (wall / cpu)", f"{cp_wall:.2f} s / {cp_cpu:.2f} s", "", ""),
-        ("materialize (wall / cpu)", f"{mat_wall:.2f} s / {mat_cpu:.2f} s", "", ""),
-        ("materialize / cp -a, wall", f"{ratio:.2f}x", f"<= {TARGET}x", verdict(ratio <= TARGET)),
-        ("materialize / cp -a, cpu", f"{mat_cpu / cp_cpu:.2f}x", "", ""),
-    ])
+    print_table(
+        f"materialize: {files} files in {folders} folders into {outs}, median of {runs}",
+        [
+            ("cp -a (wall / cpu)", f"{cp_wall:.2f} s / {cp_cpu:.2f} s", "", ""),
+            ("materialize (wall / cpu)", f"{mat_wall:.2f} s / {mat_cpu:.2f} s", "", ""),
+            (
+                "materialize / cp -a, wall",
+                f"{ratio:.2f}x",
+                f"<= {TARGET}x",
+                verdict(ratio <= TARGET),
+            ),
+            ("materialize / cp -a, cpu", f"{mat_cpu / cp_cpu:.2f}x", "", ""),
+        ],
+    )
     return ratio
 
 
@@ -121,8 +131,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=FULL_FILES)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--out-dir", type=Path, default=None,
-                        help="where both copies are written (default: beside the tree)")
+    parser.add_argument(
+        "--out-dir",
+        type=Path,
+        default=None,
+        help="where both copies are written (default: beside the tree)",
+    )
     args = parser.parse_args()
     ratio = run(args.files, args.runs, args.out_dir)
     sys.exit(0 if ratio <= TARGET else 1)

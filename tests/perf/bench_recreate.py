@@ -60,9 +60,12 @@ def run(files: int = 10_000, runs: int = 5) -> dict[str, float]:
                 dst = tmp_path / f"copy{i}"
                 started = time.perf_counter()
                 subprocess.run(["cp", "-a", str(tree), str(dst)], check=True)
-                cid = subprocess.run(["docker", "run", "-d", "--label", LABEL, DEFAULT_IMAGE,
-                                      "sleep", "infinity"], check=True, capture_output=True,
-                                     text=True).stdout.strip()
+                cid = subprocess.run(
+                    ["docker", "run", "-d", "--label", LABEL, DEFAULT_IMAGE, "sleep", "infinity"],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                ).stdout.strip()
                 base.append(time.perf_counter() - started)
                 subprocess.run(["docker", "rm", "-f", cid], capture_output=True)
                 shutil.rmtree(dst)
@@ -71,11 +74,14 @@ def run(files: int = 10_000, runs: int = 5) -> dict[str, float]:
                 app.sandboxes.backend.remove(c.container_id)
             app.close()
     ratio = median(ours) / median(base)
-    print_table(f"recreate from snapshot, {files:,} files (medians of {runs})", [
-        ("materialize snapshot + create sandbox", f"{median(ours) * 1000:.0f} ms", "", ""),
-        ("cp -a + docker run -d", f"{median(base) * 1000:.0f} ms", "", ""),
-        ("  ratio", f"{ratio:.2f}", f"<= {TARGET}", verdict(ratio <= TARGET)),
-    ])
+    print_table(
+        f"recreate from snapshot, {files:,} files (medians of {runs})",
+        [
+            ("materialize snapshot + create sandbox", f"{median(ours) * 1000:.0f} ms", "", ""),
+            ("cp -a + docker run -d", f"{median(base) * 1000:.0f} ms", "", ""),
+            ("  ratio", f"{ratio:.2f}", f"<= {TARGET}", verdict(ratio <= TARGET)),
+        ],
+    )
     return {"ours": median(ours), "baseline": median(base), "ratio": ratio}
 
 

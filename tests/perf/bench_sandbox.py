@@ -53,7 +53,9 @@ def _spec(root: Path, image: str) -> SandboxSpec:
 
 
 def _docker(*args: str) -> str:
-    return subprocess.run(["docker", *args], check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["docker", *args], check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def _cleanup() -> None:
@@ -89,8 +91,11 @@ def bench_reattach(root: Path, image: str, runs: int) -> tuple[float, float, flo
             attach_exec_times.append(_timed(reattach_and_exec))
             fresh.close()
             bare_times.append(_timed(lambda: _docker("exec", state.container_id, "true")))
-        return (statistics.median(attach_times[1:]), statistics.median(attach_exec_times[1:]),
-                statistics.median(bare_times[1:]))
+        return (
+            statistics.median(attach_times[1:]),
+            statistics.median(attach_exec_times[1:]),
+            statistics.median(bare_times[1:]),
+        )
     finally:
         live.destroy()
         backend.close()
@@ -109,8 +114,21 @@ def bench_create(root: Path, image: str, runs: int) -> tuple[float, float]:
             ours.append(_timed(lambda spec=spec, made=made: made.append(backend.create(spec))))
             made[0][1].destroy()
             name = f"cairn-bench-bare-{uuid.uuid4().hex[:8]}"
-            bare.append(_timed(lambda name=name: _docker(
-                "run", "-d", "--name", name, "--label", BENCH_LABEL, image_id, "sleep", "infinity")))
+            bare.append(
+                _timed(
+                    lambda name=name: _docker(
+                        "run",
+                        "-d",
+                        "--name",
+                        name,
+                        "--label",
+                        BENCH_LABEL,
+                        image_id,
+                        "sleep",
+                        "infinity",
+                    )
+                )
+            )
             _docker("rm", "-f", name)
         return statistics.median(ours[1:]), statistics.median(bare[1:])
     finally:
@@ -144,12 +162,17 @@ def run(runs: int = 10, image: str = DEFAULT_IMAGE) -> dict[str, float]:
     print(f"  reattach + one exec                {attach_exec * 1000:7.1f} ms", flush=True)
     print(f"  docker exec <c> true               {bare_exec * 1000:7.1f} ms", flush=True)
     ratio = figures["reattach_ratio"]
-    print(f"  reattach ratio        {ratio:.2f}x ({verdict(ratio, REATTACH_TARGET)});"
-          f" with an exec {figures['reattach_and_exec_ratio']:.2f}x", flush=True)
+    print(
+        f"  reattach ratio        {ratio:.2f}x ({verdict(ratio, REATTACH_TARGET)});"
+        f" with an exec {figures['reattach_and_exec_ratio']:.2f}x",
+        flush=True,
+    )
     print(f"  create to ready                    {create * 1000:7.1f} ms", flush=True)
     print(f"  docker run -d                      {bare_run * 1000:7.1f} ms", flush=True)
-    print(f"  create ratio          {figures['create_ratio']:.2f}x ({verdict(figures['create_ratio'], CREATE_TARGET)})",
-          flush=True)
+    print(
+        f"  create ratio          {figures['create_ratio']:.2f}x ({verdict(figures['create_ratio'], CREATE_TARGET)})",
+        flush=True,
+    )
     return figures
 
 

@@ -13,6 +13,10 @@ share_the_interpreter_with_the_gui()
 def pytest_collect_file(file_path, parent):
     # A file named on the command line is collected by pytest itself; only add the ones found by
     # walking the folder, or it would run twice.
-    if file_path.suffix == ".py" and file_path.name.startswith("bench_") and not parent.session.isinitpath(file_path):
+    if (
+        file_path.suffix == ".py"
+        and file_path.name.startswith("bench_")
+        and not parent.session.isinitpath(file_path)
+    ):
         return pytest.Module.from_parent(parent, path=file_path)
     return None

@@ -18,7 +18,8 @@ from core.app import Cairn
 from core.approvals import Judge
 from core.errors import Conflict
 from core.ids import new_id
-from core.models import Run, RunState as R
+from core.models import Run
+from core.models import RunState as R
 
 GATE = Path(approvals.__file__).resolve().parents[1] / "resources" / "sandbox" / "approval-gate.py"
 
@@ -27,13 +28,15 @@ class HostPaths:
     """Stands in for a live session whose processes see sandbox paths as host folders."""
 
     def __init__(self, data: Path, workspace_id: str):
-        self.map = {"/cairn/runs": data / "runs" / workspace_id,
-                    "/cairn/decisions": data / "approvals" / workspace_id}
+        self.map = {
+            "/cairn/runs": data / "runs" / workspace_id,
+            "/cairn/decisions": data / "approvals" / workspace_id,
+        }
 
     def visible_path(self, path: str) -> str:
         for target, source in self.map.items():
             if path == target or path.startswith(target + "/"):
-                return str(source) + path[len(target):]
+                return str(source) + path[len(target) :]
         return path
 
 
@@ -58,8 +61,17 @@ def app(tmp_path):
 def start_run(app: Cairn) -> Run:
     """A run in flight as `_launch` leaves it (no sandbox needed to judge its mailbox)."""
     task = app.tasks()[0]
-    run = Run(new_id("run"), task.id, R.RUNNING.value, 0, "shell", {"commands": []},
-              workspace_id=task.workspace_id, attempt=1, created_at=time.time())
+    run = Run(
+        new_id("run"),
+        task.id,
+        R.RUNNING.value,
+        0,
+        "shell",
+        {"commands": []},
+        workspace_id=task.workspace_id,
+        attempt=1,
+        created_at=time.time(),
+    )
     app.store.add_run(run)
     return run
 
@@ -69,15 +81,22 @@ def gate_env(app: Cairn, run: Run, **extra: str) -> dict[str, str]:
     return {**os.environ, **approvals.gate_environment(run, live), **extra}
 
 
-def gate(app: Cairn, run: Run, *args: str, stdin: str | None = None,
-         **env: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(GATE), *args], env=gate_env(app, run, **env),
-                            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def gate(
+    app: Cairn, run: Run, *args: str, stdin: str | None = None, **env: str
+) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, str(GATE), *args],
+        env=gate_env(app, run, **env),
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
-def finish(proc: subprocess.Popen, judge: Judge, *, stdin: str | None = None,
-           timeout: float = 20.0) -> tuple[int, str, str]:
+def finish(
+    proc: subprocess.Popen, judge: Judge, *, stdin: str | None = None, timeout: float = 20.0
+) -> tuple[int, str, str]:
     """Judge until the gate has its answer."""
     if stdin is not None:
         assert proc.stdin is not None
@@ -91,8 +110,9 @@ def finish(proc: subprocess.Popen, judge: Judge, *, stdin: str | None = None,
     return proc.returncode, proc.stdout.read(), proc.stderr.read()  # type: ignore[union-attr]
 
 
-def wait_for_row(app: Cairn, judge: Judge, state: str = approvals.PENDING,
-                 timeout: float = 20.0) -> approvals.Approval:
+def wait_for_row(
+    app: Cairn, judge: Judge, state: str = approvals.PENDING, timeout: float = 20.0
+) -> approvals.Approval:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         judge.poll()
@@ -128,8 +148,12 @@ def test_a_command_the_rules_pass_is_allowed_at_once_and_recorded_as_automatic(a
     code, _, err = finish(gate(app, run, "--shell", "echo safe > a.txt"), judge)
     assert code == 0, err
     (row,) = judge.list(pending_only=False)
-    assert (row.state, row.decided_by, row.auto, row.command) == \
-        (approvals.AUTO_ALLOWED, approvals.BY_RULES, True, "echo safe > a.txt")
+    assert (row.state, row.decided_by, row.auto, row.command) == (
+        approvals.AUTO_ALLOWED,
+        approvals.BY_RULES,
+        True,
+        "echo safe > a.txt",
+    )
     assert decision_of(app, run, row.id)["decision"] == "allow"
     assert app.store.get_run(run.id).state == R.RUNNING.value
     assert judge.list() == []
@@ -142,8 +166,11 @@ def test_a_risky_command_waits_for_a_person_with_a_checkpoint_then_runs_once_app
     checkpoints_before = len(app.store.list_checkpoints(run.id))
     proc = gate(app, run, "--shell", "git push --force origin main")
     pending = wait_for_row(app, judge)
-    assert (pending.rule, pending.run_id, pending.task_id) == \
-        ("git-force-push", run.id, run.task_id)
+    assert (pending.rule, pending.run_id, pending.task_id) == (
+        "git-force-push",
+        run.id,
+        run.task_id,
+    )
     assert "force-push" in (pending.reason or "")
     assert pending.timeout_at == pytest.approx(pending.created_at + judge.timeout)
     assert app.store.get_run(run.id).state == R.WAITING_APPROVAL.value
@@ -157,8 +184,10 @@ def test_a_risky_command_waits_for_a_person_with_a_checkpoint_then_runs_once_app
     code, _, err = finish(proc, judge)
     assert code == 0, err
     assert (decided.state, decided.decided_by) == (approvals.APPROVED, approvals.os_user())
-    assert decided.decided_at and decided.policy_version == app.policy_of(
-        app.workspace_of(app.task(run.task_id))).version
+    assert (
+        decided.decided_at
+        and decided.policy_version == app.policy_of(app.workspace_of(app.task(run.task_id))).version
+    )
     assert decision_of(app, run, pending.id)["decision"] == "allow"
     assert app.store.get_run(run.id).state == R.RUNNING.value
     assert events_of(app, "approval.decided")[-1]["payload"]["approval_state"] == "approved"
@@ -314,16 +343,30 @@ def test_an_unusable_request_is_refused_and_the_sandbox_cannot_point_the_judge_e
 def test_claude_and_codex_hooks_get_answers_in_their_own_format(app):
     run = start_run(app)
     judge = Judge(app)
-    bash = json.dumps({"tool_name": "Bash", "tool_input": {"command": "echo hi"},
-                       "session_id": "s", "cwd": "/workspace"})
+    bash = json.dumps(
+        {
+            "tool_name": "Bash",
+            "tool_input": {"command": "echo hi"},
+            "session_id": "s",
+            "cwd": "/workspace",
+        }
+    )
     code, out, _ = finish(gate(app, run, "--claude-hook", stdin=""), judge, stdin=bash)
     answer = json.loads(out)["hookSpecificOutput"]
     assert code == 0 and answer["hookEventName"] == "PreToolUse"
     assert answer["permissionDecision"] == "allow"
 
-    write = json.dumps({"tool_name": "Write", "session_id": "s", "cwd": "/workspace",
-                        "tool_input": {"file_path": "/workspace/.git/hooks/pre-commit",
-                                       "content": "#!/bin/sh\n"}})
+    write = json.dumps(
+        {
+            "tool_name": "Write",
+            "session_id": "s",
+            "cwd": "/workspace",
+            "tool_input": {
+                "file_path": "/workspace/.git/hooks/pre-commit",
+                "content": "#!/bin/sh\n",
+            },
+        }
+    )
     proc = gate(app, run, "--claude-hook", stdin="")
     assert proc.stdin is not None
     proc.stdin.write(write)
@@ -337,8 +380,14 @@ def test_claude_and_codex_hooks_get_answers_in_their_own_format(app):
     assert code == 0 and answer["permissionDecision"] == "deny"
     assert "denied" in answer["permissionDecisionReason"]
 
-    codex = json.dumps({"tool_name": "Bash", "tool_input": {"command": ["bash", "-lc", "ls"]},
-                        "session_id": "s", "cwd": "/workspace"})
+    codex = json.dumps(
+        {
+            "tool_name": "Bash",
+            "tool_input": {"command": ["bash", "-lc", "ls"]},
+            "session_id": "s",
+            "cwd": "/workspace",
+        }
+    )
     code, out, _ = finish(gate(app, run, "--codex-hook", stdin=""), judge, stdin=codex)
     assert code == 0 and out.strip() == ""  # allowed: Codex takes silence as go-ahead
     assert judge.list(pending_only=False)[-1].command == "ls"
@@ -389,6 +438,7 @@ class NoPython:
 
     def exec(self, argv, **kwargs):
         from core.sandbox.base import ExecResult
+
         return ExecResult(127, "", "sh: python3: not found")
 
 

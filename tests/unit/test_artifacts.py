@@ -12,13 +12,20 @@ from pathlib import Path
 
 import pytest
 
+from core import settings as cfg
 from core.app import Cairn
-from core.artifacts import (ArtifactStore, CorruptArtifact, ScanUnavailable, SecretFound,
-                            SecretScanner, list_tree, write_tar)
+from core.artifacts import (
+    ArtifactStore,
+    CorruptArtifact,
+    ScanUnavailable,
+    SecretFound,
+    SecretScanner,
+    list_tree,
+    write_tar,
+)
 from core.credentials import KeyringUnavailable, SecretMissing
 from core.errors import CairnError, InputError, NotFound
 from core.policy import Policy
-from core import settings as cfg
 
 SECRET = "s3cr3t-Value-for-the-scan-0123456789"
 # Token-shaped strings put together at run time, so this file holds none of them whole.
@@ -78,24 +85,38 @@ def setup(tmp_path, fake):
 
 # -- the scanner ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text,kind", [
-    (f"token = '{GITHUB}'\n", "GitHub token"),
-    (f"aws_access_key_id={AWS}\n", "AWS access key id"),
-    (f"OPENAI_API_KEY={OPENAI}\n", "OpenAI-style API key"),
-    (PRIVATE_KEY, "private key"),
-    ("-----BEGIN RSA " + "PRIVATE KEY-----\n", "private key"),
-    ("key: " + "sk-ant-" + "api03-" + "Zq8Xr2Lm4Kp9Tn7Wv1Bc6Hd3Mg5Ps0Ya\n", "Anthropic API key"),
-    ("xoxb-" + "123456789012-abcdefGHIJKL\n", "Slack token"),
-])
+
+@pytest.mark.parametrize(
+    "text,kind",
+    [
+        (f"token = '{GITHUB}'\n", "GitHub token"),
+        (f"aws_access_key_id={AWS}\n", "AWS access key id"),
+        (f"OPENAI_API_KEY={OPENAI}\n", "OpenAI-style API key"),
+        (PRIVATE_KEY, "private key"),
+        ("-----BEGIN RSA " + "PRIVATE KEY-----\n", "private key"),
+        (
+            "key: " + "sk-ant-" + "api03-" + "Zq8Xr2Lm4Kp9Tn7Wv1Bc6Hd3Mg5Ps0Ya\n",
+            "Anthropic API key",
+        ),
+        ("xoxb-" + "123456789012-abcdefGHIJKL\n", "Slack token"),
+    ],
+)
 def test_token_shapes_are_found_and_named_by_kind(text, kind):
     hits = SecretScanner().scan("conf/x.env", ("line one\n" + text).encode())
     assert [(h.path, h.kind, h.line) for h in hits] == [("conf/x.env", kind, 2)]
 
 
-@pytest.mark.parametrize("text", [
-    "import sklearn  # sk-learn\n", "ghp_test\n", "AKIA\n", "the sk-ant is small\n",
-    "-----BEGIN PUBLIC KEY-----\n", "sk-this-is-a-very-long-css-class-name-without-digits\n",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "import sklearn  # sk-learn\n",
+        "ghp_test\n",
+        "AKIA\n",
+        "the sk-ant is small\n",
+        "-----BEGIN PUBLIC KEY-----\n",
+        "sk-this-is-a-very-long-css-class-name-without-digits\n",
+    ],
+)
 def test_ordinary_text_is_not_a_token(text):
     assert SecretScanner().scan("a.txt", text.encode()) == []
 
@@ -103,8 +124,7 @@ def test_ordinary_text_is_not_a_token(text):
 def test_a_granted_value_is_found_as_is_and_encoded_and_never_shown():
     scanner = SecretScanner({"api": SECRET, "pin": "12"})
     assert scanner.too_short == ["pin"] and scanner.secret_names == ["api"]
-    for data in (SECRET.encode(), base64.b64encode(SECRET.encode()),
-                 f"url?key={SECRET}".encode()):
+    for data in (SECRET.encode(), base64.b64encode(SECRET.encode()), f"url?key={SECRET}".encode()):
         (hit,) = scanner.scan("f", b"x\n" + data)
         assert hit.kind == "the granted secret 'api'" and hit.line == 2
     error = SecretFound("Promoting", scanner.scan("out/log.txt", SECRET.encode()))
@@ -117,6 +137,7 @@ def test_a_secret_in_a_file_name_is_found():
 
 
 # -- the artifact store ---------------------------------------------------------------------------
+
 
 def test_store_round_trip_dedup_and_tamper(tmp_path):
     store = ArtifactStore(tmp_path / "artifacts")
@@ -142,11 +163,13 @@ def test_store_round_trip_dedup_and_tamper(tmp_path):
 
 # -- promotion through the facade -----------------------------------------------------------------
 
+
 def test_artifact_of_a_file_round_trip_with_provenance_and_evidence(setup):
     app, task_id, root = setup
     rev = edit(app, task_id, root, "src/app.py", "print('better')\n")
-    art = app.promote_artifact(task_id, path="./src/app.py", evidence=b"3 passed\n",
-                               evidence_name="pytest.txt")
+    art = app.promote_artifact(
+        task_id, path="./src/app.py", evidence=b"3 passed\n", evidence_name="pytest.txt"
+    )
     assert art.kind == "file" and art.path == "src/app.py" and art.revision_id == rev
     assert art.sha256 == hashlib.sha256(b"print('better')\n").hexdigest()
     assert app.read_artifact(art.id) == b"print('better')\n"
@@ -156,6 +179,7 @@ def test_artifact_of_a_file_round_trip_with_provenance_and_evidence(setup):
     assert p["evidence"]["sha256"] == hashlib.sha256(b"3 passed\n").hexdigest()
     assert p["scan"]["secrets_checked"] == [] and p["scan"]["files_scanned"] == 1
     from core.artifacts import read_evidence
+
     assert read_evidence(app, art.id) == b"3 passed\n"
     assert [a.id for a in app.artifacts()] == [art.id]
     assert [a.id for a in app.artifacts(task_id)] == [art.id]
@@ -190,9 +214,11 @@ def test_a_granted_secret_in_a_file_refuses_and_names_the_file(setup, fake):
     app, task_id, root = setup
     app.credentials.grant(task_id, "api", "API_KEY")
     edit(app, task_id, root, "notes/debug.txt", f"the key was {SECRET}\n")
-    for promote in (lambda: app.promote_artifact(task_id),
-                    lambda: app.promote_artifact(task_id, path="notes/debug.txt"),
-                    lambda: app.export_patch(task_id)):
+    for promote in (
+        lambda: app.promote_artifact(task_id),
+        lambda: app.promote_artifact(task_id, path="notes/debug.txt"),
+        lambda: app.export_patch(task_id),
+    ):
         with pytest.raises(SecretFound) as info:
             promote()
         message = str(info.value)
@@ -216,15 +242,16 @@ def test_token_shapes_refuse_a_promotion(setup):
     edit(app, task_id, root, "config/settings.py", f"GITHUB = '{GITHUB}'\nAWS = '{AWS}'\n")
     with pytest.raises(SecretFound) as info:
         app.promote_artifact(task_id, path="config/settings.py")
-    assert "GitHub token, line 1" in str(info.value) and "AWS access key id, line 2" in str(info.value)
+    assert "GitHub token, line 1" in str(info.value) and "AWS access key id, line 2" in str(
+        info.value
+    )
     assert GITHUB not in str(info.value) and AWS not in str(info.value)
 
 
 def test_evidence_is_scanned_too(setup):
     app, task_id, root = setup
     with pytest.raises(SecretFound, match="the evidence out.txt"):
-        app.promote_artifact(task_id, evidence=f"env: {OPENAI}\n".encode(),
-                             evidence_name="out.txt")
+        app.promote_artifact(task_id, evidence=f"env: {OPENAI}\n".encode(), evidence_name="out.txt")
 
 
 def test_no_keyring_refuses_when_the_lineage_has_grants(tmp_path):
@@ -274,7 +301,9 @@ def test_a_workspace_started_from_a_later_revision_finds_the_import(setup):
     """A fork or a restored workspace has a revision as its base; patches and scans still start
     from the folder as it was imported."""
     from dataclasses import replace
+
     from core.artifacts import head_at_import, import_base
+
     app, task_id, root = setup
     ws = app.workspace_of(app.task(task_id))
     later = edit(app, task_id, root, "a.txt", "1\n")
@@ -299,6 +328,7 @@ def test_tampering_is_a_clear_error_on_read(setup):
 
 # -- settings -------------------------------------------------------------------------------------
 
+
 def test_settings_round_trip_keeps_other_entries(tmp_path):
     path = tmp_path / "settings.json"
     path.write_text(json.dumps({"approvals": {"timeout": 60}, "engines": {"shell": {"x": 1}}}))
@@ -306,8 +336,10 @@ def test_settings_round_trip_keeps_other_entries(tmp_path):
     cfg.set_setting(path, "engines.claude-code.base_url", "https://api.example.com/v1")
     cfg.set_setting(path, "engines.codex.api_key_secret", "openai")
     assert cfg.get_setting(path, "engines.codex.model") == "gpt-5-codex"
-    assert cfg.get_setting(path, "engines.codex") == {"model": "gpt-5-codex",
-                                                      "api_key_secret": "openai"}
+    assert cfg.get_setting(path, "engines.codex") == {
+        "model": "gpt-5-codex",
+        "api_key_secret": "openai",
+    }
     assert cfg.get_setting(path, "engines.shell.model") is None
     data = json.loads(path.read_text())
     assert data["approvals"] == {"timeout": 60} and data["engines"]["shell"] == {"x": 1}
@@ -316,18 +348,21 @@ def test_settings_round_trip_keeps_other_entries(tmp_path):
     assert not list(tmp_path.glob(".settings.json.*.tmp"))
 
 
-@pytest.mark.parametrize("key,value,message", [
-    ("engines.nope.model", "x", "unknown engine 'nope'"),
-    ("engines.codex.colour", "x", "unknown engine setting 'colour'"),
-    ("engine.codex.model", "x", "not a settings key"),
-    ("engines.codex", "x", "not a settings key"),
-    ("engines.codex.binary", "codex", "absolute path"),
-    ("engines.codex.base_url", "ftp://x", "http:// or https://"),
-    ("engines.codex.base_url", "https://user:pw@api.example.com", "user name or password"),
-    ("engines.codex.api_key_secret", "not a name!", "not a valid secret name"),
-    ("engines.codex.model", "two\nlines", "one line"),
-    ("engines.codex.model", "  ", "needs a value"),
-])
+@pytest.mark.parametrize(
+    "key,value,message",
+    [
+        ("engines.nope.model", "x", "unknown engine 'nope'"),
+        ("engines.codex.colour", "x", "unknown engine setting 'colour'"),
+        ("engine.codex.model", "x", "not a settings key"),
+        ("engines.codex", "x", "not a settings key"),
+        ("engines.codex.binary", "codex", "absolute path"),
+        ("engines.codex.base_url", "ftp://x", "http:// or https://"),
+        ("engines.codex.base_url", "https://user:pw@api.example.com", "user name or password"),
+        ("engines.codex.api_key_secret", "not a name!", "not a valid secret name"),
+        ("engines.codex.model", "two\nlines", "one line"),
+        ("engines.codex.model", "  ", "needs a value"),
+    ],
+)
 def test_settings_validation_is_one_line(tmp_path, key, value, message):
     with pytest.raises(InputError, match=message) as info:
         cfg.set_setting(tmp_path / "settings.json", key, value)
@@ -343,18 +378,22 @@ def test_an_unreadable_settings_file_is_reported(tmp_path):
     assert path.read_text() == "{not json"
 
 
-@pytest.mark.parametrize("url,entry", [
-    ("https://API.Example.com/v1", "api.example.com:443"),
-    ("http://localhost:11434", "localhost:11434"),
-    ("http://127.0.0.1/", "127.0.0.1:80"),
-    ("https://[::1]:8443/v1", "[::1]:8443"),
-])
+@pytest.mark.parametrize(
+    "url,entry",
+    [
+        ("https://API.Example.com/v1", "api.example.com:443"),
+        ("http://localhost:11434", "localhost:11434"),
+        ("http://127.0.0.1/", "127.0.0.1:80"),
+        ("https://[::1]:8443/v1", "[::1]:8443"),
+    ],
+)
 def test_endpoint_allow_entry(url, entry):
     assert cfg.endpoint_allow_entry({"base_url": url}) == entry
 
 
 def test_the_allowlist_admits_the_engines_endpoint_without_a_new_version():
     from core.engines.base import EngineSettings
+
     settings = EngineSettings(base_url="https://api.example.com/v1")
     assert cfg.endpoint_allow_entry(EngineSettings()) is None
     assert cfg.endpoint_allow_entry(None) is None

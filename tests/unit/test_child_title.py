@@ -4,7 +4,10 @@ from core.app import CHILD_TITLE_MAX, child_title
 
 
 def test_the_first_line_with_its_spaces_collapsed():
-    assert child_title("\n  fix   the login\ttest \nthen more", "x (continued)") == "fix the login test"
+    assert (
+        child_title("\n  fix   the login\ttest \nthen more", "x (continued)")
+        == "fix the login test"
+    )
 
 
 def test_a_long_line_is_shortened():

@@ -14,11 +14,25 @@ from pathlib import Path
 import pytest
 
 from core.engines import engine_for
-from core.engines.base import (MODE_CONTINUE, MODE_FALLBACK, MODE_FORK, MODE_START, EngineEvent,
-                               EngineSettings, LaunchContext)
-from core.engines.claude_code import (BINARY_IN_SANDBOX, HOOK_TIMEOUT_S, LAUNCH_MARKER,
-                                      ClaudeCodeEngine, hook_command, project_dir_name,
-                                      render_settings, transcript_path)
+from core.engines.base import (
+    MODE_CONTINUE,
+    MODE_FALLBACK,
+    MODE_FORK,
+    MODE_START,
+    EngineEvent,
+    EngineSettings,
+    LaunchContext,
+)
+from core.engines.claude_code import (
+    BINARY_IN_SANDBOX,
+    HOOK_TIMEOUT_S,
+    LAUNCH_MARKER,
+    ClaudeCodeEngine,
+    hook_command,
+    project_dir_name,
+    render_settings,
+    transcript_path,
+)
 from core.errors import InputError
 
 SAMPLES = Path(__file__).resolve().parents[1] / "agents" / "samples" / "claude-stream.jsonl"
@@ -31,21 +45,43 @@ def eng() -> ClaudeCodeEngine:
     return ClaudeCodeEngine()
 
 
-def make_ctx(tmp_path: Path, mode: str = MODE_START, *, session_id: str | None = None,
-             gate: list[str] | None = None, **settings) -> LaunchContext:
+def make_ctx(
+    tmp_path: Path,
+    mode: str = MODE_START,
+    *,
+    session_id: str | None = None,
+    gate: list[str] | None = None,
+    **settings,
+) -> LaunchContext:
     return LaunchContext(
-        run_id="run-1", mode=mode, prompt="make hello.txt", spec={"mode": mode},
+        run_id="run-1",
+        mode=mode,
+        prompt="make hello.txt",
+        spec={"mode": mode},
         settings=EngineSettings(**{"base_url": "http://127.0.0.1:8123", **settings}),
-        host_run_dir=tmp_path / "runs" / "run-1.1", sandbox_run_dir="/cairn/runs/run-1.1",
-        host_home=tmp_path / "home", sandbox_home="/home/agent", session_id=session_id,
-        gate=list(gate or []))
+        host_run_dir=tmp_path / "runs" / "run-1.1",
+        sandbox_run_dir="/cairn/runs/run-1.1",
+        host_home=tmp_path / "home",
+        sandbox_home="/home/agent",
+        session_id=session_id,
+        gate=list(gate or []),
+    )
 
 
 def write_transcript(home: Path, session_id: str, cwd: str = "/workspace") -> Path:
     path = transcript_path(home, cwd, session_id)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"type": "user", "cwd": cwd, "sessionId": session_id,
-                                "message": {"role": "user", "content": "hi"}}) + "\n")
+    path.write_text(
+        json.dumps(
+            {
+                "type": "user",
+                "cwd": cwd,
+                "sessionId": session_id,
+                "message": {"role": "user", "content": "hi"},
+            }
+        )
+        + "\n"
+    )
     return path
 
 
@@ -83,8 +119,14 @@ def test_start_chooses_a_new_session_id(eng, tmp_path):
     argv = eng.claude_argv(ctx)
     chosen = eng.session_id_for(ctx)
     assert uuid.UUID(chosen).version == 4
-    assert argv[:6] == [BINARY_IN_SANDBOX, "-p", "make hello.txt", "--output-format",
-                        "stream-json", "--verbose"]
+    assert argv[:6] == [
+        BINARY_IN_SANDBOX,
+        "-p",
+        "make hello.txt",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+    ]
     assert flag_value(argv, "--session-id") == chosen
     assert "--resume" not in argv and "--fork-session" not in argv
     assert flag_value(argv, "--settings") == "/cairn/runs/run-1.1/settings.json"
@@ -176,8 +218,9 @@ def test_launch_prints_what_the_attempt_is_before_running_claude(eng, tmp_path):
     marker = json.loads(argv[4])
     assert marker["type"] == LAUNCH_MARKER and marker["mode"] == MODE_FORK
     assert marker["parent_session_id"] == PARENT and marker["session_id"] == eng.session_id_for(ctx)
-    out = subprocess.run([*argv[:5], "echo", "claude ran"], capture_output=True, text=True,
-                         check=True).stdout.splitlines()
+    out = subprocess.run(
+        [*argv[:5], "echo", "claude ran"], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
     assert json.loads(out[0]) == marker and out[1] == "claude ran"
 
 
@@ -218,8 +261,13 @@ def test_prepare_replaces_a_planted_link_instead_of_following_it(eng, tmp_path):
 def run_hook(gate_body: str, tmp_path: Path) -> subprocess.CompletedProcess:
     gate = tmp_path / "gate.sh"
     gate.write_text(gate_body)
-    return subprocess.run(["sh", "-c", hook_command(["sh", str(gate)])], input='{"tool_name":"Bash"}',
-                          capture_output=True, text=True, timeout=20)
+    return subprocess.run(
+        ["sh", "-c", hook_command(["sh", str(gate)])],
+        input='{"tool_name":"Bash"}',
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
 
 
 def test_the_hook_turns_a_silent_allow_into_an_explicit_one(tmp_path):
@@ -229,8 +277,13 @@ def test_the_hook_turns_a_silent_allow_into_an_explicit_one(tmp_path):
 
 
 def test_the_hook_passes_the_gates_own_decision_and_stdin_through(tmp_path):
-    deny = {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
-                                   "permissionDecisionReason": "no"}}
+    deny = {
+        "hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "permissionDecision": "deny",
+            "permissionDecisionReason": "no",
+        }
+    }
     proc = run_hook(f"grep -q Bash && echo '{json.dumps(deny)}'\n", tmp_path)
     assert proc.returncode == 0 and json.loads(proc.stdout) == deny
     proc = run_hook("echo 'refused: rm -rf' >&2; exit 2\n", tmp_path)
@@ -240,8 +293,13 @@ def test_the_hook_passes_the_gates_own_decision_and_stdin_through(tmp_path):
 def test_a_failing_or_missing_gate_refuses(tmp_path):
     proc = run_hook("exit 1\n", tmp_path)
     assert proc.returncode == 2 and "approval gate failed (exit 1)" in proc.stderr
-    proc = subprocess.run(["sh", "-c", hook_command([str(tmp_path / "no-such-gate")])],
-                          input="{}", capture_output=True, text=True, timeout=20)
+    proc = subprocess.run(
+        ["sh", "-c", hook_command([str(tmp_path / "no-such-gate")])],
+        input="{}",
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
     assert proc.returncode == 2 and proc.stdout == ""
 
 
@@ -250,9 +308,14 @@ def test_a_failing_or_missing_gate_refuses(tmp_path):
 
 def test_environment_points_at_the_endpoint_and_the_home_without_the_key(eng, tmp_path):
     env = eng.environment(make_ctx(tmp_path))
-    assert env == {"HOME": "/home/agent", "ANTHROPIC_BASE_URL": "http://127.0.0.1:8123",
-                   "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
-                   "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1"}
+    assert env == {
+        "HOME": "/home/agent",
+        "ANTHROPIC_BASE_URL": "http://127.0.0.1:8123",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+    }
     assert "ANTHROPIC_BASE_URL" not in eng.environment(make_ctx(tmp_path, base_url=None))
 
 
@@ -279,7 +342,9 @@ def test_check_version_says_what_is_wrong(eng, tmp_path):
     assert "no binary" in eng.check_version(EngineSettings(), ok)
     assert "does not exist" in eng.check_version(EngineSettings(binary=str(tmp_path / "x")), ok)
     assert "did not answer --version" in eng.check_version(settings, {**ok, "claude": "missing"})
-    assert "older than 2.1.332" in eng.check_version(settings, {**ok, "claude": "1.0.3 (Claude Code)"})
+    assert "older than 2.1.332" in eng.check_version(
+        settings, {**ok, "claude": "1.0.3 (Claude Code)"}
+    )
     pinned = replace(settings, version="2.1.300")
     assert "pin 2.1.300" in eng.check_version(pinned, ok)
     assert eng.check_version(replace(settings, version="2.1.332"), ok) is None
@@ -352,18 +417,24 @@ def test_a_recorded_start_becomes_events():
     assert session["session_id"] == chosen and session["cwd"] == "/workspace"
     assert session["permission_mode"] == "dontAsk" and session["version"] == "2.1.332"
     assert [m["text"] for m in of(events, "message")] == [
-        "Writing the file.", "Made hello.txt and notes.txt; the other command was refused."]
+        "Writing the file.",
+        "Made hello.txt and notes.txt; the other command was refused.",
+    ]
     calls = of(events, "tool_call")
     assert [(c["name"], c["command"]) for c in calls] == [
-        ("Bash", "echo hello > hello.txt"), ("Write", None), ("Bash", "touch forbidden.txt")]
+        ("Bash", "echo hello > hello.txt"),
+        ("Write", None),
+        ("Bash", "touch forbidden.txt"),
+    ]
     assert calls[1]["input"]["file_path"] == "/workspace/notes.txt"
     assert all(uuid.UUID(c["uuid"]) for c in calls)  # where a fork could cut the conversation
     results = of(events, "tool_result")
     assert [r["id"] for r in results] == [c["id"] for c in calls]
     assert [r["is_error"] for r in results] == [False, False, True]
     assert "refused by the test gate" in results[2]["output"]
-    assert of(events, "file_edit") == [{"path": "/workspace/notes.txt", "id": calls[1]["id"],
-                                        "change": "create"}]
+    assert of(events, "file_edit") == [
+        {"path": "/workspace/notes.txt", "id": calls[1]["id"], "change": "create"}
+    ]
     (usage,) = of(events, "usage")
     assert usage["input_tokens"] > 0 and usage["output_tokens"] > 0 and usage["cost_usd"] > 0
     (result,) = of(events, "result")
@@ -413,15 +484,18 @@ def test_a_gate_that_did_not_answer_refuses_and_says_so():
 
 def test_retries_against_an_unreachable_model_server_are_told():
     # As Claude Code printed it when the sandbox could not reach the model server.
-    line = ('{"type":"system","subtype":"api_retry","attempt":5,"max_retries":10,'
-            '"retry_delay_ms":8900,"error_status":null,"error":"unknown",'
-            '"session_id":"b487bba5-5e68-419d-a0af-589c5891d5e5",'
-            '"uuid":"3099f18e-21b1-4095-bf1d-cae1e93958be"}')
+    line = (
+        '{"type":"system","subtype":"api_retry","attempt":5,"max_retries":10,'
+        '"retry_delay_ms":8900,"error_status":null,"error":"unknown",'
+        '"session_id":"b487bba5-5e68-419d-a0af-589c5891d5e5",'
+        '"uuid":"3099f18e-21b1-4095-bf1d-cae1e93958be"}'
+    )
     events = ClaudeCodeEngine().parse_line(line)
     assert [e.kind for e in events] == ["session", "message"]
     assert events[1].data["tag"] == "api_retry"
-    assert events[1].data["text"] == ("the model server did not answer (unknown); retry 5 of 10 "
-                                      "in 8.9 s")
+    assert events[1].data["text"] == (
+        "the model server did not answer (unknown); retry 5 of 10 in 8.9 s"
+    )
 
 
 def test_lines_that_are_not_stream_json_are_ignored():

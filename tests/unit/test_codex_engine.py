@@ -12,11 +12,24 @@ from pathlib import Path
 import pytest
 
 from core.engines import engine_for
-from core.engines.base import (MODE_CONTINUE, MODE_FALLBACK, MODE_FORK, MODE_START, EngineSettings,
-                               LaunchContext)
-from core.engines.codex import (BINARY_IN_SANDBOX, CODEX_VERSION, HOOK_TIMEOUT_S, MOUNT_POINT,
-                                CodexEngine, hook_command, is_thread_id,
-                                unwrap_shell)
+from core.engines.base import (
+    MODE_CONTINUE,
+    MODE_FALLBACK,
+    MODE_FORK,
+    MODE_START,
+    EngineSettings,
+    LaunchContext,
+)
+from core.engines.codex import (
+    BINARY_IN_SANDBOX,
+    CODEX_VERSION,
+    HOOK_TIMEOUT_S,
+    MOUNT_POINT,
+    CodexEngine,
+    hook_command,
+    is_thread_id,
+    unwrap_shell,
+)
 from core.errors import InputError
 
 SAMPLES = Path(__file__).resolve().parents[1] / "agents" / "samples" / "codex-exec.jsonl"
@@ -25,15 +38,28 @@ OTHER_THREAD = "01a22bb9-b057-7e63-99dd-9fedf3f1a412"
 GATE = ["python3", "/cairn/tools/approval-gate.py", "--mailbox", "/cairn/runs/run-1/approvals"]
 
 
-def make_ctx(tmp_path: Path, mode: str = MODE_START, *, prompt: str = "Fix the login test",
-             session_id: str | None = None, gate: list[str] | None = None,
-             settings: EngineSettings | None = None) -> LaunchContext:
+def make_ctx(
+    tmp_path: Path,
+    mode: str = MODE_START,
+    *,
+    prompt: str = "Fix the login test",
+    session_id: str | None = None,
+    gate: list[str] | None = None,
+    settings: EngineSettings | None = None,
+) -> LaunchContext:
     return LaunchContext(
-        run_id="run-1", mode=mode, prompt=prompt, spec={"prompt": prompt},
+        run_id="run-1",
+        mode=mode,
+        prompt=prompt,
+        spec={"prompt": prompt},
         settings=settings or EngineSettings(base_url="http://127.0.0.1:8123/v1"),
-        host_run_dir=tmp_path / "runs" / "run-1", sandbox_run_dir="/cairn/runs/run-1",
-        host_home=tmp_path / "home", sandbox_home="/home/agent", session_id=session_id,
-        gate=list(gate or []))
+        host_run_dir=tmp_path / "runs" / "run-1",
+        sandbox_run_dir="/cairn/runs/run-1",
+        host_home=tmp_path / "home",
+        sandbox_home="/home/agent",
+        session_id=session_id,
+        gate=list(gate or []),
+    )
 
 
 def codex_args(argv: list[str]) -> list[str]:
@@ -52,9 +78,17 @@ def test_the_registry_knows_codex_and_it_keeps_sessions():
 
 def test_start_runs_exec_unattended_with_stdin_from_dev_null(tmp_path):
     args = codex_args(CodexEngine().launch_argv(make_ctx(tmp_path)))
-    assert args == [BINARY_IN_SANDBOX, "exec", "--json", "--skip-git-repo-check",
-                    "--dangerously-bypass-approvals-and-sandbox", "--cd", "/workspace",
-                    "--", "Fix the login test"]
+    assert args == [
+        BINARY_IN_SANDBOX,
+        "exec",
+        "--json",
+        "--skip-git-repo-check",
+        "--dangerously-bypass-approvals-and-sandbox",
+        "--cd",
+        "/workspace",
+        "--",
+        "Fix the login test",
+    ]
 
 
 def test_the_redirection_really_gives_codex_an_empty_stdin(tmp_path):
@@ -65,15 +99,21 @@ def test_the_redirection_really_gives_codex_an_empty_stdin(tmp_path):
 
 
 def test_continue_resumes_the_thread_by_id(tmp_path):
-    args = codex_args(CodexEngine().launch_argv(
-        make_ctx(tmp_path, MODE_CONTINUE, prompt="And now the docs", session_id=THREAD)))
+    args = codex_args(
+        CodexEngine().launch_argv(
+            make_ctx(tmp_path, MODE_CONTINUE, prompt="And now the docs", session_id=THREAD)
+        )
+    )
     assert args[-5:] == ["/workspace", "resume", THREAD, "--", "And now the docs"]
     assert args.index("--json") < args.index("resume")  # exec's options come before the subcommand
 
 
 def test_fork_forks_the_thread_by_id(tmp_path):
-    args = codex_args(CodexEngine().launch_argv(
-        make_ctx(tmp_path, MODE_FORK, prompt="Try another way", session_id=THREAD)))
+    args = codex_args(
+        CodexEngine().launch_argv(
+            make_ctx(tmp_path, MODE_FORK, prompt="Try another way", session_id=THREAD)
+        )
+    )
     assert args[-4:] == ["fork", THREAD, "--", "Try another way"]
 
 
@@ -112,8 +152,10 @@ def test_environment_points_codex_at_its_home_and_carries_no_secret(tmp_path):
 
 
 def test_prepare_writes_config_toml_for_cairns_provider(tmp_path):
-    ctx = make_ctx(tmp_path, settings=EngineSettings(base_url='http://127.0.0.1:8123/v1',
-                                                     api_key_secret="openai-key"))
+    ctx = make_ctx(
+        tmp_path,
+        settings=EngineSettings(base_url="http://127.0.0.1:8123/v1", api_key_secret="openai-key"),
+    )
     CodexEngine().prepare(ctx)
     text = (tmp_path / "home" / ".codex" / "config.toml").read_text()
     config = tomllib.loads(text)
@@ -149,7 +191,8 @@ def test_prepare_writes_a_pretooluse_hook_running_the_gate(tmp_path):
     (hook,) = entry["hooks"]
     assert hook["type"] == "command" and hook["timeout"] == HOOK_TIMEOUT_S
     assert hook["command"].startswith(
-        "python3 /cairn/tools/approval-gate.py --mailbox /cairn/runs/run-1/approvals --codex-hook ")
+        "python3 /cairn/tools/approval-gate.py --mailbox /cairn/runs/run-1/approvals --codex-hook "
+    )
 
 
 def test_without_a_gate_no_hook_is_left_behind(tmp_path):
@@ -159,25 +202,30 @@ def test_without_a_gate_no_hook_is_left_behind(tmp_path):
     assert not (tmp_path / "home" / ".codex" / "hooks.json").exists()
 
 
-@pytest.mark.parametrize("gate_script, exit_code", [
-    ("exit 0", 0),                 # allow
-    ("exit 2", 2),                 # refuse
-    ("exit 1", 2),                 # a crash refuses: Codex would let the command run
-    ("kill -9 $$", 2),             # so does a killed gate
-])
+@pytest.mark.parametrize(
+    "gate_script, exit_code",
+    [
+        ("exit 0", 0),  # allow
+        ("exit 2", 2),  # refuse
+        ("exit 1", 2),  # a crash refuses: Codex would let the command run
+        ("kill -9 $$", 2),  # so does a killed gate
+    ],
+)
 def test_the_hook_fails_closed(tmp_path, gate_script, exit_code):
     gate = tmp_path / "gate.sh"
     gate.write_text(f"#!/bin/sh\ncat > /dev/null\n{gate_script}\n")
     gate.chmod(0o755)
-    done = subprocess.run(["sh", "-c", hook_command([str(gate)])], input="{}",
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["sh", "-c", hook_command([str(gate)])], input="{}", capture_output=True, text=True
+    )
     assert done.returncode == exit_code
     assert ("approval gate failed" in done.stderr) == (gate_script not in ("exit 0", "exit 2"))
 
 
 def test_a_missing_gate_refuses_and_a_decision_on_stdout_passes_through(tmp_path):
-    missing = subprocess.run(["sh", "-c", hook_command([str(tmp_path / "nope")])],
-                             capture_output=True, text=True)
+    missing = subprocess.run(
+        ["sh", "-c", hook_command([str(tmp_path / "nope")])], capture_output=True, text=True
+    )
     assert missing.returncode == 2
     decision = '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"deny"}}'
     gate = tmp_path / "gate.sh"
@@ -197,7 +245,8 @@ def test_the_codex_package_folder_is_mounted_so_its_helpers_come_along(tmp_path)
     (package / "codex-package.json").write_text("{}")
     engine = CodexEngine()
     assert engine.mounts(EngineSettings(binary=str(package / "bin" / "codex"))) == [
-        (package, MOUNT_POINT)]
+        (package, MOUNT_POINT)
+    ]
     lone = tmp_path / "codex"
     lone.write_text("")
     assert engine.mounts(EngineSettings(binary=str(lone))) == [(lone, BINARY_IN_SANDBOX)]
@@ -221,14 +270,17 @@ def test_check_version_accepts_the_pinned_version(tmp_path):
     assert CodexEngine().check_version(EngineSettings(binary=_binary(tmp_path)), found) is None
 
 
-@pytest.mark.parametrize("settings, found, words", [
-    (EngineSettings(), {}, "engines.codex.binary"),
-    (EngineSettings(binary="/nowhere/codex"), {}, "does not exist"),
-    (None, {"codex": "missing"}, "did not answer --version"),
-    (None, {"codex": "codex-cli 0.170.2", "bash": "bash 5"}, "expects " + CODEX_VERSION),
-    (None, {"codex": "codex-cli", "bash": "bash 5"}, "cannot tell"),
-    (None, {"codex": f"codex-cli {CODEX_VERSION}", "bash": "missing"}, "no bash"),
-])
+@pytest.mark.parametrize(
+    "settings, found, words",
+    [
+        (EngineSettings(), {}, "engines.codex.binary"),
+        (EngineSettings(binary="/nowhere/codex"), {}, "does not exist"),
+        (None, {"codex": "missing"}, "did not answer --version"),
+        (None, {"codex": "codex-cli 0.170.2", "bash": "bash 5"}, "expects " + CODEX_VERSION),
+        (None, {"codex": "codex-cli", "bash": "bash 5"}, "cannot tell"),
+        (None, {"codex": f"codex-cli {CODEX_VERSION}", "bash": "missing"}, "no bash"),
+    ],
+)
 def test_check_version_says_what_is_wrong(tmp_path, settings, found, words):
     settings = settings or EngineSettings(binary=_binary(tmp_path))
     reason = CodexEngine().check_version(settings, found)
@@ -250,9 +302,18 @@ def write_rollout(home: Path, thread_id: str, cwd: str, day: str = "2026/11/30")
     folder = home / ".codex" / "sessions" / day
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"rollout-2026-11-30T09-11-58-{thread_id}.jsonl"
-    meta = {"timestamp": "2026-11-30T09:11:58.000Z", "ordinal": 0, "type": "session_meta",
-            "payload": {"session_id": thread_id, "id": thread_id, "cwd": cwd,
-                        "originator": "codex_exec", "cli_version": CODEX_VERSION}}
+    meta = {
+        "timestamp": "2026-11-30T09:11:58.000Z",
+        "ordinal": 0,
+        "type": "session_meta",
+        "payload": {
+            "session_id": thread_id,
+            "id": thread_id,
+            "cwd": cwd,
+            "originator": "codex_exec",
+            "cli_version": CODEX_VERSION,
+        },
+    }
     path.write_text(json.dumps(meta) + "\n")
     return path
 
@@ -263,15 +324,19 @@ def test_a_recorded_thread_in_the_same_workspace_resumes_natively(tmp_path):
     assert check.ok, check.reason
 
 
-@pytest.mark.parametrize("session_id, words", [
-    (None, "no Codex thread id"),
-    ("abc", "not a Codex thread id"),
-    (OTHER_THREAD, "not in"),
-])
+@pytest.mark.parametrize(
+    "session_id, words",
+    [
+        (None, "no Codex thread id"),
+        ("abc", "not a Codex thread id"),
+        (OTHER_THREAD, "not in"),
+    ],
+)
 def test_native_resume_needs_a_known_thread_with_its_record(tmp_path, session_id, words):
     write_rollout(tmp_path / "home", THREAD, "/workspace")
     check = CodexEngine().native_resume_check(
-        make_ctx(tmp_path, MODE_CONTINUE, session_id=session_id))
+        make_ctx(tmp_path, MODE_CONTINUE, session_id=session_id)
+    )
     assert not check.ok and words in check.reason
 
 
@@ -308,7 +373,9 @@ def test_commands_become_tool_calls_and_results_with_the_models_command():
     assert [c["command"] for c in calls] == ["echo hello > hello.txt && cat hello.txt", "exit 3"]
     assert calls[0]["shell_command"].startswith("/bin/bash -lc ")
     assert [(r["command"], r["exit_code"], r["output"]) for r in results] == [
-        ("echo hello > hello.txt && cat hello.txt", 0, "hello\n"), ("exit 3", 3, "")]
+        ("echo hello > hello.txt && cat hello.txt", 0, "hello\n"),
+        ("exit 3", 3, ""),
+    ]
     assert results[1]["status"] == "failed"
 
 
@@ -340,8 +407,17 @@ def test_every_thread_started_line_repeats_the_id_on_resume():
     assert len(sessions) == 3 and len(set(sessions)) == 1
 
 
-@pytest.mark.parametrize("line", ["", "Reading additional input from stdin...", "[1, 2]", "{",
-                                  '{"type": "turn.started"}', '{"type": "item.completed"}'])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "",
+        "Reading additional input from stdin...",
+        "[1, 2]",
+        "{",
+        '{"type": "turn.started"}',
+        '{"type": "item.completed"}',
+    ],
+)
 def test_other_lines_give_nothing(line):
     assert CodexEngine().parse_line(line) == []
 
@@ -356,11 +432,14 @@ def test_validate_needs_a_message():
         engine.validate({"prompt": "go", "mode": MODE_FORK, "session_id": "x"})
 
 
-@pytest.mark.parametrize("raw, command", [
-    ("/bin/bash -lc 'echo hi'", "echo hi"),
-    ("bash -c 'a && b'", "a && b"),
-    ("ls -la", "ls -la"),
-    ("/bin/bash -lc 'unterminated", "/bin/bash -lc 'unterminated"),
-])
+@pytest.mark.parametrize(
+    "raw, command",
+    [
+        ("/bin/bash -lc 'echo hi'", "echo hi"),
+        ("bash -c 'a && b'", "a && b"),
+        ("ls -la", "ls -la"),
+        ("/bin/bash -lc 'unterminated", "/bin/bash -lc 'unterminated"),
+    ],
+)
 def test_unwrap_shell(raw, command):
     assert unwrap_shell(raw) == command

@@ -15,7 +15,15 @@ CORE = REPO_ROOT / "core"
 GUI = REPO_ROOT / "gui"
 
 QT_ROOTS = {
-    "PySide6", "PySide2", "PyQt6", "PyQt5", "PyQt4", "shiboken6", "shiboken2", "qtpy", "sip",
+    "PySide6",
+    "PySide2",
+    "PyQt6",
+    "PyQt5",
+    "PyQt4",
+    "shiboken6",
+    "shiboken2",
+    "qtpy",
+    "sip",
 }
 
 
@@ -35,8 +43,11 @@ def _imported_roots(tree: ast.AST) -> list[tuple[int, str]]:
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
             first = node.args[0]
-            if name in {"import_module", "__import__"} and isinstance(first, ast.Constant) \
-                    and isinstance(first.value, str):
+            if (
+                name in {"import_module", "__import__"}
+                and isinstance(first, ast.Constant)
+                and isinstance(first.value, str)
+            ):
                 found.append((node.lineno, first.value.split(".")[0]))
     return found
 
@@ -61,8 +72,7 @@ def test_gui_imports_qt_only_through_gui_qt():
     if not GUI.is_dir():
         return
     problems = [
-        p for p in _violations(GUI, QT_ROOTS)
-        if not p.startswith(str(Path("gui") / "qt.py") + ":")
+        p for p in _violations(GUI, QT_ROOTS) if not p.startswith(str(Path("gui") / "qt.py") + ":")
     ]
     assert not problems, "import Qt through gui.qt instead:\n" + "\n".join(problems)
 
@@ -88,7 +98,10 @@ def import_all_core_report() -> dict:
     """Import core and every module under it in a fresh interpreter; report Qt and failures."""
     result = subprocess.run(
         [sys.executable, "-c", IMPORT_ALL_CORE, json.dumps(sorted(QT_ROOTS))],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -103,5 +116,8 @@ def test_every_core_module_imports(import_all_core_report):
     # Without this, a module that fails to import would escape the Qt check above.
     failed = import_all_core_report["failed"]
     if failed:
-        pytest.fail("core modules that fail to import:\n" + "\n".join(
-            f"{name}:\n{tb}" for name, tb in failed.items()), pytrace=False)
+        pytest.fail(
+            "core modules that fail to import:\n"
+            + "\n".join(f"{name}:\n{tb}" for name, tb in failed.items()),
+            pytrace=False,
+        )

@@ -12,11 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from core.diffs import (Diff, diff_revisions, diff_stats, diff_to_json, quote_path,
-                        render_unified)
+from core.diffs import Diff, diff_revisions, diff_stats, diff_to_json, quote_path, render_unified
 from core.errors import NotFound
-from core.vault.objects import (EMPTY_TREE, MODE_EXEC, MODE_FILE, MODE_GITLINK, MODE_LINK,
-                                MODE_TREE, ObjectStore, TreeEntry, git_env, run_git)
+from core.vault.objects import (
+    EMPTY_TREE,
+    MODE_EXEC,
+    MODE_FILE,
+    MODE_GITLINK,
+    MODE_LINK,
+    MODE_TREE,
+    ObjectStore,
+    TreeEntry,
+    git_env,
+    run_git,
+)
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 
@@ -29,7 +38,8 @@ class Vault:
         run_git(["init", "--quiet", "--bare", str(self.git_dir)])
         (self.git_dir / "info").mkdir(exist_ok=True)
         (self.git_dir / "info" / "attributes").write_text(
-            "* -text -eol -filter -ident -working-tree-encoding\n")
+            "* -text -eol -filter -ident -working-tree-encoding\n"
+        )
         self.objects = ObjectStore(self.git_dir)
 
     def close(self) -> None:
@@ -47,8 +57,9 @@ class Vault:
                 node = node.setdefault(part, {})
             node[parts[-1]] = (mode, data)
         tree = self._write(root)
-        return self.objects.write_commit(tree, [parent] if parent else [], "revision",
-                                         timestamp=1_700_000_000)
+        return self.objects.write_commit(
+            tree, [parent] if parent else [], "revision", timestamp=1_700_000_000
+        )
 
     def _write(self, node: dict) -> str:
         entries = []
@@ -112,8 +123,9 @@ def snapshot(folder: Path) -> dict[str, tuple[str, bytes]]:
 
 def test_modified_file_has_hunks_with_line_numbers_and_stats(vault):
     old = vault.commit({"f.txt": lines(20)})
-    new_text = lines(20).replace(b"line 2\n", b"line two\n").replace(b"line 18\n",
-                                                                      b"line 18\nextra\n")
+    new_text = (
+        lines(20).replace(b"line 2\n", b"line two\n").replace(b"line 18\n", b"line 18\nextra\n")
+    )
     new = vault.commit({"f.txt": new_text}, old)
 
     d = diff_revisions(vault.git_dir, old, new)
@@ -129,8 +141,13 @@ def test_modified_file_has_hunks_with_line_numbers_and_stats(vault):
     assert (h1.old_start, h1.old_lines, h1.new_start, h1.new_lines) == (1, 5, 1, 5)
     assert h1.header == "@@ -1,5 +1,5 @@"
     assert [(ln.kind, ln.text, ln.old_no, ln.new_no) for ln in h1.lines] == [
-        (" ", "line 1", 1, 1), ("-", "line 2", 2, None), ("+", "line two", None, 2),
-        (" ", "line 3", 3, 3), (" ", "line 4", 4, 4), (" ", "line 5", 5, 5)]
+        (" ", "line 1", 1, 1),
+        ("-", "line 2", 2, None),
+        ("+", "line two", None, 2),
+        (" ", "line 3", 3, 3),
+        (" ", "line 4", 4, 4),
+        (" ", "line 5", 5, 5),
+    ]
     assert (h2.old_start, h2.old_lines, h2.new_start, h2.new_lines) == (16, 5, 16, 6)
     assert h2.header.startswith("@@ -16,5 +16,6 @@")
     added = [ln for ln in h2.lines if ln.kind == "+"]
@@ -153,28 +170,41 @@ def test_added_and_removed_files(vault):
 
     d = diff_revisions(vault.git_dir, old, new)
 
-    assert sorted((f.status, f.path) for f in d.files) == [("added", "dir/new.txt"),
-                                                             ("removed", "gone.txt")]
+    assert sorted((f.status, f.path) for f in d.files) == [
+        ("added", "dir/new.txt"),
+        ("removed", "gone.txt"),
+    ]
     added, removed = one(d, "dir/new.txt"), one(d, "gone.txt")
     assert (added.old_path, added.old_mode, added.old_sha) == (None, None, None)
     assert (added.new_mode, added.additions, added.deletions) == (MODE_FILE, 3, 0)
-    assert [(x.old_start, x.old_lines, x.new_start, x.new_lines) for x in added.hunks] == [(0, 0, 1, 3)]
+    assert [(x.old_start, x.old_lines, x.new_start, x.new_lines) for x in added.hunks] == [
+        (0, 0, 1, 3)
+    ]
     assert [(ln.kind, ln.text, ln.new_no) for ln in added.hunks[0].lines] == [
-        ("+", "a", 1), ("+", "b", 2), ("+", "c", 3)]
+        ("+", "a", 1),
+        ("+", "b", 2),
+        ("+", "c", 3),
+    ]
     assert (removed.new_path, removed.new_mode, removed.new_sha) == (None, None, None)
     assert (removed.additions, removed.deletions) == (0, 2)
     assert [(ln.kind, ln.text, ln.old_no) for ln in removed.hunks[0].lines] == [
-        ("-", "one", 1), ("-", "two", 2)]
+        ("-", "one", 1),
+        ("-", "two", 2),
+    ]
 
 
 def test_pure_rename_has_no_hunks(vault):
     old = vault.commit({"old name.txt": lines(30)})
     new = vault.commit({"sub/new name.txt": lines(30)}, old)
 
-    f, = diff_revisions(vault.git_dir, old, new).files
+    (f,) = diff_revisions(vault.git_dir, old, new).files
 
     assert (f.status, f.old_path, f.new_path, f.similarity) == (
-        "renamed", "old name.txt", "sub/new name.txt", 100)
+        "renamed",
+        "old name.txt",
+        "sub/new name.txt",
+        100,
+    )
     assert (f.hunks, f.additions, f.deletions) == ([], 0, 0)
     assert f.old_sha == f.new_sha
 
@@ -183,13 +213,15 @@ def test_rename_with_content_change_carries_hunks(vault):
     old = vault.commit({"a.py": lines(30)})
     new = vault.commit({"b.py": lines(30).replace(b"line 15\n", b"fifteen\n")}, old)
 
-    f, = diff_revisions(vault.git_dir, old, new).files
+    (f,) = diff_revisions(vault.git_dir, old, new).files
 
     assert (f.status, f.old_path, f.new_path) == ("renamed", "a.py", "b.py")
     assert 50 <= f.similarity < 100
     assert (f.additions, f.deletions) == (1, 1)
     assert [(ln.kind, ln.text) for ln in f.hunks[0].lines if ln.kind != " "] == [
-        ("-", "line 15"), ("+", "fifteen")]
+        ("-", "line 15"),
+        ("+", "fifteen"),
+    ]
 
 
 def test_without_rename_detection_a_rename_is_a_removal_and_an_addition(vault):
@@ -213,7 +245,7 @@ def test_pure_chmod_is_a_mode_change(vault):
     old = vault.commit({"run.sh": b"echo hi\n"})
     new = vault.commit({"run.sh": (MODE_EXEC, b"echo hi\n")}, old)
 
-    f, = diff_revisions(vault.git_dir, old, new).files
+    (f,) = diff_revisions(vault.git_dir, old, new).files
 
     assert (f.status, f.old_mode, f.new_mode) == ("mode", MODE_FILE, MODE_EXEC)
     assert (f.hunks, f.additions, f.deletions) == ([], 0, 0)
@@ -222,20 +254,27 @@ def test_pure_chmod_is_a_mode_change(vault):
 def test_chmod_with_content_change_is_modified_and_keeps_both_modes(vault):
     old = vault.commit({"run.sh": b"echo hi\n"})
     new = vault.commit({"run.sh": (MODE_EXEC, b"echo bye\n")}, old)
-    f, = diff_revisions(vault.git_dir, old, new).files
+    (f,) = diff_revisions(vault.git_dir, old, new).files
     assert (f.status, f.old_mode, f.new_mode, f.additions, f.deletions) == (
-        "modified", MODE_FILE, MODE_EXEC, 1, 1)
+        "modified",
+        MODE_FILE,
+        MODE_EXEC,
+        1,
+        1,
+    )
 
 
 def test_symlink_added(vault):
     old = vault.commit({"target.txt": b"t\n"})
     new = vault.commit({"target.txt": b"t\n", "link": (MODE_LINK, b"target.txt")}, old)
 
-    f, = diff_revisions(vault.git_dir, old, new).files
+    (f,) = diff_revisions(vault.git_dir, old, new).files
 
     assert (f.status, f.new_path, f.new_mode) == ("added", "link", MODE_LINK)
     assert [(ln.kind, ln.text) for ln in f.hunks[0].lines] == [
-        ("+", "target.txt"), ("\\", "No newline at end of file")]
+        ("+", "target.txt"),
+        ("\\", "No newline at end of file"),
+    ]
 
 
 def test_file_to_symlink_is_a_typechange(vault):
@@ -244,13 +283,18 @@ def test_file_to_symlink_is_a_typechange(vault):
 
     d = diff_revisions(vault.git_dir, old, new)
 
-    f, = d.files
+    (f,) = d.files
     assert (f.status, f.old_path, f.new_path) == ("typechange", "x", "x")
     assert (f.old_mode, f.new_mode, f.additions, f.deletions) == (MODE_FILE, MODE_LINK, 1, 1)
     assert [(h.old_start, h.old_lines, h.new_start, h.new_lines) for h in f.hunks] == [
-        (1, 1, 0, 0), (0, 0, 1, 1)]
+        (1, 1, 0, 0),
+        (0, 0, 1, 1),
+    ]
     assert [(ln.kind, ln.text) for h in f.hunks for ln in h.lines] == [
-        ("-", "was a file"), ("+", "elsewhere"), ("\\", "No newline at end of file")]
+        ("-", "was a file"),
+        ("+", "elsewhere"),
+        ("\\", "No newline at end of file"),
+    ]
 
 
 def test_binary_file_has_no_hunks(vault):
@@ -272,11 +316,16 @@ def test_missing_newline_at_end_of_file(vault):
     old = vault.commit({"f": b"a\nb"})
     new = vault.commit({"f": b"a\nb\nc"}, old)
 
-    f, = diff_revisions(vault.git_dir, old, new).files
+    (f,) = diff_revisions(vault.git_dir, old, new).files
 
     assert [(ln.kind, ln.text, ln.old_no, ln.new_no) for ln in f.hunks[0].lines] == [
-        (" ", "a", 1, 1), ("-", "b", 2, None), ("\\", "No newline at end of file", None, None),
-        ("+", "b", None, 2), ("+", "c", None, 3), ("\\", "No newline at end of file", None, None)]
+        (" ", "a", 1, 1),
+        ("-", "b", 2, None),
+        ("\\", "No newline at end of file", None, None),
+        ("+", "b", None, 2),
+        ("+", "c", None, 3),
+        ("\\", "No newline at end of file", None, None),
+    ]
     assert (f.additions, f.deletions) == (2, 1)
 
 
@@ -289,7 +338,9 @@ def test_content_that_looks_like_diff_headers_stays_content(vault):
 
     patch = one(d, "a.patch")
     assert not patch.binary
-    assert [ln.text for ln in patch.hunks[0].lines if ln.kind == "+"] == tricky.decode().splitlines()
+    assert [
+        ln.text for ln in patch.hunks[0].lines if ln.kind == "+"
+    ] == tricky.decode().splitlines()
     z = one(d, "z.txt")
     assert [(ln.kind, ln.text) for ln in z.hunks[0].lines] == [("-", "1"), ("+", "2")]
 
@@ -297,22 +348,35 @@ def test_content_that_looks_like_diff_headers_stays_content(vault):
 def test_crlf_and_trailing_spaces_are_kept_byte_exact(vault):
     old = vault.commit({"w.txt": b"a\r\nb \n"})
     new = vault.commit({"w.txt": b"a\r\nb  \n"}, old)
-    f, = diff_revisions(vault.git_dir, old, new).files
+    (f,) = diff_revisions(vault.git_dir, old, new).files
     assert [(ln.kind, ln.text) for ln in f.hunks[0].lines] == [
-        (" ", "a\r"), ("-", "b "), ("+", "b  ")]
+        (" ", "a\r"),
+        ("-", "b "),
+        ("+", "b  "),
+    ]
 
 
 def test_paths_with_spaces_unicode_newlines_and_non_utf8_bytes(vault):
     odd = b"caf\xe9 \x01.txt"  # not UTF-8, with a control character
-    old = vault.commit({"with space.txt": b"1\n", "Ünïcødé/文件.txt": b"1\n", odd: b"1\n",
-                        "new\nline.txt": b"1\n"})
-    new = vault.commit({"with space.txt": b"2\n", "Ünïcødé/文件.txt": b"2\n", odd: b"2\n",
-                        "new\nline.txt": b"2\n"}, old)
+    old = vault.commit(
+        {"with space.txt": b"1\n", "Ünïcødé/文件.txt": b"1\n", odd: b"1\n", "new\nline.txt": b"1\n"}
+    )
+    new = vault.commit(
+        {
+            "with space.txt": b"2\n",
+            "Ünïcødé/文件.txt": b"2\n",
+            odd: b"2\n",
+            "new\nline.txt": b"2\n",
+        },
+        old,
+    )
 
     d = diff_revisions(vault.git_dir, old, new)
 
     paths = sorted(f.path for f in d.files)
-    assert paths == sorted(["with space.txt", "Ünïcødé/文件.txt", os.fsdecode(odd), "new\nline.txt"])
+    assert paths == sorted(
+        ["with space.txt", "Ünïcødé/文件.txt", os.fsdecode(odd), "new\nline.txt"]
+    )
     assert all(f.status == "modified" and (f.additions, f.deletions) == (1, 1) for f in d.files)
     assert all([ln.text for ln in f.hunks[0].lines] == ["1", "2"] for f in d.files)
     assert os.fsencode(one(d, os.fsdecode(odd)).path) == odd
@@ -325,9 +389,13 @@ def test_paths_with_spaces_unicode_newlines_and_non_utf8_bytes(vault):
 def test_path_filter_limits_the_diff(vault):
     old = vault.commit({"a/x.txt": b"1\n", "b/y.txt": b"1\n", "*.txt": b"1\n"})
     new = vault.commit({"a/x.txt": b"2\n", "b/y.txt": b"2\n", "*.txt": b"2\n"}, old)
-    assert [f.path for f in diff_revisions(vault.git_dir, old, new, paths=["a"]).files] == ["a/x.txt"]
+    assert [f.path for f in diff_revisions(vault.git_dir, old, new, paths=["a"]).files] == [
+        "a/x.txt"
+    ]
     # a path is taken literally, never as a pattern
-    assert [f.path for f in diff_revisions(vault.git_dir, old, new, paths=["*.txt"]).files] == ["*.txt"]
+    assert [f.path for f in diff_revisions(vault.git_dir, old, new, paths=["*.txt"]).files] == [
+        "*.txt"
+    ]
 
 
 def test_submodule_entry_is_listed_without_hunks(vault):
@@ -336,7 +404,7 @@ def test_submodule_entry_is_listed_without_hunks(vault):
     old = vault.commit({"f": b"x\n", "sub": (MODE_GITLINK, c1)})
     new = vault.commit({"f": b"x\n", "sub": (MODE_GITLINK, c2)}, old)
 
-    f, = diff_revisions(vault.git_dir, old, new).files
+    (f,) = diff_revisions(vault.git_dir, old, new).files
 
     assert (f.status, f.path, f.old_sha, f.new_sha) == ("modified", "sub", c1, c2)
     assert f.is_submodule and f.hunks == [] and (f.additions, f.deletions) == (0, 0)
@@ -353,7 +421,10 @@ def test_empty_old_means_everything_added(vault, nothing):
 
     assert d.old == EMPTY_TREE
     assert sorted((f.status, f.path) for f in d.files) == [
-        ("added", "a.txt"), ("added", "d/b.txt"), ("added", "l")]
+        ("added", "a.txt"),
+        ("added", "d/b.txt"),
+        ("added", "l"),
+    ]
     assert (d.additions, d.deletions) == (4, 0)
     assert diff_stats(vault.git_dir, nothing, new) == (3, 4, 0)
 
@@ -394,10 +465,16 @@ def test_unknown_revision_is_not_found(vault):
 
 def test_diff_stats_match_the_full_diff(vault):
     old = vault.commit({"a": lines(50), "b": b"x\n", "bin": b"\x00\x01"})
-    new = vault.commit({"a": lines(50).replace(b"line 7\n", b"") + b"tail\n", "c": b"y\nz\n",
-                        "bin": b"\x00\x02"}, old)
+    new = vault.commit(
+        {"a": lines(50).replace(b"line 7\n", b"") + b"tail\n", "c": b"y\nz\n", "bin": b"\x00\x02"},
+        old,
+    )
     d = diff_revisions(vault.git_dir, old, new)
-    assert diff_stats(vault.git_dir, old, new) == (d.files_changed, d.additions, d.deletions) == (4, 3, 2)
+    assert (
+        diff_stats(vault.git_dir, old, new)
+        == (d.files_changed, d.additions, d.deletions)
+        == (4, 3, 2)
+    )
     for f in d.files:
         assert f.additions == sum(ln.kind == "+" for h in f.hunks for ln in h.lines)
         assert f.deletions == sum(ln.kind == "-" for h in f.hunks for ln in h.lines)
@@ -444,7 +521,10 @@ def test_cap_inside_one_enormous_line_does_not_read_it_whole(vault):
     d = diff_revisions(vault.git_dir, old, new, max_bytes=100_000)
     assert d.truncated
     assert [(f.path, f.truncated) for f in d.files] == [
-        ("a.txt", False), ("min.js", True), ("z.txt", True)]
+        ("a.txt", False),
+        ("min.js", True),
+        ("z.txt", True),
+    ]
     assert [ln.text for ln in d.files[0].hunks[0].lines] == ["a"]
     # the cut line is dropped whole, never shown half-read
     assert [(ln.kind, ln.text) for h in d.files[1].hunks for ln in h.lines] == [("-", "x")]
@@ -474,31 +554,36 @@ def test_twenty_thousand_line_diff_parses_in_well_under_a_second(vault):
 
 
 def test_render_unified_applies_to_the_old_revision(vault, tmp_path):
-    old = vault.commit({
-        "keep.txt": lines(40),
-        "gone.txt": b"bye\n",
-        "renamed from.txt": lines(30),
-        "moved.txt": lines(30),
-        "run.sh": b"#!/bin/sh\necho hi\n",
-        "no_eol.txt": b"a\nb",
-        "ünï côdé.txt": b"1\n2\n",
-        "quote\"and\\slash.txt": b"q\n",
-        "typed": b"was a file\n",
-        "empty_soon": b"content\n",
-    })
-    new = vault.commit({
-        "keep.txt": lines(40).replace(b"line 3\n", b"three\n").replace(b"line 35\n", b""),
-        "renamed to.txt": lines(30),
-        "dir/moved.txt": lines(30).replace(b"line 20\n", b"twenty\n"),
-        "run.sh": (MODE_EXEC, b"#!/bin/sh\necho hi\n"),
-        "no_eol.txt": b"a\nb\nc",
-        "ünï côdé.txt": b"1\ntwo\n",
-        "quote\"and\\slash.txt": b"q\nr\n",
-        "typed": (MODE_LINK, b"keep.txt"),
-        "empty_soon": b"",
-        "brand new.txt": b"hello\n",
-        "link": (MODE_LINK, b"dir/moved.txt"),
-    }, old)
+    old = vault.commit(
+        {
+            "keep.txt": lines(40),
+            "gone.txt": b"bye\n",
+            "renamed from.txt": lines(30),
+            "moved.txt": lines(30),
+            "run.sh": b"#!/bin/sh\necho hi\n",
+            "no_eol.txt": b"a\nb",
+            "ünï côdé.txt": b"1\n2\n",
+            'quote"and\\slash.txt': b"q\n",
+            "typed": b"was a file\n",
+            "empty_soon": b"content\n",
+        }
+    )
+    new = vault.commit(
+        {
+            "keep.txt": lines(40).replace(b"line 3\n", b"three\n").replace(b"line 35\n", b""),
+            "renamed to.txt": lines(30),
+            "dir/moved.txt": lines(30).replace(b"line 20\n", b"twenty\n"),
+            "run.sh": (MODE_EXEC, b"#!/bin/sh\necho hi\n"),
+            "no_eol.txt": b"a\nb\nc",
+            "ünï côdé.txt": b"1\ntwo\n",
+            'quote"and\\slash.txt': b"q\nr\n",
+            "typed": (MODE_LINK, b"keep.txt"),
+            "empty_soon": b"",
+            "brand new.txt": b"hello\n",
+            "link": (MODE_LINK, b"dir/moved.txt"),
+        },
+        old,
+    )
     d = diff_revisions(vault.git_dir, old, new)
     statuses = {f.path: f.status for f in d.files}
     assert statuses["renamed to.txt"] == "renamed" and statuses["dir/moved.txt"] == "renamed"
@@ -510,8 +595,9 @@ def test_render_unified_applies_to_the_old_revision(vault, tmp_path):
     patch.write_bytes(text.encode("utf-8", "surrogateescape"))
     work = vault.checkout(old, tmp_path / "work")
     env = git_env(GIT_CEILING_DIRECTORIES=str(tmp_path))
-    check = subprocess.run(["git", "apply", "--check", str(patch)], cwd=work, env=env,
-                           capture_output=True, text=True)
+    check = subprocess.run(
+        ["git", "apply", "--check", str(patch)], cwd=work, env=env, capture_output=True, text=True
+    )
     assert check.returncode == 0, check.stderr
     subprocess.run(["git", "apply", str(patch)], cwd=work, env=env, check=True)
     assert snapshot(work) == snapshot(vault.checkout(new, tmp_path / "expected"))
@@ -520,34 +606,80 @@ def test_render_unified_applies_to_the_old_revision(vault, tmp_path):
 def test_render_unified_matches_git_diff_output(vault):
     c1 = vault.commit({"f": b"1\n"})
     c2 = vault.commit({"f": b"2\n"}, c1)
-    old = vault.commit({
-        "a b.txt": lines(10), "x.txt": b"1\n", "m": b"m\n", "é.txt": b"e\n",
-        "src.txt": lines(40), "mv.sh": lines(30), "t": b"file\n", "bt": b"\x00bin",
-        "gone": b"g\n", "bin": b"\x00\x01", "sub": (MODE_GITLINK, c1), "tab\tname": b"1\n", "run": b"r\n",
-    })
-    new = vault.commit({
-        "a b.txt": lines(10).replace(b"line 5\n", b"five\n"), "y.txt": b"1\n",
-        "m": (MODE_EXEC, b"n\n"), "é.txt": b"f", "src.txt": lines(40) + b"more\n",
-        "copy.txt": lines(40), "moved/mv.sh": (MODE_EXEC, lines(30).replace(b"line 9\n", b"")),
-        "t": (MODE_LINK, b"x.txt"), "bt": (MODE_LINK, b"bin"), "bin": b"\x00\x02",
-        "sub": (MODE_GITLINK, c2), "empty": b"", "link": (MODE_LINK, b"a b.txt"),
-        "tab\tname": b"2\n", "run": (MODE_EXEC, b"r\n"),
-    }, old)
-    expected = run_git(["--git-dir", str(vault.git_dir), "diff-tree", "-r", "-p", "-M", "-C",
-                        "--full-index", "--no-color", old, new]).stdout
+    old = vault.commit(
+        {
+            "a b.txt": lines(10),
+            "x.txt": b"1\n",
+            "m": b"m\n",
+            "é.txt": b"e\n",
+            "src.txt": lines(40),
+            "mv.sh": lines(30),
+            "t": b"file\n",
+            "bt": b"\x00bin",
+            "gone": b"g\n",
+            "bin": b"\x00\x01",
+            "sub": (MODE_GITLINK, c1),
+            "tab\tname": b"1\n",
+            "run": b"r\n",
+        }
+    )
+    new = vault.commit(
+        {
+            "a b.txt": lines(10).replace(b"line 5\n", b"five\n"),
+            "y.txt": b"1\n",
+            "m": (MODE_EXEC, b"n\n"),
+            "é.txt": b"f",
+            "src.txt": lines(40) + b"more\n",
+            "copy.txt": lines(40),
+            "moved/mv.sh": (MODE_EXEC, lines(30).replace(b"line 9\n", b"")),
+            "t": (MODE_LINK, b"x.txt"),
+            "bt": (MODE_LINK, b"bin"),
+            "bin": b"\x00\x02",
+            "sub": (MODE_GITLINK, c2),
+            "empty": b"",
+            "link": (MODE_LINK, b"a b.txt"),
+            "tab\tname": b"2\n",
+            "run": (MODE_EXEC, b"r\n"),
+        },
+        old,
+    )
+    expected = run_git(
+        [
+            "--git-dir",
+            str(vault.git_dir),
+            "diff-tree",
+            "-r",
+            "-p",
+            "-M",
+            "-C",
+            "--full-index",
+            "--no-color",
+            old,
+            new,
+        ]
+    ).stdout
     d = diff_revisions(vault.git_dir, old, new)
-    assert {"copied", "renamed", "typechange", "mode", "added", "removed"} <= {f.status for f in d.files}
+    assert {"copied", "renamed", "typechange", "mode", "added", "removed"} <= {
+        f.status for f in d.files
+    }
     got = render_unified(d).encode("utf-8", "surrogateescape")
     # git shows a submodule's commit line as content; Cairn lists the submodule without hunks
-    expected = expected.replace(b"--- a/sub\n+++ b/sub\n@@ -1 +1 @@\n-Subproject commit " + c1.encode()
-                                + b"\n+Subproject commit " + c2.encode() + b"\n", b"")
+    expected = expected.replace(
+        b"--- a/sub\n+++ b/sub\n@@ -1 +1 @@\n-Subproject commit "
+        + c1.encode()
+        + b"\n+Subproject commit "
+        + c2.encode()
+        + b"\n",
+        b"",
+    )
     assert got.decode() == expected.decode()
 
 
 def test_diff_to_json_is_json_serialisable(vault):
     old = vault.commit({"f.txt": b"a\n", b"bad\xff.txt": b"\xfe\xff old\n", "bin": b"\x00"})
-    new = vault.commit({"f.txt": b"b\n", b"bad\xff.txt": b"\xfe\xff new\n", "bin": b"\x00\x01"},
-                       old)
+    new = vault.commit(
+        {"f.txt": b"b\n", b"bad\xff.txt": b"\xfe\xff new\n", "bin": b"\x00\x01"}, old
+    )
     d = diff_revisions(vault.git_dir, old, new)
 
     data = json.loads(json.dumps(diff_to_json(d), ensure_ascii=False).encode("utf-8"))
@@ -562,7 +694,8 @@ def test_diff_to_json_is_json_serialisable(vault):
     assert f["hunks"][0]["header"] == "@@ -1 +1 @@"
     assert f["hunks"][0]["lines"] == [
         {"kind": "-", "text": "a", "old_no": 1, "new_no": None},
-        {"kind": "+", "text": "b", "old_no": None, "new_no": 1}]
+        {"kind": "+", "text": "b", "old_no": None, "new_no": 1},
+    ]
     assert by_path["bin"]["binary"] is True and by_path["bin"]["hunks"] == []
     texts = [ln["text"] for h in by_path["bad\ufffd.txt"]["hunks"] for ln in h["lines"]]
     assert texts == ["\ufffd\ufffd old", "\ufffd\ufffd new"]

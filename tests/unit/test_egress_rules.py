@@ -112,7 +112,9 @@ def test_malformed_destinations_are_refused(text: str) -> None:
 def test_default_port_applies_only_when_none_is_written() -> None:
     assert parse_destination("example.com", default_port=80) == Destination("example.com", 80)
     assert parse_destination("[::1]", default_port=80) == Destination("::1", 80)
-    assert parse_destination("example.com:8080", default_port=80) == Destination("example.com", 8080)
+    assert parse_destination("example.com:8080", default_port=80) == Destination(
+        "example.com", 8080
+    )
 
 
 def test_destination_prints_ipv6_in_brackets() -> None:
@@ -208,7 +210,9 @@ def test_absolute_form_request_is_rewritten_for_one_destination() -> None:
     assert lines[1] == "Host: 127.1:8080"  # the URL's authority, whatever Host the client sent
     assert "Accept: */*" in lines and not any("other-site" in line for line in lines)
     assert lines[-3:] == ["Connection: close", "", ""]
-    assert not any(line.lower().startswith(("proxy-", "x-private", "connection: keep")) for line in lines)
+    assert not any(
+        line.lower().startswith(("proxy-", "x-private", "connection: keep")) for line in lines
+    )
 
 
 def test_absolute_form_without_port_or_path_or_host_header() -> None:

@@ -18,9 +18,12 @@ def server():
 
 
 def post(server: FakeAnthropic, body: dict) -> tuple[str, bytes]:
-    req = urllib.request.Request(f"{server.url}/v1/messages?beta=true",
-                                 data=json.dumps(body).encode(),
-                                 headers={"content-type": "application/json"}, method="POST")
+    req = urllib.request.Request(
+        f"{server.url}/v1/messages?beta=true",
+        data=json.dumps(body).encode(),
+        headers={"content-type": "application/json"},
+        method="POST",
+    )
     with urllib.request.urlopen(req, timeout=10) as resp:
         return resp.headers["content-type"], resp.read()
 
@@ -30,7 +33,7 @@ def sse(payload: bytes) -> list[tuple[str, dict]]:
     for chunk in payload.decode().strip().split("\n\n"):
         name, data = chunk.split("\n")
         assert name.startswith("event: ") and data.startswith("data: ")
-        events.append((name[len("event: "):], json.loads(data[len("data: "):])))
+        events.append((name[len("event: ") :], json.loads(data[len("data: ") :])))
     return events
 
 
@@ -39,20 +42,30 @@ SYSTEM_IN_MESSAGES = {"role": "system", "content": "# Environment"}
 
 
 def test_head_is_answered(server):
-    with urllib.request.urlopen(urllib.request.Request(server.url + "/", method="HEAD"),
-                                timeout=10) as resp:
+    with urllib.request.urlopen(
+        urllib.request.Request(server.url + "/", method="HEAD"), timeout=10
+    ) as resp:
         assert resp.status == 200
     assert server.requests[0].kind == "probe"
 
 
 def test_a_tool_step_streams_one_input_json_delta_and_waits_for_its_result(server):
-    first = {"stream": True, "tools": TOOLS,
-             "messages": [{"role": "user", "content": "go"}, SYSTEM_IN_MESSAGES]}
+    first = {
+        "stream": True,
+        "tools": TOOLS,
+        "messages": [{"role": "user", "content": "go"}, SYSTEM_IN_MESSAGES],
+    }
     kind, payload = post(server, first)
     assert kind == "text/event-stream"
     events = sse(payload)
-    assert [n for n, _ in events] == ["message_start", "content_block_start", "content_block_delta",
-                                      "content_block_stop", "message_delta", "message_stop"]
+    assert [n for n, _ in events] == [
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
     start = events[1][1]["content_block"]
     assert start["type"] == "tool_use" and start["name"] == "Bash" and start["input"] == {}
     delta = events[2][1]["delta"]
@@ -63,10 +76,17 @@ def test_a_tool_step_streams_one_input_json_delta_and_waits_for_its_result(serve
     again = sse(post(server, first)[1])
     assert again[1][1]["content_block"]["id"] == start["id"]
     # Its result moves the script on.
-    result = {**first, "messages": first["messages"] + [
-        {"role": "assistant", "content": [dict(start, input={"command": "echo hi > hi.txt"})]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": start["id"],
-                                      "content": "ok"}]}]}
+    result = {
+        **first,
+        "messages": first["messages"]
+        + [
+            {"role": "assistant", "content": [dict(start, input={"command": "echo hi > hi.txt"})]},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": start["id"], "content": "ok"}],
+            },
+        ],
+    }
     events = sse(post(server, result)[1])
     assert events[1][1]["content_block"] == {"type": "text", "text": ""}
     assert events[2][1]["delta"] == {"type": "text_delta", "text": "done"}
@@ -75,8 +95,11 @@ def test_a_tool_step_streams_one_input_json_delta_and_waits_for_its_result(serve
 
 
 def test_a_title_request_gets_json_text_and_leaves_the_script_alone(server):
-    body = {"stream": False, "messages": [{"role": "user", "content": "name this"}],
-            "output_config": {"format": {"type": "json_schema", "schema": {}}}}
+    body = {
+        "stream": False,
+        "messages": [{"role": "user", "content": "name this"}],
+        "output_config": {"format": {"type": "json_schema", "schema": {}}},
+    }
     _, payload = post(server, body)
     message = json.loads(payload)
     assert json.loads(message["content"][0]["text"]) == {"title": "Scripted session"}

@@ -74,6 +74,7 @@ def refused_socket(folder: Path) -> Path:
 
 # -- docker --------------------------------------------------------------------------------------
 
+
 def test_docker_missing_says_install_it():
     check = check_docker(which=nothing_on_path, docker_host="unix:///nonexistent/docker.sock")
     assert check.id == "docker" and check.state == "error"
@@ -117,8 +118,9 @@ def test_socket_permission_denied_through_the_hook(tmp_path):
     def denied(path: str, timeout: float) -> None:
         raise PermissionError(errno.EACCES, "Permission denied", path)
 
-    check = check_docker(which=docker_on_path, docker_host=f"unix://{sock_file}",
-                         probe_socket=denied)
+    check = check_docker(
+        which=docker_on_path, docker_host=f"unix://{sock_file}", probe_socket=denied
+    )
     assert check.state == "error"
     assert "permission denied" in check.detail and str(sock_file) in check.detail
     assert check.command == "sudo usermod -aG docker $USER"
@@ -133,8 +135,9 @@ def test_permission_denied_inside_docker_py_is_recognised_too():
         except PermissionError as exc:
             raise RuntimeError("Error while fetching server API version") from exc
 
-    check = check_docker(which=docker_on_path, docker_host="tcp://127.0.0.1:2375",
-                         docker_version=api)
+    check = check_docker(
+        which=docker_on_path, docker_host="tcp://127.0.0.1:2375", docker_version=api
+    )
     assert check.state == "error" and check.command == "sudo usermod -aG docker $USER"
 
 
@@ -148,8 +151,10 @@ CHECK_AS_NOBODY = textwrap.dedent(
 )
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
-                    reason="needs root and setpriv to check as another user")
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("setpriv"),
+    reason="needs root and setpriv to check as another user",
+)
 def test_socket_permission_denied_for_real(short_dir):
     path = short_dir / "docker.sock"
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -158,11 +163,29 @@ def test_socket_permission_denied_for_real(short_dir):
     try:
         path.chmod(0o000)
         result = subprocess.run(
-            ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
-             sys.executable, "-c", CHECK_AS_NOBODY, str(path)],
-            cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
-            env={**os.environ, "HOME": str(short_dir), "PYTHONDONTWRITEBYTECODE": "1",
-                 "PYTHONPATH": str(REPO_ROOT)})
+            [
+                "setpriv",
+                "--reuid",
+                "65534",
+                "--regid",
+                "65534",
+                "--clear-groups",
+                sys.executable,
+                "-c",
+                CHECK_AS_NOBODY,
+                str(path),
+            ],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={
+                **os.environ,
+                "HOME": str(short_dir),
+                "PYTHONDONTWRITEBYTECODE": "1",
+                "PYTHONPATH": str(REPO_ROOT),
+            },
+        )
     finally:
         server.close()
     assert result.returncode == 0, result.stderr
@@ -200,6 +223,7 @@ def test_a_running_docker_is_ok(docker_client):
 
 
 # -- keyring -------------------------------------------------------------------------------------
+
 
 class _FakeBackend:
     name = "fake"
@@ -273,8 +297,12 @@ def test_no_keyring_is_an_error_with_the_fix():
 def test_a_locked_keyring_is_an_error_that_says_unlock():
     from keyring.errors import KeyringLocked
 
-    backend = backend_named("keyring.backends.SecretService", "Keyring", "SecretService Keyring",
-                            error=KeyringLocked("Failed to unlock the collection!"))
+    backend = backend_named(
+        "keyring.backends.SecretService",
+        "Keyring",
+        "SecretService Keyring",
+        error=KeyringLocked("Failed to unlock the collection!"),
+    )
     check = check_keyring(backend)
     assert check.state == "error" and "locked" in check.detail
     assert check.fix.startswith("unlock your desktop keyring")
@@ -282,6 +310,7 @@ def test_a_locked_keyring_is_an_error_that_says_unlock():
 
 
 # -- git -----------------------------------------------------------------------------------------
+
 
 def fake_git(tmp_path: Path, output: str) -> str:
     script = tmp_path / "git"
@@ -323,6 +352,7 @@ def test_a_git_that_says_nothing_useful_is_an_error(tmp_path):
 
 # -- disk ----------------------------------------------------------------------------------------
 
+
 def test_disk_is_measured_at_the_nearest_existing_parent(tmp_path):
     seen = []
 
@@ -336,12 +366,15 @@ def test_disk_is_measured_at_the_nearest_existing_parent(tmp_path):
     assert check.detail == f"90.0 GiB free on the disk of the data folder ({tmp_path})"
 
 
-@pytest.mark.parametrize("free, state, words", [
-    (DISK_ERROR_BYTES - 1, "error", "at least 1 GiB"),
-    (DISK_ERROR_BYTES // 2, "error", "only 0.5 GiB free"),
-    (DISK_WARNING_BYTES - 1, "warning", "less than 5 GiB"),
-    (DISK_WARNING_BYTES, "ok", "5.0 GiB free"),
-])
+@pytest.mark.parametrize(
+    "free, state, words",
+    [
+        (DISK_ERROR_BYTES - 1, "error", "at least 1 GiB"),
+        (DISK_ERROR_BYTES // 2, "error", "only 0.5 GiB free"),
+        (DISK_WARNING_BYTES - 1, "warning", "less than 5 GiB"),
+        (DISK_WARNING_BYTES, "ok", "5.0 GiB free"),
+    ],
+)
 def test_low_disk(tmp_path, free, state, words):
     check = check_disk(tmp_path, disk_usage=lambda _path: Usage(10 * GIB, 0, free))
     assert check.state == state and words in check.detail
@@ -357,12 +390,15 @@ def test_the_real_disk(tmp_path):
 
 # -- the whole run -------------------------------------------------------------------------------
 
+
 def healthy(**overrides):
     options = dict(
-        which=docker_on_path, docker_host="tcp://127.0.0.1:2375",
+        which=docker_on_path,
+        docker_host="tcp://127.0.0.1:2375",
         docker_version=lambda url, timeout: "24.0.7",
-        keyring_backend=backend_named("keyring.backends.SecretService", "Keyring",
-                                      "SecretService Keyring"),
+        keyring_backend=backend_named(
+            "keyring.backends.SecretService", "Keyring", "SecretService Keyring"
+        ),
         git=shutil.which("git") or "git",
         disk_usage=lambda _path: Usage(100 * GIB, 0, 50 * GIB),
     )
@@ -381,8 +417,9 @@ def test_run_checks_in_order_and_summary(tmp_path):
 
 
 def test_without_docker_the_user_may_still_continue(tmp_path):
-    checks = run_checks(tmp_path, **healthy(which=nothing_on_path,
-                                            docker_host="unix:///nonexistent.sock"))
+    checks = run_checks(
+        tmp_path, **healthy(which=nothing_on_path, docker_host="unix:///nonexistent.sock")
+    )
     result = summary(checks)
     assert not result.sandboxes and result.may_continue
     assert result.errors == 1 and "host backend" in result.headline

@@ -28,9 +28,15 @@ NOBODY = 65534
 
 def git(cwd: Path, *args: str) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_CONFIG_GLOBAL="/dev/null", GIT_CONFIG_NOSYSTEM="1", GIT_OPTIONAL_LOCKS="0",
-               GIT_AUTHOR_NAME="T", GIT_AUTHOR_EMAIL="t@example.com", GIT_COMMITTER_NAME="T",
-               GIT_COMMITTER_EMAIL="t@example.com")
+    env.update(
+        GIT_CONFIG_GLOBAL="/dev/null",
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_OPTIONAL_LOCKS="0",
+        GIT_AUTHOR_NAME="T",
+        GIT_AUTHOR_EMAIL="t@example.com",
+        GIT_COMMITTER_NAME="T",
+        GIT_COMMITTER_EMAIL="t@example.com",
+    )
     proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, check=True)
     return proc.stdout.decode()
 
@@ -51,8 +57,11 @@ def vault(tmp_path: Path) -> Vault:
 
 
 def vault_refs(vault: Vault) -> list[str]:
-    refs = [str(p.relative_to(vault.git_dir)) for p in (vault.git_dir / "refs").rglob("*")
-            if p.is_file()]
+    refs = [
+        str(p.relative_to(vault.git_dir))
+        for p in (vault.git_dir / "refs").rglob("*")
+        if p.is_file()
+    ]
     packed = vault.git_dir / "packed-refs"
     if packed.exists():
         refs += [line for line in packed.read_text().splitlines() if not line.startswith("#")]
@@ -98,6 +107,7 @@ def status(folder: Path) -> str:
 
 # -- a repository with every kind of change ----------------------------------------------------
 
+
 @pytest.fixture
 def busy_repo(tmp_path: Path) -> Path:
     repo = tmp_path / "project"
@@ -117,24 +127,24 @@ def busy_repo(tmp_path: Path) -> Path:
     write(repo / "README.md", "v2 staged\n")
     write(repo / "src" / "staged.py", "staged = True\n")
     git(repo, "add", "README.md", "src/staged.py")
-    write(repo / "README.md", "v3 on disk\n")                  # staged, then changed again
-    write(repo / "src" / "app.py", "print('unstaged')\n")       # unstaged change
-    (repo / "src" / "old.py").unlink()                          # tracked, deleted on disk
+    write(repo / "README.md", "v3 on disk\n")  # staged, then changed again
+    write(repo / "src" / "app.py", "print('unstaged')\n")  # unstaged change
+    (repo / "src" / "old.py").unlink()  # tracked, deleted on disk
     write(repo / "notes.txt", "untracked\n")
-    write(repo / "run.sh", "#!/bin/sh\n", 0o755)                # untracked executable
+    write(repo / "run.sh", "#!/bin/sh\n", 0o755)  # untracked executable
     write(repo / "nested" / "inner" / "new.txt", "nested untracked\n")
     write(repo / "newpkg" / "a.txt", "a\n")
-    (repo / "newpkg" / "sub" / "deeper").mkdir(parents=True)    # empty, below an untracked folder
+    (repo / "newpkg" / "sub" / "deeper").mkdir(parents=True)  # empty, below an untracked folder
     (repo / "empty").mkdir()
     write(tmp_path / "outside.txt", "outside\n")
-    os.symlink(tmp_path / "outside.txt", repo / "escape")       # points outside the folder
+    os.symlink(tmp_path / "outside.txt", repo / "escape")  # points outside the folder
     os.symlink("../outside.txt", repo / "escape_rel")
     write(repo / "debug.log", "ignored\n")
     write(repo / "build" / "out.bin", b"\0ignored")
     (repo / "build" / "emptyignored").mkdir()
     write(repo / "nested" / "x.tmp", "ignored by nested rule\n")
     (repo / "nested" / "cache").mkdir()
-    write(repo / "nested" / "cache" / "y.tmp", "ignored\n")     # holds only ignored files
+    write(repo / "nested" / "cache" / "y.tmp", "ignored\n")  # holds only ignored files
     return repo
 
 
@@ -168,8 +178,16 @@ def test_git_import_records_working_tree_as_git_status_sees_it(vault, busy_repo)
         "run.sh": (MODE_EXEC, b"#!/bin/sh\n"),
         "newpkg/a.txt": (MODE_FILE, b"a\n"),
     }
-    assert dirs == {"src", "nested", "nested/inner", "nested/cache", "newpkg", "newpkg/sub",
-                    "newpkg/sub/deeper", "empty"}
+    assert dirs == {
+        "src",
+        "nested",
+        "nested/inner",
+        "nested/cache",
+        "newpkg",
+        "newpkg/sub",
+        "newpkg/sub/deeper",
+        "empty",
+    }
     assert result.files == len(files)
 
 
@@ -218,8 +236,10 @@ def test_unborn_branch_imports_without_parent(vault, tmp_path):
     commit = vault.objects.read_commit(result.base_commit)
     assert commit.parents == ()
     files, _ = base_entries(vault, result.base_tree)
-    assert files == {"staged.txt": (MODE_FILE, b"staged\n"),
-                     "loose.txt": (MODE_FILE, b"untracked\n")}
+    assert files == {
+        "staged.txt": (MODE_FILE, b"staged\n"),
+        "loose.txt": (MODE_FILE, b"untracked\n"),
+    }
     assert fingerprint(repo) == before
     assert vault_refs(vault) == []
 
@@ -231,8 +251,9 @@ def test_detached_head_has_no_branch(vault, busy_repo):
     assert (result.head_commit, result.head_branch) == (head, None)
 
 
-def test_linked_worktree_with_a_gitfile_imports_and_main_repo_is_untouched(vault, busy_repo,
-                                                                          tmp_path):
+def test_linked_worktree_with_a_gitfile_imports_and_main_repo_is_untouched(
+    vault, busy_repo, tmp_path
+):
     worktree = tmp_path / "wt"
     git(busy_repo, "worktree", "add", "-q", "-b", "side", str(worktree))
     write(worktree / "side.txt", "side\n")
@@ -290,9 +311,12 @@ def test_plain_folder_import(vault, tmp_path):
     commit = vault.objects.read_commit(result.base_commit)
     assert commit.parents == () and commit.trailer("Cairn-Trigger") == "base"
     files, dirs = base_entries(vault, result.base_tree)
-    assert files == {"main.c": (MODE_FILE, b"int main;\n"), "bin/run": (MODE_EXEC, b"#!/bin/sh\n"),
-                     ".gitignore": (MODE_FILE, b"*.o\n"),
-                     "dangling": (MODE_LINK, b"/nonexistent/target")}
+    assert files == {
+        "main.c": (MODE_FILE, b"int main;\n"),
+        "bin/run": (MODE_EXEC, b"#!/bin/sh\n"),
+        ".gitignore": (MODE_FILE, b"*.o\n"),
+        "dangling": (MODE_LINK, b"/nonexistent/target"),
+    }
     assert dirs == {"bin", "docs", "docs/empty"}
     assert result.files == 4
     assert vault_refs(vault) == []
@@ -308,6 +332,7 @@ def test_empty_folder_import(vault, tmp_path):
 
 
 # -- refused inputs ----------------------------------------------------------------------------
+
 
 def assert_one_line(exc: pytest.ExceptionInfo, *fragments: str) -> None:
     message = str(exc.value)
@@ -398,11 +423,27 @@ def import_as_nobody(base: Path, folder: Path, *, check: bool = False) -> tuple[
         prefix = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
     else:
         prefix = []
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(base),
-           "PYTHONPATH": str(ROOT), "LC_ALL": "C"}
-    proc = subprocess.run([*prefix, sys.executable, "-c", _IMPORT_SNIPPET, str(folder),
-                           str(vault_dir), "check" if check else "import"],
-                          cwd=base, env=env, capture_output=True, timeout=120)
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(base),
+        "PYTHONPATH": str(ROOT),
+        "LC_ALL": "C",
+    }
+    proc = subprocess.run(
+        [
+            *prefix,
+            sys.executable,
+            "-c",
+            _IMPORT_SNIPPET,
+            str(folder),
+            str(vault_dir),
+            "check" if check else "import",
+        ],
+        cwd=base,
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr.decode()
     return json.loads(proc.stdout.decode().strip().splitlines()[-1]), vault_dir
 
@@ -410,8 +451,9 @@ def import_as_nobody(base: Path, folder: Path, *, check: bool = False) -> tuple[
 def vault_leftovers(vault_dir: Path) -> list[str]:
     """Refs and objects in a vault (a fresh vault holds neither)."""
     found = [str(p.relative_to(vault_dir)) for p in (vault_dir / "refs").rglob("*") if p.is_file()]
-    found += [str(p.relative_to(vault_dir)) for p in (vault_dir / "objects").rglob("*")
-              if p.is_file()]
+    found += [
+        str(p.relative_to(vault_dir)) for p in (vault_dir / "objects").rglob("*") if p.is_file()
+    ]
     if (vault_dir / "packed-refs").exists():
         found.append("packed-refs")
     return found

@@ -27,8 +27,12 @@ def frozen(monkeypatch, tmp_path):
 def test_from_a_checkout_resources_are_at_the_top_and_helpers_run_with_dash_m():
     assert not launch.is_frozen()
     assert launch.resources_root() == REPO_ROOT / "resources"
-    assert launch.python_command("core.approvals", "serve") == [sys.executable, "-m", "core.approvals",
-                                                                 "serve"]
+    assert launch.python_command("core.approvals", "serve") == [
+        sys.executable,
+        "-m",
+        "core.approvals",
+        "serve",
+    ]
 
 
 def test_frozen_resources_are_in_the_bundle_and_helpers_use_the_module_switch(frozen):
@@ -36,11 +40,20 @@ def test_frozen_resources_are_in_the_bundle_and_helpers_use_the_module_switch(fr
     assert launch.resources_root() == frozen / "resources"
     assert launch.resource_path("policy", "x.json") == frozen / "resources" / "policy" / "x.json"
     assert launch.python_command("core.sandbox.egress", "--detach") == [
-        sys.executable, "--cairn-module", "core.sandbox.egress", "--detach"]
+        sys.executable,
+        "--cairn-module",
+        "core.sandbox.egress",
+        "--detach",
+    ]
 
 
 def test_another_interpreter_always_takes_dash_m(frozen):
-    assert launch.python_command("m", "a", python="/usr/bin/python3") == ["/usr/bin/python3", "-m", "m", "a"]
+    assert launch.python_command("m", "a", python="/usr/bin/python3") == [
+        "/usr/bin/python3",
+        "-m",
+        "m",
+        "a",
+    ]
 
 
 def test_the_shipped_resources_are_found_where_core_looks_for_them():
@@ -77,13 +90,17 @@ def test_the_module_switch_without_a_module_is_a_usage_error(capsys):
     assert "--cairn-module MODULE" in capsys.readouterr().err
 
 
-def test_the_module_switch_runs_the_module_as_main_with_its_arguments(tmp_path, monkeypatch, capsys):
-    (tmp_path / "cairn_launch_probe.py").write_text(textwrap.dedent("""
+def test_the_module_switch_runs_the_module_as_main_with_its_arguments(
+    tmp_path, monkeypatch, capsys
+):
+    (tmp_path / "cairn_launch_probe.py").write_text(
+        textwrap.dedent("""
         import sys
         if __name__ == "__main__":
             print("argv", sys.argv[1:])
             sys.exit(int(sys.argv[1]))
-        """))
+        """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(sys, "argv", ["cairn"])
     with pytest.raises(SystemExit) as exit_info:

@@ -39,10 +39,15 @@ def test_a_held_lease_refuses_a_second_holder_and_says_why(store):
 
 def test_a_crashed_holders_lease_is_stale_and_taken_over(store, tmp_path):
     # A process takes the lease and dies without releasing it.
-    code = ("import sys; from core.store import Store; from core import lineage; "
-            "lineage.acquire(Store(sys.argv[1]), 't_root'); import os; os._exit(0)")
-    subprocess.run([sys.executable, "-c", code, str(tmp_path / "cairn.db")], check=True,
-                   cwd=str(Path(__file__).resolve().parents[2]))
+    code = (
+        "import sys; from core.store import Store; from core import lineage; "
+        "lineage.acquire(Store(sys.argv[1]), 't_root'); import os; os._exit(0)"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "cairn.db")],
+        check=True,
+        cwd=str(Path(__file__).resolve().parents[2]),
+    )
     row = store.query_one("SELECT holder, token FROM leases WHERE lineage_id = 't_root'")
     assert row["holder"] and row["token"] == 1
     lease = lineage.acquire(store, "t_root")

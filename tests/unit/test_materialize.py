@@ -16,8 +16,7 @@ from core.errors import Conflict, CorruptSnapshot, InputError
 from core.vault import Vault
 from core.vault.importer import import_folder
 from core.vault.materialize import materialize
-from core.vault.objects import (EMPTY_TREE, MODE_FILE, MODE_GITLINK, MODE_TREE, TreeEntry,
-                                git_env)
+from core.vault.objects import EMPTY_TREE, MODE_FILE, MODE_GITLINK, MODE_TREE, TreeEntry, git_env
 from core.vault.tree_index import TreeIndex
 
 
@@ -112,10 +111,14 @@ def test_modes_honour_the_umask(vault, source, tmp_path):
 
 def test_packed_objects_materialize_too(vault, source, tmp_path):
     result = import_folder(vault, source)
-    subprocess.run(["git", "--git-dir", str(vault.git_dir), "repack", "-a", "-d", "-q"],
-                   check=True, env=git_env())
-    subprocess.run(["git", "--git-dir", str(vault.git_dir), "prune-packed"], check=True,
-                   env=git_env())
+    subprocess.run(
+        ["git", "--git-dir", str(vault.git_dir), "repack", "-a", "-d", "-q"],
+        check=True,
+        env=git_env(),
+    )
+    subprocess.run(
+        ["git", "--git-dir", str(vault.git_dir), "prune-packed"], check=True, env=git_env()
+    )
     materialize(vault, result.base_commit, tmp_path / "restored", label="s")
     assert walk(tmp_path / "restored") == walk(source)
 
@@ -131,8 +134,9 @@ def test_large_blobs_are_streamed(vault, source, tmp_path, monkeypatch):
 def test_gitlink_becomes_an_empty_folder(vault, tmp_path):
     objects = vault.objects
     blob = objects.write_blob(b"a\n")
-    tree = objects.write_tree([TreeEntry(MODE_FILE, b"a.txt", blob),
-                               TreeEntry(MODE_GITLINK, b"lib", "12" * 20)])
+    tree = objects.write_tree(
+        [TreeEntry(MODE_FILE, b"a.txt", blob), TreeEntry(MODE_GITLINK, b"lib", "12" * 20)]
+    )
     assert materialize(vault, tree, tmp_path / "out", label="s") == tree
     assert walk(tmp_path / "out") == {"a.txt": ("file", False, b"a\n"), "lib": ("dir",)}
 
@@ -152,6 +156,7 @@ def test_existing_destination_is_refused(vault, source, tmp_path):
 
 
 # -- damaged vaults ------------------------------------------------------------------------------
+
 
 def blob_of(vault: Vault, tree: str, rel: str) -> str:
     return TreeIndex.from_tree(vault.objects, tree).get(rel).sha
@@ -231,10 +236,15 @@ def test_corrupt_packed_blob_is_caught(vault, source, tmp_path):
     sha = blob_of(vault, result.base_tree, "README.md")
     # Replace the stored object by different content under the same name, then pack it.
     overwrite(loose(vault, sha), zlib.compress(b"blob 6\0HELLO\n"))
-    subprocess.run(["git", "--git-dir", str(vault.git_dir), "repack", "-a", "-d", "-q"],
-                   check=True, env=git_env(), capture_output=True)
-    subprocess.run(["git", "--git-dir", str(vault.git_dir), "prune-packed"], check=True,
-                   env=git_env())
+    subprocess.run(
+        ["git", "--git-dir", str(vault.git_dir), "repack", "-a", "-d", "-q"],
+        check=True,
+        env=git_env(),
+        capture_output=True,
+    )
+    subprocess.run(
+        ["git", "--git-dir", str(vault.git_dir), "prune-packed"], check=True, env=git_env()
+    )
     dest = tmp_path / "restored"
     with pytest.raises(CorruptSnapshot) as exc:
         materialize(vault, result.base_commit, dest, label="snapshot snap_6")
@@ -268,8 +278,9 @@ def test_unsafe_names_are_refused(vault, tmp_path, name):
     assert siblings(tmp_path) == {"vault.git"}
 
 
-def test_destination_appearing_during_restore_is_not_overwritten(vault, source, tmp_path,
-                                                                 monkeypatch):
+def test_destination_appearing_during_restore_is_not_overwritten(
+    vault, source, tmp_path, monkeypatch
+):
     result = import_folder(vault, source)
     dest = tmp_path / "restored"
     real_write_blobs = materialize_module._write_blobs

@@ -15,13 +15,16 @@ def test_every_change_is_a_new_version_and_round_trips():
     assert Policy().allows_secret("anything")
 
 
-@pytest.mark.parametrize("changes, message", [
-    ({"network": "wide-open"}, "unknown network mode"),
-    ({"allow": ["no-port"]}, "host:port"),
-    ({"allow": ["h:99999"]}, "host:port"),
-    ({"limits": {"pids": 1}}, "limits"),
-    ({"uid": 0}, "never runs as root"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"network": "wide-open"}, "unknown network mode"),
+        ({"allow": ["no-port"]}, "host:port"),
+        ({"allow": ["h:99999"]}, "host:port"),
+        ({"limits": {"pids": 1}}, "limits"),
+        ({"uid": 0}, "never runs as root"),
+    ],
+)
 def test_bad_policies_are_refused_with_a_reason(changes, message):
     with pytest.raises(InputError, match=message):
         Policy().changed(**changes)

@@ -29,7 +29,8 @@ def redactor() -> Redactor:
 
 def test_a_value_is_replaced_by_its_name_in_text(redactor):
     assert redactor.redact(f"token={TOKEN}; again {TOKEN}") == (
-        "token=[secret:API_TOKEN]; again [secret:API_TOKEN]")
+        "token=[secret:API_TOKEN]; again [secret:API_TOKEN]"
+    )
 
 
 def test_a_value_is_replaced_in_bytes(redactor):
@@ -50,13 +51,17 @@ def test_text_without_secrets_is_returned_unchanged(redactor):
     assert Redactor().redact("no secrets registered") == "no secrets registered"
 
 
-@pytest.mark.parametrize("encoded", [
-    quote(TOKEN, safe=""),
-    quote_plus(TOKEN, safe=""),
-    base64.b64encode(TOKEN.encode()).decode(),
-    base64.b64encode(TOKEN.encode()).decode().rstrip("="),
-    base64.urlsafe_b64encode(TOKEN.encode()).decode(),
-], ids=["url-encoded", "form-encoded", "base64", "base64-unpadded", "base64-urlsafe"])
+@pytest.mark.parametrize(
+    "encoded",
+    [
+        quote(TOKEN, safe=""),
+        quote_plus(TOKEN, safe=""),
+        base64.b64encode(TOKEN.encode()).decode(),
+        base64.b64encode(TOKEN.encode()).decode().rstrip("="),
+        base64.urlsafe_b64encode(TOKEN.encode()).decode(),
+    ],
+    ids=["url-encoded", "form-encoded", "base64", "base64-unpadded", "base64-urlsafe"],
+)
 def test_common_encodings_of_a_value_are_replaced(redactor, encoded):
     assert encoded != TOKEN
     assert redactor.redact(f"GET /?t={encoded} HTTP/1.1") == "GET /?t=[secret:API_TOKEN] HTTP/1.1"
@@ -90,15 +95,23 @@ def test_a_rotated_secret_keeps_both_values_redacted():
 
 def _stream(redactor: Redactor, data, size: int):
     s = StreamRedactor(redactor)
-    parts = [s.feed(data[i:i + size]) for i in range(0, len(data), size)]
+    parts = [s.feed(data[i : i + size]) for i in range(0, len(data), size)]
     parts.append(s.flush())
     return data[:0].join(parts)
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 5, 7, 16, 1000])
 def test_a_stream_redacts_values_split_across_chunks(redactor, size):
-    data = (b"start " + TOKEN.encode() + b" middle " + TOKEN.encode() + TOKEN.encode()
-            + b" " + base64.b64encode(TOKEN.encode()) + b" end")
+    data = (
+        b"start "
+        + TOKEN.encode()
+        + b" middle "
+        + TOKEN.encode()
+        + TOKEN.encode()
+        + b" "
+        + base64.b64encode(TOKEN.encode())
+        + b" end"
+    )
     expected = redactor.redact(data)
     assert b"[secret:API_TOKEN]" in expected and TOKEN.encode() not in expected
     assert _stream(redactor, data, size) == expected
@@ -193,8 +206,10 @@ def test_installing_on_the_root_logger_covers_child_loggers_and_is_idempotent(re
     finally:
         root.handlers[:], root.filters[:] = old_handlers, old_filters
         root.setLevel(old_level)
-    assert buffer.getvalue().splitlines() == ["child says [secret:API_TOKEN]",
-                                              "root says [secret:API_TOKEN]"]
+    assert buffer.getvalue().splitlines() == [
+        "child says [secret:API_TOKEN]",
+        "root says [secret:API_TOKEN]",
+    ]
 
 
 def test_redact_exception_gives_a_safe_user_message(redactor):

@@ -6,7 +6,8 @@ import pytest
 
 from core import runs
 from core.errors import IllegalTransition
-from core.models import Run, RunState as R, Source, Task
+from core.models import Run, Source, Task
+from core.models import RunState as R
 from core.runs import OutputTail, RunFiles, output_of
 from core.store import Store
 
@@ -21,8 +22,16 @@ def store(tmp_path):
 
 
 def test_state_versions_grow_with_every_move(store):
-    for target in (R.PREPARING, R.RUNNING, R.WAITING_APPROVAL, R.RUNNING, R.INTERRUPTED,
-                   R.PREPARING, R.RUNNING, R.SUCCEEDED):
+    for target in (
+        R.PREPARING,
+        R.RUNNING,
+        R.WAITING_APPROVAL,
+        R.RUNNING,
+        R.INTERRUPTED,
+        R.PREPARING,
+        R.RUNNING,
+        R.SUCCEEDED,
+    ):
         run = runs.move(store, "r_1", target)
     assert run.state == "succeeded" and run.state_version == 8 and run.ended_at
 

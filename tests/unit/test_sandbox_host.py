@@ -72,7 +72,8 @@ def test_detached_process_writes_its_run_files_and_survives_the_session(backend,
     stored = json.dumps(state.to_dict())
     process = live.exec_detached(
         ["sh", "-c", 'for i in 1 2 3; do echo "line $i"; sleep 0.1; done; echo "$HOME $PWD" >&2'],
-        run_id="r_host")
+        run_id="r_host",
+    )
     pid = process.pid
     assert (spec.runs_dir / "r_host" / "pid").read_text().strip() == str(pid)
     assert os.getpgid(pid) == pid  # its own process group: closing Cairn does not signal it
@@ -111,8 +112,9 @@ def test_process_alive_checks_the_run_and_signal_stops_the_group(backend, spec):
 def test_exec_sees_its_env_and_not_cairns_own(backend, spec, monkeypatch):
     monkeypatch.setenv("CAIRN_PARENT_TOKEN", "parent-secret")
     _, live = backend.create(spec)
-    result = live.exec(["sh", "-c", 'echo "$CANARY|${CAIRN_PARENT_TOKEN:-absent}|$HOME"'],
-                       env={"CANARY": "c-123"})
+    result = live.exec(
+        ["sh", "-c", 'echo "$CANARY|${CAIRN_PARENT_TOKEN:-absent}|$HOME"'], env={"CANARY": "c-123"}
+    )
     assert result.ok
     assert result.stdout.strip() == f"c-123|absent|{spec.home_dir}"
     assert "c-123" not in json.dumps(live.state.to_dict())
@@ -167,14 +169,27 @@ def test_recreate_must_carry_the_same_snapshot(backend, spec):
 def test_session_state_round_trips_through_json_and_holds_no_environment(backend, spec):
     state, _ = backend.create(spec)
     data = json.loads(json.dumps(state.to_dict()))
-    assert set(data) == {"backend", "container_id", "container_name", "image_digest", "mounts",
-                         "generation", "snapshot_id"}
+    assert set(data) == {
+        "backend",
+        "container_id",
+        "container_name",
+        "image_digest",
+        "mounts",
+        "generation",
+        "snapshot_id",
+    }
     assert SessionState.from_dict(data) == state
 
 
 def test_spec_refuses_bad_values(tmp_path):
-    base = dict(workspace_id="ws_1", session_id="ses_1", snapshot_id=None, workspace_root=tmp_path,
-                home_dir=tmp_path / "h", runs_dir=tmp_path / "r")
+    base = dict(
+        workspace_id="ws_1",
+        session_id="ses_1",
+        snapshot_id=None,
+        workspace_root=tmp_path,
+        home_dir=tmp_path / "h",
+        runs_dir=tmp_path / "r",
+    )
     with pytest.raises(ValueError, match="network"):
         SandboxSpec(**base, network="wide")
     with pytest.raises(ValueError, match="overlaps"):
@@ -185,4 +200,8 @@ def test_spec_refuses_bad_values(tmp_path):
         SandboxSpec(**{**base, "session_id": "../x"})
     spec = SandboxSpec(**base, extra_mounts=((tmp_path, "/opt/engine"),))
     assert [(m.target, m.read_only) for m in spec.mounts()] == [
-        ("/workspace", False), ("/home/agent", False), ("/cairn/runs", False), ("/opt/engine", True)]
+        ("/workspace", False),
+        ("/home/agent", False),
+        ("/cairn/runs", False),
+        ("/opt/engine", True),
+    ]

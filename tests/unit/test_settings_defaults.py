@@ -15,8 +15,15 @@ from core.app import Cairn
 from core.approvals import RULES_FILE, Judge, classify, rules_for
 from core.errors import CairnError, InputError
 from core.policy import Policy
-from core.settings import (DEFAULT_KEYS, default_policy, get_setting, read_defaults,
-                           set_setting, settings_path, unset_setting)
+from core.settings import (
+    DEFAULT_KEYS,
+    default_policy,
+    get_setting,
+    read_defaults,
+    set_setting,
+    settings_path,
+    unset_setting,
+)
 
 
 @pytest.fixture
@@ -44,44 +51,57 @@ def stored(app: Cairn) -> dict:
 
 # -- keys and values -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("key,value,expected", [
-    ("defaults.engine", "codex", "codex"),
-    ("defaults.engine", " shell ", "shell"),
-    ("defaults.image", "cairn-sandbox:1", "cairn-sandbox:1"),
-    ("defaults.image", "registry.example.com:5000/team/sandbox:v2.1",
-     "registry.example.com:5000/team/sandbox:v2.1"),
-    ("defaults.image", "ghcr.io/x/y@sha256:" + "a" * 64, "ghcr.io/x/y@sha256:" + "a" * 64),
-    ("defaults.network", "allowlist", "allowlist"),
-    ("defaults.network", "open", "open"),
-    ("defaults.allow", "api.example.com:443", "api.example.com:443"),
-    ("defaults.allow", "API.example.com:443, 127.0.0.1:11434,api.example.com:443",
-     "api.example.com:443,127.0.0.1:11434"),
-    ("defaults.allow", "[::1]:8080", "[::1]:8080"),
-    ("defaults.backend", "host", "host"),
-    ("defaults.backend", "docker", "docker"),
-])
+
+@pytest.mark.parametrize(
+    "key,value,expected",
+    [
+        ("defaults.engine", "codex", "codex"),
+        ("defaults.engine", " shell ", "shell"),
+        ("defaults.image", "cairn-sandbox:1", "cairn-sandbox:1"),
+        (
+            "defaults.image",
+            "registry.example.com:5000/team/sandbox:v2.1",
+            "registry.example.com:5000/team/sandbox:v2.1",
+        ),
+        ("defaults.image", "ghcr.io/x/y@sha256:" + "a" * 64, "ghcr.io/x/y@sha256:" + "a" * 64),
+        ("defaults.network", "allowlist", "allowlist"),
+        ("defaults.network", "open", "open"),
+        ("defaults.allow", "api.example.com:443", "api.example.com:443"),
+        (
+            "defaults.allow",
+            "API.example.com:443, 127.0.0.1:11434,api.example.com:443",
+            "api.example.com:443,127.0.0.1:11434",
+        ),
+        ("defaults.allow", "[::1]:8080", "[::1]:8080"),
+        ("defaults.backend", "host", "host"),
+        ("defaults.backend", "docker", "docker"),
+    ],
+)
 def test_each_default_takes_a_good_value_and_stores_it_normalised(app, key, value, expected):
     assert app.set_setting(key, value) == expected
     assert app.get_setting(key) == expected
     assert stored(app)["defaults"][key.split(".")[1]] == expected
 
 
-@pytest.mark.parametrize("key,value,message", [
-    ("defaults.engine", "gemini", "unknown engine 'gemini'"),
-    ("defaults.image", "Cairn Sandbox", "Docker image reference"),
-    ("defaults.image", "cairn-sandbox:", "Docker image reference"),
-    ("defaults.image", "a\nb", "one line"),
-    ("defaults.network", "internet", "unknown network mode 'internet'"),
-    ("defaults.allow", "example.com", "'example.com' is not a usable host:port"),
-    ("defaults.allow", "api.example.com:443,example.com:99999", "'example.com:99999'"),
-    ("defaults.allow", "0.0.0.0:80", "'0.0.0.0:80'"),
-    ("defaults.allow", " , ", "at least one host:port"),
-    ("defaults.backend", "podman", "unknown sandbox backend 'podman'"),
-    ("defaults.engine", "", "needs a value"),
-    ("defaults.colour", "blue", "unknown default 'colour'"),
-    ("defaults.engine.x", "shell", "not a settings key"),
-    ("colour", "blue", "not a settings key"),
-])
+@pytest.mark.parametrize(
+    "key,value,message",
+    [
+        ("defaults.engine", "gemini", "unknown engine 'gemini'"),
+        ("defaults.image", "Cairn Sandbox", "Docker image reference"),
+        ("defaults.image", "cairn-sandbox:", "Docker image reference"),
+        ("defaults.image", "a\nb", "one line"),
+        ("defaults.network", "internet", "unknown network mode 'internet'"),
+        ("defaults.allow", "example.com", "'example.com' is not a usable host:port"),
+        ("defaults.allow", "api.example.com:443,example.com:99999", "'example.com:99999'"),
+        ("defaults.allow", "0.0.0.0:80", "'0.0.0.0:80'"),
+        ("defaults.allow", " , ", "at least one host:port"),
+        ("defaults.backend", "podman", "unknown sandbox backend 'podman'"),
+        ("defaults.engine", "", "needs a value"),
+        ("defaults.colour", "blue", "unknown default 'colour'"),
+        ("defaults.engine.x", "shell", "not a settings key"),
+        ("colour", "blue", "not a settings key"),
+    ],
+)
 def test_a_bad_default_is_refused_with_one_line_and_nothing_written(app, key, value, message):
     with pytest.raises(InputError, match=message) as caught:
         app.set_setting(key, value)
@@ -98,8 +118,10 @@ def test_an_unknown_default_names_the_known_keys(app):
 def test_engine_settings_work_as_before_beside_the_defaults(app):
     app.set_setting("engines.codex.model", "gpt-5.5")
     app.set_setting("defaults.engine", "codex")
-    assert stored(app) == {"engines": {"codex": {"model": "gpt-5.5"}},
-                           "defaults": {"engine": "codex"}}
+    assert stored(app) == {
+        "engines": {"codex": {"model": "gpt-5.5"}},
+        "defaults": {"engine": "codex"},
+    }
     assert app.get_setting("engines.codex") == {"model": "gpt-5.5"}
     assert app.get_setting("defaults") == {"engine": "codex"}
     with pytest.raises(InputError, match="unknown engine setting 'temperature'"):
@@ -144,6 +166,7 @@ def test_default_policy_comes_from_network_and_allow():
 
 # -- new tasks -------------------------------------------------------------------------------------
 
+
 def test_a_new_task_without_an_engine_is_a_shell_task(app, repo):
     made = app.new_task(repo, title="plain")
     assert made.task.engine == "shell"
@@ -170,9 +193,11 @@ def test_what_the_caller_chose_wins_over_the_defaults(app, repo):
 
 # -- sandbox backend and image ---------------------------------------------------------------------
 
+
 def test_the_backend_is_docker_unless_a_setting_or_the_environment_says_host(app, monkeypatch):
     from core.sandbox.docker import DockerBackend
     from core.sandbox.host import HostBackend
+
     monkeypatch.delenv("CAIRN_BACKEND", raising=False)
     assert isinstance(app.sandboxes.backend, DockerBackend)
     app.set_setting("defaults.backend", "host")  # what the first-run check does without Docker
@@ -187,6 +212,7 @@ def test_the_backend_is_docker_unless_a_setting_or_the_environment_says_host(app
 
 def test_reset_sandboxes_picks_up_a_setting_another_process_wrote(app, monkeypatch):
     from core.sandbox.host import HostBackend
+
     monkeypatch.delenv("CAIRN_BACKEND", raising=False)
     first = app.sandboxes
     set_setting(settings_path(app.data.root), "defaults.backend", "host")
@@ -196,8 +222,10 @@ def test_reset_sandboxes_picks_up_a_setting_another_process_wrote(app, monkeypat
 
 
 def test_the_image_comes_from_the_constructor_then_the_environment_then_the_setting(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     from core.sandbox.base import DEFAULT_IMAGE
+
     monkeypatch.setenv("CAIRN_BACKEND", "host")
     monkeypatch.delenv("CAIRN_SANDBOX_IMAGE", raising=False)
     with Cairn(tmp_path / "data") as app:
@@ -213,8 +241,10 @@ def test_the_image_comes_from_the_constructor_then_the_environment_then_the_sett
 
 # -- risk rules ------------------------------------------------------------------------------------
 
-OVERRIDE = {"version": 7, "rules": [
-    {"id": "make-deploy", "pattern": r"\bmake\s+deploy\b", "reason": "deploys"}]}
+OVERRIDE = {
+    "version": 7,
+    "rules": [{"id": "make-deploy", "pattern": r"\bmake\s+deploy\b", "reason": "deploys"}],
+}
 
 
 def test_the_bundled_rules_apply_until_the_user_overrides_them(app):
@@ -255,25 +285,55 @@ def test_a_second_override_applies_at_once(app):
     assert classify("ls", Policy(), judge.rules).rule_id == "ls"
 
 
-@pytest.mark.parametrize("text,message", [
-    ("{not json", "not JSON"),
-    (json.dumps({"version": 1, "rules": [{"id": "broken", "pattern": "(", "reason": "r"}]}),
-     "rule 'broken': the pattern is not a usable regular expression"),
-    (json.dumps({"version": 1, "rules": [{"id": "x", "pattern": "a", "reason": "r",
-                                          "when": {"netwrk": "none"}}]}), "rule 'x'.*netwrk"),
-    (json.dumps({"version": 1, "rules": [{"id": "x", "pattern": "a"}]}),
-     "rule 'x' needs a 'reason'"),
-    (json.dumps({"version": 1, "rules": [{"pattern": "a", "reason": "r"}]}),
-     "rule 1 needs an 'id'"),
-    (json.dumps({"version": 1, "rules": [{"id": "x", "pattern": "a", "reason": "r",
-                                          "severity": 3}]}),
-     "rule 'x' has unknown fields severity"),
-    (json.dumps({"version": 1, "rules": [{"id": "x", "pattern": "a", "reason": "r"},
-                                         {"id": "x", "pattern": "b", "reason": "r"}]}),
-     "share the id 'x'"),
-    (json.dumps({"rules": []}), "integer 'version'"),
-    (json.dumps([1, 2]), "JSON object"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("{not json", "not JSON"),
+        (
+            json.dumps({"version": 1, "rules": [{"id": "broken", "pattern": "(", "reason": "r"}]}),
+            "rule 'broken': the pattern is not a usable regular expression",
+        ),
+        (
+            json.dumps(
+                {
+                    "version": 1,
+                    "rules": [
+                        {"id": "x", "pattern": "a", "reason": "r", "when": {"netwrk": "none"}}
+                    ],
+                }
+            ),
+            "rule 'x'.*netwrk",
+        ),
+        (
+            json.dumps({"version": 1, "rules": [{"id": "x", "pattern": "a"}]}),
+            "rule 'x' needs a 'reason'",
+        ),
+        (
+            json.dumps({"version": 1, "rules": [{"pattern": "a", "reason": "r"}]}),
+            "rule 1 needs an 'id'",
+        ),
+        (
+            json.dumps(
+                {"version": 1, "rules": [{"id": "x", "pattern": "a", "reason": "r", "severity": 3}]}
+            ),
+            "rule 'x' has unknown fields severity",
+        ),
+        (
+            json.dumps(
+                {
+                    "version": 1,
+                    "rules": [
+                        {"id": "x", "pattern": "a", "reason": "r"},
+                        {"id": "x", "pattern": "b", "reason": "r"},
+                    ],
+                }
+            ),
+            "share the id 'x'",
+        ),
+        (json.dumps({"rules": []}), "integer 'version'"),
+        (json.dumps([1, 2]), "JSON object"),
+    ],
+)
 def test_a_bad_rules_file_is_refused_with_one_line_and_nothing_written(app, text, message):
     with pytest.raises(InputError, match=message) as caught:
         app.set_risk_rules(text)
@@ -306,6 +366,8 @@ def test_checking_writes_nothing(app):
         app.check_setting("defaults.allow", "nope")
     assert [r["id"] for r in app.check_risk_rules(json.dumps(OVERRIDE))] == ["make-deploy"]
     with pytest.raises(InputError, match="rule 'b'"):
-        app.check_risk_rules('{"version": 1, "rules": [{"id": "b", "pattern": "(", "reason": "r"}]}')
+        app.check_risk_rules(
+            '{"version": 1, "rules": [{"id": "b", "pattern": "(", "reason": "r"}]}'
+        )
     assert not settings_path(app.data.root).exists()
     assert not approvals.user_rules_path(app.data.root).exists()

@@ -13,8 +13,20 @@ from core.store import MIGRATIONS, SCHEMA_VERSION, Store
 
 def _seed(store: Store) -> None:
     store.add_source(Source("src_1", "/home/me/repo", "git", "/data/vault/src_1.git", 1.0))
-    store.add_workspace(Workspace("ws_1", "src_1", "/data/workspaces/ws_1", "b" * 40, "h" * 40,
-                                  "cairn/x", None, "prepared", created_at=1.0, updated_at=1.0))
+    store.add_workspace(
+        Workspace(
+            "ws_1",
+            "src_1",
+            "/data/workspaces/ws_1",
+            "b" * 40,
+            "h" * 40,
+            "cairn/x",
+            None,
+            "prepared",
+            created_at=1.0,
+            updated_at=1.0,
+        )
+    )
     store.add_task(Task("t_1", "fix it", "src_1", "ws_1", "shell", "", None, "new", None, 1.0))
 
 
@@ -23,8 +35,19 @@ def test_new_database_is_at_latest_schema_in_wal_mode(tmp_path):
     assert store.schema_version == SCHEMA_VERSION
     assert store.query_one("PRAGMA journal_mode")[0] == "wal"
     tables = {r[0] for r in store.query("SELECT name FROM sqlite_master WHERE type='table'")}
-    for table in ("tasks", "workspaces", "revisions", "snapshots", "runs", "checkpoints",
-                  "session_states", "approvals", "credential_grants", "artifacts", "events"):
+    for table in (
+        "tasks",
+        "workspaces",
+        "revisions",
+        "snapshots",
+        "runs",
+        "checkpoints",
+        "session_states",
+        "approvals",
+        "credential_grants",
+        "artifacts",
+        "events",
+    ):
         assert table in tables
 
 
@@ -34,8 +57,10 @@ def test_database_from_an_earlier_schema_is_migrated_keeping_its_rows(tmp_path):
     assert old.schema_version == 1
     _seed(old)
     old.close()
-    assert "runs" not in {r[0] for r in sqlite3.connect(path).execute(
-        "SELECT name FROM sqlite_master WHERE type='table'")}
+    assert "runs" not in {
+        r[0]
+        for r in sqlite3.connect(path).execute("SELECT name FROM sqlite_master WHERE type='table'")
+    }
 
     store = Store(path)
     assert store.schema_version == SCHEMA_VERSION == len(MIGRATIONS)
@@ -56,10 +81,9 @@ def test_database_from_a_newer_cairn_is_refused(tmp_path):
 
 def test_a_failed_transaction_writes_nothing(tmp_path):
     store = Store(tmp_path / "cairn.db")
-    with pytest.raises(RuntimeError):
-        with store.transaction():
-            store.add_source(Source("src_1", "/a", "plain", "/v", 1.0))
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), store.transaction():
+        store.add_source(Source("src_1", "/a", "plain", "/v", 1.0))
+        raise RuntimeError("boom")
     assert store.list_sources() == []
 
 
@@ -67,7 +91,9 @@ def test_revisions_get_sequence_numbers_and_move_the_workspace_head(tmp_path):
     store = Store(tmp_path / "cairn.db")
     _seed(store)
     for i, sha in enumerate(["a" * 40, "c" * 40, "d" * 40]):
-        rev = store.add_revision(Revision(sha, "ws_1", None, "t" * 40, "watch", None, 1, time.time()))
+        rev = store.add_revision(
+            Revision(sha, "ws_1", None, "t" * 40, "watch", None, 1, time.time())
+        )
         assert rev.seq == i + 1
     again = store.add_revision(Revision("c" * 40, "ws_1", None, "t" * 40, "watch", None, 1, 0.0))
     assert again.seq == 2  # a known revision is not added twice
@@ -97,8 +123,11 @@ def test_writes_from_many_threads_are_serialised(tmp_path):
     def worker(n):
         try:
             for i in range(20):
-                store.add_revision(Revision(f"{n:02d}{i:038d}", "ws_1", None, "t" * 40, "watch",
-                                            None, 1, time.time()))
+                store.add_revision(
+                    Revision(
+                        f"{n:02d}{i:038d}", "ws_1", None, "t" * 40, "watch", None, 1, time.time()
+                    )
+                )
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
 

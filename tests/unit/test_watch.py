@@ -104,7 +104,9 @@ class Workspace:
         return out
 
     def ls_tree(self, treeish: str, *, trees: bool = False) -> set[tuple[str, str, str]]:
-        args = ["--git-dir", str(self.vault.git_dir), "ls-tree", "-r", "-z"] + (["-t"] if trees else [])
+        args = ["--git-dir", str(self.vault.git_dir), "ls-tree", "-r", "-z"] + (
+            ["-t"] if trees else []
+        )
         out = run_git(args + [treeish]).stdout.decode()
         entries = set()
         for item in filter(None, out.split("\0")):
@@ -115,8 +117,11 @@ class Workspace:
         return entries
 
     def empty_dirs_in(self, treeish: str) -> set[str]:
-        return {path for path, mode, sha in self.ls_tree(treeish, trees=True)
-                if mode == "040000" and sha == EMPTY_TREE}
+        return {
+            path
+            for path, mode, sha in self.ls_tree(treeish, trees=True)
+            if mode == "040000" and sha == EMPTY_TREE
+        }
 
     def assert_head_is_disk(self) -> None:
         head = self.vault.revision_head(WS)
@@ -126,8 +131,13 @@ class Workspace:
 
     def loose_objects(self) -> set[str]:
         objects = self.vault.git_dir / "objects"
-        return {d.name + f.name for d in objects.iterdir() if len(d.name) == 2
-                for f in d.iterdir() if not f.name.startswith("tmp_")}
+        return {
+            d.name + f.name
+            for d in objects.iterdir()
+            if len(d.name) == 2
+            for f in d.iterdir()
+            if not f.name.startswith("tmp_")
+        }
 
     def chain(self):
         return self.vault.revision_chain(WS)
@@ -171,14 +181,17 @@ def test_a_shell_loop_of_rapid_writes_is_recorded_without_loss(ws):
     rec = ws.recorder(run_id=lambda: "run-42")
     assert rec.start() is None  # nothing changed while nobody watched
 
-    bash("""
+    bash(
+        """
         set -e
         for i in $(seq 0 199); do echo "write $i" >> "f$((i % 50)).txt"; done
         rm f3.txt
         mv f4.txt renamed.txt
         chmod +x f5.txt
         ln -s f6.txt link-to-f6
-    """, ws.root)
+    """,
+        ws.root,
+    )
 
     assert rec.wait_idle(IDLE)
     ws.assert_head_is_disk()
@@ -215,11 +228,14 @@ def test_an_inotify_queue_overflow_falls_back_to_a_full_capture(ws):
         finally:
             knob.write_text(saved)
 
-    bash("""
+    bash(
+        """
         set -e
         for i in $(seq 0 1999); do echo "new $i" > "d$((i % 4))/n$i.txt"; done
         for i in $(seq 0 499); do echo "edit $i" >> "d$((i % 4))/n$i.txt"; done
-    """, ws.root)
+    """,
+        ws.root,
+    )
 
     assert wait_for(lambda: rec.stats["overflows"] >= 1, 10)
     assert rec.wait_idle(IDLE)
@@ -245,7 +261,9 @@ def test_deleting_dot_git_or_resetting_never_touches_recorded_revisions(ws):
         assert rec.wait_idle(IDLE)
 
     def vault_picture():
-        return [(r.commit.sha, r.commit.tree, frozenset(ws.ls_tree(r.commit.sha))) for r in ws.chain()]
+        return [
+            (r.commit.sha, r.commit.tree, frozenset(ws.ls_tree(r.commit.sha))) for r in ws.chain()
+        ]
 
     before = vault_picture()
     assert len(before) >= 4
@@ -254,7 +272,7 @@ def test_deleting_dot_git_or_resetting_never_touches_recorded_revisions(ws):
     assert rec.wait_idle(IDLE)
     ws.assert_head_is_disk()
     after_reset = vault_picture()
-    assert after_reset[:len(before)] == before and len(after_reset) == len(before) + 1
+    assert after_reset[: len(before)] == before and len(after_reset) == len(before) + 1
 
     head = rec.head
     shutil.rmtree(ws.root / ".git")
@@ -354,8 +372,11 @@ def test_catch_up_after_a_restart_rehashes_only_what_changed(ws, monkeypatch):
     assert rec2.stats["stat_cache_used"]
     assert captured is not None and captured.full and captured.trigger == "watch"
     assert captured.files_changed == 4
-    assert sorted(os.path.relpath(p, ws.root) for p in hashed) == ["d0/f0.txt", "d1/f1.txt",
-                                                                  "d3/new.txt"]
+    assert sorted(os.path.relpath(p, ws.root) for p in hashed) == [
+        "d0/f0.txt",
+        "d1/f1.txt",
+        "d3/new.txt",
+    ]
     ws.assert_head_is_disk()
     before = ws.ls_tree(captured.commit)
     changed = {p for p, _, _ in before ^ ws.ls_tree(captured.parent)}
@@ -388,8 +409,10 @@ def test_a_stat_cache_that_lies_about_the_head_is_not_trusted(ws):
     for name in ("a.txt", "b.txt"):
         st = os.lstat(ws.root / name)
         sha = ws.vault.objects.write_blob_from_path(ws.root / name, st)
-        forged.set_file(name, FileRecord("100644", sha if name == "a.txt" else "0" * 40,
-                                         stat_key(st), time.time()))
+        forged.set_file(
+            name,
+            FileRecord("100644", sha if name == "a.txt" else "0" * 40, stat_key(st), time.time()),
+        )
     cache.write_bytes(watch._encode_stat_cache(WS, head, forged))
 
     rec = ws.recorder(stat_cache=cache)
@@ -426,8 +449,10 @@ def test_an_incremental_capture_costs_the_change_not_the_tree(ws, monkeypatch):
     monkeypatch.undo()
 
     added = ws.loose_objects() - before
-    kinds = sorted(run_git(["--git-dir", str(ws.vault.git_dir), "cat-file", "-t", sha]).stdout
-                   .decode().strip() for sha in added)
+    kinds = sorted(
+        run_git(["--git-dir", str(ws.vault.git_dir), "cat-file", "-t", sha]).stdout.decode().strip()
+        for sha in added
+    )
     # the new blob, the trees d07/sub, d07 and the root, and one commit
     assert kinds == ["blob", "commit", "tree", "tree", "tree"]
     assert rec.stats["last_files_changed"] == 1

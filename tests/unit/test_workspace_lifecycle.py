@@ -3,19 +3,32 @@
 import pytest
 
 from core.errors import IllegalTransition, QuotaExceeded
-from core.models import Workspace, WorkspaceState as S
+from core.models import Workspace
+from core.models import WorkspaceState as S
 from core.workspaces import TRANSITIONS, branch_name, check_quota, check_transition, is_expired
 
 
 def test_the_happy_path_is_allowed():
-    for a, b in [(S.ALLOCATED, S.PREPARED), (S.PREPARED, S.ACTIVE), (S.ACTIVE, S.FROZEN),
-                 (S.FROZEN, S.ARCHIVED), (S.ARCHIVED, S.DESTROYED)]:
+    for a, b in [
+        (S.ALLOCATED, S.PREPARED),
+        (S.PREPARED, S.ACTIVE),
+        (S.ACTIVE, S.FROZEN),
+        (S.FROZEN, S.ARCHIVED),
+        (S.ARCHIVED, S.DESTROYED),
+    ]:
         check_transition(a.value, b.value)
 
 
-@pytest.mark.parametrize("a,b", [(S.ALLOCATED, S.ACTIVE), (S.DESTROYED, S.PREPARED),
-                                 (S.ARCHIVED, S.ACTIVE), (S.ACTIVE, S.ALLOCATED),
-                                 (S.ACTIVE, S.ACTIVE)])
+@pytest.mark.parametrize(
+    "a,b",
+    [
+        (S.ALLOCATED, S.ACTIVE),
+        (S.DESTROYED, S.PREPARED),
+        (S.ARCHIVED, S.ACTIVE),
+        (S.ACTIVE, S.ALLOCATED),
+        (S.ACTIVE, S.ACTIVE),
+    ],
+)
 def test_illegal_transitions_raise_with_what_is_allowed(a, b):
     with pytest.raises(IllegalTransition, match=f"from {a.value} to {b.value}"):
         check_transition(a.value, b.value)
@@ -27,7 +40,9 @@ def test_every_state_has_a_row_and_destroyed_is_final():
 
 
 def _ws(tmp_path, **kw):
-    return Workspace("ws_1", "src_1", str(tmp_path), "b" * 40, None, "cairn/x", None, "prepared", **kw)
+    return Workspace(
+        "ws_1", "src_1", str(tmp_path), "b" * 40, None, "cairn/x", None, "prepared", **kw
+    )
 
 
 def test_quota_is_checked_against_the_tree_on_disk(tmp_path):
