@@ -1048,6 +1048,3 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ERROR
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())
