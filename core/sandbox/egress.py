@@ -4,8 +4,9 @@ that connects only to allowlisted host:port pairs and logs every decision as one
 Owns destination matching, the socket protocol spoken by the in-sandbox forwarder
 (resources/sandbox/egress-forward.py), and the detached proxy process (start, find, reload, stop).
 Leaves the allowlist's contents to the policy, and mounts and launch specs to the sandbox backends.
-start_detached runs this module as its own process (`python -m core.sandbox.egress`, or the bundle's
-module switch), so it imports little: the standard library, core.locks and core.launch.
+start_detached runs this module as its own process (`python -m core.sandbox.egress`, or the
+bundle's module switch), so it imports little: the standard library, core.errors, core.locks and
+core.launch.
 
 Layout, per sandbox session (`egress/<session>/` under the data folder):
 
@@ -46,6 +47,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.errors import CairnError
 from core.launch import python_command, resource_path, stop_process
 from core.locks import flock_holder_pid
 
@@ -68,8 +70,9 @@ STOP_TIMEOUT_S = 5.0
 _UNIX_PATH_MAX = 107  # sun_path is 108 bytes including the terminating NUL
 
 
-class EgressError(Exception):
-    """The egress proxy could not be started, found, reconfigured or stopped."""
+class EgressError(CairnError):
+    """The egress proxy could not be started, found, reconfigured or stopped. A CairnError, so a
+    run whose sandbox needs the proxy is parked with this reason rather than left preparing."""
 
 
 class EgressAlreadyRunning(EgressError):
@@ -637,7 +640,10 @@ class EgressProxy:
             existing = None
         if existing is not None:
             if not stat.S_ISSOCK(existing.st_mode):
-                raise EgressError(f"{path} exists and is not a socket")
+                raise EgressError(
+                    f"{path} exists and is not a socket",
+                    hint="remove it: only the proxy's socket belongs there",
+                )
             os.unlink(path)
         dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -980,9 +986,24 @@ def start_detached(
     """Start a proxy for `socket_path` in its own session, detached from this process, and
     return its pid once the socket accepts connections. It keeps serving after this process
     (the GUI) exits. Its stdout/stderr go to `<socket stem>.stderr` beside the pid file; its
-    connection log is `log_path`. Raises EgressAlreadyRunning if one serves the socket already.
+    connection log is `log_path`. Raises EgressAlreadyRunning if one serves the socket already,
+    and EgressError (a CairnError) for any other reason it could not start.
     """
     paths = EgressPaths(Path(socket_path))
+    try:
+        return _start_detached(paths, allow, log_path, session, python, timeout)
+    except OSError as exc:  # its folder, policy or output file, or the interpreter
+        raise EgressError(f"the egress proxy cannot start: {exc}") from None
+
+
+def _start_detached(
+    paths: EgressPaths,
+    allow: Iterable[str],
+    log_path: os.PathLike | str,
+    session: str | None,
+    python: str | None,
+    timeout: float,
+) -> int:
     paths.make_dirs()
     pid = running_pid(paths.socket)
     if pid is not None:
@@ -1000,6 +1021,8 @@ def start_detached(
     if session:
         argv += ["--session", session]
     with open(paths.stderr_file, "ab") as output:
+        # The file keeps every start's output; only this start's explains this start's failure.
+        since = os.fstat(output.fileno()).st_size
         try:
             # The child forks the server and exits when it listens (or has failed): no zombie is
             # left behind for this process to reap, and no pipe stays open to wait on.
@@ -1013,19 +1036,26 @@ def start_detached(
             )
         except subprocess.TimeoutExpired:
             stop(paths.socket)  # in case the server got as far as serving after all
-            raise EgressError(
-                f"the egress proxy did not start within {timeout:g} s ({_tail(paths.stderr_file)})"
+            raise _start_failed(
+                f"the egress proxy did not start within {timeout:g} s", paths, since
             ) from None
     if result.returncode == 3:
         raise EgressAlreadyRunning(f"an egress proxy already serves {paths.socket}")
     if result.returncode != 0:
-        raise EgressError(f"the egress proxy failed to start: {_tail(paths.stderr_file)}")
+        raise _start_failed("the egress proxy failed to start", paths, since)
     pid = running_pid(paths.socket)
     if pid is None:
-        raise EgressError(
-            f"the egress proxy exited right after starting: {_tail(paths.stderr_file)}"
-        )
+        raise _start_failed("the egress proxy exited right after starting", paths, since)
     return pid
+
+
+def _start_failed(what: str, paths: EgressPaths, since: int) -> EgressError:
+    """One line: what failed and the last line the proxy printed this time. The whole output
+    is named as well when there is more of it than that line (a traceback, say)."""
+    lines = _output_lines(paths.stderr_file, since)
+    detail = lines[-1].removeprefix("egress proxy: ")[:300] if lines else "no output"
+    hint = f"its output is in {paths.stderr_file}" if len(lines) > 1 else None
+    return EgressError(f"{what}: {detail}", hint=hint)
 
 
 def ensure_running(
@@ -1091,16 +1121,17 @@ def stop(socket_path: os.PathLike | str, timeout: float = STOP_TIMEOUT_S) -> boo
     return True
 
 
-def _tail(path: Path, limit: int = 800) -> str:
+def _output_lines(path: Path, since: int, limit: int = 8192) -> list[str]:
+    """The non-empty lines written to `path` after offset `since` (at most its last `limit`
+    bytes)."""
     try:
         with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - limit))
-            text = handle.read().decode("utf-8", "replace").strip()
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(since, size - limit))
+            text = handle.read().decode("utf-8", "replace")
     except OSError:
-        return "no output"
-    return text.replace("\n", " | ") or "no output"
+        return []
+    return [line.strip() for line in text.splitlines() if line.strip()]
 
 
 # --- Launch-spec helpers -----------------------------------------------------------------------
@@ -1194,22 +1225,29 @@ def main(argv: list[str] | None = None) -> int:
                 message = pipe.read().decode("utf-8", "replace")
             if message.startswith("ready"):
                 return 0
-            print(message.strip() or "egress proxy exited before it was ready", file=sys.stderr)
-            return 3 if message.startswith("running") else 1
+            # The server said why on the pipe, not on the output this process shares with it,
+            # so the reason is printed once, as the last line.
+            status, _, reason = message.partition(": ")
+            reason = reason.strip() or "exited before it was ready"
+            print(f"egress proxy: {reason}", file=sys.stderr)
+            return 3 if status == "running" else 1
         os.close(read_end)
         os.setsid()
         os.chdir("/")
 
-    def report(text: str) -> None:
-        if ready_fd is not None:
-            os.write(ready_fd, text.encode("utf-8", "replace"))
+    def report(text: str) -> bool:
+        """Tell the waiting parent, when detached; False when there is none to tell."""
+        if ready_fd is None:
+            return False
+        os.write(ready_fd, text.encode("utf-8", "replace"))
+        return True
 
     try:
         paths.make_dirs()
         pid_fd = _acquire_pid_file(pid_file)
     except EgressAlreadyRunning as exc:
-        report(f"running: {exc}")
-        print(exc, file=sys.stderr)
+        if not report(f"running: {exc}"):
+            print(f"egress proxy: {exc}", file=sys.stderr)
         return 3
     # Until serve() installs its handler, a reload request must not kill the process.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
@@ -1219,8 +1257,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         proxy.bind()
     except (EgressError, OSError, ValueError) as exc:
-        report(f"error: {exc}")
-        print(f"egress proxy: {exc}", file=sys.stderr)
+        if not report(f"error: {exc}"):
+            print(f"egress proxy: {exc}", file=sys.stderr)
         return 1
 
     def ready() -> None:
