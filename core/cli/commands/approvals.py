@@ -1,0 +1,92 @@
+"""Approvals: the commands waiting for a person's decision, approving and denying them.
+
+Owns these commands' arguments and output; the judge and its decisions are the facade's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from core.app import Cairn
+from core.approvals import PENDING
+from core.cli.command import Command
+from core.cli.output import duration, emit
+
+_APPROVAL_ID_HELP = "the approval id (or an unambiguous prefix)"
+
+
+def approval_text(a: Any, now: float) -> str:
+    """One request in two lines: who waits and why, then the command."""
+    head = f"{a.id}  task {a.task_id}  {a.state}"
+    if a.state == PENDING:
+        head += f"  waiting {duration(a.waiting_s(now))}"
+        if a.timeout_at:
+            head += f" (denied in {duration(max(0.0, a.timeout_at - now))})"
+    elif a.decided_by:
+        head += f"  by {a.decided_by}"
+    why = f"  [{a.rule}] {a.reason}" if a.rule else ""
+    return f"{head}{why}\n    $ {a.command}"
+
+
+class ApprovalsCommand(Command):
+    name = "approvals"
+    help = (
+        "commands waiting for a person's approval: id, task, command, rule, "
+        "time waiting (--all: every request and its decision)"
+    )
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("--all", action="store_true", help="decided requests too, newest last")
+
+    def run(self, app: Cairn, args: argparse.Namespace) -> None:
+        pending = app.judge_pending()
+        found = app.approvals(pending_only=False) if args.all else pending
+        now = time.time()
+        emit(
+            args,
+            {"approvals": [a.to_json(now) for a in found]},
+            lambda: (
+                "\n".join(approval_text(a, now) for a in found)
+                or ("no approvals" if args.all else "nothing waits for approval")
+            ),
+        )
+
+
+class ApproveCommand(Command):
+    name = "approve"
+    help = "let a waiting command run"
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("approval", help=_APPROVAL_ID_HELP)
+        p.add_argument(
+            "--remember",
+            action="store_true",
+            help="also let this exact command run without asking for the rest of the task",
+        )
+
+    def run(self, app: Cairn, args: argparse.Namespace) -> None:
+        a = app.approve(args.approval, remember=args.remember)
+        emit(
+            args,
+            a.to_json(),
+            f"approved {a.id}: {a.command}"
+            + ("  (remembered for this task)" if args.remember else ""),
+        )
+
+
+class DenyCommand(Command):
+    name = "deny"
+    help = "refuse a waiting command (the run is told why)"
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("approval", help=_APPROVAL_ID_HELP)
+        p.add_argument("--reason", help="said to the run with the refusal")
+
+    def run(self, app: Cairn, args: argparse.Namespace) -> None:
+        a = app.deny(args.approval, reason=args.reason)
+        emit(args, a.to_json(), f"denied {a.id}: {a.command}")
+
+
+COMMANDS: tuple[Command, ...] = (ApprovalsCommand(), ApproveCommand(), DenyCommand())
