@@ -1,7 +1,8 @@
 """What cairnctl prints: one JSON object (--json) or text on stdout, one line per error or warning
 on stderr, and the exit codes.
 
-Owns the shape of the output; what goes into it is each command's.
+Owns the shape of the output; what goes into it is each command's, and figures in words are
+core.humanize's.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from core.workspaces import human_size
+from core import humanize
 
 PROG = "cairnctl"
 
@@ -59,13 +60,5 @@ def when(ts: float) -> str:
 
 
 def size(n: float | None) -> str:
-    """A size for people; `?` when it is not known."""
-    return "?" if n is None else human_size(n)
-
-
-def duration(seconds: float) -> str:
-    """A span for people, in its largest whole unit."""
-    for unit, length in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= length:
-            return f"{seconds / length:.0f}{unit}"
-    return f"{seconds:.0f}s"
+    """A size in core.humanize's words; `?` when it is not known."""
+    return "?" if n is None else humanize.size(n)

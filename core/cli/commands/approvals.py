@@ -12,7 +12,8 @@ from typing import Any
 from core.app import Cairn
 from core.approvals import PENDING
 from core.cli.command import Command
-from core.cli.output import duration, emit
+from core.cli.output import emit
+from core.humanize import duration
 
 _APPROVAL_ID_HELP = "the approval id (or an unambiguous prefix)"
 

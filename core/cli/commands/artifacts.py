@@ -141,7 +141,7 @@ class ArtifactsCommand(Command):
                 check = "" if "verified" not in r else ("  ok" if r["verified"] else "  CORRUPT")
                 lines.append(
                     f"{r['artifact_id']}  {when(r['created_at'])}  {r['kind']:8}  "
-                    f"{r['sha256'][:16]}  {size(r['size']):>8}  {r['task_id']}  "
+                    f"{r['sha256'][:16]}  {size(r['size']):>10}  {r['task_id']}  "
                     f"{r['path'] or (r['revision'] or '')[:12]}{check}"
                 )
             return "\n".join(lines) or "no artifacts"

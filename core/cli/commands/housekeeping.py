@@ -10,9 +10,8 @@ import argparse
 
 from core.app import Cairn
 from core.cli.command import Command
-from core.cli.output import emit
+from core.cli.output import emit, size
 from core.errors import CairnError
-from core.housekeeping import human_bytes as size
 
 
 class ArchiveCommand(Command):

@@ -15,8 +15,9 @@ from typing import Any
 
 from core.app import Cairn
 from core.cli.command import Command
-from core.cli.output import EXIT_FAILED, duration, emit, progress, size, stream
+from core.cli.output import EXIT_FAILED, emit, progress, size, stream
 from core.errors import CairnError
+from core.humanize import duration
 from core.models import RunState
 from core.resume import ON_TOP, RESTORE_INTO_NEW
 
