@@ -1,7 +1,9 @@
-"""The sandbox backend interface: specs, serialized session state, live sessions and attach results.
+"""The sandbox backend interface: specs, serialized session state, live sessions and attach
+results.
 
 Owns what every backend promises and the host-folder preparation both backends share; leaves the
-Docker and host mechanics to core.sandbox.docker/host, and when to create, attach or recreate to resume.
+Docker and host mechanics to core.sandbox.docker/host, and when to create, attach or recreate to
+resume.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar
 
 from core.errors import CairnError, Conflict, NotFound
 from core.safe_fs import ensure_dir
@@ -28,25 +30,28 @@ CONTAINER_RUNS = "/cairn/runs"
 CONTAINER_EGRESS = "/cairn/egress"
 RESERVED_TARGETS = (CONTAINER_WORKSPACE, CONTAINER_HOME, CONTAINER_RUNS, CONTAINER_EGRESS)
 
-NETWORK_MODES = frozenset({"none", "allowlist", "open"})
+# In the order a person chooses from: the default first, the most open last.
+NETWORK_MODES = ("none", "allowlist", "open")
 
-# The default image: built offline by resources/sandbox/build-image.sh (its RECIPE_VERSION is the tag;
-# a unit test keeps the two in step).
+# The default image: built offline by resources/sandbox/build-image.sh (its RECIPE_VERSION is the
+# tag; a unit test keeps the two in step).
 DEFAULT_IMAGE = "cairn-sandbox:1"
 
 # Fallback sandbox user when Cairn runs as root: the sandbox never runs as root itself.
 FALLBACK_UID = 1000
 FALLBACK_GID = 1000
 
-# Files a detached process leaves in its run folder (host: runs/<run_id>/, sandbox: /cairn/runs/<run_id>/).
+# Files a detached process leaves in its run folder (host: runs/<run_id>/, sandbox:
+# /cairn/runs/<run_id>/).
 RUN_PID_FILE = "pid"
 RUN_STDOUT_FILE = "stdout"
 RUN_STDERR_FILE = "stderr"
 RUN_EXIT_CODE_FILE = "exit_code"
 
 # The detached wrapper: records its pid, runs the command with output to the run files, then writes
-# the exit code through a rename so a reader never sees a half-written number. Nothing outside holds
-# a connection to it, so closing Cairn does not stop it. `$1` is the run folder, the rest the command.
+# the exit code through a rename so a reader never sees a half-written number. Nothing outside
+# holds a connection to it, so closing Cairn does not stop it. `$1` is the run folder, the rest the
+# command.
 DETACHED_WRAPPER = (
     'd="$1"; shift; '
     'echo "$$" > "$d/pid.tmp" && mv -f "$d/pid.tmp" "$d/pid"; '
@@ -85,7 +90,9 @@ class SandboxUnavailable(SandboxError):
     def permission_denied(cls, socket_path: str) -> SandboxUnavailable:
         return cls(
             f"permission denied on {socket_path}",
-            hint="add yourself to the docker group: sudo usermod -aG docker $USER, then log in again",
+            hint=(
+                "add yourself to the docker group: sudo usermod -aG docker $USER, then log in again"
+            ),
         )
 
 
@@ -97,7 +104,10 @@ class ImageMissing(SandboxError):
             if image.split(":", 1)[0] == DEFAULT_IMAGE.split(":", 1)[0]:
                 hint = "build it with resources/sandbox/build-image.sh"
             else:
-                hint = "build or load it locally (docker build / docker load); Cairn never pulls images"
+                hint = (
+                    "build or load it locally (docker build / docker load); "
+                    "Cairn never pulls images"
+                )
         super().__init__(f"sandbox image {image} is missing", hint=hint)
         self.image = image
 
@@ -138,7 +148,7 @@ class Capabilities:
     isolated: bool
 
     def __post_init__(self) -> None:
-        unknown = set(self.network_modes) - NETWORK_MODES
+        unknown = set(self.network_modes) - set(NETWORK_MODES)
         if unknown:
             raise ValueError(f"unknown network modes: {sorted(unknown)}")
 
@@ -211,9 +221,7 @@ class SandboxSpec:
         if self.snapshot_id is not None and not _ID_RE.match(self.snapshot_id):
             raise ValueError(f"snapshot_id {self.snapshot_id!r} is not a valid identifier")
         if self.network not in NETWORK_MODES:
-            raise ValueError(
-                f"network must be one of {sorted(NETWORK_MODES)}, not {self.network!r}"
-            )
+            raise ValueError(f"network must be one of {list(NETWORK_MODES)}, not {self.network!r}")
         # Normalise paths once so mounts compare equal across processes.
         object.__setattr__(self, "workspace_root", _abs(self.workspace_root))
         object.__setattr__(self, "home_dir", _abs(self.home_dir))
@@ -287,7 +295,8 @@ def check_env(env: Mapping[str, str] | None) -> dict[str, str]:
 
 @dataclass
 class SessionState:
-    """What a backend needs to find its sandbox again. No secrets, no grants, no environment values."""
+    """What a backend needs to find its sandbox again. No secrets, no grants, no environment
+    values."""
 
     backend: str
     container_id: str | None
@@ -427,10 +436,7 @@ def reset_run_dir(run_dir: Path, uid: int, gid: int) -> None:
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     ensure_dir(run_dir.parent, run_dir.name)
     for name in (RUN_PID_FILE, RUN_EXIT_CODE_FILE, "pid.tmp", "exit_code.tmp"):
-        try:
-            (run_dir / name).unlink()
-        except FileNotFoundError:
-            pass
+        (run_dir / name).unlink(missing_ok=True)
     if _should_chown(uid):
         _chown_tree(run_dir, uid, gid)
 
@@ -469,7 +475,7 @@ class Mismatch:
     reasons: list[str]
 
 
-AttachResult = Union[Attached, Gone, Mismatch]
+AttachResult = Attached | Gone | Mismatch
 
 
 # --- the interface ----------------------------------------------------------------------------
@@ -529,7 +535,8 @@ class LiveSession(abc.ABC):
 
     @abc.abstractmethod
     def stats(self) -> dict[str, Any]:
-        """{"cpu_percent", "memory_bytes", "memory_limit_bytes", "pids", "uptime_s"} (None when unknown)."""
+        """{"cpu_percent", "memory_bytes", "memory_limit_bytes", "pids", "uptime_s"} (None when
+        unknown)."""
 
     @abc.abstractmethod
     def stop(self) -> None:
@@ -572,7 +579,8 @@ class SandboxBackend(abc.ABC):
 
 
 def next_generation(spec: SandboxSpec, previous: SessionState | None) -> int:
-    """The generation of a new sandbox; refuses to carry a different snapshot than the session had."""
+    """The generation of a new sandbox; refuses to carry a different snapshot than the session
+    had."""
     if previous is None:
         return 1
     if previous.snapshot_id != spec.snapshot_id:
@@ -593,10 +601,11 @@ def _should_chown(uid: int) -> bool:
 def prepare_host_dirs(spec: SandboxSpec, *, hand_over: bool = True) -> None:
     """Make the host folders a sandbox mounts exist and writable for the sandbox user.
 
-    When Cairn runs as root the sandbox user is someone else, so the workspace, home and runs folders
-    are handed to it; the regular files under <workspace>/.git/objects are left alone: they are hard
-    links shared with the vault, and chowning one would hand the vault's inode to the sandbox user.
-    `hand_over=False` (the host backend, whose processes run as Cairn itself) only makes the folders.
+    When Cairn runs as root the sandbox user is someone else, so the workspace, home and runs
+    folders are handed to it; the regular files under <workspace>/.git/objects are left alone: they
+    are hard links shared with the vault, and chowning one would hand the vault's inode to the
+    sandbox user. `hand_over=False` (the host backend, whose processes run as Cairn itself) only
+    makes the folders.
     """
     if not spec.workspace_root.is_dir():
         raise NotFound(f"workspace folder {spec.workspace_root} does not exist")

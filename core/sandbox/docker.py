@@ -1,11 +1,14 @@
-"""The Docker sandbox backend: one hardened container per workspace session, found again by label.
+"""The Docker sandbox backend: one hardened container per workspace session, found again by
+label.
 
-Owns container creation, attach checks and execs through docker-py; leaves secrets (each exec's env),
-the egress proxy behind /cairn/egress, and the decision to recreate after Gone/Mismatch to others.
+Owns container creation, attach checks and execs through docker-py; leaves secrets (each exec's
+env), the egress proxy behind /cairn/egress, and the decision to recreate after Gone/Mismatch to
+others.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import threading
@@ -13,7 +16,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.errors import Conflict, exception_chain
 from core.sandbox.base import (
@@ -49,6 +52,10 @@ from core.sandbox.base import (
     reset_run_dir,
 )
 
+if TYPE_CHECKING:  # docker is imported when first used: starting Cairn does not wait for it
+    from docker import APIClient, DockerClient
+    from docker.types.daemon import CancellableStream
+
 LABEL_MANAGED = "cairn.managed"
 LABEL_WORKSPACE = "cairn.workspace"
 LABEL_SESSION = "cairn.session"
@@ -80,23 +87,28 @@ def container_name_for(session_id: str) -> str:
 
 
 class DockerBackend(SandboxBackend):
-    """Sandboxes as local Docker containers, hardened by default (see DESIGN.md, "Sandbox defaults")."""
+    """Sandboxes as local Docker containers, hardened by default: read-only root, every capability
+    dropped, no new privileges, a non-root user, limits, and no network unless the policy says."""
 
     name = "docker"
     capabilities = Capabilities(
         reattach=True,
         recreate_from_snapshot=True,
         per_exec_env=True,
-        network_modes=NETWORK_MODES,
+        network_modes=frozenset(NETWORK_MODES),
         isolated=True,
     )
 
     def __init__(
-        self, data_dir: str | os.PathLike[str], *, base_url: str | None = None, client: Any = None
+        self,
+        data_dir: str | os.PathLike[str],
+        *,
+        base_url: str | None = None,
+        client: DockerClient | None = None,
     ):
-        """`data_dir` is the Cairn data folder: its sandboxes carry it as a label, so two data folders
-        never adopt each other's containers. `base_url` overrides DOCKER_HOST; `client` is a ready
-        docker.DockerClient to use instead of connecting."""
+        """`data_dir` is the Cairn data folder: its sandboxes carry it as a label, so two data
+        folders never adopt each other's containers. `base_url` overrides DOCKER_HOST; `client`
+        is a ready docker.DockerClient to use instead of connecting."""
         self.data_dir = str(Path(data_dir).expanduser().resolve())
         self._base_url = base_url
         self._client = client
@@ -108,14 +120,14 @@ class DockerBackend(SandboxBackend):
         return self._base_url or os.environ.get("DOCKER_HOST") or f"unix://{DEFAULT_SOCKET}"
 
     @property
-    def api(self):
+    def api(self) -> APIClient:
         """The low-level docker-py API client, connecting on first use."""
         with self._lock:
             if self._client is None:
                 self._client = self._connect()
             return self._client.api
 
-    def _connect(self):
+    def _connect(self) -> DockerClient:
         import docker
 
         try:
@@ -261,10 +273,8 @@ class DockerBackend(SandboxBackend):
                 raise SandboxError(f"{name} stopped right after it started: {error}")
         except Exception as exc:
             # The container is ours and half made; nothing else refers to it yet.
-            try:
+            with contextlib.suppress(docker.errors.APIError):
                 api.remove_container(container_id, force=True)
-            except docker.errors.APIError:
-                pass
             if isinstance(exc, SandboxError):
                 raise
             raise SandboxError(f"{name} could not be started: {_api_message(exc)}") from exc
@@ -295,14 +305,10 @@ class DockerBackend(SandboxBackend):
         except docker.errors.NotFound:
             replaced = self._replacement(state)
             if replaced is not None:
-                return Mismatch(
-                    [
-                        f"container {state.container_name} was replaced by another one ({replaced[:12]})"
-                    ]
-                )
-            return Gone(
-                f"container {state.container_name or ref} ({(state.container_id or '')[:12]}) no longer exists"
-            )
+                what = f"container {state.container_name} was replaced by another one"
+                return Mismatch([f"{what} ({replaced[:12]})"])
+            short_id = (state.container_id or "")[:12]
+            return Gone(f"container {state.container_name or ref} ({short_id}) no longer exists")
         reasons = self.compare(info, state, spec)
         if reasons:
             return Mismatch(reasons)
@@ -310,10 +316,8 @@ class DockerBackend(SandboxBackend):
             api.start(info["Id"])
             info = api.inspect_container(info["Id"])
             if not info["State"]["Running"]:
-                raise SandboxError(
-                    f"{state.container_name} did not stay up after a restart: "
-                    f"{info['State'].get('Error') or 'exit code ' + str(info['State'].get('ExitCode'))}"
-                )
+                why = info["State"].get("Error") or f"exit code {info['State'].get('ExitCode')}"
+                raise SandboxError(f"{state.container_name} did not stay up after a restart: {why}")
         return Attached(DockerLiveSession(self, state, spec, info["Id"]))
 
     def _replacement(self, state: SessionState) -> str | None:
@@ -328,12 +332,14 @@ class DockerBackend(SandboxBackend):
         return other["Id"] if other["Id"] != state.container_id else None
 
     def compare(self, info: Mapping[str, Any], state: SessionState, spec: SandboxSpec) -> list[str]:
-        """Why the inspected container is not the sandbox `state` and `spec` describe ([] if it is)."""
+        """Why the inspected container is not the sandbox `state` and `spec` describe ([] if it
+        is)."""
         reasons: list[str] = []
         actual_image = info.get("Image")
         if actual_image != state.image_digest:
             reasons.append(
-                f"image differs: container runs {actual_image}, the state records {state.image_digest}"
+                f"image differs: container runs {actual_image}, "
+                f"the state records {state.image_digest}"
             )
         if spec.image.startswith("sha256:") and spec.image != actual_image:
             reasons.append(
@@ -341,7 +347,8 @@ class DockerBackend(SandboxBackend):
             )
         if spec.snapshot_id != state.snapshot_id:
             reasons.append(
-                f"snapshot differs: the state carries {state.snapshot_id}, the spec {spec.snapshot_id}"
+                f"snapshot differs: the state carries {state.snapshot_id}, "
+                f"the spec {spec.snapshot_id}"
             )
         actual_labels = (info.get("Config") or {}).get("Labels") or {}
         for key, want in self.labels_for(spec, state.generation, state.snapshot_id).items():
@@ -425,21 +432,21 @@ class DockerBackend(SandboxBackend):
 
 
 class DockerExecStream(ExecStream):
-    def __init__(self, api: Any, exec_id: str):
+    def __init__(self, api: APIClient, exec_id: str):
         self._api = api
         self.exec_id = exec_id
-        self._gen = None
+        self._gen: CancellableStream[tuple[bytes | None, bytes | None]] | None = None
 
     def __iter__(self) -> Iterator[OutputChunk]:
-        self._gen = self._api.exec_start(self.exec_id, stream=True, demux=True)
+        gen = self._gen = self._api.exec_start(self.exec_id, stream=True, demux=True)
         try:
-            for out, err in self._gen:
+            for out, err in gen:
                 if out:
                     yield OutputChunk("stdout", out)
                 if err:
                     yield OutputChunk("stderr", err)
         finally:
-            self._gen.close()
+            gen.close()
         self.exit_code = _exec_exit_code(self._api, self.exec_id)
 
     def close(self) -> None:
@@ -458,7 +465,7 @@ class DockerLiveSession(LiveSession):
         self.container_id = container_id
 
     @property
-    def _api(self):
+    def _api(self) -> APIClient:
         return self.backend.api
 
     def _user(self) -> str:
@@ -581,10 +588,8 @@ class DockerLiveSession(LiveSession):
                 ]
             )
             return
-        try:
+        with contextlib.suppress(OSError):
             os.kill(host_pid, 9)
-        except OSError:
-            pass
 
     def _quiet_exec(self, argv: Sequence[str]) -> int:
         exec_id = self._exec_create(argv, None, "/")
@@ -656,24 +661,20 @@ class DockerLiveSession(LiveSession):
     def stop(self) -> None:
         import docker.errors
 
-        try:
+        with contextlib.suppress(docker.errors.NotFound):
             self._api.stop(self.container_id, timeout=STOP_TIMEOUT_S)
-        except docker.errors.NotFound:
-            pass
 
     def destroy(self) -> None:
         import docker.errors
 
-        try:
+        with contextlib.suppress(docker.errors.NotFound):
             self._api.remove_container(self.container_id, force=True)
-        except docker.errors.NotFound:
-            pass
 
 
 # --- helpers ----------------------------------------------------------------------------------
 
 
-def _exec_exit_code(api: Any, exec_id: str, wait_s: float = 5.0) -> int:
+def _exec_exit_code(api: APIClient, exec_id: str, wait_s: float = 5.0) -> int:
     # The output stream can close a moment before Docker marks the exec finished.
     deadline = time.monotonic() + wait_s
     while True:

@@ -15,14 +15,14 @@ Layout, per sandbox session (`egress/<session>/` under the data folder):
     egress/<session>/sandbox/         0755, bind-mounted read-only at /cairn/egress
     egress/<session>/sandbox/egress.sock   0666, so the sandbox user (another uid) can connect
 
-Only the socket is visible to the sandbox: with the sandbox user's uid equal to the host user's, file
-modes protect nothing, so the policy and pid files live outside the mount. The folder, not the
-socket file, is mounted, so a restarted proxy's new socket is what the running sandbox sees.
+Only the socket is visible to the sandbox: with the sandbox user's uid equal to the host user's,
+file modes protect nothing, so the policy and pid files live outside the mount. The folder, not
+the socket file, is mounted, so a restarted proxy's new socket is what the running sandbox sees.
 
 Protocol on the socket: the first line names what the connection is for, then bytes follow.
-    FORWARD <host>:<port>\\n   relay to that destination if allowed; closed without a reply if not
-    PROXY\\n                   an HTTP proxy request follows: `CONNECT host:port` or an absolute-form
-                              `GET http://host[:port]/...`; refusals get an HTTP 403
+    FORWARD <host>:<port>\\n   relay there if allowed; closed without a reply if not
+    PROXY\\n                   an HTTP proxy request follows: `CONNECT host:port` or an
+                              absolute-form `GET http://host[:port]/...`; refusals get 403
 A connection that closes before sending a byte is a liveness probe and is not logged.
 """
 
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as _dt
 import fcntl
 import ipaddress
@@ -43,9 +44,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from core.errors import CairnError
 from core.launch import python_command, resource_path, stop_process
@@ -433,7 +435,7 @@ class _EventLog:
     def __init__(self, path: os.PathLike | str | None, session: str):
         self.path = Path(path) if path is not None else None
         self.session = session
-        self._handle = None
+        self._handle: TextIO | None = None
         self._lock = threading.Lock()
         self.reopen()
 
@@ -444,7 +446,8 @@ class _EventLog:
                 self._handle = None
             if self.path is not None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._handle = open(self.path, "a", encoding="utf-8")
+                # Held until close() or the next reopen(), not for one block.
+                self._handle = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
 
     def write(self, event: str, **fields: object) -> None:
         record = {"time": _now(), "session": self.session, "event": event, **fields}
@@ -503,6 +506,18 @@ def _connect_unix(path: Path, timeout: float) -> socket.socket:
         os.close(dir_fd)
 
 
+_FileStamp = tuple[int, int, int, int]
+
+
+def _file_stamp(path: Path) -> _FileStamp | None:
+    """What changes when the file is replaced or rewritten: device, inode, size, mtime."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 class EgressProxy:
     """Serves one socket; connects only to destinations its allowlist holds.
 
@@ -528,12 +543,12 @@ class EgressProxy:
         self.policy_path = Path(policy_path) if policy_path is not None else None
         self.connect_timeout = connect_timeout
         self.max_connections = max_connections
-        self._policy_stamp: tuple | None = None
+        self._policy_stamp: _FileStamp | None = None
         self._policy_session: str | None = None
         if self.policy_path is not None:
             if allow is not None:
                 write_policy(self.policy_path, allow, session)
-            self._allowlist = self._read_policy_file(fail_closed=False)
+            self._allowlist = self._read_policy_file(self.policy_path, fail_closed=False)
         else:
             self._allowlist = Allowlist(allow or ())
         self.session = session or self._policy_session or self.paths.state_dir.name
@@ -552,22 +567,13 @@ class EgressProxy:
     def allowlist(self) -> Allowlist:
         return self._allowlist
 
-    def _stamp(self) -> tuple | None:
+    def _read_policy_file(self, path: Path, *, fail_closed: bool) -> Allowlist:
+        stamp = _file_stamp(path)
         try:
-            st = os.stat(self.policy_path)
-        except OSError:
-            return None
-        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-
-    def _read_policy_file(self, *, fail_closed: bool) -> Allowlist:
-        stamp = self._stamp()
-        try:
-            allowlist, session = read_policy(self.policy_path)
+            allowlist, session = read_policy(path)
         except (OSError, ValueError) as exc:
             if not fail_closed:
-                raise EgressError(
-                    f"cannot read the egress policy {self.policy_path}: {exc}"
-                ) from None
+                raise EgressError(f"cannot read the egress policy {path}: {exc}") from None
             self._policy_stamp = stamp
             self.log.write("policy_error", error=str(exc), allow=[])
             return Allowlist()
@@ -576,8 +582,11 @@ class EgressProxy:
         return allowlist
 
     def _refresh_if_changed(self) -> None:
-        if self.policy_path is not None and self._stamp() != self._policy_stamp:
-            self._apply(self._read_policy_file(fail_closed=True), reason="policy file changed")
+        path = self.policy_path
+        if path is not None and _file_stamp(path) != self._policy_stamp:
+            self._apply(
+                self._read_policy_file(path, fail_closed=True), reason="policy file changed"
+            )
 
     def _apply(self, allowlist: Allowlist, *, reason: str) -> None:
         changed = allowlist != self._allowlist
@@ -596,7 +605,9 @@ class EgressProxy:
         def do_reload() -> None:
             self.log.reopen()
             if self.policy_path is not None:
-                self._apply(self._read_policy_file(fail_closed=True), reason="reload")
+                self._apply(
+                    self._read_policy_file(self.policy_path, fail_closed=True), reason="reload"
+                )
 
         self._call_in_loop(do_reload)
 
@@ -609,7 +620,7 @@ class EgressProxy:
         else:
             self._call_in_loop(lambda: self._apply(allowlist, reason="set"))
 
-    def _call_in_loop(self, function) -> None:
+    def _call_in_loop(self, function: Callable[[], None]) -> None:
         loop = self._loop
         if loop is None or loop.is_closed():
             function()
@@ -669,7 +680,9 @@ class EgressProxy:
         if (st.st_dev, st.st_ino) == self._socket_inode:
             os.unlink(self.paths.socket)
 
-    async def serve(self, *, handle_signals: bool = False, ready=None) -> None:
+    async def serve(
+        self, *, handle_signals: bool = False, ready: Callable[[], None] | None = None
+    ) -> None:
         """Serve until `close()` (or SIGTERM/SIGINT with handle_signals; SIGHUP then reloads).
         `ready()` is called once connections are accepted and the signal handlers are in place."""
         if self._listener is None:
@@ -707,7 +720,7 @@ class EgressProxy:
         def run() -> None:
             try:
                 asyncio.run(self.serve(ready=ready.set))
-            except BaseException as exc:  # reported to the caller of start()
+            except BaseException as exc:  # noqa: BLE001 - reported to the caller of start()
                 self._thread_error = exc
                 ready.set()
 
@@ -725,10 +738,8 @@ class EgressProxy:
         """Stop serving (from another thread than the proxy's), remove the socket, close the log."""
         loop, stopping = self._loop, self._stopping
         if loop is not None and stopping is not None and not loop.is_closed():
-            try:
+            with contextlib.suppress(RuntimeError):  # the loop has just finished
                 loop.call_soon_threadsafe(stopping.set)
-            except RuntimeError:
-                pass  # the loop has just finished
         if self._thread is not None:
             self._thread.join(STOP_TIMEOUT_S)
         if self._listener is not None:
@@ -740,7 +751,7 @@ class EgressProxy:
     def __enter__(self) -> EgressProxy:
         return self.start()
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     # Connections --------------------------------------------------------------------------------
@@ -766,12 +777,13 @@ class EgressProxy:
                 requested = text[len(b"FORWARD ") :].decode("ascii", "replace")
                 connection.requested = requested
                 try:
-                    connection.destination = parse_destination(requested)
+                    destination = parse_destination(requested)
                 except DestinationError as exc:
                     raise _Refused(f"invalid destination: {exc}") from None
-                self._check(connection.destination)
-                upstream_reader, upstream = await self._open_upstream(connection)
-                self._check(connection.destination)  # the policy may have changed while connecting
+                connection.destination = destination
+                self._check(destination)
+                upstream_reader, upstream = await self._open_upstream(destination)
+                self._check(destination)  # the policy may have changed while connecting
                 first = b""
             elif text == b"PROXY":
                 connection.kind = "proxy"
@@ -780,7 +792,7 @@ class EgressProxy:
                 connection.destination = request.destination
                 self._check(request.destination)
                 upstream_reader, upstream = await self._open_upstream(
-                    connection, http=True, writer=writer
+                    request.destination, writer=writer
                 )
                 self._check(request.destination)
                 if request.kind == "connect":
@@ -847,8 +859,11 @@ class EgressProxy:
         connection.requested = request.requested
         return request
 
-    async def _open_upstream(self, connection: _Connection, *, http: bool = False, writer=None):
-        destination = connection.destination
+    async def _open_upstream(
+        self, destination: Destination, *, writer: asyncio.StreamWriter | None = None
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """Connect to an allowed destination. A proxy request's client (`writer`) is answered
+        with 502 when that fails; a forward is just closed."""
         try:
             # The checked, normalised host is what gets resolved and connected, never the raw text.
             return await asyncio.wait_for(
@@ -857,14 +872,21 @@ class EgressProxy:
             )
         except (TimeoutError, OSError) as exc:
             message = f"connect failed: {type(exc).__name__}: {exc}".rstrip(": ")
-            if http and writer is not None:
+            if writer is not None:
                 await _send_refusal(writer, 502, message, refused=False)
             raise _UpstreamFailed(message) from None
 
     async def _relay(
-        self, client_reader, client_writer, upstream_reader, upstream_writer, connection
+        self,
+        client_reader: asyncio.StreamReader,
+        client_writer: asyncio.StreamWriter,
+        upstream_reader: asyncio.StreamReader,
+        upstream_writer: asyncio.StreamWriter,
+        connection: _Connection,
     ) -> None:
-        async def pump(reader, writer, counter: str) -> None:
+        async def pump(
+            reader: asyncio.StreamReader, writer: asyncio.StreamWriter, counter: str
+        ) -> None:
             while True:
                 data = await reader.read(RELAY_CHUNK)
                 if not data:
@@ -873,19 +895,18 @@ class EgressProxy:
                 setattr(connection, counter, getattr(connection, counter) + len(data))
                 await writer.drain()
             if writer.can_write_eof() and not writer.is_closing():
-                try:
+                with contextlib.suppress(OSError):
                     writer.write_eof()
-                except OSError:
-                    pass
 
         up = asyncio.ensure_future(pump(client_reader, upstream_writer, "bytes_up"))
         down = asyncio.ensure_future(pump(upstream_reader, client_writer, "bytes_down"))
         try:
             # Half-closes pass through; a failure on either side ends both.
-            done, pending = await asyncio.wait({up, down}, return_when=asyncio.FIRST_EXCEPTION)
+            done, _ = await asyncio.wait({up, down}, return_when=asyncio.FIRST_EXCEPTION)
             for task in done:
-                if task.exception() is not None:
-                    raise task.exception()
+                error = task.exception()
+                if error is not None:
+                    raise error
         finally:
             for task in (up, down):
                 task.cancel()
@@ -1103,10 +1124,8 @@ def set_allowlist(
     allowlist = write_policy(paths.policy_file, allow, session)
     pid = running_pid(paths.socket)
     if pid is not None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGHUP)
-        except ProcessLookupError:
-            pass
     return allowlist
 
 
@@ -1185,7 +1204,9 @@ def _acquire_pid_file(path: Path) -> int:
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m core.sandbox.egress",
-        description="Serve a sandbox's egress socket, connecting only to allowlisted host:port pairs.",
+        description=(
+            "Serve a sandbox's egress socket, connecting only to allowlisted host:port pairs."
+        ),
     )
     parser.add_argument("--socket", required=True, help="the unix socket to serve")
     parser.add_argument(

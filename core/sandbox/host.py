@@ -1,7 +1,9 @@
-"""The host backend: the sandbox interface over plain host processes. UNSAFE: it isolates nothing.
+"""The host backend: the sandbox interface over plain host processes. UNSAFE: it isolates
+nothing.
 
-Owns running commands as Cairn's own user with the workspace used in place and HOME at the engine home;
-leaves choosing it (never silently: it needs allow_unsafe=True) and warning the user to the caller.
+Owns running commands as Cairn's own user with the workspace used in place and HOME at the engine
+home; leaves choosing it (never silently: it needs allow_unsafe=True) and warning the user to the
+caller.
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", 
 
 
 class HostBackend(SandboxBackend):
-    """Runs commands directly on the host. No isolation of files, network, processes or resources."""
+    """Runs commands directly on the host. No isolation of files, network, processes or
+    resources."""
 
     name = "host"
     unsafe = True
@@ -72,7 +75,10 @@ class HostBackend(SandboxBackend):
         if not allow_unsafe:
             raise UnsafeBackendRefused(
                 "the host backend runs agents without any isolation",
-                hint="use the Docker backend, or choose the host backend explicitly (allow_unsafe=True)",
+                hint=(
+                    "use the Docker backend, "
+                    "or choose the host backend explicitly (allow_unsafe=True)"
+                ),
             )
         self.data_dir = str(Path(data_dir).expanduser().resolve()) if data_dir is not None else None
 
@@ -100,7 +106,8 @@ class HostBackend(SandboxBackend):
     def _check_network(self, spec: SandboxSpec) -> None:
         if spec.network not in self.capabilities.network_modes:
             raise UnsupportedNetwork(
-                f"the host backend cannot restrict the network (the spec asks for {spec.network!r})",
+                "the host backend cannot restrict the network "
+                f"(the spec asks for {spec.network!r})",
                 hint="use the Docker backend, or allow the open network for this workspace",
             )
 
@@ -112,7 +119,8 @@ class HostBackend(SandboxBackend):
         reasons = []
         if spec.snapshot_id != state.snapshot_id:
             reasons.append(
-                f"snapshot differs: the state carries {state.snapshot_id}, the spec {spec.snapshot_id}"
+                f"snapshot differs: the state carries {state.snapshot_id}, "
+                f"the spec {spec.snapshot_id}"
             )
         differing = set(state.mounts) ^ set(spec.mounts())
         if differing:
@@ -135,12 +143,15 @@ class HostBackend(SandboxBackend):
 
 
 class HostExecStream(ExecStream):
-    def __init__(self, proc: subprocess.Popen):
+    def __init__(self, proc: subprocess.Popen[bytes]):
+        if proc.stdout is None or proc.stderr is None:
+            raise ValueError("an exec stream needs the process's stdout and stderr piped")
         self.proc = proc
+        self._stdout, self._stderr = proc.stdout, proc.stderr
 
     def __iter__(self) -> Iterator[OutputChunk]:
         sel = selectors.DefaultSelector()
-        names = {self.proc.stdout.fileno(): "stdout", self.proc.stderr.fileno(): "stderr"}
+        names = {self._stdout.fileno(): "stdout", self._stderr.fileno(): "stderr"}
         for fd in names:
             sel.register(fd, selectors.EVENT_READ)
         try:
@@ -153,8 +164,8 @@ class HostExecStream(ExecStream):
                     yield OutputChunk(names[key.fd], data)
         finally:
             sel.close()
-            self.proc.stdout.close()
-            self.proc.stderr.close()
+            self._stdout.close()
+            self._stderr.close()
         self.exit_code = self.proc.wait()
 
     def close(self) -> None:
@@ -169,7 +180,7 @@ class HostLiveSession(LiveSession):
     def __init__(self, state: SessionState, spec: SandboxSpec):
         super().__init__(state, spec)
         self._started = time.monotonic()
-        self._children: dict[int, subprocess.Popen] = {}
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
         self._path_map = sorted(
             ((m.target, m.source) for m in state.mounts), key=lambda p: -len(p[0])
         )
@@ -178,7 +189,8 @@ class HostLiveSession(LiveSession):
         return self.host_path(sandbox_path)
 
     def host_path(self, sandbox_path: str) -> str:
-        """The host path for a path as the sandbox would name it (/workspace/..., /cairn/runs/...)."""
+        """The host path for a path as the sandbox would name it (/workspace/...,
+        /cairn/runs/...)."""
         for target, source in self._path_map:
             if sandbox_path == target or sandbox_path.startswith(target + "/"):
                 return source + sandbox_path[len(target) :]
@@ -234,7 +246,7 @@ class HostLiveSession(LiveSession):
 
     def _popen_piped(
         self, argv: Sequence[str], env: Mapping[str, str] | None, cwd: str
-    ) -> subprocess.Popen:
+    ) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             self._argv(argv),
             cwd=self._cwd(cwd),
