@@ -24,6 +24,13 @@ def json_object(line: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def object_field(record: dict[str, Any], key: str) -> dict[str, Any]:
+    """`record[key]` when it is a JSON object, else an empty one: engines' output is read
+    leniently, and a field of an unexpected type counts as absent."""
+    value = record.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 # How a run relates to the engine's own conversation.
 MODE_START = "start"  # a new engine session
 MODE_CONTINUE = "continue"  # native resume of `session_id` (same id, same history)
@@ -74,7 +81,7 @@ class EngineSettings:
     @classmethod
     def from_dict(cls, data: dict | None) -> EngineSettings:
         data = data or {}
-        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})  # type: ignore[arg-type]
+        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
 
 
 @dataclass(frozen=True)

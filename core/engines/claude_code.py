@@ -1,4 +1,5 @@
-"""The Claude Code engine: Anthropic's `claude` CLI run unattended (`-p`, stream-json) in the sandbox.
+"""The Claude Code engine: Anthropic's `claude` CLI run unattended (`-p`, stream-json) in the
+sandbox.
 
 Owns Claude Code's launch files (the run's settings.json with the approval gate as a PreToolUse
 hook), its command per mode (a new session with an id chosen here, `--resume`, `--resume
@@ -7,7 +8,8 @@ turning its stream-json output into engine events. The API key, the network poli
 commands belong to credentials, the sandbox and approvals.
 
 Facts this module relies on (Claude Code 2.1.332):
-- A session lives in `$HOME/.claude/projects/<cwd, every non-alphanumeric character as ->/<id>.jsonl`;
+- A session lives in
+  `$HOME/.claude/projects/<cwd, every non-alphanumeric character as ->/<id>.jsonl`;
   `--resume ID` needs that file and the same cwd. `--fork-session` copies the history into a new
   session whose id `--session-id` may choose. An id already in use is refused.
 - `--resume-session-at UUID` (not in --help) cuts the resumed conversation after the assistant
@@ -15,13 +17,15 @@ Facts this module relies on (Claude Code 2.1.332):
 - Settings files that fail validation are ignored silently in `-p` mode, and user and project
   settings (the agent can write ~/.claude, the repository can ship .claude/) may switch hooks off.
   So only Cairn's own settings file is loaded (`--setting-sources ""`).
-- A PreToolUse hook that times out or fails lets the tool run under `--dangerously-skip-permissions`.
-  With a gate, the run uses `--permission-mode dontAsk` instead, where only the hook's explicit
-  "allow" lets a tool run: a gate that crashes, hangs or is not loaded refuses.
+- A PreToolUse hook that times out or fails lets the tool run under
+  `--dangerously-skip-permissions`. With a gate, the run uses `--permission-mode dontAsk`
+  instead, where only the hook's explicit "allow" lets a tool run: a gate that crashes, hangs or
+  is not loaded refuses.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import shlex
@@ -41,6 +45,7 @@ from core.engines.base import (
     LaunchContext,
     ResumeCheck,
     json_object,
+    object_field,
 )
 from core.errors import InputError
 from core.safe_fs import write_file
@@ -120,7 +125,7 @@ def transcript_cwd(path: Path, *, max_lines: int = 200) -> str | None:
     """The working directory a transcript's entries were recorded in (the first one that says)."""
     try:
         with path.open(encoding="utf-8", errors="replace") as f:
-            for _, line in zip(range(max_lines), f):
+            for line in itertools.islice(f, max_lines):
                 entry = json_object(line)
                 if entry is not None and isinstance(entry.get("cwd"), str):
                     return entry["cwd"]
@@ -409,11 +414,12 @@ class ClaudeCodeEngine(Engine):
             return ResumeCheck(
                 False, f"the transcript of Claude Code session {session_id} is empty"
             )
-        cwd = transcript_cwd(path)
-        if cwd is not None and cwd != ctx.workspace:
+        recorded_cwd = transcript_cwd(path)
+        if recorded_cwd is not None and recorded_cwd != ctx.workspace:
             return ResumeCheck(
                 False,
-                f"Claude Code session {session_id} worked in {cwd!r}, not in {ctx.workspace!r}",
+                f"Claude Code session {session_id} worked in {recorded_cwd!r}, "
+                f"not in {ctx.workspace!r}",
             )
         return ResumeCheck(
             True,
@@ -463,8 +469,8 @@ class ClaudeCodeEngine(Engine):
                 EngineEvent(
                     "error",
                     {
-                        "message": f"the fork came back with its parent's session id {session_id}; a "
-                        f"fork must get a new session",
+                        "message": "the fork came back with its parent's session id "
+                        f"{session_id}; a fork must get a new session",
                         "fatal": True,
                     },
                 )
@@ -526,7 +532,7 @@ def _system_events(record: dict) -> list[EngineEvent]:
 
 
 def _assistant_events(record: dict) -> list[EngineEvent]:
-    message = record.get("message") if isinstance(record.get("message"), dict) else {}
+    message = object_field(record, "message")
     events = []
     for block in message.get("content") or []:
         if not isinstance(block, dict):
@@ -539,7 +545,7 @@ def _assistant_events(record: dict) -> list[EngineEvent]:
                 )
             )
         elif block.get("type") == "tool_use":
-            tool_input = block.get("input") if isinstance(block.get("input"), dict) else {}
+            tool_input = object_field(block, "input")
             data = {
                 "id": block.get("id"),
                 "name": block.get("name"),
@@ -554,7 +560,7 @@ def _assistant_events(record: dict) -> list[EngineEvent]:
 
 
 def _user_events(record: dict) -> list[EngineEvent]:
-    message = record.get("message") if isinstance(record.get("message"), dict) else {}
+    message = object_field(record, "message")
     content = message.get("content")
     if not isinstance(content, list):
         return []
@@ -594,7 +600,7 @@ def _result_events(record: dict) -> list[EngineEvent]:
     errors = [str(e) for e in record.get("errors") or [] if e]
     result = record.get("result") if isinstance(record.get("result"), str) else None
     events = []
-    usage = record.get("usage") if isinstance(record.get("usage"), dict) else {}
+    usage = object_field(record, "usage")
     totals = {k: v for k, v in usage.items() if isinstance(v, int)}
     if totals or isinstance(record.get("total_cost_usd"), (int, float)):
         events.append(EngineEvent("usage", {**totals, "cost_usd": record.get("total_cost_usd")}))

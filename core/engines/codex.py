@@ -28,6 +28,7 @@ from core.engines.base import (
     LaunchContext,
     ResumeCheck,
     json_object,
+    object_field,
 )
 from core.errors import InputError
 from core.safe_fs import ensure_dir, write_file
@@ -354,7 +355,7 @@ class CodexEngine(Engine):
                 EngineEvent("result", {"ok": True}),
             ]
         if kind == "turn.failed":
-            error = record.get("error") if isinstance(record.get("error"), dict) else {}
+            error = object_field(record, "error")
             return [
                 EngineEvent("result", {"ok": False, "error": _error_text(error.get("message"))})
             ]
