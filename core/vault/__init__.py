@@ -105,7 +105,8 @@ class Vault:
         files_changed: int = 0,
         timestamp: float | None = None,
     ) -> str:
-        """Write a revision commit on the workspace's revision ref (which must still be `parent`)."""
+        """Write a revision commit on the workspace's revision ref (which must still be
+        `parent`)."""
         message = (
             f"Cairn revision ({trigger})\n\n"
             f"Cairn-Workspace: {workspace_id}\n"

@@ -20,7 +20,7 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import IO, Literal
 
 from core.errors import CairnError, Conflict, CorruptSnapshot, InputError, VaultError
 from core.vault import Vault
@@ -313,12 +313,13 @@ def _write_streamed(
         env=git_env(),
     )
     assert proc.stdin is not None and proc.stdout is not None
+    stdin = proc.stdin
 
     def feed() -> None:
         try:
             for i in range(0, len(order), _FEED_BATCH):
-                proc.stdin.write(("\n".join(order[i : i + _FEED_BATCH]) + "\n").encode())
-            proc.stdin.close()
+                stdin.write(("\n".join(order[i : i + _FEED_BATCH]) + "\n").encode())
+            stdin.close()
         except (BrokenPipeError, OSError, ValueError):
             pass  # git stopped early; the reader reports why
 
@@ -424,7 +425,7 @@ class _Writers:
                     for rel, mode in targets:
                         _write_file(self.root + b"/" + rel, mode, data)
                         self.written[rel] = (mode, sha)
-            except BaseException as exc:  # handed to the reader, which raises it
+            except BaseException as exc:  # noqa: BLE001 - handed to the reader, which raises it
                 self.error = exc
             finally:
                 self.queue.task_done()
@@ -469,7 +470,9 @@ def _write_file(path: bytes, mode: str, data: bytes) -> None:
         os.close(fd)
 
 
-def _stream_large(out, size: int, sha: str, root: bytes, targets: list[tuple[bytes, str]]) -> bool:
+def _stream_large(
+    out: IO[bytes], size: int, sha: str, root: bytes, targets: list[tuple[bytes, str]]
+) -> bool:
     """Copy a large blob to its files chunk by chunk, hashing as it goes; False if it is wrong."""
     fds = [
         os.open(root + b"/" + rel, _FILE_FLAGS, 0o777 if mode == MODE_EXEC else 0o666)

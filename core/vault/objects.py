@@ -7,6 +7,7 @@ read through one long-lived `git cat-file --batch` process per store.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -30,6 +31,7 @@ MODE_GITLINK = "160000"
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 _SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 _LARGE_FILE = 64 * 1024 * 1024  # above this a blob is streamed instead of read whole
+_DirStamp = tuple[int, int, int, int]  # mtime_ns, ctime_ns, size, inode
 
 # Git without the user's or system's configuration: a byte-exact, predictable tool.
 GIT_ENV = {
@@ -149,7 +151,7 @@ class ObjectStore:
         self._batch: subprocess.Popen | None = None
         self._batch_check: subprocess.Popen | None = None
         self._known_dirs: set[str] = set()
-        self._elsewhere_key: tuple | None = None  # see _may_hold_elsewhere
+        self._elsewhere_key: tuple[_DirStamp | None, ...] | None = None  # see _may_hold_elsewhere
         self._elsewhere = True
 
     # -- plumbing processes ------------------------------------------------------------------
@@ -168,17 +170,17 @@ class ObjectStore:
             for proc in (self._batch, self._batch_check):
                 if proc is not None:
                     try:
-                        proc.stdin.close()  # type: ignore[union-attr]
+                        if proc.stdin is not None:
+                            proc.stdin.close()
                         proc.wait(timeout=5)
                     except (OSError, subprocess.TimeoutExpired):
                         proc.kill()
             self._batch = self._batch_check = None
 
     def __del__(self) -> None:  # pragma: no cover - best effort
-        try:
+        # A finalizer must not raise: at interpreter exit what close() touches may be gone.
+        with contextlib.suppress(Exception):
             self.close()
-        except Exception:
-            pass
 
     def _ask(self, which: str, sha: str) -> tuple[bytes, subprocess.Popen]:
         proc = self._batch if which == "--batch" else self._batch_check
@@ -205,7 +207,7 @@ class ObjectStore:
         missing. Cached on the pack folder's and the alternates file's change times; a stale answer
         can only cause a duplicate loose copy of a packed object, which git tolerates.
         """
-        key = []
+        key: list[_DirStamp | None] = []
         for path in (self.objects_dir / "pack", self.objects_dir / "info" / "alternates"):
             try:
                 st = os.stat(path)
