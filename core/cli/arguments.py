@@ -9,13 +9,13 @@ from __future__ import annotations
 import argparse
 from typing import NoReturn
 
-from core.cli.output import EXIT_ERROR, error
+from core.cli import output
 
 
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # usage errors: one line, exit 2
-        error(message)
-        raise SystemExit(EXIT_ERROR)
+        output.error(message)
+        raise SystemExit(output.EXIT_ERROR)
 
 
 def add_common(parser: argparse.ArgumentParser, *, top: bool) -> None:

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any
 
 from core.app import Cairn
-from core.approvals import PENDING
+from core.approvals import PENDING, Approval
 from core.cli.command import Command
 from core.cli.output import emit
 from core.humanize import duration
@@ -18,7 +17,7 @@ from core.humanize import duration
 _APPROVAL_ID_HELP = "the approval id (or an unambiguous prefix)"
 
 
-def approval_text(a: Any, now: float) -> str:
+def approval_text(a: Approval, now: float) -> str:
     """One request in two lines: who waits and why, then the command."""
     head = f"{a.id}  task {a.task_id}  {a.state}"
     if a.state == PENDING:

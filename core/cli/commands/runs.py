@@ -18,7 +18,7 @@ from core.cli.command import Command
 from core.cli.output import EXIT_FAILED, emit, progress, size, stream
 from core.errors import CairnError
 from core.humanize import duration
-from core.models import RunState
+from core.models import Run, RunState
 from core.resume import ON_TOP, RESTORE_INTO_NEW
 
 # A run a command started that is in one of these states is no failure of the command; any
@@ -29,7 +29,7 @@ _NOT_FAILED = frozenset(
 _IN_FLIGHT = frozenset(s.value for s in RunState if s.in_flight)
 
 
-def run_json(run: Any) -> dict[str, Any]:
+def run_json(run: Run) -> dict[str, Any]:
     """What the commands that start or follow a run say about it."""
     return {
         "run_id": run.id,
@@ -53,7 +53,7 @@ def follow(app: Cairn, args: argparse.Namespace, run_id: str) -> dict[str, Any]:
     return run_json(run)
 
 
-def finish_run_command(app: Cairn, args: argparse.Namespace, run: Any, obj: dict[str, Any]) -> None:
+def finish_run_command(app: Cairn, args: argparse.Namespace, run: Run, obj: dict[str, Any]) -> None:
     """Follow a run a command started (unless --detach) and report it with `obj`."""
     result = run_json(run) if args.detach else follow(app, args, run.id)
     emit(

@@ -125,6 +125,7 @@ class ForkCommand(Command):
         child, run = app.fork_task(
             args.task, args.message, at_revision=args.at_revision, title=args.title
         )
+        assert run is not None  # a fork always starts the child's first run
         ws = app.workspace_of(child)
         finish_run_command(
             app,
