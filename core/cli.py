@@ -16,7 +16,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from core.app import Cairn, revision_json, snapshot_json
+from core.app import Cairn
+from core.views import revision_json, snapshot_json
 from core.diffs import diff_to_json, render_unified
 from core.errors import CairnError
 from core.redact import install_log_redaction, redact_exception
@@ -296,7 +297,7 @@ def cmd_new(app: Cairn, args: argparse.Namespace) -> None:
         if args.network or args.allow
         else None
     )
-    made = app.new_task(
+    made = app.tasks.new(
         args.path,
         title=args.title,
         engine=args.engine,
@@ -321,7 +322,7 @@ def cmd_new(app: Cairn, args: argparse.Namespace) -> None:
         return
     if not args.json:
         print(text, flush=True)
-    run = app.start_run(made.task.id, prompt=args.message)
+    run = app.runs.start(made.task.id, prompt=args.message)
     _finish_run_command(app, args, run, obj)
 
 
@@ -342,7 +343,7 @@ def _finish_run_command(app: Cairn, args: argparse.Namespace, run: Any, obj: dic
 
 
 def cmd_continue(app: Cairn, args: argparse.Namespace) -> None:
-    child, run = app.continue_task(args.task, args.message, title=args.title)
+    child, run = app.tasks.continue_from(args.task, args.message, title=args.title)
     _finish_run_command(
         app,
         args,
@@ -356,10 +357,10 @@ def cmd_continue(app: Cairn, args: argparse.Namespace) -> None:
 
 
 def cmd_fork(app: Cairn, args: argparse.Namespace) -> None:
-    child, run = app.fork_task(
+    child, run = app.tasks.fork(
         args.task, args.message, at_revision=args.at_revision, title=args.title
     )
-    ws = app.workspace_of(child)
+    ws = app.tasks.workspace_of(child)
     _finish_run_command(
         app,
         args,
@@ -377,9 +378,9 @@ def cmd_fork(app: Cairn, args: argparse.Namespace) -> None:
 def cmd_tasks(app: Cairn, args: argparse.Namespace) -> None:
     rows = []
     states = {}
-    for t in app.tasks():
-        ws = app.store.get_workspace(t.workspace_id) if t.workspace_id else None
-        run = app.runs.latest_run(t)
+    for t in app.tasks.list():
+        ws = app.ctx.store.get_workspace(t.workspace_id) if t.workspace_id else None
+        run = app.runs.latest(t)
         states[t.id] = run.state if run else (ws.state if ws else "-")
         rows.append(
             {
@@ -426,7 +427,7 @@ def cmd_tasks(app: Cairn, args: argparse.Namespace) -> None:
 
 
 def cmd_show(app: Cairn, args: argparse.Namespace) -> None:
-    d = app.task_details(args.task)
+    d = app.views.task_details(args.task)
 
     def text() -> str:
         lines = [
@@ -445,7 +446,7 @@ def cmd_show(app: Cairn, args: argparse.Namespace) -> None:
 
 
 def cmd_revisions(app: Cairn, args: argparse.Namespace) -> None:
-    revs = [revision_json(r) for r in app.revisions(args.task)]
+    revs = [revision_json(r) for r in app.revisions.list(args.task)]
     _emit(
         args,
         {"revisions": revs},
@@ -458,7 +459,7 @@ def cmd_revisions(app: Cairn, args: argparse.Namespace) -> None:
 
 
 def cmd_capture(app: Cairn, args: argparse.Namespace) -> None:
-    rev, changed = app.capture(args.task, trigger=args.trigger, run_id=args.run)
+    rev, changed = app.revisions.capture(args.task, trigger=args.trigger, run_id=args.run)
     _emit(
         args,
         {
@@ -493,24 +494,24 @@ def cmd_watch(app: Cairn, args: argparse.Namespace) -> None:
     app.events.subscribe(on_event)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    task = app.task(args.task)
-    app.watch(task.id)
+    task = app.tasks.get(args.task)
+    app.revisions.watch(task.id)
     if not args.json:
-        print(f"watching {app.workspace_of(task).root} (Ctrl-C to stop)", flush=True)
+        print(f"watching {app.tasks.workspace_of(task).root} (Ctrl-C to stop)", flush=True)
     while not stop.wait(0.2):
         pass
-    app.stop_watching(task.workspace_id or "")
+    app.revisions.stop_watching(task.workspace_id or "")
     if args.json:
         _emit(args, {"task_id": task.id, "revisions": recorded}, "")
 
 
 def cmd_diff(app: Cairn, args: argparse.Namespace) -> None:
-    diff = app.diff(args.task, args.rev_a, args.rev_b, max_bytes=args.max_bytes)
+    diff = app.revisions.diff(args.task, args.rev_a, args.rev_b, max_bytes=args.max_bytes)
     _emit(args, diff_to_json(diff), lambda: render_unified(diff))
 
 
 def cmd_snapshot(app: Cairn, args: argparse.Namespace) -> None:
-    snap = app.snapshot(args.task)
+    snap = app.snapshots.take(args.task)
     _emit(
         args,
         {
@@ -525,7 +526,7 @@ def cmd_snapshot(app: Cairn, args: argparse.Namespace) -> None:
 
 
 def cmd_materialize(app: Cairn, args: argparse.Namespace) -> None:
-    root, tree = app.materialize(args.snapshot, args.dir)
+    root, tree = app.snapshots.materialize(args.snapshot, args.dir)
     _emit(args, {"root": str(root), "tree": tree}, f"restored into {root} (tree {tree})")
 
 
@@ -540,7 +541,7 @@ def _follow(app: Cairn, args: argparse.Namespace, run_id: str) -> dict:
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    run = app.follow(
+    run = app.runs.follow(
         run_id, on_output=None if args.json else _print_output, should_stop=stop.is_set, record=True
     )
     return _run_json(run)
@@ -565,7 +566,7 @@ def cmd_run(app: Cairn, args: argparse.Namespace) -> None:
         steps.append(" ".join(_shell_quote(c) for c in command) if len(command) > 1 else command[0])
     if not steps:
         raise CairnError("give the command after --, e.g. cairnctl run TASK -- make test")
-    run = app.start_run(args.task, steps)
+    run = app.runs.start(args.task, commands=steps)
     _finish_run_command(app, args, run, {})
 
 
@@ -576,18 +577,18 @@ def _shell_quote(text: str) -> str:
 
 
 def cmd_follow(app: Cairn, args: argparse.Namespace) -> None:
-    task = app.task(args.task)
-    run = app.runs.latest_run(task)
+    task = app.tasks.get(args.task)
+    run = app.runs.latest(task)
     if run is None:
         raise CairnError(f"task {task.id} has no run")
     if run.state in ("running", "waiting_approval", "preparing", "queued"):
-        app.reconcile_run(run)
+        app.runs.settle(run)
     result = _follow(app, args, run.id)
     _emit(args, result, lambda: f"run {result['run_id']} {result['state']}")
 
 
 def cmd_checkpoint(app: Cairn, args: argparse.Namespace) -> None:
-    ck = app.checkpoint(args.task)
+    ck = app.runs.checkpoint(args.task)
     _emit(
         args,
         {
@@ -604,7 +605,7 @@ def cmd_checkpoint(app: Cairn, args: argparse.Namespace) -> None:
 
 
 def cmd_status(app: Cairn, args: argparse.Namespace) -> None:
-    st = app.status()
+    st = app.views.status()
 
     def text() -> str:
         lines = []
@@ -638,7 +639,7 @@ def _age(seconds: float) -> str:
 
 
 def cmd_stop(app: Cairn, args: argparse.Namespace) -> None:
-    result = app.stop(args.task)
+    result = app.runs.stop(args.task)
     _emit(
         args,
         result,
@@ -654,10 +655,10 @@ def cmd_stop(app: Cairn, args: argparse.Namespace) -> None:
 
 
 def cmd_resume(app: Cairn, args: argparse.Namespace) -> None:
-    from core.resume import ON_TOP, RESTORE_INTO_NEW
+    from core.runs.ladder import ON_TOP, RESTORE_INTO_NEW
 
     choice = ON_TOP if args.on_top else RESTORE_INTO_NEW if args.restore_into_new else None
-    run, report = app.resume(args.task, choice=choice, accept_tool_change=args.accept_tool_change)
+    run, report = app.runs.resume(args.task, choice=choice, accept_tool_change=args.accept_tool_change)
     if not args.json:
         print("resumed: " + report.summary(), flush=True)
         for note in report.notes:
@@ -674,7 +675,7 @@ def cmd_resume(app: Cairn, args: argparse.Namespace) -> None:
 
 
 def cmd_reconcile(app: Cairn, args: argparse.Namespace) -> None:
-    report = app.reconcile().to_dict()
+    report = app.runs.reconcile().to_dict()
     _emit(
         args,
         report,
@@ -704,7 +705,7 @@ def cmd_secret(app: Cairn, args: argparse.Namespace) -> None:
 
 
 def cmd_grant(app: Cairn, args: argparse.Namespace) -> None:
-    task = app.task(args.task)
+    task = app.tasks.get(args.task)
     grant = app.credentials.grant(task.id, args.name, args.env_var)
     _emit(
         args,
@@ -714,7 +715,7 @@ def cmd_grant(app: Cairn, args: argparse.Namespace) -> None:
 
 
 def cmd_revoke(app: Cairn, args: argparse.Namespace) -> None:
-    task = app.task(args.task)
+    task = app.tasks.get(args.task)
     revoked = app.credentials.revoke(task.id, args.name)
     _emit(
         args,
@@ -739,9 +740,9 @@ def cmd_policy(app: Cairn, args: argparse.Namespace) -> None:
     if limits:
         changes["limits"] = limits
     if changes:
-        policy = app.set_policy(args.task, **changes)
+        policy = app.tasks.set_policy(args.task, **changes)
     else:
-        policy = app.policy_of(app.workspace_of(app.task(args.task)))
+        policy = app.tasks.policy_of(app.tasks.workspace_of(app.tasks.get(args.task)))
     _emit(args, policy.to_dict(), lambda: json.dumps(policy.to_dict(), indent=2))
 
 
@@ -749,7 +750,7 @@ def cmd_promote(app: Cairn, args: argparse.Namespace) -> None:
     if args.branch is not None:
         if args.path or args.evidence:
             raise CairnError("--path and --evidence go with --artifact, not --branch")
-        made = app.promote_to_branch(args.task, args.branch, revision=args.revision)
+        made = app.artifacts.promote_to_branch(args.task, args.branch, revision=args.revision)
         _emit(
             args,
             made.to_json(),
@@ -770,7 +771,7 @@ def cmd_promote(app: Cairn, args: argparse.Namespace) -> None:
             raise CairnError(
                 f"cannot read the evidence file {args.evidence}: {exc.strerror}"
             ) from None
-    art = app.promote_artifact(
+    art = app.artifacts.promote(
         args.task, revision=args.revision, path=args.path, evidence=evidence, evidence_name=name
     )
     _emit(
@@ -782,12 +783,12 @@ def cmd_promote(app: Cairn, args: argparse.Namespace) -> None:
 
 
 def cmd_export(app: Cairn, args: argparse.Namespace) -> None:
-    patch = app.export_patch(args.task, revision=args.revision, since=args.since)
+    patch = app.artifacts.export_patch(args.task, revision=args.revision, since=args.since)
     if args.json:
         _emit(
             args,
             {
-                "task_id": app.task(args.task).id,
+                "task_id": app.tasks.get(args.task).id,
                 "from": args.since,
                 "patch": patch.decode("utf-8", "replace"),
             },
@@ -800,13 +801,13 @@ def cmd_export(app: Cairn, args: argparse.Namespace) -> None:
 
 
 def cmd_artifacts(app: Cairn, args: argparse.Namespace) -> None:
-    arts = app.artifacts(args.task)
+    arts = app.artifacts.list(args.task)
     rows = []
     for art in arts:
         row = art.to_json()
         if args.verify:
             try:
-                app.verify_artifact(art.id)
+                app.artifacts.verify(art.id)
                 row["verified"] = True
             except CairnError as exc:
                 row["verified"], row["problem"] = False, str(exc)
@@ -849,20 +850,20 @@ def cmd_config(app: Cairn, args: argparse.Namespace) -> None:
     if args.action == "set":
         if args.value is None:
             raise CairnError("config set needs a VALUE: config set KEY VALUE")
-        stored = app.set_setting(args.key, args.value)
+        stored = app.settings.set(args.key, args.value)
         _emit(args, {"key": args.key, "value": stored}, f"{args.key} = {stored}")
         return
     if args.value is not None:
         raise CairnError(f"config {args.action} takes a KEY only")
     if args.action == "unset":
-        removed = app.unset_setting(args.key)
+        removed = app.settings.unset(args.key)
         _emit(
             args,
             {"key": args.key, "removed": removed},
             f"{args.key} removed" if removed else f"{args.key} was not set",
         )
         return
-    value = app.get_setting(args.key)
+    value = app.settings.get(args.key)
     if value is None:
         if args.json:
             _emit(args, {"key": args.key, "value": None}, "")
@@ -889,8 +890,8 @@ def _approval_text(a: Any, now: float) -> str:
 
 
 def cmd_approvals(app: Cairn, args: argparse.Namespace) -> None:
-    pending = app.judge_pending()
-    found = app.approvals(pending_only=False) if args.all else pending
+    pending = app.approvals.pending()
+    found = app.approvals.list(pending_only=False) if args.all else pending
     now = time.time()
     _emit(
         args,
@@ -903,7 +904,7 @@ def cmd_approvals(app: Cairn, args: argparse.Namespace) -> None:
 
 
 def cmd_approve(app: Cairn, args: argparse.Namespace) -> None:
-    a = app.approve(args.approval, remember=args.remember)
+    a = app.approvals.approve(args.approval, remember=args.remember)
     _emit(
         args,
         a.to_json(),
@@ -912,12 +913,12 @@ def cmd_approve(app: Cairn, args: argparse.Namespace) -> None:
 
 
 def cmd_deny(app: Cairn, args: argparse.Namespace) -> None:
-    a = app.deny(args.approval, reason=args.reason)
+    a = app.approvals.deny(args.approval, reason=args.reason)
     _emit(args, a.to_json(), f"denied {a.id}: {a.command}")
 
 
 def cmd_archive(app: Cairn, args: argparse.Namespace) -> None:
-    ws = app.archive_task(args.task)
+    ws = app.housekeeping.archive(args.task)
     _emit(
         args,
         {"workspace_id": ws.id, "state": ws.state},
@@ -926,7 +927,7 @@ def cmd_archive(app: Cairn, args: argparse.Namespace) -> None:
 
 
 def cmd_unarchive(app: Cairn, args: argparse.Namespace) -> None:
-    ws = app.unarchive_task(args.task)
+    ws = app.housekeeping.unarchive(args.task)
     _emit(
         args,
         {"workspace_id": ws.id, "state": ws.state, "root": ws.root},
@@ -939,8 +940,8 @@ def cmd_housekeeping(app: Cairn, args: argparse.Namespace) -> None:
 
     if args.yes and args.dry_run:
         raise CairnError("give --dry-run or --yes, not both")
-    plan = app.housekeeping_plan()
-    result = app.housekeeping_clean(plan) if args.yes else None
+    plan = app.housekeeping.plan()
+    result = app.housekeeping.clean(plan) if args.yes else None
 
     def text() -> str:
         u = plan.usage

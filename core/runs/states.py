@@ -1,8 +1,8 @@
-"""Runs: one execution of a task's engine, its state machine, its files, and observing it.
+"""Run states and run files: the state machine, where a run's files live, and observing them.
 
 Owns the run states and the legal moves between them, where a run's files live, and tailing
 those files exactly once (output and offset are committed together). Starting, checkpointing
-and resuming runs is the facade's and the resume ladder's job.
+and resuming runs is core.runs.service's and the resume ladder's job.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from core import events as ev
 from core.models import Run
 from core.models import RunState as R
 from core.redact import redact
@@ -144,9 +145,8 @@ class OutputTail:
                 if current != offset:  # someone else took this part already
                     continue
                 conn.execute(
-                    "INSERT INTO events (kind, subject, payload, created_at) "
-                    "VALUES ('run.output', ?, ?, ?)",
-                    (self.run_id, payload, time.time()),
+                    "INSERT INTO events (kind, subject, payload, created_at) VALUES (?, ?, ?, ?)",
+                    (ev.RUN_OUTPUT, self.run_id, payload, time.time()),
                 )
                 conn.execute(
                     f"UPDATE runs SET {column} = ? WHERE id = ?", (offset + len(chunk), self.run_id)
@@ -169,8 +169,8 @@ def _read_from(path: Path, offset: int, limit: int) -> bytes:
 def output_of(store: Store, run_id: str, stream: str | None = None) -> str:
     """Everything observed of a run so far, in order (for the CLI, the GUI and tests)."""
     rows = store.query(
-        "SELECT payload FROM events WHERE kind = 'run.output' AND subject = ? ORDER BY seq",
-        (run_id,),
+        "SELECT payload FROM events WHERE kind = ? AND subject = ? ORDER BY seq",
+        (ev.RUN_OUTPUT, run_id),
     )
     parts = []
     for row in rows:
