@@ -15,6 +15,7 @@ claimed in the database (one process wins) and then written as a file.
 from __future__ import annotations
 
 import argparse
+import builtins
 import fcntl
 import getpass
 import json
@@ -316,7 +317,8 @@ def read_request(folder: Path, request_id: str, run: Run) -> Request:
         raise BadRequest("it names another run than the one whose folder holds it")
     created = doc.get("created_at")
     created = float(created) if isinstance(created, (int, float)) and created > 0 else 0.0
-    engine = doc.get("engine") if isinstance(doc.get("engine"), str) else run.engine
+    named = doc.get("engine")
+    engine = named if isinstance(named, str) else run.engine
     return Request(
         request_id, run.id, run.exec_id, engine[:64], tool[:128], command, cwd[:4096], created
     )
@@ -469,7 +471,7 @@ class Judge:
 
     # -- reading -----------------------------------------------------------------------------
 
-    def list(self, *, pending_only: bool = True) -> list[Approval]:
+    def list(self, *, pending_only: bool = True) -> builtins.list[Approval]:
         where = " WHERE a.state = ?" if pending_only else ""
         rows = self.store.query(
             f"{_SELECT}{where} ORDER BY a.created_at, a.id", (PENDING,) if pending_only else ()
@@ -488,7 +490,7 @@ class Judge:
             raise NotFound(f"no approval with id {ref!r}")
         raise NotFound(f"the id {ref!r} matches {len(rows)} approvals; give more of it")
 
-    def pending(self) -> list[Approval]:
+    def pending(self) -> builtins.list[Approval]:
         """Answer what the rules can answer now, apply timeouts, and return what still waits for
         a person (for the GUI's periodic refresh)."""
         self.poll()
@@ -508,7 +510,7 @@ class Judge:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise CairnError(f"the risk rules in {path} cannot be read: {exc.strerror}") from exc
-        rules: list[dict] = []
+        rules: builtins.list[dict] = []
         version, problem = None, None
         try:
             version = parse_rules(text).version
@@ -524,7 +526,7 @@ class Judge:
             "problem": problem,
         }
 
-    def check_risk_rules(self, text: str) -> list[dict]:
+    def check_risk_rules(self, text: str) -> builtins.list[dict]:
         """The rules `text` holds (as `risk_rules()` lists them), or InputError (one line,
         naming the rule); nothing is written."""
         if not isinstance(text, str):
@@ -553,7 +555,7 @@ class Judge:
 
     # -- polling -----------------------------------------------------------------------------
 
-    def poll(self) -> list[Approval]:
+    def poll(self) -> builtins.list[Approval]:
         """One pass over the mailboxes: new requests, timeouts, runs that moved on, and the runs'
         states (RUNNING ⇄ WAITING_APPROVAL). Returns the approvals this pass made or decided."""
         with self._lock:
@@ -571,7 +573,7 @@ class Judge:
                     log.warning("approvals of run %s: %s", run.id, exc)
             return out
 
-    def _runs_in_flight(self) -> list[Run]:
+    def _runs_in_flight(self) -> builtins.list[Run]:
         marks = ",".join("?" * len(runs_mod.IN_FLIGHT))
         rows = self.store.query(
             f"SELECT id FROM runs WHERE state IN ({marks}) ORDER BY created_at", runs_mod.IN_FLIGHT
@@ -585,7 +587,7 @@ class Judge:
                 pass
         return found
 
-    def _poll_run(self, run: Run, now: float) -> list[Approval]:
+    def _poll_run(self, run: Run, now: float) -> builtins.list[Approval]:
         if not run.workspace_id:
             return []
         files = runs_mod.run_files(self.ctx.data.runs_root, run)
@@ -724,7 +726,7 @@ class Judge:
             )
             return cur.rowcount == 1
 
-    def _sweep(self, now: float) -> list[Approval]:
+    def _sweep(self, now: float) -> builtins.list[Approval]:
         """Pending approvals whose run moved on are withdrawn; overdue ones are denied."""
         out = []
         for a in self.list(pending_only=True):

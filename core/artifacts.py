@@ -184,9 +184,9 @@ class SecretScanner:
         for kind, needles, pattern in TOKEN_PATTERNS:
             if kind in hits or not any(needle in data for needle in needles):
                 continue
-            m = pattern.search(data)
-            if m is not None:
-                hits[kind] = ScanHit(path, kind, line_of(m.start()))
+            found = pattern.search(data)
+            if found is not None:
+                hits[kind] = ScanHit(path, kind, line_of(found.start()))
         return list(hits.values())
 
     def scan_name(self, path: str) -> list[ScanHit]:
@@ -1086,7 +1086,7 @@ class Artifacts:
         rev = self.revisions.resolve(task, revision)
         return export_patch(self.ctx, self._credentials, task, rev, since=since)
 
-    def list(self, task_ref: str | None = None) -> list[Artifact]:
+    def all(self, task_ref: str | None = None) -> list[Artifact]:
         ids = None if task_ref is None else [self.ctx.task(task_ref).id]
         return list_artifacts(self.ctx, ids)
 

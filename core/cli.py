@@ -378,7 +378,7 @@ def cmd_fork(app: Cairn, args: argparse.Namespace) -> None:
 def cmd_tasks(app: Cairn, args: argparse.Namespace) -> None:
     rows = []
     states = {}
-    for t in app.tasks.list():
+    for t in app.tasks.all():
         ws = app.ctx.store.get_workspace(t.workspace_id) if t.workspace_id else None
         run = app.runs.latest(t)
         states[t.id] = run.state if run else (ws.state if ws else "-")
@@ -446,7 +446,7 @@ def cmd_show(app: Cairn, args: argparse.Namespace) -> None:
 
 
 def cmd_revisions(app: Cairn, args: argparse.Namespace) -> None:
-    revs = [revision_json(r) for r in app.revisions.list(args.task)]
+    revs = [revision_json(r) for r in app.revisions.all(args.task)]
     _emit(
         args,
         {"revisions": revs},
@@ -658,7 +658,9 @@ def cmd_resume(app: Cairn, args: argparse.Namespace) -> None:
     from core.runs.ladder import ON_TOP, RESTORE_INTO_NEW
 
     choice = ON_TOP if args.on_top else RESTORE_INTO_NEW if args.restore_into_new else None
-    run, report = app.runs.resume(args.task, choice=choice, accept_tool_change=args.accept_tool_change)
+    run, report = app.runs.resume(
+        args.task, choice=choice, accept_tool_change=args.accept_tool_change
+    )
     if not args.json:
         print("resumed: " + report.summary(), flush=True)
         for note in report.notes:
@@ -801,7 +803,7 @@ def cmd_export(app: Cairn, args: argparse.Namespace) -> None:
 
 
 def cmd_artifacts(app: Cairn, args: argparse.Namespace) -> None:
-    arts = app.artifacts.list(args.task)
+    arts = app.artifacts.all(args.task)
     rows = []
     for art in arts:
         row = art.to_json()

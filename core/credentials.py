@@ -7,6 +7,7 @@ rows (names only), core.redact hides values in output, and runs/sandboxes put th
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import os
@@ -299,7 +300,7 @@ class SecretStore:
 
     # -- the list of names --
 
-    def _read_index(self) -> set[str]:
+    def _read_index(self) -> builtins.set[str]:
         raw = self._call("get_password", INDEX_KEY)
         if not raw:
             return set()
@@ -319,7 +320,7 @@ class SecretStore:
         the next `set` of that name puts back."""
         with self._index_lock:
             names = self._read_index()
-            before = set(names)
+            before = builtins.set(names)
             if add:
                 names.add(add)
             if remove:

@@ -518,7 +518,7 @@ def _unreachable(
 ) -> list[tuple[str, os.stat_result]]:
     """Loose objects (and unfinished object writes) no root reaches, untouched since `cutoff`:
     (path under objects/, lstat). Packed objects are left alone."""
-    out = []
+    out: list[tuple[str, os.stat_result]] = []
     objects = vault.git_dir / "objects"
     try:
         fans = sorted(

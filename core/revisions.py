@@ -9,6 +9,7 @@ core.runs'.
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import threading
@@ -48,7 +49,7 @@ class Revisions:
         for ws_id in watched:
             self.stop_watching(ws_id)
 
-    def list(self, task_ref: str) -> list[Revision]:
+    def all(self, task_ref: str) -> list[Revision]:
         task = self.ctx.task(task_ref)
         ws = self.ctx.workspace_of(task)
         self.sync_rows(ws)
@@ -59,21 +60,21 @@ class Revisions:
         revision of another task of the same source folder."""
         ref = ref or default
         if ":" in ref:
-            other_ref, _, rev = ref.partition(":")
+            other_ref, _, other_rev = ref.partition(":")
             other = self.ctx.task(other_ref)
             if other.source_id != task.source_id:
                 raise InputError(
                     f"task {other.id} grew from another folder than {task.id}; "
                     "diffs compare tasks of one source folder"
                 )
-            return self.resolve(other, rev or default)
+            return self.resolve(other, other_rev or default)
         ws = self.ctx.workspace_of(task)
         self.sync_rows(ws)
         if ref == "latest":
-            rev = self.ctx.store.latest_revision(ws.id)
-            if rev is None:
+            latest = self.ctx.store.latest_revision(ws.id)
+            if latest is None:
                 raise NotFound(f"task {task.id} has no revisions")
-            return rev
+            return latest
         if ref == "base":
             return self.ctx.store.get_revision(ws.id, ws.base_revision)
         return self.ctx.store.get_revision(ws.id, ref)
@@ -100,7 +101,7 @@ class Revisions:
                 )
             )
 
-    def _record(self, ws: Workspace, captured: CapturedRevision) -> Revision:
+    def _record(self, ws: Workspace, captured: CapturedRevision) -> None:
         rev = self.ctx.store.add_revision(
             Revision(
                 captured.commit,
@@ -121,7 +122,6 @@ class Revisions:
             files_changed=rev.files_changed,
             run_id=rev.run_id,
         )
-        return rev
 
     def _recorder(
         self, ws: Workspace, *, on_problem: Callable[[str], None] | None = None
@@ -137,7 +137,7 @@ class Revisions:
             vault,
             ws.id,
             Path(ws.root),
-            on_revision=lambda c: self._record(ws, c),
+            on_revision=functools.partial(self._record, ws),
             on_problem=problem,
             run_id=lambda: self.active_run_id(ws.id),
             stat_cache=self.ctx.data.cache_root / f"{ws.id}.stat",

@@ -310,7 +310,7 @@ class SandboxManager:
         elif egress.running_pid(paths.socket):
             egress.stop(paths.socket)
 
-    def attach_as_made(self, record: SessionRecord, ws: Workspace):
+    def attach_as_made(self, record: SessionRecord, ws: Workspace) -> Attached | Gone | Mismatch:
         """Find the sandbox as it was made (under the policy of its making), to look at its
         processes; the current policy is applied by `ensure`, not here."""
         policy = Policy.from_dict(record.policy)

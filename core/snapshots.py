@@ -56,7 +56,7 @@ class Snapshots:
         self.ctx.events.publish(ev.SNAPSHOT_CREATED, ws.id, snapshot=snap.id, revision=rev.id)
         return snap
 
-    def list(self, task_ref: str | None = None) -> list[Snapshot]:
+    def all(self, task_ref: str | None = None) -> list[Snapshot]:
         if task_ref is None:
             return self.ctx.store.list_snapshots()
         return self.ctx.store.list_snapshots(self.ctx.workspace_of(self.ctx.task(task_ref)).id)

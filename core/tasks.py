@@ -64,7 +64,7 @@ class Tasks:
         """A task by id or unambiguous id prefix."""
         return self.ctx.task(ref)
 
-    def list(self) -> list[Task]:
+    def all(self) -> list[Task]:
         """Every task, oldest first."""
         return self.ctx.store.list_tasks()
 

@@ -51,7 +51,7 @@ class Views:
         except CairnError as exc:
             found, problem = {}, str(exc)
         for rec in self.ctx.store.list_sessions():
-            summary = found.get(rec.container_id)
+            summary = found.get(rec.container_id) if rec.container_id else None
             state = (
                 "unknown"
                 if problem
@@ -95,7 +95,7 @@ class Views:
     def task_details(self, task_ref: str) -> dict:
         task = self.ctx.task(task_ref)
         ws = self.ctx.workspace_of(task)
-        revs = self.revisions.list(task.id)
+        revs = self.revisions.all(task.id)
         return {
             "task_id": task.id,
             "title": task.title,

@@ -8,7 +8,6 @@ run states without pulling in the machinery that starts runs.
 
 from core.runs.states import (
     IN_FLIGHT,
-    Observer,
     OutputTail,
     RunFiles,
     move,
@@ -22,7 +21,6 @@ RECORD_CHILD = "child"  # Runs.follow(record=...): watch the workspace from a ch
 __all__ = [
     "IN_FLIGHT",
     "RECORD_CHILD",
-    "Observer",
     "OutputTail",
     "RunFiles",
     "move",

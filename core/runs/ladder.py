@@ -16,18 +16,19 @@ from core import approvals, lineage, workspaces
 from core import events as ev
 from core.context import Context, Lazy
 from core.credentials import Credentials
-from core.engines import engine_for
+from core.engines import Engine, engine_for
 from core.engines.base import (
     MODE_CONTINUE,
     MODE_FALLBACK,
     MODE_FORK,
     MODE_START,
+    EngineSettings,
     LaunchContext,
     ToolContract,
 )
 from core.errors import CairnError, Conflict, InputError
 from core.ids import new_id
-from core.models import Checkpoint, Run, Task, Workspace, WorkspaceState
+from core.models import Checkpoint, Revision, Run, Task, Workspace, WorkspaceState
 from core.models import RunState as R
 from core.policy import Policy
 from core.revisions import Revisions
@@ -337,7 +338,7 @@ class Ladder:
         ]
 
     def _engine_mode(
-        self, eng, ctx: LaunchContext, run: Run, report: ResumeReport
+        self, eng: Engine, ctx: LaunchContext, run: Run, report: ResumeReport
     ) -> LaunchContext:
         """Native continue/fork when the engine's contract holds, else a new session on the same
         files — and the run's record says why."""
@@ -352,7 +353,9 @@ class Ladder:
         self.store.update_run(run.id, spec=spec)
         return replace(ctx, mode=MODE_FALLBACK, spec=spec)
 
-    def _grant_engine_key(self, task: Task, eng, settings, report: ResumeReport) -> None:
+    def _grant_engine_key(
+        self, task: Task, eng: Engine, settings: EngineSettings, report: ResumeReport
+    ) -> None:
         """The engine's API key comes from the keyring secret its settings name, as a grant of
         the lineage, so revoking it works like any other grant."""
         var = getattr(eng, "api_key_env", None)
@@ -523,7 +526,7 @@ class Ladder:
         )
         return new_ws
 
-    def _external_since(self, ws: Workspace, run: Run, ck: Checkpoint | None):
+    def _external_since(self, ws: Workspace, run: Run, ck: Checkpoint | None) -> list[Revision]:
         revs = self.store.list_revisions(ws.id)
         if ck is not None:
             _, sha = parse_workspace_ref(ck.workspace_ref)

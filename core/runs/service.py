@@ -8,6 +8,7 @@ checkpoints, liveness, reconcile, the judge (approvals asked while a run is foll
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -224,13 +225,14 @@ class Runs:
         revisions recorded by any process are announced here as they appear. When another
         process records the workspace already, that one goes on."""
         run = self.ctx.store.get_run(run_id)
-        stop_recording: Callable[[], None] = lambda: None  # noqa: E731
-        if record == RECORD_CHILD:
-            stop_recording = self.revisions.record_in_child(run.task_id, run.workspace_id)
-        elif record:
+        workspace_id = run.workspace_id
+        stop_recording: Callable[[], None] = _nothing
+        if record == RECORD_CHILD and workspace_id:
+            stop_recording = self.revisions.record_in_child(run.task_id, workspace_id)
+        elif record and workspace_id:
             try:
                 self.revisions.watch(run.task_id)
-                stop_recording = lambda: self.revisions.stop_watching(run.workspace_id)  # noqa: E731
+                stop_recording = functools.partial(self.revisions.stop_watching, workspace_id)
             except CairnError:
                 pass  # another Cairn process records this workspace, or it is gone
         news = None if record is True else self.revisions.revision_news(run.workspace_id)
@@ -328,3 +330,7 @@ class Runs:
         if ws.state == WorkspaceState.ACTIVE.value:
             self.ctx.set_workspace_state(ws.id, WorkspaceState.PREPARED)
         return result
+
+
+def _nothing() -> None:
+    pass

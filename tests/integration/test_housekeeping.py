@@ -185,7 +185,7 @@ def test_archive_then_clean_frees_exactly_the_plan_and_keeps_history(world, tmp_
         assert tree == ck.tree
         assert hashes(root) == world["expected"][ck.id]
     # History of the archived task stays browsable; the live task works as before.
-    assert len(app.revisions.list(t1.id)) >= 3
+    assert len(app.revisions.all(t1.id)) >= 3
     assert app.revisions.diff(t1.id).files
     ws2 = Path(app.tasks.workspace_of(t2).root)
     (ws2 / "logout.py").write_text("def logout(): return True\n")
@@ -290,7 +290,7 @@ def test_an_interrupted_cleanup_is_finished_or_undone(world):
     # The quarantined object is put back, never deleted: the history is whole again.
     assert head_path.exists() and not quarantine.exists()
     assert any("put back" in n for n in result.notes)
-    assert app.revisions.list(t1.id)[-1].id == head
+    assert app.revisions.all(t1.id)[-1].id == head
     assert app.revisions.diff(t1.id).files
     assert [i.kind for i in app.housekeeping.plan().items] == ["vault_objects"]
 

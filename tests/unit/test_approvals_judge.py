@@ -60,7 +60,7 @@ def app(tmp_path):
 
 def start_run(app: Cairn) -> Run:
     """A run in flight as `_launch` leaves it (no sandbox needed to judge its mailbox)."""
-    task = app.tasks.list()[0]
+    task = app.tasks.all()[0]
     run = Run(
         new_id("run"),
         task.id,
@@ -444,7 +444,7 @@ class NoPython:
 
 
 def test_a_sandbox_that_cannot_run_the_gate_goes_ungated_and_says_so(app):
-    ws = app.tasks.workspace_of(app.tasks.list()[0])
+    ws = app.tasks.workspace_of(app.tasks.all()[0])
     assert approvals.gate_command(app.ctx, ws.id, NoPython()) == []
     (problem,) = events_of(app, "workspace.problem")
     message = problem["payload"]["message"]

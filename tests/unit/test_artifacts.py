@@ -179,8 +179,8 @@ def test_artifact_of_a_file_round_trip_with_provenance_and_evidence(setup):
     assert p["evidence"]["sha256"] == hashlib.sha256(b"3 passed\n").hexdigest()
     assert p["scan"]["secrets_checked"] == [] and p["scan"]["files_scanned"] == 1
     assert app.artifacts.read_evidence(art.id) == b"3 passed\n"
-    assert [a.id for a in app.artifacts.list()] == [art.id]
-    assert [a.id for a in app.artifacts.list(task_id)] == [art.id]
+    assert [a.id for a in app.artifacts.all()] == [art.id]
+    assert [a.id for a in app.artifacts.all(task_id)] == [art.id]
 
 
 def test_a_whole_revision_is_a_deterministic_tar(setup):
@@ -222,7 +222,7 @@ def test_a_granted_secret_in_a_file_refuses_and_names_the_file(setup, fake):
         message = str(info.value)
         assert "notes/debug.txt" in message and "the granted secret 'api'" in message
         assert SECRET not in message
-    assert app.artifacts.list() == []
+    assert app.artifacts.all() == []
     assert not (app.data.artifacts_root / "sha256").exists()
 
 
@@ -266,7 +266,7 @@ def test_no_keyring_refuses_when_the_lineage_has_grants(tmp_path):
             app.artifacts.promote(task_id)
         assert "'api'" in str(info.value) and "no OS keyring backend" in str(info.value)
         assert "\n" not in str(info.value)
-        assert len(app.artifacts.list()) == 1
+        assert len(app.artifacts.all()) == 1
     finally:
         app.close()
 

@@ -31,7 +31,7 @@ def test_a_capture_in_a_child_records_and_announces_the_revision(facade):
     (Path(made.workspace.root) / "a.txt").write_text("two\n")
     rev, changed = cairn.revisions.capture(made.task.id, trigger="checkpoint")
     assert changed and rev.trigger == "checkpoint" and rev.files_changed == 1
-    assert [r.id for r in cairn.revisions.list(made.task.id)][-1] == rev.id
+    assert [r.id for r in cairn.revisions.all(made.task.id)][-1] == rev.id
     assert [e.payload["revision"] for e in seen] == [rev.id]
 
     again, changed = cairn.revisions.capture(made.task.id)
