@@ -938,7 +938,7 @@ def cmd_unarchive(app: Cairn, args: argparse.Namespace) -> None:
 
 
 def cmd_housekeeping(app: Cairn, args: argparse.Namespace) -> None:
-    from core.housekeeping import human_bytes
+    from core.humanize import size as human_bytes
 
     if args.yes and args.dry_run:
         raise CairnError("give --dry-run or --yes, not both")
