@@ -15,6 +15,7 @@ claimed in the database (one process wins) and then written as a file.
 from __future__ import annotations
 
 import argparse
+import builtins
 import fcntl
 import getpass
 import json
@@ -36,18 +37,30 @@ from typing import TYPE_CHECKING, Any
 
 from core import events as ev
 from core import runs as runs_mod
+from core.context import Context, Lazy
+from core.credentials import Credentials, SecretStore
 from core.datadir import DataDir
 from core.errors import CairnError, Conflict, IllegalTransition, InputError, NotFound
 from core.launch import python_command, resource_path, stop_process
 from core.locks import flock_holder_pid
+from core.mailbox import (
+    DECISIONS_IN_SANDBOX,
+    decision_path,
+    ensure_decisions_root,
+)
 from core.models import Run
 from core.models import RunState as R
 from core.policy import Policy
-from core.redact import redact
+from core.redact import install_log_redaction, redact
+from core.revisions import Revisions
+from core.runs.checkpoints import Checkpoints
+from core.runs.liveness import Sandboxes, run_liveness
 from core.sandbox.base import CONTAINER_RUNS
+from core.sandboxes import sandbox_provider
+from core.settings import Settings, replace_file
+from core.snapshots import Snapshots
 
 if TYPE_CHECKING:
-    from core.app import Cairn
     from core.sandbox.base import LiveSession
 
 log = logging.getLogger(__name__)
@@ -57,7 +70,6 @@ RULES_FILE = resource_path("policy", "risk-rules.json")
 USER_RULES_NAME = "risk-rules.json"  # in the data folder: the user's rules, replacing RULES_FILE
 
 GATE_IN_SANDBOX = "/cairn/tools/approval-gate.py"
-DECISIONS_IN_SANDBOX = "/cairn/decisions"
 REQUESTS_FOLDER = "requests"
 TIMEOUT_ENV = "CAIRN_APPROVAL_TIMEOUT"
 DEFAULT_TIMEOUT_S = 3600.0
@@ -225,26 +237,8 @@ def classify(command: str, policy: Policy, rules: RuleSet | None = None) -> Verd
 # -- the mailbox -------------------------------------------------------------------------------
 
 
-def decisions_root(data_root: Path, workspace_id: str) -> Path:
-    """The host folder the workspace's sandbox sees read-only at /cairn/decisions."""
-    return Path(data_root) / "approvals" / workspace_id
-
-
-def decision_path(data_root: Path, workspace_id: str, exec_id: str, request_id: str) -> Path:
-    return decisions_root(data_root, workspace_id) / exec_id / f"{request_id}.json"
-
-
 def requests_dir(runs_root: Path, run: Run) -> Path:
     return runs_mod.run_files(runs_root, run).folder / REQUESTS_FOLDER
-
-
-def ensure_decisions_root(data_root: Path, workspace_id: str) -> Path:
-    """Made before the sandbox (a bind mount needs its source); readable by the sandbox user."""
-    root = decisions_root(data_root, workspace_id)
-    root.mkdir(parents=True, exist_ok=True)
-    for folder in (root.parent, root):
-        os.chmod(folder, 0o755)
-    return root
 
 
 def write_json_atomic(path: Path, obj: dict, *, mode: int = 0o644) -> None:
@@ -323,7 +317,8 @@ def read_request(folder: Path, request_id: str, run: Run) -> Request:
         raise BadRequest("it names another run than the one whose folder holds it")
     created = doc.get("created_at")
     created = float(created) if isinstance(created, (int, float)) and created > 0 else 0.0
-    engine = doc.get("engine") if isinstance(doc.get("engine"), str) else run.engine
+    named = doc.get("engine")
+    engine = named if isinstance(named, str) else run.engine
     return Request(
         request_id, run.id, run.exec_id, engine[:64], tool[:128], command, cwd[:4096], created
     )
@@ -424,14 +419,20 @@ class Judge:
 
     def __init__(
         self,
-        app: Cairn,
+        ctx: Context,
         *,
+        checkpoints: Checkpoints,
+        credentials: Lazy[Credentials],
+        sandboxes: Sandboxes,
         timeout: float | None = None,
         clock: Callable[[], float] = time.time,
         rules: RuleSet | None = None,
     ):
-        self.app = app
-        self.store = app.store
+        self.ctx = ctx
+        self.store = ctx.store
+        self._checkpoints = checkpoints
+        self._credentials = credentials
+        self._sandboxes = sandboxes
         self.timeout = timeout if timeout is not None else timeout_from_env()
         self.clock = clock
         self._fixed_rules = rules
@@ -440,15 +441,37 @@ class Judge:
         self._reported: set[tuple[str, str]] = set()  # unusable request files already logged
         self._secrets_known: set[str] = set()  # tasks whose secrets this process has learnt
 
+    def with_options(
+        self,
+        *,
+        timeout: float | None = None,
+        clock: Callable[[], float] | None = None,
+        rules: RuleSet | None = None,
+    ) -> Judge:
+        """Another judge of the same data folder, with its own timeout, clock or fixed rules."""
+        return Judge(
+            self.ctx,
+            checkpoints=self._checkpoints,
+            credentials=self._credentials,
+            sandboxes=self._sandboxes,
+            timeout=timeout if timeout is not None else self.timeout,
+            clock=clock or self.clock,
+            rules=rules or self._fixed_rules,
+        )
+
+    def alive(self, run: Run) -> bool | None:
+        """Whether the run's process still runs (None: cannot be told now)."""
+        return run_liveness(self.ctx, self._sandboxes, run)[0]
+
     @property
     def rules(self) -> RuleSet:
         """The rules given to this judge, else the data folder's rules as they are now (its
         override when there is one): an edited rules file applies to the next request."""
-        return self._fixed_rules or rules_for(self.app.data.root)
+        return self._fixed_rules or rules_for(self.ctx.data.root)
 
     # -- reading -----------------------------------------------------------------------------
 
-    def list(self, *, pending_only: bool = True) -> list[Approval]:
+    def list(self, *, pending_only: bool = True) -> builtins.list[Approval]:
         where = " WHERE a.state = ?" if pending_only else ""
         rows = self.store.query(
             f"{_SELECT}{where} ORDER BY a.created_at, a.id", (PENDING,) if pending_only else ()
@@ -467,9 +490,72 @@ class Judge:
             raise NotFound(f"no approval with id {ref!r}")
         raise NotFound(f"the id {ref!r} matches {len(rows)} approvals; give more of it")
 
+    def pending(self) -> builtins.list[Approval]:
+        """Answer what the rules can answer now, apply timeouts, and return what still waits for
+        a person (for the GUI's periodic refresh)."""
+        self.poll()
+        return self.list(pending_only=True)
+
+    # -- risk rules ------------------------------------------------------------------------------
+    # The data folder's `risk-rules.json`, when present, replaces the rules Cairn ships; every
+    # judge reads the rules in force at each request, so a change applies to the next one.
+
+    def risk_rules(self) -> dict:
+        """The rules in force: `text` (the file), `rules` (id, pattern, reason, when, as plain
+        values), `version`, `user` (True: the data folder's override; False: Cairn's own),
+        `path`, and `problem` (why an override cannot be used, else None)."""
+        path = rules_path_for(self.ctx.data.root)
+        user = path != RULES_FILE
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise CairnError(f"the risk rules in {path} cannot be read: {exc.strerror}") from exc
+        rules: builtins.list[dict] = []
+        version, problem = None, None
+        try:
+            version = parse_rules(text).version
+            rules = self.check_risk_rules(text)
+        except InputError as exc:
+            problem = exc.message
+        return {
+            "text": text,
+            "rules": rules,
+            "version": version,
+            "user": user,
+            "path": str(path),
+            "problem": problem,
+        }
+
+    def check_risk_rules(self, text: str) -> builtins.list[dict]:
+        """The rules `text` holds (as `risk_rules()` lists them), or InputError (one line,
+        naming the rule); nothing is written."""
+        if not isinstance(text, str):
+            raise InputError("the risk rules are text (a JSON document)")
+        return [
+            {"id": r.id, "pattern": r.pattern.pattern, "reason": r.reason, "when": dict(r.when)}
+            for r in parse_rules(text).rules
+        ]
+
+    def set_risk_rules(self, text: str) -> dict:
+        """Validate `text` as a rules file and make it the data folder's rules (written
+        atomically); InputError (one line, naming the rule) writes nothing."""
+        self.check_risk_rules(text)
+        replace_file(
+            user_rules_path(self.ctx.data.root), text if text.endswith("\n") else text + "\n"
+        )
+        return self.risk_rules()
+
+    def reset_risk_rules(self) -> bool:
+        """Go back to the rules Cairn ships; whether there was an override to remove."""
+        try:
+            user_rules_path(self.ctx.data.root).unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
     # -- polling -----------------------------------------------------------------------------
 
-    def poll(self) -> list[Approval]:
+    def poll(self) -> builtins.list[Approval]:
         """One pass over the mailboxes: new requests, timeouts, runs that moved on, and the runs'
         states (RUNNING ⇄ WAITING_APPROVAL). Returns the approvals this pass made or decided."""
         with self._lock:
@@ -487,7 +573,7 @@ class Judge:
                     log.warning("approvals of run %s: %s", run.id, exc)
             return out
 
-    def _runs_in_flight(self) -> list[Run]:
+    def _runs_in_flight(self) -> builtins.list[Run]:
         marks = ",".join("?" * len(runs_mod.IN_FLIGHT))
         rows = self.store.query(
             f"SELECT id FROM runs WHERE state IN ({marks}) ORDER BY created_at", runs_mod.IN_FLIGHT
@@ -501,10 +587,10 @@ class Judge:
                 pass
         return found
 
-    def _poll_run(self, run: Run, now: float) -> list[Approval]:
+    def _poll_run(self, run: Run, now: float) -> builtins.list[Approval]:
         if not run.workspace_id:
             return []
-        files = runs_mod.run_files(self.app.data.runs_root, run)
+        files = runs_mod.run_files(self.ctx.data.runs_root, run)
         folder = files.folder / REQUESTS_FOLDER
         out = []
         for request_id in request_ids(folder):
@@ -557,7 +643,7 @@ class Judge:
                 self._write_decision_of(run, known)
             return None
         ws = self.store.get_workspace(run.workspace_id)  # type: ignore[arg-type]
-        policy = self.app.policy_of(ws)
+        policy = Policy.from_dict(ws.policy)
         verdict = classify(request.command, policy, self.rules)
         # Rows, events and logs keep the command with the task's secrets replaced by their names
         # (the rules saw it whole).
@@ -582,7 +668,7 @@ class Judge:
             if not self._insert(made):
                 return None
             self._write_decision_of(run, made)
-            self.app.events.publish(ev.APPROVAL_DECIDED, run.id, **self._event(made))
+            self.ctx.events.publish(ev.APPROVAL_DECIDED, run.id, **self._event(made))
             return made
         made = Approval(
             request.id,
@@ -601,7 +687,7 @@ class Judge:
         if not self._insert(made):
             return None
         log.info("run %s waits for approval %s: %s", run.id, made.id, made.command)
-        self.app.events.publish(
+        self.ctx.events.publish(
             ev.APPROVAL_REQUESTED, run.id, **self._event(made), tool=request.tool, cwd=request.cwd
         )
         return made
@@ -613,7 +699,7 @@ class Judge:
             return
         self._secrets_known.add(task_id)
         try:
-            self.app.credentials.resolve_env(task_id, require=False)
+            self._credentials.get().resolve_env(task_id, require=False)
         except CairnError as exc:
             log.debug("no secrets to learn for task %s: %s", task_id, exc)
 
@@ -640,7 +726,7 @@ class Judge:
             )
             return cur.rowcount == 1
 
-    def _sweep(self, now: float) -> list[Approval]:
+    def _sweep(self, now: float) -> builtins.list[Approval]:
         """Pending approvals whose run moved on are withdrawn; overdue ones are denied."""
         out = []
         for a in self.list(pending_only=True):
@@ -651,14 +737,14 @@ class Judge:
             if run is None or not self._still_asked(run, a.id):
                 if self._claim(a.id, WITHDRAWN, None, now):
                     decided = self.get(a.id)
-                    self.app.events.publish(ev.APPROVAL_DECIDED, a.run_id, **self._event(decided))
+                    self.ctx.events.publish(ev.APPROVAL_DECIDED, a.run_id, **self._event(decided))
                     out.append(decided)
                 continue
             if a.timeout_at is not None and a.timeout_at <= now:
                 if self._claim(a.id, TIMED_OUT, BY_TIMEOUT, now):
                     decided = self.get(a.id)
                     self._write_decision_of(run, decided)
-                    self.app.events.publish(ev.APPROVAL_DECIDED, run.id, **self._event(decided))
+                    self.ctx.events.publish(ev.APPROVAL_DECIDED, run.id, **self._event(decided))
                     self._settle_state(run)
                     out.append(decided)
         return out
@@ -667,7 +753,7 @@ class Judge:
         """The run is in flight, on the attempt that asked, and its process has not ended."""
         if run.state not in runs_mod.IN_FLIGHT or not run.workspace_id:
             return False
-        files = runs_mod.run_files(self.app.data.runs_root, run)
+        files = runs_mod.run_files(self.ctx.data.runs_root, run)
         if files.exit_code is not None:
             return False
         return (files.folder / REQUESTS_FOLDER / f"{request_id}.json").exists()
@@ -707,10 +793,10 @@ class Judge:
                 return
         except IllegalTransition:
             return  # another process moved it first
-        self.app.events.publish(ev.RUN_STATE, moved.id, state=moved.state, task_id=moved.task_id)
+        self.ctx.events.publish(ev.RUN_STATE, moved.id, state=moved.state, task_id=moved.task_id)
         if moved.state == R.WAITING_APPROVAL.value:
             try:
-                self.app.checkpoint(moved.task_id)
+                self._checkpoints.of_task(moved.task_id)
             except CairnError as exc:
                 log.warning(
                     "no checkpoint for run %s while it waits for approval: %s", moved.id, exc
@@ -749,7 +835,7 @@ class Judge:
             run = self.store.get_run(a.run_id)
             if not self._still_asked(run, a.id):
                 if self._claim(a.id, WITHDRAWN, None, self.clock()):
-                    self.app.events.publish(
+                    self.ctx.events.publish(
                         ev.APPROVAL_DECIDED, run.id, **self._event(self.get(a.id))
                     )
                 raise Conflict(
@@ -760,7 +846,7 @@ class Judge:
             policy_changed = None
             with self.store.transaction():
                 ws = self.store.get_workspace(run.workspace_id)  # type: ignore[arg-type]
-                policy = self.app.policy_of(ws)
+                policy = Policy.from_dict(ws.policy)
                 if remember and a.command not in policy.approved:
                     policy = policy.changed(approved=(*policy.approved, a.command))
                     self.store.update_workspace(ws.id, policy=policy.to_dict())
@@ -782,13 +868,13 @@ class Judge:
                 policy_version=decided.policy_version,
             )
             if policy_changed:
-                self.app.events.publish(
+                self.ctx.events.publish(
                     ev.POLICY_CHANGED,
                     policy_changed[0],
                     version=policy_changed[1],
                     approved=a.command,
                 )
-            self.app.events.publish(
+            self.ctx.events.publish(
                 ev.APPROVAL_DECIDED, run.id, **self._event(decided), remembered=remember
             )
             self._settle_state(run)
@@ -797,7 +883,7 @@ class Judge:
     # -- decision files ----------------------------------------------------------------------
 
     def _decision_file(self, run: Run, request_id: str) -> Path:
-        return decision_path(self.app.data.root, run.workspace_id or "_", run.exec_id, request_id)
+        return decision_path(self.ctx.data.root, run.workspace_id or "_", run.exec_id, request_id)
 
     def _write_decision_of(self, run: Run, a: Approval) -> None:
         allow = a.state in (APPROVED, AUTO_ALLOWED)
@@ -834,7 +920,7 @@ class Judge:
         by: str | None,
         policy_version: int | None,
     ) -> None:
-        root = ensure_decisions_root(self.app.data.root, run.workspace_id or "_")
+        root = ensure_decisions_root(self.ctx.data.root, run.workspace_id or "_")
         folder = root / run.exec_id
         folder.mkdir(exist_ok=True)
         os.chmod(folder, 0o755)
@@ -872,7 +958,7 @@ class Judge:
 # -- wiring a run to the gate --------------------------------------------------------------------
 
 
-def gate_command(app: Cairn, workspace_id: str, live: LiveSession) -> list[str]:
+def gate_command(ctx: Context, workspace_id: str, live: LiveSession) -> list[str]:
     """The gate's command for this sandbox, or [] (with a problem event) when the sandbox cannot
     run it (an image without python3): the run then goes ungated, and says so."""
     argv = ["python3", live.visible_path(GATE_IN_SANDBOX)]
@@ -884,7 +970,7 @@ def gate_command(app: Cairn, workspace_id: str, live: LiveSession) -> list[str]:
         ok, why = False, str(exc)
     if ok:
         return argv
-    app.events.publish(
+    ctx.events.publish(
         ev.WORKSPACE_PROBLEM,
         workspace_id,
         message=f"the approval gate cannot run in this sandbox "
@@ -974,8 +1060,6 @@ def stop_judge(data_root: Path, timeout: float = 5.0) -> bool:
 def serve(data_dir: str | Path, *, idle_exit: float = IDLE_EXIT_S) -> int:
     """Judge the data folder's mailboxes until no run needs it for `idle_exit` seconds (or a
     SIGTERM). Exit 3 when another judge serves the folder."""
-    from core.app import Cairn
-
     data = DataDir.resolve(data_dir)
     folder = judge_dir(data.root)
     folder.mkdir(parents=True, exist_ok=True)
@@ -996,8 +1080,9 @@ def serve(data_dir: str | Path, *, idle_exit: float = IDLE_EXIT_S) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     log.info("approvals judge %d serves %s", os.getpid(), data.root)
     try:
-        with Cairn(data.root) as app:
-            judge = Judge(app)
+        ctx = Context(data)
+        try:
+            judge = _judge_of(ctx)
             idle_since: float | None = None
             gone: set[str] = set()  # runs whose process is known to be gone
             checked = 0.0
@@ -1007,14 +1092,14 @@ def serve(data_dir: str | Path, *, idle_exit: float = IDLE_EXIT_S) -> int:
                     active = [
                         r
                         for r in judge._runs_in_flight()
-                        if runs_mod.run_files(app.data.runs_root, r).exit_code is None
+                        if runs_mod.run_files(data.runs_root, r).exit_code is None
                     ]
                 except (CairnError, OSError, sqlite3.Error) as exc:
                     log.warning("judging failed (trying again): %s", exc)
                     active = []
                 now = time.monotonic()
                 if now - checked >= LIVENESS_EVERY_S:
-                    gone, checked = {r.id for r in active if _gone(app, r)}, now
+                    gone, checked = {r.id for r in active if _gone(judge, r)}, now
                 busy = any(r.id not in gone for r in active)
                 if busy:
                     idle_since = None
@@ -1024,17 +1109,29 @@ def serve(data_dir: str | Path, *, idle_exit: float = IDLE_EXIT_S) -> int:
                     log.info("no run needs the judge any more; it stops")
                     break
                 stop.wait(SERVE_INTERVAL_S if busy else IDLE_INTERVAL_S)
+        finally:
+            ctx.close()
     finally:
         os.close(fd)
     return 0
 
 
-def _gone(app: Cairn, run: Run) -> bool:
-    """True only when the run's process is known to be gone (an unknown answer is not gone)."""
-    from core.reconcile import run_liveness
+def _judge_of(ctx: Context) -> Judge:
+    """The judge process's own judge: the pieces it needs of the data folder, made here."""
+    revisions = Revisions(ctx)
+    settings = Settings(ctx.data.root)
+    return Judge(
+        ctx,
+        checkpoints=Checkpoints(ctx, revisions, Snapshots(ctx, revisions)),
+        credentials=Lazy(lambda: Credentials(ctx.store, SecretStore())),
+        sandboxes=sandbox_provider(ctx, settings),
+    )
 
+
+def _gone(judge: Judge, run: Run) -> bool:
+    """True only when the run's process is known to be gone (an unknown answer is not gone)."""
     try:
-        alive, _ = run_liveness(app, run)
+        alive = judge.alive(run)
     except (CairnError, OSError) as exc:
         log.debug("liveness of run %s unknown: %s", run.id, exc)
         return False
@@ -1053,8 +1150,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--idle-exit", type=float, default=IDLE_EXIT_S)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s judge %(levelname)s %(message)s")
-    from core.redact import install_log_redaction
-
     install_log_redaction()
     return serve(args.data_dir, idle_exit=args.idle_exit)
 

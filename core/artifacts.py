@@ -31,23 +31,23 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from email.header import Header
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO
 
-from core.credentials import KeyringUnavailable, SecretMissing
+from core import events as ev
+from core import lineage
+from core.context import Context, Lazy
+from core.credentials import Credentials, KeyringUnavailable, SecretMissing
 from core.diffs import quote_path
 from core.errors import CairnError, Conflict, InputError, NotFound
 from core.ids import new_id
+from core.locks import held
 from core.models import Revision, Run, Task, Workspace
 from core.redact import MIN_SECRET_LENGTH, encodings_of
+from core.revisions import Revisions
 from core.safe_fs import fsync_dir
 from core.vault import Vault
 from core.vault.objects import MODE_EXEC, MODE_FILE, MODE_GITLINK, MODE_LINK, git_env, run_git
 
-if TYPE_CHECKING:
-    from core.app import Cairn
-
-ARTIFACT_PROMOTED = "artifact.promoted"
-BRANCH_PROMOTED = "branch.promoted"
 
 KIND_FILE = "file"
 KIND_REVISION = "revision"
@@ -184,9 +184,9 @@ class SecretScanner:
         for kind, needles, pattern in TOKEN_PATTERNS:
             if kind in hits or not any(needle in data for needle in needles):
                 continue
-            m = pattern.search(data)
-            if m is not None:
-                hits[kind] = ScanHit(path, kind, line_of(m.start()))
+            found = pattern.search(data)
+            if found is not None:
+                hits[kind] = ScanHit(path, kind, line_of(found.start()))
         return list(hits.values())
 
     def scan_name(self, path: str) -> list[ScanHit]:
@@ -219,25 +219,25 @@ def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def lineage_secret_names(app: Cairn, task: Task) -> list[str]:
+def lineage_secret_names(ctx: Context, task: Task) -> list[str]:
     """Every secret ever granted anywhere in the task's lineage, revoked ones included: a continue
     shares its parent's workspace, and an agent may have written a secret before it was revoked."""
-    from core import lineage
-
-    members = lineage.members(app.store, lineage.root_of(app.store, task.id))
-    rows = app.store.grant_rows_for_tasks([t.id for t in members] or [task.id])
+    members = lineage.members(ctx.store, lineage.root_of(ctx.store, task.id))
+    rows = ctx.store.grant_rows_for_tasks([t.id for t in members] or [task.id])
     return sorted({r["secret_name"] for r in rows})
 
 
-def scanner_for(app: Cairn, task: Task, what: str) -> tuple[SecretScanner, ScanReport]:
+def scanner_for(
+    ctx: Context, credentials: Lazy[Credentials], task: Task, what: str
+) -> tuple[SecretScanner, ScanReport]:
     """A scanner loaded with the current values of the lineage's secrets, read from the keyring
     now. A lineage with no grants never touches the keyring; one with grants and no usable
     keyring is refused (ScanUnavailable) rather than promoted unscanned."""
-    names = lineage_secret_names(app, task)
+    names = lineage_secret_names(ctx, task)
     values: dict[str, str] = {}
     missing: list[str] = []
     if names:
-        secrets = app.credentials.secrets
+        secrets = credentials.get().secrets
         for name in names:
             try:
                 values[name] = secrets.get(name)
@@ -529,8 +529,8 @@ def _artifact(row: Any) -> Artifact:
     )
 
 
-def get_artifact(app: Cairn, artifact_id: str) -> Artifact:
-    rows = app.store.query(
+def get_artifact(ctx: Context, artifact_id: str) -> Artifact:
+    rows = ctx.store.query(
         "SELECT * FROM artifacts WHERE id = ? OR id LIKE ? ORDER BY id LIMIT 2",
         (artifact_id, f"{artifact_id}%"),
     )
@@ -544,35 +544,35 @@ def get_artifact(app: Cairn, artifact_id: str) -> Artifact:
     raise NotFound(f"no artifact with id {artifact_id!r}")
 
 
-def list_artifacts(app: Cairn, task_ids: list[str] | None = None) -> list[Artifact]:
+def list_artifacts(ctx: Context, task_ids: list[str] | None = None) -> list[Artifact]:
     if task_ids is None:
-        rows = app.store.query("SELECT * FROM artifacts ORDER BY created_at, id")
+        rows = ctx.store.query("SELECT * FROM artifacts ORDER BY created_at, id")
     else:
         marks = ",".join("?" * len(task_ids)) or "NULL"
-        rows = app.store.query(
+        rows = ctx.store.query(
             f"SELECT * FROM artifacts WHERE task_id IN ({marks}) ORDER BY created_at, id",
             tuple(task_ids),
         )
     return [_artifact(r) for r in rows]
 
 
-def run_of(app: Cairn, task: Task, rev: Revision) -> Run | None:
+def run_of(ctx: Context, task: Task, rev: Revision) -> Run | None:
     """The run that produced the revision: the one it names, else the task's last run started
     before it was recorded."""
     if rev.run_id:
         try:
-            return app.store.get_run(rev.run_id)
+            return ctx.store.get_run(rev.run_id)
         except NotFound:
             pass
-    earlier = [r for r in app.store.runs_of([task.id]) if r.created_at <= rev.created_at]
+    earlier = [r for r in ctx.store.runs_of([task.id]) if r.created_at <= rev.created_at]
     return earlier[-1] if earlier else None
 
 
-def provenance_of(app: Cairn, task: Task, rev: Revision, ws: Workspace) -> dict:
-    run = run_of(app, task, rev)
+def provenance_of(ctx: Context, task: Task, rev: Revision, ws: Workspace) -> dict:
+    run = run_of(ctx, task, rev)
     contract: dict = {}
     if run is not None:
-        ck = app.store.latest_checkpoint([run.id])
+        ck = ctx.store.latest_checkpoint([run.id])
         contract = dict(ck.tool_contract) if ck else {}
     engine = run.engine if run else task.engine
     tools = contract.get("tools") or {}
@@ -583,7 +583,7 @@ def provenance_of(app: Cairn, task: Task, rev: Revision, ws: Workspace) -> dict:
         "revision": rev.id,
         "tree": rev.tree,
         "workspace_id": ws.id,
-        "source_path": app.store.get_source(task.source_id).path,
+        "source_path": ctx.store.get_source(task.source_id).path,
         "engine": engine,
         "engine_version": tools.get(engine),
         "tool_contract": contract or None,
@@ -621,7 +621,8 @@ def write_tar(vault: Vault, items: list[TreeItem], out: Any) -> int:
 
 
 def promote_artifact(
-    app: Cairn,
+    ctx: Context,
+    credentials: Lazy[Credentials],
     task: Task,
     rev: Revision,
     *,
@@ -631,10 +632,10 @@ def promote_artifact(
 ) -> Artifact:
     """Freeze a file of the revision (or the whole revision) as an artifact: scanned first,
     stored content-addressed, recorded with its provenance and the caller's evidence."""
-    ws = app.store.get_workspace(rev.workspace_id)
-    vault = app.vault_for(ws.source_id)
+    ws = ctx.store.get_workspace(rev.workspace_id)
+    vault = ctx.vault_for(ws.source_id)
     what = f"promoting {path or 'revision ' + rev.id[:12]} of task {task.id}"
-    scanner, report = scanner_for(app, task, what)
+    scanner, report = scanner_for(ctx, credentials, task, what)
     skip = committed_blobs(vault, head_at_import(vault, ws))
     items = [find_file(vault, rev, path)] if path else list_tree(vault, rev.id, with_trees=True)
     hits = scan_items(vault, items, scanner, report, skip)
@@ -645,8 +646,8 @@ def promote_artifact(
     if hits:
         raise SecretFound(_sentence(what), hits)
 
-    store = ArtifactStore(app.data.artifacts_root)
-    provenance = provenance_of(app, task, rev, ws)
+    store = ArtifactStore(ctx.data.artifacts_root)
+    provenance = provenance_of(ctx, task, rev, ws)
     if path:
         item = items[0]
         sha, size = store.put_bytes(vault.objects.read_blob(item.sha))
@@ -683,7 +684,7 @@ def promote_artifact(
         provenance,
         now,
     )
-    with app.store.transaction() as conn:
+    with ctx.store.transaction() as conn:
         conn.execute(
             "INSERT INTO artifacts (id, task_id, run_id, revision_id, path, sha256, "
             "provenance, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -701,24 +702,24 @@ def promote_artifact(
     return art
 
 
-def read_artifact(app: Cairn, artifact_id: str) -> bytes:
-    art = get_artifact(app, artifact_id)
-    return ArtifactStore(app.data.artifacts_root).read(art.sha256, label=f"artifact {art.id}")
+def read_artifact(ctx: Context, artifact_id: str) -> bytes:
+    art = get_artifact(ctx, artifact_id)
+    return ArtifactStore(ctx.data.artifacts_root).read(art.sha256, label=f"artifact {art.id}")
 
 
-def read_evidence(app: Cairn, artifact_id: str) -> bytes | None:
-    art = get_artifact(app, artifact_id)
+def read_evidence(ctx: Context, artifact_id: str) -> bytes | None:
+    art = get_artifact(ctx, artifact_id)
     evidence = art.provenance.get("evidence")
     if not evidence:
         return None
-    return ArtifactStore(app.data.artifacts_root).read(
+    return ArtifactStore(ctx.data.artifacts_root).read(
         evidence["sha256"], label=f"the evidence of artifact {art.id}"
     )
 
 
-def verify_artifact(app: Cairn, artifact_id: str) -> Artifact:
-    art = get_artifact(app, artifact_id)
-    store = ArtifactStore(app.data.artifacts_root)
+def verify_artifact(ctx: Context, artifact_id: str) -> Artifact:
+    art = get_artifact(ctx, artifact_id)
+    store = ArtifactStore(ctx.data.artifacts_root)
     store.verify(art.sha256, label=f"artifact {art.id}")
     evidence = art.provenance.get("evidence")
     if evidence:
@@ -766,9 +767,9 @@ def check_branch_name(name: str) -> str:
     return name
 
 
-def user_repository(app: Cairn, task: Task) -> Path:
+def user_repository(ctx: Context, task: Task) -> Path:
     """The task's source folder, when it is (still) the top of a git repository."""
-    source = app.store.get_source(task.source_id)
+    source = ctx.store.get_source(task.source_id)
     folder = Path(source.path)
     if source.kind != "git" or not os.path.lexists(folder / ".git"):
         raise InputError(
@@ -809,15 +810,17 @@ class PromotedBranch:
 _RECEIVE_PACK = "git -c receive.autogc=false -c core.hooksPath=/dev/null receive-pack"
 
 
-def promote_branch(app: Cairn, task: Task, rev: Revision, branch: str) -> PromotedBranch:
+def promote_branch(
+    ctx: Context, credentials: Lazy[Credentials], task: Task, rev: Revision, branch: str
+) -> PromotedBranch:
     """Create `refs/heads/<branch>` in the user's repository: a commit whose parent is the user's
     HEAD at import and whose tree is the revision's. The only write Cairn makes there: objects
     and that one ref, pushed from the vault; HEAD, the index, the work tree and the config are
     not touched. Refused when the branch exists, the source is no git repository, or the scan
     finds a secret."""
     check_branch_name(branch)
-    ws = app.store.get_workspace(rev.workspace_id)
-    folder = user_repository(app, task)
+    ws = ctx.store.get_workspace(rev.workspace_id)
+    folder = user_repository(ctx, task)
     ref = f"refs/heads/{branch}"
     existing = _user_git(folder, ["rev-parse", "--verify", "--quiet", ref], ok=(0, 1))
     if existing.returncode == 0:
@@ -848,9 +851,9 @@ def promote_branch(app: Cairn, task: Task, rev: Revision, branch: str) -> Promot
             f"{branch} is the branch checked out in {folder} (not born yet); choose another name"
         )
 
-    vault = app.vault_for(ws.source_id)
+    vault = ctx.vault_for(ws.source_id)
     what = f"promoting revision {rev.id[:12]} of task {task.id} to the branch {branch}"
-    scanner, report = scanner_for(app, task, what)
+    scanner, report = scanner_for(ctx, credentials, task, what)
     parent = head_at_import(vault, ws)
     hits = scan_items(
         vault, list_tree(vault, rev.id), scanner, report, committed_blobs(vault, parent)
@@ -858,7 +861,7 @@ def promote_branch(app: Cairn, task: Task, rev: Revision, branch: str) -> Promot
     if hits:
         raise SecretFound(_sentence(what), hits)
 
-    run = run_of(app, task, rev)
+    run = run_of(ctx, task, rev)
     message = (
         f"{task.title}\n\n"
         f"Promoted by Cairn from task {task.id}, revision {rev.id}.\n\n"
@@ -916,7 +919,14 @@ SINCE_BASE = "base"
 SINCE_HEAD = "head"
 
 
-def export_patch(app: Cairn, task: Task, rev: Revision, *, since: str = SINCE_BASE) -> bytes:
+def export_patch(
+    ctx: Context,
+    credentials: Lazy[Credentials],
+    task: Task,
+    rev: Revision,
+    *,
+    since: str = SINCE_BASE,
+) -> bytes:
     """The changes from the lineage's import to the revision as a `git format-patch`-style mail
     (`git apply` and `git am` take it; binary files included).
 
@@ -925,8 +935,8 @@ def export_patch(app: Cairn, task: Task, rev: Revision, *, since: str = SINCE_BA
     import. `since="head"` starts from the user's HEAD at import, so the uncommitted changes
     travel in the patch and it applies to a clean checkout of that commit. Empty when nothing
     changed. Scanned like every promotion: a hit refuses the export."""
-    ws = app.store.get_workspace(rev.workspace_id)
-    vault = app.vault_for(ws.source_id)
+    ws = ctx.store.get_workspace(rev.workspace_id)
+    vault = ctx.vault_for(ws.source_id)
     head = head_at_import(vault, ws)
     if since == SINCE_BASE:
         old = import_base(vault, ws)
@@ -939,7 +949,7 @@ def export_patch(app: Cairn, task: Task, rev: Revision, *, since: str = SINCE_BA
     else:
         raise InputError(f"export from {since!r}? use {SINCE_BASE} or {SINCE_HEAD}")
     what = f"exporting revision {rev.id[:12]} of task {task.id} as a patch"
-    scanner, report = scanner_for(app, task, what)
+    scanner, report = scanner_for(ctx, credentials, task, what)
     changed = _changed_items(vault, old, rev.id)
     hits = scan_items(vault, changed, scanner, report, committed_blobs(vault, head))
     if hits:
@@ -1002,3 +1012,94 @@ def _changed_items(vault: Vault, old: str, new: str) -> list[TreeItem]:
         if new_mode in (MODE_FILE, MODE_EXEC, MODE_LINK):
             items.append(TreeItem(new_mode, "blob", new_sha, os.fsdecode(fields[i + 1])))
     return items
+
+
+class Artifacts:
+    """Results leaving a sandbox: an artifact, a branch in the user's repository (the one write
+    Cairn makes there), or a patch. Each is scanned for the lineage's secrets first."""
+
+    def __init__(self, ctx: Context, *, revisions: Revisions, credentials: Lazy[Credentials]):
+        self.ctx = ctx
+        self.revisions = revisions
+        self._credentials = credentials
+
+    def promote(
+        self,
+        task_ref: str,
+        *,
+        revision: str | None = None,
+        path: str | None = None,
+        evidence: bytes | None = None,
+        evidence_name: str | None = None,
+    ) -> Artifact:
+        """Freeze a file of a revision (default: the latest), or the whole revision as a
+        deterministic tar, as a content-addressed artifact with provenance and evidence."""
+        task = self.ctx.task(task_ref)
+        rev = self.revisions.resolve(task, revision)
+        art = promote_artifact(
+            self.ctx,
+            self._credentials,
+            task,
+            rev,
+            path=path,
+            evidence=evidence,
+            evidence_name=evidence_name,
+        )
+        self.ctx.events.publish(
+            ev.ARTIFACT_PROMOTED,
+            task.id,
+            artifact=art.id,
+            revision=rev.id,
+            path=art.path,
+            sha256=art.sha256,
+        )
+        return art
+
+    def promote_to_branch(
+        self, task_ref: str, branch: str, *, revision: str | None = None
+    ) -> PromotedBranch:
+        """Create the branch `branch` in the user's own repository holding a revision's files."""
+        task = self.ctx.task(task_ref)
+        rev = self.revisions.resolve(task, revision)
+        with held(
+            self.ctx.data.locks_root,
+            "promote",
+            task.source_id,
+            "another promotion into this repository is in progress",
+        ):
+            made = promote_branch(self.ctx, self._credentials, task, rev, branch)
+        self.ctx.events.publish(
+            ev.BRANCH_PROMOTED,
+            task.id,
+            branch=branch,
+            commit=made.commit,
+            revision=rev.id,
+            repository=made.repository,
+        )
+        return made
+
+    def export_patch(
+        self, task_ref: str, *, revision: str | None = None, since: str = SINCE_BASE
+    ) -> bytes:
+        """The changes from the import (`base`, or the user's `head`) to a revision, as a patch."""
+        task = self.ctx.task(task_ref)
+        rev = self.revisions.resolve(task, revision)
+        return export_patch(self.ctx, self._credentials, task, rev, since=since)
+
+    def all(self, task_ref: str | None = None) -> list[Artifact]:
+        ids = None if task_ref is None else [self.ctx.task(task_ref).id]
+        return list_artifacts(self.ctx, ids)
+
+    def get(self, artifact_id: str) -> Artifact:
+        return get_artifact(self.ctx, artifact_id)
+
+    def read(self, artifact_id: str) -> bytes:
+        """The artifact's content, re-hashed now; CorruptArtifact when it is not what was stored."""
+        return read_artifact(self.ctx, artifact_id)
+
+    def read_evidence(self, artifact_id: str) -> bytes | None:
+        """The evidence stored with the artifact, re-hashed now; None when it has none."""
+        return read_evidence(self.ctx, artifact_id)
+
+    def verify(self, artifact_id: str) -> Artifact:
+        return verify_artifact(self.ctx, artifact_id)

@@ -7,6 +7,7 @@ rows (names only), core.redact hides values in output, and runs/sandboxes put th
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import os
@@ -299,7 +300,7 @@ class SecretStore:
 
     # -- the list of names --
 
-    def _read_index(self) -> set[str]:
+    def _read_index(self) -> builtins.set[str]:
         raw = self._call("get_password", INDEX_KEY)
         if not raw:
             return set()
@@ -319,7 +320,7 @@ class SecretStore:
         the next `set` of that name puts back."""
         with self._index_lock:
             names = self._read_index()
-            before = set(names)
+            before = builtins.set(names)
             if add:
                 names.add(add)
             if remove:
@@ -448,6 +449,31 @@ class Credentials:
         self.store = store
         self.secrets = secrets
         self._redactor = redactor or get_redactor()
+
+    # -- the keyring's state and what is in it (names only; values never leave for a caller) --
+
+    def keyring_status(self) -> KeyringStatus:
+        """Which keyring holds the secrets and whether it answers. A locked keyring may show its
+        unlock prompt and wait for it: call this off the GUI thread."""
+        return self.secrets.check()
+
+    def secret_names(self) -> list[str]:
+        """The names of the secrets stored through Cairn, sorted; values are not read."""
+        return self.secrets.names()
+
+    def tasks_granted(self, secret_name: str) -> list[Any]:
+        """The tasks holding an active grant of the secret themselves (their descendants may
+        inherit it), oldest first."""
+        tasks = self.store.list_tasks()
+        holders: set[str] = set()
+        for i in range(0, len(tasks), 500):  # within SQLite's limit on bound parameters
+            rows = self.store.grant_rows_for_tasks([t.id for t in tasks[i : i + 500]])
+            holders.update(
+                r["task_id"]
+                for r in rows
+                if r["secret_name"] == secret_name and r["revoked_at"] is None
+            )
+        return [t for t in tasks if t.id in holders]
 
     def grant(
         self, task_id: str, secret_name: str, env_var: str, *, scope: str = SCOPE_LINEAGE

@@ -1,7 +1,8 @@
 """The event stream: what happened in core (a task created, a revision recorded...), in order.
 
-Owns publishing (persisted in the store, then handed to in-process listeners); it does not
-choose threads: listeners are called on the publishing thread and the GUI re-posts to its own.
+Owns publishing (persisted in the store, then handed to in-process listeners) and every event
+kind's name; it does not choose threads: listeners are called on the publishing thread and the GUI
+re-posts to its own.
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ RUN_RESUMED = "run.resumed"
 POLICY_CHANGED = "policy.changed"
 APPROVAL_REQUESTED = "approval.requested"
 APPROVAL_DECIDED = "approval.decided"
+RUN_OUTPUT = "run.output"  # written by core.runs.states in the transaction that moves the offset
+ARTIFACT_PROMOTED = "artifact.promoted"
+BRANCH_PROMOTED = "branch.promoted"
+HOUSEKEEPING_DONE = "housekeeping.cleaned"
 
 
 @dataclass(frozen=True)

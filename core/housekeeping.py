@@ -31,19 +31,19 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from core import events as ev
 from core import runs as runs_mod
 from core import workspaces
+from core.context import Context
 from core.errors import CairnError, Conflict, CorruptSnapshot, InputError, NotFound, VaultError
 from core.locks import FileLock, held, lock_path
 from core.models import Source, Workspace, WorkspaceState
+from core.revisions import Revisions
+from core.snapshots import Snapshots
 from core.vault import Vault, snapshot_ref
 from core.vault.objects import run_git
 
-if TYPE_CHECKING:
-    from core.app import Cairn
 
 # Vault objects nothing reaches are removed only once they are this old: a capture, an import
 # or a snapshot writes its objects before the ref that reaches them.
@@ -66,19 +66,6 @@ _DATABASE = ("cairn.db", "cairn.db-wal", "cairn.db-shm", "cairn.db-journal")
 KIND_LEFTOVER = "leftover"
 KIND_WORKSPACE = "archived_workspace"
 KIND_OBJECTS = "vault_objects"
-
-HOUSEKEEPING_DONE = "housekeeping.cleaned"
-
-
-def human_bytes(n: float) -> str:
-    """A size for people, in binary units: 512 B, 1.5 KiB, 20.0 MiB, 3.2 GiB."""
-    if abs(n) < 1024:
-        return f"{int(n)} B"
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        n /= 1024
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.1f} {unit}"
-    return f"{n:.1f} TiB"  # pragma: no cover - the loop always returns
 
 
 def disk_bytes(st: os.stat_result) -> int:
@@ -210,14 +197,14 @@ def _category(name: str) -> str:
     return _FOLDERS.get(name, "other")
 
 
-def data_usage(cairn: Cairn) -> Usage:
+def data_usage(ctx: Context) -> Usage:
     """The data folder's size, broken down by what it holds (the same figure `du -s -B1` gives).
 
     Each inode is counted once, in the first category it is met in, and the vault is walked
     first: a workspace's `.git/objects` are hard links to the vault's objects, so they count as
     the vault's, and a workspace's figure is what is its own (its files, its own git objects).
     """
-    root = cairn.data.root
+    root = ctx.data.root
     parts = dict.fromkeys(CATEGORIES, 0)
     seen: set[tuple[int, int]] = set()
     try:
@@ -322,9 +309,9 @@ def remove_measured(top: str | os.PathLike[str]) -> int:
 # -- archiving ---------------------------------------------------------------------------------
 
 
-def _in_flight_run(cairn: Cairn, workspace_id: str) -> str | None:
+def _in_flight_run(ctx: Context, workspace_id: str) -> str | None:
     marks = ",".join("?" * len(runs_mod.IN_FLIGHT))
-    row = cairn.store.query_one(
+    row = ctx.store.query_one(
         f"SELECT id, state FROM runs WHERE state IN ({marks}) AND (workspace_id = ? OR task_id IN "
         f"(SELECT id FROM tasks WHERE workspace_id = ?)) ORDER BY created_at DESC LIMIT 1",
         (*runs_mod.IN_FLIGHT, workspace_id, workspace_id),
@@ -332,24 +319,26 @@ def _in_flight_run(cairn: Cairn, workspace_id: str) -> str | None:
     return f"{row['id']} ({row['state']})" if row else None
 
 
-def _watch_lock(cairn: Cairn, workspace_id: str) -> FileLock | None:
+def _watch_lock(ctx: Context, workspace_id: str) -> FileLock | None:
     """The workspace's recording lock, held; None when someone records it (this process too)."""
-    lock = FileLock(lock_path(cairn.data.locks_root, "watch", workspace_id))
+    lock = FileLock(lock_path(ctx.data.locks_root, "watch", workspace_id))
     return lock if lock.try_acquire() else None
 
 
-def archive_task(cairn: Cairn, task_ref: str) -> Workspace:
+def archive_task(
+    ctx: Context, revisions: Revisions, snapshots: Snapshots, task_ref: str
+) -> Workspace:
     """Move the task's workspace to ARCHIVED: its rows, revisions and snapshots stay, and its
     files go at the next cleanup. The latest files are captured into a snapshot first, so the
     workspace can be restored. Nothing running is stopped: a run in flight, a sandbox that is up
     or a recorder at work refuses the archive."""
-    task = cairn.task(task_ref)
-    ws = cairn.workspace_of(task)
+    task = ctx.task(task_ref)
+    ws = ctx.workspace_of(task)
     if ws.state == WorkspaceState.ARCHIVED.value:
         return ws
-    _refuse_busy(cairn, ws)
+    _refuse_busy(ctx, ws)
     workspaces.check_transition(ws.state, WorkspaceState.ARCHIVED.value)
-    lock = _watch_lock(cairn, ws.id)
+    lock = _watch_lock(ctx, ws.id)
     if lock is None:
         raise Conflict(
             f"workspace {ws.id} is being recorded (a window or `cairnctl watch` "
@@ -357,26 +346,26 @@ def archive_task(cairn: Cairn, task_ref: str) -> Workspace:
         )
     try:
         if Path(ws.root).is_dir():
-            cairn.snapshot(task.id)
+            snapshots.take(task.id)
         else:
-            rev = cairn.store.latest_revision(ws.id)
+            rev = ctx.store.latest_revision(ws.id)
             if rev is not None:
-                cairn.make_snapshot(task.id, rev)
-        with cairn.store.transaction():
-            ws = cairn.store.get_workspace(ws.id)
-            _refuse_busy(cairn, ws)
+                snapshots.make(task.id, rev)
+        with ctx.store.transaction():
+            ws = ctx.store.get_workspace(ws.id)
+            _refuse_busy(ctx, ws)
             workspaces.check_transition(ws.state, WorkspaceState.ARCHIVED.value)
-            cairn.store.update_workspace(ws.id, state=WorkspaceState.ARCHIVED.value)
+            ctx.store.update_workspace(ws.id, state=WorkspaceState.ARCHIVED.value)
     finally:
         lock.release()
-    cairn.events.publish(
+    ctx.events.publish(
         ev.WORKSPACE_STATE, ws.id, state=WorkspaceState.ARCHIVED.value, previous=ws.state
     )
-    return cairn.store.get_workspace(ws.id)
+    return ctx.store.get_workspace(ws.id)
 
 
-def _refuse_busy(cairn: Cairn, ws: Workspace) -> None:
-    run = _in_flight_run(cairn, ws.id)
+def _refuse_busy(ctx: Context, ws: Workspace) -> None:
+    run = _in_flight_run(ctx, ws.id)
     if run:
         raise Conflict(
             f"workspace {ws.id} has run {run} in flight; archiving stops nothing — "
@@ -388,22 +377,22 @@ def _refuse_busy(cairn: Cairn, ws: Workspace) -> None:
         )
 
 
-def unarchive_task(cairn: Cairn, task_ref: str) -> Workspace:
+def unarchive_task(ctx: Context, revisions: Revisions, task_ref: str) -> Workspace:
     """Bring an archived workspace back to PREPARED; when a cleanup removed its files, they are
     restored (verified) from its newest restorable snapshot."""
-    task = cairn.task(task_ref)
-    ws = cairn.workspace_of(task)
+    task = ctx.task(task_ref)
+    ws = ctx.workspace_of(task)
     if ws.state != WorkspaceState.ARCHIVED.value:
         raise InputError(f"workspace {ws.id} of task {task.id} is {ws.state}, not archived")
     root = Path(ws.root)
     staged: Path | None = None
     snap_tree: str | None = None
     if not root.is_dir():
-        vault = cairn.vault_for(ws.source_id)
+        vault = ctx.vault_for(ws.source_id)
         snap = next(
             (
                 s
-                for s in reversed(cairn.store.list_snapshots(ws.id))
+                for s in reversed(ctx.store.list_snapshots(ws.id))
                 if vault.objects.read_ref(snapshot_ref(s.id)) == s.revision_id
             ),
             None,
@@ -412,7 +401,7 @@ def unarchive_task(cairn: Cairn, task_ref: str) -> Workspace:
             raise CorruptSnapshot(
                 f"workspace {ws.id} has no files on disk and no restorable snapshot"
             )
-        staged = cairn.data.workspaces_root / f".restore-{ws.id}-{secrets.token_hex(4)}"
+        staged = ctx.data.workspaces_root / f".restore-{ws.id}-{secrets.token_hex(4)}"
         tree = workspaces.create_tree(
             vault,
             snap.revision_id,
@@ -428,8 +417,8 @@ def unarchive_task(cairn: Cairn, task_ref: str) -> Workspace:
             )
         snap_tree = tree
     try:
-        with cairn.store.transaction():
-            current = cairn.store.get_workspace(ws.id)
+        with ctx.store.transaction():
+            current = ctx.store.get_workspace(ws.id)
             workspaces.check_transition(current.state, WorkspaceState.PREPARED.value)
             if staged is not None:
                 if root.exists() or root.is_symlink():
@@ -438,27 +427,27 @@ def unarchive_task(cairn: Cairn, task_ref: str) -> Workspace:
                 staged = None
             elif not root.is_dir():
                 raise Conflict(f"the files of workspace {ws.id} were removed meanwhile; try again")
-            cairn.store.update_workspace(ws.id, state=WorkspaceState.PREPARED.value)
+            ctx.store.update_workspace(ws.id, state=WorkspaceState.PREPARED.value)
     finally:
         if staged is not None:
             workspaces.remove_tree(staged)
-    cairn.events.publish(
+    ctx.events.publish(
         ev.WORKSPACE_STATE,
         ws.id,
         state=WorkspaceState.PREPARED.value,
         previous=WorkspaceState.ARCHIVED.value,
     )
     if snap_tree is not None:
-        cairn.capture(task.id, trigger="restore")
-    return cairn.store.get_workspace(ws.id)
+        revisions.capture(task.id, trigger="restore")
+    return ctx.store.get_workspace(ws.id)
 
 
 # -- reachability ------------------------------------------------------------------------------
 
 
-def _named_by_store(cairn: Cairn, source_id: str) -> set[str]:
+def _named_by_store(ctx: Context, source_id: str) -> set[str]:
     """Every commit and tree the store names for the source's workspaces."""
-    q = cairn.store.query
+    q = ctx.store.query
     ws_ids = "(SELECT id FROM workspaces WHERE source_id = ?)"
     names: set[str] = set()
     for row in q(
@@ -502,10 +491,10 @@ def _present(vault: Vault, shas: set[str]) -> list[str]:
     ]
 
 
-def _reachable(cairn: Cairn, vault: Vault, source_id: str) -> set[str]:
+def _reachable(ctx: Context, vault: Vault, source_id: str) -> set[str]:
     """Every object reachable from the vault's refs or from what the store names; a vault whose
     history cannot be walked completely (a missing object) raises, so nothing is removed."""
-    roots = _present(vault, _named_by_store(cairn, source_id))
+    roots = _present(vault, _named_by_store(ctx, source_id))
     proc = run_git(
         ["--git-dir", str(vault.git_dir), "rev-list", "--objects", "--all", "--stdin"],
         input="".join(f"{r}\n" for r in roots).encode(),
@@ -529,7 +518,7 @@ def _unreachable(
 ) -> list[tuple[str, os.stat_result]]:
     """Loose objects (and unfinished object writes) no root reaches, untouched since `cutoff`:
     (path under objects/, lstat). Packed objects are left alone."""
-    out = []
+    out: list[tuple[str, os.stat_result]] = []
     objects = vault.git_dir / "objects"
     try:
         fans = sorted(
@@ -563,16 +552,16 @@ def _unreachable(
 # -- planning ----------------------------------------------------------------------------------
 
 
-def _leftovers(cairn: Cairn) -> list[os.DirEntry]:
+def _leftovers(ctx: Context) -> list[os.DirEntry]:
     """Trees a cleanup had moved aside when it was interrupted."""
     try:
-        with os.scandir(cairn.data.workspaces_root) as it:
+        with os.scandir(ctx.data.workspaces_root) as it:
             return sorted((e for e in it if e.name.startswith(TRASH_PREFIX)), key=lambda e: e.name)
     except FileNotFoundError:
         return []
 
 
-def _owned_tree(cairn: Cairn, ws: Workspace) -> Path | None:
+def _owned_tree(ctx: Context, ws: Workspace) -> Path | None:
     """The workspace's folder when it is a real folder directly under the data folder's
     workspaces/ (anything else is never deleted by a cleanup)."""
     root = Path(ws.root)
@@ -582,24 +571,24 @@ def _owned_tree(cairn: Cairn, ws: Workspace) -> Path | None:
         return None
     if not stat.S_ISDIR(st.st_mode):
         return None
-    if os.path.realpath(root.parent) != os.path.realpath(cairn.data.workspaces_root):
+    if os.path.realpath(root.parent) != os.path.realpath(ctx.data.workspaces_root):
         return None
     return root
 
 
-def _stat_cache(cairn: Cairn, workspace_id: str) -> Path:
-    return cairn.data.cache_root / f"{workspace_id}.stat"
+def _stat_cache(ctx: Context, workspace_id: str) -> Path:
+    return ctx.data.cache_root / f"{workspace_id}.stat"
 
 
-def plan(cairn: Cairn, *, grace_seconds: float = GRACE_SECONDS, now: float | None = None) -> Plan:
+def plan(ctx: Context, *, grace_seconds: float = GRACE_SECONDS, now: float | None = None) -> Plan:
     """What a cleanup would remove now and the disk each item frees. Reads only."""
     now = time.time() if now is None else now
-    usage = data_usage(cairn)
+    usage = data_usage(ctx)
     ledger = _Ledger()
     items: list[PlanItem] = []
     notes: list[str] = []
 
-    for entry in _leftovers(cairn):
+    for entry in _leftovers(ctx):
         freed, files = ledger.take_tree(entry.path)
         items.append(
             PlanItem(
@@ -612,12 +601,12 @@ def plan(cairn: Cairn, *, grace_seconds: float = GRACE_SECONDS, now: float | Non
         )
 
     titles: dict[str, list[str]] = {}
-    for task in cairn.store.list_tasks():
+    for task in ctx.store.list_tasks():
         if task.workspace_id:
             titles.setdefault(task.workspace_id, []).append(task.title)
-    for ws in cairn.store.list_workspaces(states=(WorkspaceState.ARCHIVED.value,)):
-        root = _owned_tree(cairn, ws)
-        cache = _stat_cache(cairn, ws.id)
+    for ws in ctx.store.list_workspaces(states=(WorkspaceState.ARCHIVED.value,)):
+        root = _owned_tree(ctx, ws)
+        cache = _stat_cache(ctx, ws.id)
         if root is None and Path(ws.root).exists():
             notes.append(
                 f"the files of archived workspace {ws.id} at {ws.root} are not in the "
@@ -646,10 +635,10 @@ def plan(cairn: Cairn, *, grace_seconds: float = GRACE_SECONDS, now: float | Non
             )
         )
 
-    for source in cairn.store.list_sources():
+    for source in ctx.store.list_sources():
         try:
-            vault = cairn.vault_for(source.id)
-            found = _unreachable(vault, _reachable(cairn, vault, source.id), now - grace_seconds)
+            vault = ctx.vault_for(source.id)
+            found = _unreachable(vault, _reachable(ctx, vault, source.id), now - grace_seconds)
         except CairnError as exc:
             notes.append(f"the vault of {source.path} is left alone: {exc}")
             continue
@@ -680,7 +669,7 @@ def plan(cairn: Cairn, *, grace_seconds: float = GRACE_SECONDS, now: float | Non
 # -- cleaning ----------------------------------------------------------------------------------
 
 
-def clean(cairn: Cairn, the_plan: Plan, *, now: float | None = None) -> Result:
+def clean(ctx: Context, the_plan: Plan, *, now: float | None = None) -> Result:
     """Carry out `the_plan`, item by item in its order, re-checking each under the locks that
     matter; an item that no longer qualifies is skipped with the reason.
 
@@ -702,15 +691,15 @@ def clean(cairn: Cairn, the_plan: Plan, *, now: float | None = None) -> Result:
     now = time.time() if now is None else now
     result = Result()
     cutoff = now - the_plan.grace_seconds
-    _put_back_quarantines(cairn, result)
+    _put_back_quarantines(ctx, result)
     for item in the_plan.items:
         try:
             if item.kind == KIND_LEFTOVER:
-                reason = _clean_leftover(cairn, item, result)
+                reason = _clean_leftover(ctx, item, result)
             elif item.kind == KIND_WORKSPACE:
-                reason = _clean_workspace(cairn, item, result)
+                reason = _clean_workspace(ctx, item, result)
             elif item.kind == KIND_OBJECTS:
-                reason = _clean_objects(cairn, item, result, cutoff)
+                reason = _clean_objects(ctx, item, result, cutoff)
             else:
                 reason = f"unknown kind of item {item.kind!r}"
         except (CairnError, OSError) as exc:
@@ -720,8 +709,8 @@ def clean(cairn: Cairn, the_plan: Plan, *, now: float | None = None) -> Result:
         else:
             result.done.append(item)
     if result.done:
-        cairn.events.publish(
-            HOUSEKEEPING_DONE,
+        ctx.events.publish(
+            ev.HOUSEKEEPING_DONE,
             None,
             freed=result.freed,
             items=len(result.done),
@@ -730,10 +719,10 @@ def clean(cairn: Cairn, the_plan: Plan, *, now: float | None = None) -> Result:
     return result
 
 
-def _clean_leftover(cairn: Cairn, item: PlanItem, result: Result) -> str | None:
+def _clean_leftover(ctx: Context, item: PlanItem, result: Result) -> str | None:
     path = Path(item.path)
     if not path.name.startswith(TRASH_PREFIX) or os.path.realpath(path.parent) != os.path.realpath(
-        cairn.data.workspaces_root
+        ctx.data.workspaces_root
     ):
         return f"{path} is not a leftover of a cleanup"
     if not (path.exists() or path.is_symlink()):
@@ -742,71 +731,69 @@ def _clean_leftover(cairn: Cairn, item: PlanItem, result: Result) -> str | None:
     return None
 
 
-def _clean_workspace(cairn: Cairn, item: PlanItem, result: Result) -> str | None:
+def _clean_workspace(ctx: Context, item: PlanItem, result: Result) -> str | None:
     assert item.workspace_id
-    lock = _watch_lock(cairn, item.workspace_id)
+    lock = _watch_lock(ctx, item.workspace_id)
     if lock is None:
         return f"workspace {item.workspace_id} is being recorded"
     try:
         trash = (
-            cairn.data.workspaces_root / f"{TRASH_PREFIX}{item.workspace_id}-{secrets.token_hex(4)}"
+            ctx.data.workspaces_root / f"{TRASH_PREFIX}{item.workspace_id}-{secrets.token_hex(4)}"
         )
         moved = False
-        with cairn.store.transaction():
+        with ctx.store.transaction():
             try:
-                ws = cairn.store.get_workspace(item.workspace_id)
+                ws = ctx.store.get_workspace(item.workspace_id)
             except NotFound:
                 return f"workspace {item.workspace_id} no longer exists"
             if ws.state != WorkspaceState.ARCHIVED.value:
                 return f"workspace {ws.id} is {ws.state} now, no longer archived"
-            run = _in_flight_run(cairn, ws.id)
+            run = _in_flight_run(ctx, ws.id)
             if run:
                 return f"workspace {ws.id} has run {run} in flight"
-            root = _owned_tree(cairn, ws)
+            root = _owned_tree(ctx, ws)
             if root is not None:
                 os.rename(root, trash)
                 moved = True
         if moved:
             result.freed += remove_measured(trash)
-        result.freed += remove_measured(_stat_cache(cairn, item.workspace_id))
+        result.freed += remove_measured(_stat_cache(ctx, item.workspace_id))
     finally:
         lock.release()
     return None
 
 
-def _clean_objects(cairn: Cairn, item: PlanItem, result: Result, cutoff: float) -> str | None:
+def _clean_objects(ctx: Context, item: PlanItem, result: Result, cutoff: float) -> str | None:
     assert item.source_id
     try:
-        source: Source = cairn.store.get_source(item.source_id)
+        source: Source = ctx.store.get_source(item.source_id)
     except NotFound:
         return f"the source folder {item.source_id} no longer exists"
-    vault = cairn.vault_for(source.id)
+    vault = ctx.vault_for(source.id)
     with ExitStack() as stack:
         try:
             stack.enter_context(
                 held(
-                    cairn.data.locks_root,
+                    ctx.data.locks_root,
                     "housekeeping",
                     source.id,
                     "another cleanup is working on this vault",
                 )
             )
             stack.enter_context(
-                held(
-                    cairn.data.locks_root, "import", source.path, f"{source.path} is being imported"
-                )
+                held(ctx.data.locks_root, "import", source.path, f"{source.path} is being imported")
             )
         except Conflict as exc:
             return str(exc)
-        for ws in cairn.store.list_workspaces():
+        for ws in ctx.store.list_workspaces():
             if ws.source_id != source.id:
                 continue
-            lock = _watch_lock(cairn, ws.id)
+            lock = _watch_lock(ctx, ws.id)
             if lock is None:
                 return f"workspace {ws.id} of this vault is being recorded; try again later"
             stack.callback(lock.release)
         _restore_quarantines(vault)
-        reachable = _reachable(cairn, vault, source.id)
+        reachable = _reachable(ctx, vault, source.id)
         objects = vault.git_dir / "objects"
         quarantine = vault.git_dir / f"{QUARANTINE_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
         moved: list[tuple[Path, Path]] = []
@@ -829,7 +816,7 @@ def _clean_objects(cairn: Cairn, item: PlanItem, result: Result, cutoff: float) 
             os.rename(path, target)
             moved.append((path, target))
         try:
-            _reachable(cairn, vault, source.id)
+            _reachable(ctx, vault, source.id)
         except VaultError as exc:
             for path, target in moved:
                 if not path.exists():
@@ -866,15 +853,15 @@ def _quarantines(vault: Vault) -> list[str]:
         return []
 
 
-def _put_back_quarantines(cairn: Cairn, result: Result) -> None:
+def _put_back_quarantines(ctx: Context, result: Result) -> None:
     """Before anything else: undo what an interrupted cleanup had set aside in any vault."""
-    for source in cairn.store.list_sources():
+    for source in ctx.store.list_sources():
         try:
-            vault = cairn.vault_for(source.id)
+            vault = ctx.vault_for(source.id)
             if not _quarantines(vault):
                 continue
             with held(
-                cairn.data.locks_root,
+                ctx.data.locks_root,
                 "housekeeping",
                 source.id,
                 "another cleanup is working on this vault",
@@ -900,3 +887,35 @@ def _restore_quarantines(vault: Vault) -> None:
                 path.parent.mkdir(exist_ok=True)
                 os.rename(obj.path, path)
         os.rmdir(folder)
+
+
+class Housekeeping:
+    """The data folder's disk use, archiving tasks, and the cleanup whose preview is what it
+    frees."""
+
+    def __init__(self, ctx: Context, *, revisions: Revisions, snapshots: Snapshots):
+        self.ctx = ctx
+        self.revisions = revisions
+        self.snapshots = snapshots
+
+    def archive(self, task_ref: str) -> Workspace:
+        """Archive the task's workspace (snapshot first; its files go at the next cleanup).
+        Refused while a run is in flight, its sandbox is up or it is being recorded."""
+        return archive_task(self.ctx, self.revisions, self.snapshots, task_ref)
+
+    def unarchive(self, task_ref: str) -> Workspace:
+        """Bring an archived workspace back, restoring its files from its newest snapshot when a
+        cleanup removed them."""
+        return unarchive_task(self.ctx, self.revisions, task_ref)
+
+    def usage(self) -> Usage:
+        """The data folder's disk use by category."""
+        return data_usage(self.ctx)
+
+    def plan(self, *, grace_seconds: float = GRACE_SECONDS, now: float | None = None) -> Plan:
+        """What a cleanup would remove now and the disk it frees."""
+        return plan(self.ctx, grace_seconds=grace_seconds, now=now)
+
+    def clean(self, the_plan: Plan, *, now: float | None = None) -> Result:
+        """Carry out a plan, re-checking each item."""
+        return clean(self.ctx, the_plan, now=now)

@@ -7,6 +7,7 @@ a checkpoint only records the version it was made under. Enforcement is the back
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
 from core.errors import InputError
@@ -72,14 +73,14 @@ class Policy:
             network=data.get("network", "none"),
             allow=tuple(data.get("allow", ())),
             limits=_limits(Limits, **data.get("limits", {})),
-            mounts=tuple(tuple(m) for m in data.get("mounts", ())),  # type: ignore[misc]
+            mounts=tuple((str(m[0]), str(m[1])) for m in data.get("mounts", ())),
             secrets=None if data.get("secrets") is None else tuple(data["secrets"]),
             uid=data.get("uid"),
             approved=tuple(data.get("approved", ())),
         ).validate()
 
 
-def _limits(make, *args: object, **kwargs: object) -> Limits:
+def _limits(make: Callable[..., Limits], *args: object, **kwargs: object) -> Limits:
     try:
         return make(*args, **kwargs)
     except (TypeError, ValueError) as exc:

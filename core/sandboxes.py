@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core import approvals
+from core import mailbox
+from core.context import Context, Lazy
 from core.datadir import DataDir
-from core.errors import CairnError
+from core.errors import CairnError, InputError, NotFound
 from core.ids import new_id
 from core.launch import resource_path
 from core.models import SessionRecord, Workspace
@@ -34,6 +35,7 @@ from core.sandbox.base import (
     SandboxSpec,
     SessionState,
 )
+from core.settings import Settings
 from core.store import Store
 
 log = logging.getLogger(__name__)
@@ -120,7 +122,7 @@ class SandboxManager:
         extra = [(RESOURCES_SANDBOX, TOOLS_DIR_IN_SANDBOX)]
         # Decisions on approvals: read-only, so an agent can never approve itself.
         extra += [
-            (approvals.ensure_decisions_root(self.data.root, ws.id), approvals.DECISIONS_IN_SANDBOX)
+            (mailbox.ensure_decisions_root(self.data.root, ws.id), mailbox.DECISIONS_IN_SANDBOX)
         ]
         extra += [(Path(h), c) for h, c in policy.mounts]
         extra += [(Path(h), c) for h, c in engine_mounts]
@@ -308,13 +310,13 @@ class SandboxManager:
         elif egress.running_pid(paths.socket):
             egress.stop(paths.socket)
 
-    def attach_as_made(self, record: SessionRecord, ws: Workspace):
+    def attach_as_made(self, record: SessionRecord, ws: Workspace) -> Attached | Gone | Mismatch:
         """Find the sandbox as it was made (under the policy of its making), to look at its
         processes; the current policy is applied by `ensure`, not here."""
         policy = Policy.from_dict(record.policy)
         standard = {
             TOOLS_DIR_IN_SANDBOX,
-            approvals.DECISIONS_IN_SANDBOX,
+            mailbox.DECISIONS_IN_SANDBOX,
             *(c for _, c in policy.mounts),
             *RESERVED_TARGETS,
         }
@@ -325,6 +327,23 @@ class SandboxManager:
         ]
         spec = self.spec_for(ws, record.id, record.snapshot_id, policy, engine_mounts)
         return self.backend.attach(_state_of(record), spec)
+
+    def session_stats(self, session_id: str) -> dict[str, Any]:
+        """Live figures of one sandbox: cpu_percent, memory_bytes, memory_limit_bytes, pids,
+        uptime_s (None where the backend cannot tell). A sandbox that is not there, or not as it
+        was made, has none: `running` False and a `note` saying why. Takes about a second (the
+        engine samples the CPU twice)."""
+        record = next((r for r in self.store.list_sessions() if r.id == session_id), None)
+        if record is None:
+            raise NotFound(f"no sandbox session {session_id}")
+        if record.status != "live":  # attaching would start it again: figures are not worth that
+            return {"running": False, "note": f"the sandbox is {record.status}"}
+        ws = self.store.get_workspace(record.workspace_id)
+        attached = self.attach_as_made(record, ws)
+        if isinstance(attached, Attached):
+            return attached.live.stats()
+        why = attached.reason if isinstance(attached, Gone) else "; ".join(attached.reasons)
+        return {"running": False, "note": why}
 
     def run_dir_in_sandbox(self, exec_id: str) -> str:
         return f"{CONTAINER_RUNS}/{exec_id}"
@@ -353,3 +372,38 @@ def _now() -> float:
     import time
 
     return time.time()
+
+
+def default_backend(data: DataDir, settings: Settings) -> SandboxBackend:
+    """Docker unless the user chose the unsafe host backend explicitly: CAIRN_BACKEND wins, else
+    the setting `defaults.backend`. The backends are imported when chosen: the Docker client is
+    slow to import and not every command needs it."""
+    choice = os.environ.get("CAIRN_BACKEND") or settings.defaults().get("backend") or "docker"
+    if choice == "host":
+        from core.sandbox.host import HostBackend
+
+        return HostBackend(data.root, allow_unsafe=True)
+    if choice != "docker":
+        raise InputError(f"unknown sandbox backend {choice!r} (docker, or host for no isolation)")
+    from core.sandbox.docker import DockerBackend
+
+    return DockerBackend(data.root)
+
+
+def sandbox_provider(
+    ctx: Context,
+    settings: Settings,
+    *,
+    backend: SandboxBackend | None = None,
+    image: str | None = None,
+) -> Lazy[SandboxManager]:
+    """The data folder's sandbox manager, made on first use from the given backend and image,
+    else CAIRN_SANDBOX_IMAGE and the settings (`defaults.image`, `defaults.backend`)."""
+
+    def make() -> SandboxManager:
+        chosen = image or os.environ.get("CAIRN_SANDBOX_IMAGE") or settings.defaults().get("image")
+        return SandboxManager(
+            ctx.data, ctx.store, backend or default_backend(ctx.data, settings), chosen
+        )
+
+    return Lazy(make)

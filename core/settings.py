@@ -4,7 +4,7 @@ read, validated and replaced atomically.
 
 Owns the file's IO, the key names and value checks, and turning an engine's endpoint into an
 allowlist entry. What an engine does with its settings is core.engines'; enforcing the allowlist
-is the sandbox policy's and the egress proxy's; applying the defaults is the facade's. Secret
+is the sandbox policy's and the egress proxy's; applying the defaults is core.tasks'. Secret
 values never go here, only their names.
 """
 
@@ -15,15 +15,20 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from core.credentials import validate_secret_name
+from core.engines import ENGINES
+from core.engines.base import EngineSettings
 from core.errors import CairnError, InputError
+from core.policy import NETWORK_MODES, Policy
 from core.safe_fs import fsync_dir
+from core.sandbox.egress import Allowlist, DestinationError, parse_destination
 
 FILE_NAME = "settings.json"
 
@@ -57,14 +62,10 @@ def settings_path(data_root: str | os.PathLike[str]) -> Path:
 
 
 def known_engines() -> list[str]:
-    from core.engines import ENGINES
-
     return sorted(set(ENGINES) | set(EXTRA_ENGINES))
 
 
 def engine_keys() -> list[str]:
-    from core.engines.base import EngineSettings
-
     return [f.name for f in fields(EngineSettings)]
 
 
@@ -136,8 +137,6 @@ def validate_value(name: str, value: str) -> str:
         endpoint_of(value)  # refuses what could not become an allowlist entry
         return value
     if name == "api_key_secret":
-        from core.credentials import validate_secret_name
-
         return validate_secret_name(value)
     return value
 
@@ -170,8 +169,6 @@ def validate_default(name: str, value: str) -> str:
             )
         return value
     if name == "network":
-        from core.policy import Policy
-
         Policy(network=value).validate()
         return value
     if name == "allow":
@@ -189,9 +186,6 @@ def validate_default(name: str, value: str) -> str:
 def parse_allow(text: str) -> list[str]:
     """A comma-separated `host:port` list → its normalised entries (the egress proxy's parser),
     or InputError naming the first unusable entry."""
-    from core.policy import Policy
-    from core.sandbox.egress import Allowlist, DestinationError, parse_destination
-
     entries: list[str] = []
     for raw in text.split(","):
         raw = raw.strip()
@@ -214,8 +208,6 @@ def parse_allow(text: str) -> list[str]:
 
 def endpoint_of(base_url: str) -> str:
     """`http(s)://host[:port]/...` → the normalised `host:port` it connects to."""
-    from core.sandbox.egress import DestinationError, parse_destination
-
     try:
         parts = urlsplit(base_url)
         port = parts.port
@@ -425,10 +417,72 @@ def read_defaults(path: str | os.PathLike[str]) -> dict[str, str]:
     return checked
 
 
-def default_policy(defaults: dict[str, str]) -> Any:
+def default_policy(defaults: dict[str, str]) -> Policy:
     """The sandbox policy a new task starts with: `defaults.network` and `defaults.allow`, or
     Policy's own defaults (no network)."""
-    from core.policy import Policy
-
     allow = tuple(defaults["allow"].split(",")) if defaults.get("allow") else ()
     return Policy(network=defaults.get("network") or "none", allow=allow).validate()
+
+
+# The settings a sandbox manager is made from: changing one makes the next sandbox use a new one.
+SANDBOX_KEYS = ("defaults.backend", "defaults.image")
+
+
+class Settings:
+    """The data folder's settings file as a service: read, validated writes, the defaults and
+    each engine's settings. Listeners hear of changes to the sandbox keys."""
+
+    def __init__(self, data_root: str | os.PathLike[str]):
+        self.path = settings_path(data_root)
+        self._sandbox_listeners: list[Callable[[], None]] = []
+
+    def on_sandbox_change(self, listener: Callable[[], None]) -> None:
+        """Call `listener` after a change to the default backend or image."""
+        self._sandbox_listeners.append(listener)
+
+    def _changed(self, key: str) -> None:
+        if key in SANDBOX_KEYS:
+            for listener in self._sandbox_listeners:
+                listener()
+
+    def read(self) -> dict:
+        """The whole file as a dict (empty when there is none)."""
+        return read_settings(self.path)
+
+    def get(self, key: str) -> Any:
+        return get_setting(self.path, key)
+
+    def set(self, key: str, value: str) -> str:
+        """Set `engines.<engine>.<key>` or `defaults.<key>` (validated; written atomically). A new
+        default backend or image applies to the next sandbox use."""
+        stored = set_setting(self.path, key, value)
+        self._changed(key)
+        return stored
+
+    def unset(self, key: str) -> bool:
+        removed = unset_setting(self.path, key)
+        self._changed(key)
+        return removed
+
+    def check(self, key: str, value: str) -> str:
+        """The value `set` would store, or InputError (one line); nothing is written."""
+        return check_setting(key, value)
+
+    def defaults(self) -> dict[str, str]:
+        """The `defaults.<key>` settings that are set (engine, image, network, allow, backend)."""
+        return read_defaults(self.path)
+
+    def keys(self) -> dict[str, list[str]]:
+        """What the settings file takes: the default keys, the engines and each engine's keys,
+        and the choices of the defaults that have a fixed set (for forms)."""
+        return {
+            "defaults": list(DEFAULT_KEYS),
+            "engines": known_engines(),
+            "engine_keys": engine_keys(),
+            "networks": list(NETWORK_MODES),
+            "backends": list(BACKENDS),
+        }
+
+    def engine(self, name: str) -> EngineSettings:
+        """One engine's settings (binary, version, endpoint, model, key secret)."""
+        return EngineSettings.from_dict(self.read().get(ENGINES_SECTION, {}).get(name))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from core import approvals
+from core import approvals, mailbox
 from core.runs import output_of
 from core.store import Store
 from tests.support import as_json, cairnctl, cairnctl_argv, cairnctl_env, wait_for
@@ -98,7 +98,7 @@ def test_the_sandbox_cannot_write_a_decision(task):
     res = as_json(cairnctl(data, "follow", task_id, "--json"))
     assert res["state"] == "failed" and res["exit_code"] not in (0, 126), res
     assert "Read-only file system" in (ws / "ro.txt").read_text()
-    decisions = approvals.decisions_root(
+    decisions = mailbox.decisions_root(
         data.resolve(), Store(data / "cairn.db").get_task(task_id).workspace_id
     )
     assert not (decisions / "x").exists()

@@ -164,9 +164,9 @@ class Sandboxed:
         src.mkdir()
         (src / "README").write_text("a project\n")
         self.app = Cairn(root / "data", image=image)
-        made = self.app.new_task(src, engine="claude-code")
+        made = self.app.tasks.new(src, engine="claude-code")
         self.task_id = made.task.id
-        self.policy = self.app.set_policy(
+        self.policy = self.app.tasks.set_policy(
             self.task_id, network="allowlist", allow=[f"127.0.0.1:{server.port}"]
         )
         self.engine = ClaudeCodeEngine()
@@ -182,7 +182,7 @@ class Sandboxed:
 
     @property
     def ws(self):
-        return self.app.workspace_of(self.app.task(self.task_id))
+        return self.app.tasks.workspace_of(self.app.tasks.get(self.task_id))
 
     def ensure(self):
         self.outcome = self.app.sandboxes.ensure(

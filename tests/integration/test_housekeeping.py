@@ -58,7 +58,7 @@ def make_repo(path: Path) -> Path:
 
 def orphan(app: Cairn, source_id: str, data: bytes) -> Path:
     """A vault object nothing reaches (as an interrupted capture leaves), made old."""
-    vault = app.vault_for(source_id)
+    vault = app.ctx.vault_for(source_id)
     sha = vault.objects.write_blob(data)
     path = vault.git_dir / "objects" / sha[:2] / sha[2:]
     os.utime(path, (OLD, OLD))
@@ -66,7 +66,7 @@ def orphan(app: Cairn, source_id: str, data: bytes) -> Path:
 
 
 def fake_run(app: Cairn, task_id: str, state: str = "succeeded") -> Run:
-    task = app.task(task_id)
+    task = app.tasks.get(task_id)
     run = Run(
         new_id("run"),
         task.id,
@@ -76,7 +76,7 @@ def fake_run(app: Cairn, task_id: str, state: str = "succeeded") -> Run:
         workspace_id=task.workspace_id,
         created_at=time.time(),
     )
-    app.store.add_run(run)
+    app.ctx.store.add_run(run)
     return run
 
 
@@ -89,32 +89,32 @@ def world(tmp_path, data_dir):
     plain.mkdir()
     (plain / "notes.txt").write_text("notes\n" * 1000)
     app = Cairn(data_dir)
-    t1 = app.new_task(repo, title="Fix login").task
-    ws1 = Path(app.workspace_of(t1).root)
+    t1 = app.tasks.new(repo, title="Fix login").task
+    ws1 = Path(app.tasks.workspace_of(t1).root)
     (ws1 / "app.py").write_text("print('fixed')\n")
     (ws1 / "big.bin").write_bytes(os.urandom(200_000))
-    app.capture(t1.id)
+    app.revisions.capture(t1.id)
     fake_run(app, t1.id)
-    ck1 = app.checkpoint(t1.id)
+    ck1 = app.runs.checkpoint(t1.id)
     expected = {ck1.id: hashes(ws1)}
     (ws1 / "later.txt").write_text("after the checkpoint\n")
-    app.capture(t1.id)
+    app.revisions.capture(t1.id)
 
     linked = orphan(app, t1.source_id, os.urandom(50_000))  # linked into ws2 below
-    t2 = app.new_task(repo, title="Add logout").task
-    ws2 = Path(app.workspace_of(t2).root)
+    t2 = app.tasks.new(repo, title="Add logout").task
+    ws2 = Path(app.tasks.workspace_of(t2).root)
     (ws2 / "logout.py").write_text("def logout(): pass\n")
-    app.capture(t2.id)
+    app.revisions.capture(t2.id)
     fake_run(app, t2.id)
-    ck2 = app.checkpoint(t2.id)
+    ck2 = app.runs.checkpoint(t2.id)
     expected[ck2.id] = hashes(ws2)
 
-    t3 = app.new_task(plain, title="Plain notes").task
-    ws3 = Path(app.workspace_of(t3).root)
+    t3 = app.tasks.new(plain, title="Plain notes").task
+    ws3 = Path(app.tasks.workspace_of(t3).root)
     (ws3 / "more.txt").write_text("more\n" * 5000)
-    app.snapshot(t3.id)
+    app.snapshots.take(t3.id)
     lone = orphan(app, t1.source_id, os.urandom(30_000))
-    fresh = app.vault_for(t1.source_id).objects.write_blob(os.urandom(10_000))  # too young
+    fresh = app.ctx.vault_for(t1.source_id).objects.write_blob(os.urandom(10_000))  # too young
     yield {
         "app": app,
         "t1": t1,
@@ -131,7 +131,7 @@ def world(tmp_path, data_dir):
 
 def test_usage_counts_like_du_and_attributes_shared_objects_to_the_vault(world):
     app = world["app"]
-    usage = app.data_usage()
+    usage = app.housekeeping.usage()
     out = subprocess.run(
         ["du", "-s", "-B1", str(world["data"])], check=True, capture_output=True, text=True
     ).stdout
@@ -140,19 +140,19 @@ def test_usage_counts_like_du_and_attributes_shared_objects_to_the_vault(world):
     assert usage.parts["vault"] > 0 and usage.parts["workspaces"] > 0
     assert usage.parts["database"] > 0
     # A workspace's .git/objects are hard links to the vault's: counted once, as the vault's.
-    ws2 = Path(app.workspace_of(world["t2"]).root)
+    ws2 = Path(app.tasks.workspace_of(world["t2"]).root)
     linked = ws2 / ".git" / "objects" / world["linked"].parent.name / world["linked"].name
     assert os.path.samefile(linked, world["linked"])
 
 
 def test_archive_then_clean_frees_exactly_the_plan_and_keeps_history(world, tmp_path):
     app, t1, t2, t3 = world["app"], world["t1"], world["t2"], world["t3"]
-    ws1 = app.workspace_of(t1)
-    app.archive_task(t1.id)
-    app.archive_task(t3.id)
-    assert app.workspace_of(t1).state == "archived"
+    ws1 = app.tasks.workspace_of(t1)
+    app.housekeeping.archive(t1.id)
+    app.housekeeping.archive(t3.id)
+    assert app.tasks.workspace_of(t1).state == "archived"
 
-    plan = app.housekeeping_plan()
+    plan = app.housekeeping.plan()
     kinds = sorted(i.kind for i in plan.items)
     assert kinds == ["archived_workspace", "archived_workspace", "vault_objects"]
     objects = next(i for i in plan.items if i.kind == "vault_objects")
@@ -170,55 +170,55 @@ def test_archive_then_clean_frees_exactly_the_plan_and_keeps_history(world, tmp_
     assert tree_item.bytes > 200_000
 
     before = du(world["data"])
-    result = app.housekeeping_clean(plan)
+    result = app.housekeeping.clean(plan)
     after = du(world["data"])
     assert not result.skipped, result.skipped
     assert result.freed == plan.total == before - after
     assert not Path(ws1.root).exists()
     assert not world["lone"].exists()
-    assert app.vault_for(t1.source_id).objects.has_object(world["fresh"])
+    assert app.ctx.vault_for(t1.source_id).objects.has_object(world["fresh"])
 
     # Every checkpoint's snapshot still restores, hash-exact.
-    for ck in app.store.list_checkpoints():
+    for ck in app.ctx.store.list_checkpoints():
         dest = tmp_path / f"restored-{ck.id}"
-        root, tree = app.materialize(ck.snapshot_id, dest)
+        root, tree = app.snapshots.materialize(ck.snapshot_id, dest)
         assert tree == ck.tree
         assert hashes(root) == world["expected"][ck.id]
     # History of the archived task stays browsable; the live task works as before.
-    assert len(app.revisions(t1.id)) >= 3
-    assert app.diff(t1.id).files
-    ws2 = Path(app.workspace_of(t2).root)
+    assert len(app.revisions.all(t1.id)) >= 3
+    assert app.revisions.diff(t1.id).files
+    ws2 = Path(app.tasks.workspace_of(t2).root)
     (ws2 / "logout.py").write_text("def logout(): return True\n")
-    rev, new = app.capture(t2.id)
+    rev, new = app.revisions.capture(t2.id)
     assert new
-    assert any(f.path == "logout.py" for f in app.diff(t2.id).files)
+    assert any(f.path == "logout.py" for f in app.revisions.diff(t2.id).files)
     subprocess.run(
         ["git", "-C", str(ws2), "fsck", "--no-dangling"], check=True, capture_output=True
     )
     # Nothing is left to do.
-    assert app.housekeeping_plan().empty
+    assert app.housekeeping.plan().empty
 
     # Un-archiving restores the files from the newest snapshot.
-    ws = app.unarchive_task(t1.id)
+    ws = app.housekeeping.unarchive(t1.id)
     assert ws.state == "prepared"
     assert (Path(ws.root) / "later.txt").read_text() == "after the checkpoint\n"
     assert (
         hashes(Path(ws.root))["big.bin"]
-        == world["expected"][app.store.list_checkpoints()[0].id]["big.bin"]
+        == world["expected"][app.ctx.store.list_checkpoints()[0].id]["big.bin"]
     )
     subprocess.run(["git", "-C", ws.root, "status", "--short"], check=True, capture_output=True)
 
 
 def test_items_that_stopped_qualifying_are_skipped(world):
     app, t1 = world["app"], world["t1"]
-    app.archive_task(t1.id)
-    plan = app.housekeeping_plan()
+    app.housekeeping.archive(t1.id)
+    plan = app.housekeeping.plan()
     assert {i.kind for i in plan.items} == {"archived_workspace", "vault_objects"}
 
     # Between plan and clean: the workspace is un-archived, and a checkpoint comes to reference
     # a snapshot of a commit made of one of the planned objects.
-    app.unarchive_task(t1.id)
-    vault = app.vault_for(t1.source_id)
+    app.housekeeping.unarchive(t1.id)
+    vault = app.ctx.vault_for(t1.source_id)
     lone_sha = world["lone"].parent.name + world["lone"].name
     from core.vault.objects import TreeEntry
 
@@ -226,12 +226,12 @@ def test_items_that_stopped_qualifying_are_skipped(world):
     commit = vault.objects.write_commit(tree, [], "kept by a checkpoint")
     from core.models import Checkpoint, Snapshot
 
-    ws = app.workspace_of(t1)
+    ws = app.tasks.workspace_of(t1)
     snap = Snapshot(new_id("snapshot"), ws.id, commit, tree, "durable", created_at=time.time())
     vault.objects.update_ref(snapshot_ref(snap.id), commit, durable=True)
-    app.store.add_snapshot(snap)
+    app.ctx.store.add_snapshot(snap)
     run = fake_run(app, t1.id)
-    app.store.add_checkpoint(
+    app.ctx.store.add_checkpoint(
         Checkpoint(
             new_id("checkpoint"),
             run.id,
@@ -247,14 +247,14 @@ def test_items_that_stopped_qualifying_are_skipped(world):
         )
     )
 
-    result = app.housekeeping_clean(plan)
+    result = app.housekeeping.clean(plan)
     reasons = {s.item.kind: s.reason for s in result.skipped}
     assert "no longer archived" in reasons["archived_workspace"]
     assert Path(ws.root).is_dir()
     assert world["lone"].exists()
     assert any("became reachable" in n for n in result.notes)
     assert not world["linked"].exists()  # the other planned object still qualified
-    root, got = app.materialize(snap.id, world["data"].parent / "kept")
+    root, got = app.snapshots.materialize(snap.id, world["data"].parent / "kept")
     assert got == tree
 
 
@@ -262,42 +262,42 @@ def test_archive_refuses_while_a_run_is_in_flight(world):
     app, t2 = world["app"], world["t2"]
     fake_run(app, t2.id, state="running")
     with pytest.raises(Conflict, match="in flight"):
-        app.archive_task(t2.id)
-    assert app.workspace_of(t2).state == "prepared"
+        app.housekeeping.archive(t2.id)
+    assert app.tasks.workspace_of(t2).state == "prepared"
 
 
 def test_an_interrupted_cleanup_is_finished_or_undone(world):
     app, t1 = world["app"], world["t1"]
-    vault = app.vault_for(t1.source_id)
+    vault = app.ctx.vault_for(t1.source_id)
     # A crash after moving a tree to trash/, and one after quarantining a needed object.
     leftover = world["data"] / "workspaces" / f"{housekeeping.TRASH_PREFIX}ws-crashed"
     leftover.mkdir()
     (leftover / "file").write_bytes(os.urandom(20_000))
     quarantine = vault.git_dir / f"{housekeeping.QUARANTINE_PREFIX}1-dead"
     quarantine.mkdir()
-    head = vault.revision_head(app.workspace_of(t1).id)
+    head = vault.revision_head(app.tasks.workspace_of(t1).id)
     head_path = vault.git_dir / "objects" / head[:2] / head[2:]
     os.rename(head_path, quarantine / head)
-    plan = app.housekeeping_plan()
+    plan = app.housekeeping.plan()
     # The vault cannot be walked while its head is set aside: nothing of it is planned.
     assert [i.kind for i in plan.items] == ["leftover"]
     assert any("cannot be walked" in n for n in plan.notes)
     before = du(world["data"])
     quarantine_dir = os.lstat(quarantine).st_blocks * 512  # put back, not freed by the plan
-    result = app.housekeeping_clean(plan)
+    result = app.housekeeping.clean(plan)
     assert result.freed == plan.total == before - du(world["data"]) - quarantine_dir
     assert not leftover.exists()
     # The quarantined object is put back, never deleted: the history is whole again.
     assert head_path.exists() and not quarantine.exists()
     assert any("put back" in n for n in result.notes)
-    assert app.revisions(t1.id)[-1].id == head
-    assert app.diff(t1.id).files
-    assert [i.kind for i in app.housekeeping_plan().items] == ["vault_objects"]
+    assert app.revisions.all(t1.id)[-1].id == head
+    assert app.revisions.diff(t1.id).files
+    assert [i.kind for i in app.housekeeping.plan().items] == ["vault_objects"]
 
 
 def test_cairnctl_housekeeping_dry_run_then_yes(world):
     app, t3, data = world["app"], world["t3"], world["data"]
-    ws3 = app.workspace_of(t3)
+    ws3 = app.tasks.workspace_of(t3)
     out = cairnctl(data, "archive", t3.id)
     assert "archived" in out.stdout
     dry = as_json(cairnctl(data, "housekeeping", "--json"))

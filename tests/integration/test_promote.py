@@ -263,14 +263,14 @@ def test_artifact_round_trip_then_tampering_is_caught_on_read(world, tmp_path):
         (whole["artifact_id"], True),
     ]
     with Cairn(data) as app:
-        assert app.read_artifact(art["artifact_id"]) == expected
+        assert app.artifacts.read(art["artifact_id"]) == expected
 
     stored = data / "artifacts" / "sha256" / art["sha256"][:2] / art["sha256"][2:]
     stored.chmod(0o644)
     stored.write_bytes(b"def main():\n    steal()\n")
     with Cairn(data) as app:
         with pytest.raises(Exception) as info:
-            app.read_artifact(art["artifact_id"])
+            app.artifacts.read(art["artifact_id"])
         assert f"artifact {art['artifact_id']} is corrupt" in str(info.value)
     line = one_error_line(cairnctl(data, "artifacts", "--verify", check=False))
     assert f"artifact {art['artifact_id']} is corrupt" in line
@@ -372,17 +372,17 @@ def test_a_granted_secret_in_the_workspace_refuses_the_branch(secret_service, tm
         secrets.set("api", CANARY)
         repo = make_repo(tmp_path / "repo")
         with Cairn(tmp_path / "data", secrets=secrets) as app:
-            made = app.new_task(repo, title="t")
+            made = app.tasks.new(repo, title="t")
             app.credentials.grant(made.task.id, "api", "API_KEY")
             (Path(made.workspace.root) / "out.txt").write_text(f"key={CANARY}\n")
-            app.capture(made.task.id)
+            app.revisions.capture(made.task.id)
             before = repo_state(repo)
             with pytest.raises(SecretFound) as info:
-                app.promote_to_branch(made.task.id, "cairn/leak")
+                app.artifacts.promote_to_branch(made.task.id, "cairn/leak")
             assert "out.txt (the granted secret 'api', line 1)" in str(info.value)
             assert CANARY not in str(info.value)
             assert repo_state(repo) == before
-            events = json.dumps([dict(r) for r in app.store.query("SELECT * FROM events")])
+            events = json.dumps([dict(r) for r in app.ctx.store.query("SELECT * FROM events")])
             assert CANARY not in events
     finally:
         for name in ("api",):

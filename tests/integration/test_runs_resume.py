@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from core.checkpoints import STEPS as CHECKPOINT_STEPS
+from core.runs.checkpoints import STEPS as CHECKPOINT_STEPS
 from core.models import Run
 from core.runs import output_of
 from core.store import Store

@@ -53,14 +53,14 @@ def test_a_running_sandbox_has_cpu_and_memory_figures(task, docker_client):
     start_steps(data, task_id, "sleep 60")
     wait_for(lambda: step_of(data, latest_run(data, task_id)) == 0, what="the run to start")
     with Cairn(data) as cairn:
-        stats = cairn.session_stats(session(data)["session_id"])
+        stats = cairn.views.session_stats(session(data)["session_id"])
         assert stats["running"] and stats["uptime_s"] > 0
         assert stats["memory_bytes"] > 0 and stats["memory_limit_bytes"] > 0
         assert stats["cpu_percent"] is not None and stats["pids"] >= 1
         with pytest.raises(NotFound):
-            cairn.session_stats("ses_nonexistent")
-        cairn.stop(task_id)
-        stopped = cairn.session_stats(session(data)["session_id"])
+            cairn.views.session_stats("ses_nonexistent")
+        cairn.runs.stop(task_id)
+        stopped = cairn.views.session_stats(session(data)["session_id"])
         assert stopped["running"] is False and "stopped" in stopped["note"]
         assert session(data)["state"] == "stopped"  # asking did not start it again
 

@@ -40,19 +40,19 @@ def run(files: int = 10_000, runs: int = 5) -> dict[str, float]:
         data = tmp_path / "data"
         app = Cairn(data, backend=DockerBackend(data))
         try:
-            made = app.new_task(tree, title="bench")
-            ws = app.workspace_of(made.task)
-            snap = app.snapshot(made.task.id)
-            policy = app.policy_of(ws)
+            made = app.tasks.new(tree, title="bench")
+            ws = app.tasks.workspace_of(made.task)
+            snap = app.snapshots.take(made.task.id)
+            policy = app.tasks.policy_of(ws)
             app.sandboxes.ensure(ws, policy, snap.id)
             ours, base = [], []
             for i in range(runs):
                 # What a resume meets: the container and the workspace folder are gone.
-                record = app.store.session_for(ws.id)
+                record = app.ctx.store.session_for(ws.id)
                 app.sandboxes.backend.remove(record.container_id)
                 shutil.rmtree(ws.root)
                 started = time.perf_counter()
-                app.restore_workspace(ws, snap.id)
+                app.snapshots.restore_workspace(ws, snap.id)
                 outcome = app.sandboxes.ensure(ws, policy, snap.id)
                 ours.append(time.perf_counter() - started)
                 assert outcome.path == "recreated" and outcome.record.snapshot_id == snap.id

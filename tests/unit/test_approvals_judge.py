@@ -54,13 +54,13 @@ def app(tmp_path):
     src.mkdir()
     (src / "README").write_text("hello\n")
     with Cairn(tmp_path / "data") as cairn:
-        cairn.new_task(src, title="demo")
+        cairn.tasks.new(src, title="demo")
         yield cairn
 
 
 def start_run(app: Cairn) -> Run:
     """A run in flight as `_launch` leaves it (no sandbox needed to judge its mailbox)."""
-    task = app.tasks()[0]
+    task = app.tasks.all()[0]
     run = Run(
         new_id("run"),
         task.id,
@@ -72,7 +72,7 @@ def start_run(app: Cairn) -> Run:
         attempt=1,
         created_at=time.time(),
     )
-    app.store.add_run(run)
+    app.ctx.store.add_run(run)
     return run
 
 
@@ -139,12 +139,12 @@ def assert_requests_folder_holds_requests_only(app: Cairn, run: Run) -> None:
 
 
 def events_of(app: Cairn, kind: str) -> list[dict]:
-    return [e for e in app.store.events_since(0, limit=100000) if e["kind"] == kind]
+    return [e for e in app.ctx.store.events_since(0, limit=100000) if e["kind"] == kind]
 
 
 def test_a_command_the_rules_pass_is_allowed_at_once_and_recorded_as_automatic(app):
     run = start_run(app)
-    judge = Judge(app)
+    judge = app.approvals.with_options()
     code, _, err = finish(gate(app, run, "--shell", "echo safe > a.txt"), judge)
     assert code == 0, err
     (row,) = judge.list(pending_only=False)
@@ -155,15 +155,15 @@ def test_a_command_the_rules_pass_is_allowed_at_once_and_recorded_as_automatic(a
         "echo safe > a.txt",
     )
     assert decision_of(app, run, row.id)["decision"] == "allow"
-    assert app.store.get_run(run.id).state == R.RUNNING.value
+    assert app.ctx.store.get_run(run.id).state == R.RUNNING.value
     assert judge.list() == []
     assert_requests_folder_holds_requests_only(app, run)
 
 
 def test_a_risky_command_waits_for_a_person_with_a_checkpoint_then_runs_once_approved(app):
     run = start_run(app)
-    judge = Judge(app)
-    checkpoints_before = len(app.store.list_checkpoints(run.id))
+    judge = app.approvals.with_options()
+    checkpoints_before = len(app.ctx.store.list_checkpoints(run.id))
     proc = gate(app, run, "--shell", "git push --force origin main")
     pending = wait_for_row(app, judge)
     assert (pending.rule, pending.run_id, pending.task_id) == (
@@ -173,49 +173,50 @@ def test_a_risky_command_waits_for_a_person_with_a_checkpoint_then_runs_once_app
     )
     assert "force-push" in (pending.reason or "")
     assert pending.timeout_at == pytest.approx(pending.created_at + judge.timeout)
-    assert app.store.get_run(run.id).state == R.WAITING_APPROVAL.value
-    assert len(app.store.list_checkpoints(run.id)) == checkpoints_before + 1
+    assert app.ctx.store.get_run(run.id).state == R.WAITING_APPROVAL.value
+    assert len(app.ctx.store.list_checkpoints(run.id)) == checkpoints_before + 1
     requested = events_of(app, "approval.requested")
     assert [e["payload"]["approval_id"] for e in requested] == [pending.id]
     time.sleep(0.3)
     assert proc.poll() is None, "the gate must wait for the person"
 
-    decided = app.approve(pending.id[:8])  # a prefix is enough
+    decided = app.approvals.approve(pending.id[:8])  # a prefix is enough
     code, _, err = finish(proc, judge)
     assert code == 0, err
     assert (decided.state, decided.decided_by) == (approvals.APPROVED, approvals.os_user())
     assert (
         decided.decided_at
-        and decided.policy_version == app.policy_of(app.workspace_of(app.task(run.task_id))).version
+        and decided.policy_version
+        == app.tasks.policy_of(app.tasks.workspace_of(app.tasks.get(run.task_id))).version
     )
     assert decision_of(app, run, pending.id)["decision"] == "allow"
-    assert app.store.get_run(run.id).state == R.RUNNING.value
+    assert app.ctx.store.get_run(run.id).state == R.RUNNING.value
     assert events_of(app, "approval.decided")[-1]["payload"]["approval_state"] == "approved"
     with pytest.raises(Conflict, match="approved already"):
-        app.deny(pending.id)
+        app.approvals.deny(pending.id)
     assert_requests_folder_holds_requests_only(app, run)
 
 
 def test_a_denied_command_is_refused_and_the_run_is_told_why(app):
     run = start_run(app)
-    judge = Judge(app)
+    judge = app.approvals.with_options()
     proc = gate(app, run, "--shell", "sudo rm -rf /")
     pending = wait_for_row(app, judge)
-    app.deny(pending.id, reason="not on my machine")
+    app.approvals.deny(pending.id, reason="not on my machine")
     code, _, err = finish(proc, judge)
     assert code == 126
     assert "denied" in err and "not on my machine" in err and "sudo rm -rf /" in err
     (row,) = judge.list(pending_only=False)
     assert (row.state, row.decided_by) == (approvals.DENIED, approvals.os_user())
     assert decision_of(app, run, row.id)["decision"] == "deny"
-    assert app.store.get_run(run.id).state == R.RUNNING.value
+    assert app.ctx.store.get_run(run.id).state == R.RUNNING.value
     assert_requests_folder_holds_requests_only(app, run)
 
 
 def test_an_unanswered_request_is_denied_at_its_timeout(app):
     run = start_run(app)
     clock = Clock()
-    judge = Judge(app, timeout=600, clock=clock)
+    judge = app.approvals.with_options(timeout=600, clock=clock)
     proc = gate(app, run, "--shell", "git push origin main")
     pending = wait_for_row(app, judge)
     clock.now += 599
@@ -227,7 +228,7 @@ def test_an_unanswered_request_is_denied_at_its_timeout(app):
     row = judge.get(pending.id)
     assert (row.state, row.decided_by) == (approvals.TIMED_OUT, approvals.BY_TIMEOUT)
     assert decision_of(app, run, row.id)["decision"] == "deny"
-    assert app.store.get_run(run.id).state == R.RUNNING.value
+    assert app.ctx.store.get_run(run.id).state == R.RUNNING.value
 
 
 def test_the_gate_denies_by_itself_when_nobody_answers_in_time(app):
@@ -242,17 +243,17 @@ def test_the_gate_denies_by_itself_when_nobody_answers_in_time(app):
 def test_requests_survive_a_restart_and_rows_are_made_once(app, tmp_path):
     run = start_run(app)
     proc = gate(app, run, "--shell", "npm publish")
-    first = wait_for_row(app, Judge(app))
+    first = wait_for_row(app, app.approvals.with_options())
     # Cairn goes away; a new one (a new process: new objects, new connections) looks again.
     with Cairn(app.data.root) as again:
-        judge = Judge(again)
+        judge = again.approvals.with_options()
         for _ in range(3):
             judge.poll()
         (still,) = judge.list()
         assert still.id == first.id and still.rule == "package-publish"
-        assert len(again.store.query("SELECT id FROM approvals")) == 1
+        assert len(again.ctx.store.query("SELECT id FROM approvals")) == 1
         assert len(events_of(again, "approval.requested")) == 1
-        again.approve(still.id)
+        again.approvals.approve(still.id)
         code, _, err = finish(proc, judge)
         assert code == 0, err
 
@@ -264,28 +265,28 @@ def test_a_request_written_while_no_judge_ran_and_a_lost_decision_file_are_both_
     while not list(requests_folder(app, run).glob("*.json")):
         assert time.monotonic() < deadline
         time.sleep(0.02)
-    judge = Judge(app)
+    judge = app.approvals.with_options()
     code, _, _ = finish(quiet, judge)
     assert code == 0
     (row,) = judge.list(pending_only=False)
     # A judge that stopped between the row and the file: the next one writes the file.
     path = approvals.decision_path(app.data.root, run.workspace_id or "", run.exec_id, row.id)
     path.unlink()
-    Judge(app).poll()
+    app.approvals.with_options().poll()
     assert json.loads(path.read_text())["decision"] == "allow"
 
 
 def test_remember_lets_the_exact_command_pass_from_now_on_under_a_new_policy_version(app):
     run = start_run(app)
-    judge = Judge(app)
-    task = app.task(run.task_id)
-    version = app.policy_of(app.workspace_of(task)).version
+    judge = app.approvals.with_options()
+    task = app.tasks.get(run.task_id)
+    version = app.tasks.policy_of(app.tasks.workspace_of(task)).version
     command = "git push --force origin main"
     proc = gate(app, run, "--shell", command)
     pending = wait_for_row(app, judge)
-    decided = app.approve(pending.id, remember=True)
+    decided = app.approvals.approve(pending.id, remember=True)
     assert finish(proc, judge)[0] == 0
-    policy = app.policy_of(app.workspace_of(task))
+    policy = app.tasks.policy_of(app.tasks.workspace_of(task))
     assert policy.approved == (command,) and policy.version > version
     assert decided.policy_version == policy.version
     assert events_of(app, "policy.changed")[-1]["payload"]["version"] == policy.version
@@ -302,7 +303,7 @@ def test_remember_lets_the_exact_command_pass_from_now_on_under_a_new_policy_ver
 
 def test_a_request_of_a_run_that_ended_is_withdrawn_and_cannot_be_approved(app):
     run = start_run(app)
-    judge = Judge(app)
+    judge = app.approvals.with_options()
     proc = gate(app, run, "--shell", "git push")
     pending = wait_for_row(app, judge)
     proc.kill()
@@ -312,9 +313,9 @@ def test_a_request_of_a_run_that_ended_is_withdrawn_and_cannot_be_approved(app):
     judge.poll()
     assert judge.get(pending.id).state == approvals.WITHDRAWN
     with pytest.raises(Conflict):
-        app.approve(pending.id)
-    app.end_run(run.id, 137)
-    assert app.store.get_run(run.id).state == R.FAILED.value
+        app.approvals.approve(pending.id)
+    app.runs.end(run.id, 137)
+    assert app.ctx.store.get_run(run.id).state == R.FAILED.value
 
 
 def test_an_unusable_request_is_refused_and_the_sandbox_cannot_point_the_judge_elsewhere(app):
@@ -324,10 +325,10 @@ def test_an_unusable_request_is_refused_and_the_sandbox_cannot_point_the_judge_e
     bad = "ap_" + "0" * 14
     (folder / f"{bad}.json").write_text('{"id": "ap_other", "command": "ls"}')
     (folder / "not-a-request.json").write_text("{}")
-    Judge(app).poll()
+    app.approvals.with_options().poll()
     decision = decision_of(app, run, bad)
     assert decision["decision"] == "deny" and "unusable" in decision["reason"]
-    assert Judge(app).list(pending_only=False) == []
+    assert app.approvals.with_options().list(pending_only=False) == []
     # A requests folder replaced by a symlink (to anywhere on the host) is not followed.
     other = start_run(app)
     outside = app.data.root.parent / "outside"
@@ -336,13 +337,13 @@ def test_an_unusable_request_is_refused_and_the_sandbox_cannot_point_the_judge_e
     link = requests_folder(app, other)
     link.parent.mkdir(parents=True)
     link.symlink_to(outside)
-    Judge(app).poll()
+    app.approvals.with_options().poll()
     assert not (app.data.root / "approvals" / (other.workspace_id or "") / other.exec_id).exists()
 
 
 def test_claude_and_codex_hooks_get_answers_in_their_own_format(app):
     run = start_run(app)
-    judge = Judge(app)
+    judge = app.approvals.with_options()
     bash = json.dumps(
         {
             "tool_name": "Bash",
@@ -374,7 +375,7 @@ def test_claude_and_codex_hooks_get_answers_in_their_own_format(app):
     pending = wait_for_row(app, judge)
     assert pending.command == "Write /workspace/.git/hooks/pre-commit"
     assert pending.rule == "git-hooks-write"
-    app.deny(pending.id)
+    app.approvals.deny(pending.id)
     code, out, _ = finish(proc, judge)
     answer = json.loads(out)["hookSpecificOutput"]
     assert code == 0 and answer["permissionDecision"] == "deny"
@@ -396,7 +397,7 @@ def test_claude_and_codex_hooks_get_answers_in_their_own_format(app):
     assert proc.stdin is not None
     proc.stdin.write(push)
     proc.stdin.close()
-    app.deny(wait_for_row(app, judge).id)
+    app.approvals.deny(wait_for_row(app, judge).id)
     code, out, _ = finish(proc, judge)
     assert json.loads(out)["hookSpecificOutput"]["permissionDecision"] == "deny"
 
@@ -414,19 +415,19 @@ def test_a_secret_in_a_command_is_judged_whole_but_stored_by_its_name_only(tmp_p
     src = tmp_path / "src"
     src.mkdir()
     with Cairn(tmp_path / "data", secrets=FakeSecrets({"token": canary})) as app:
-        made = app.new_task(src, title="demo")
+        made = app.tasks.new(src, title="demo")
         app.credentials.grant(made.task.id, "token", "TOKEN")
         run = start_run(app)
-        judge = Judge(app)
+        judge = app.approvals.with_options()
         command = f"git push https://x:{canary}@example.com/r.git"
         proc = gate(app, run, "--shell", command)
         pending = wait_for_row(app, judge)
         assert pending.rule == "git-push"
         assert canary not in pending.command and "[secret:token]" in pending.command
-        app.deny(pending.id)
+        app.approvals.deny(pending.id)
         assert finish(proc, judge)[0] == 126
-        rows = app.store.query("SELECT * FROM approvals")
-        events = app.store.query("SELECT payload FROM events")
+        rows = app.ctx.store.query("SELECT * FROM approvals")
+        events = app.ctx.store.query("SELECT payload FROM events")
         assert not any(canary in str(tuple(r)) for r in [*rows, *events])
 
 
@@ -443,8 +444,8 @@ class NoPython:
 
 
 def test_a_sandbox_that_cannot_run_the_gate_goes_ungated_and_says_so(app):
-    ws = app.workspace_of(app.tasks()[0])
-    assert approvals.gate_command(app, ws.id, NoPython()) == []
+    ws = app.tasks.workspace_of(app.tasks.all()[0])
+    assert approvals.gate_command(app.ctx, ws.id, NoPython()) == []
     (problem,) = events_of(app, "workspace.problem")
     message = problem["payload"]["message"]
     assert "NOT checked" in message and "python3" in message

@@ -59,7 +59,7 @@ def make_app(tmp_path: Path, secrets: FakeSecrets | None = None) -> tuple[Cairn,
     (project / "src").mkdir()
     (project / "src" / "app.py").write_text("print('hello')\n")
     app = Cairn(tmp_path / "data", secrets=secrets or FakeSecrets())
-    made = app.new_task(project, title="demo")
+    made = app.tasks.new(project, title="demo")
     return app, made.task.id, Path(made.workspace.root)
 
 
@@ -67,7 +67,7 @@ def edit(app: Cairn, task_id: str, root: Path, rel: str, text: str | bytes) -> s
     path = root / rel
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
-    rev, _ = app.capture(task_id)
+    rev, _ = app.revisions.capture(task_id)
     return rev.id
 
 
@@ -167,22 +167,20 @@ def test_store_round_trip_dedup_and_tamper(tmp_path):
 def test_artifact_of_a_file_round_trip_with_provenance_and_evidence(setup):
     app, task_id, root = setup
     rev = edit(app, task_id, root, "src/app.py", "print('better')\n")
-    art = app.promote_artifact(
+    art = app.artifacts.promote(
         task_id, path="./src/app.py", evidence=b"3 passed\n", evidence_name="pytest.txt"
     )
     assert art.kind == "file" and art.path == "src/app.py" and art.revision_id == rev
     assert art.sha256 == hashlib.sha256(b"print('better')\n").hexdigest()
-    assert app.read_artifact(art.id) == b"print('better')\n"
-    p = app.artifact(art.id[:8]).provenance
+    assert app.artifacts.read(art.id) == b"print('better')\n"
+    p = app.artifacts.get(art.id[:8]).provenance
     assert p["task_id"] == task_id and p["revision"] == rev and p["engine"] == "shell"
     assert p["evidence"]["name"] == "pytest.txt"
     assert p["evidence"]["sha256"] == hashlib.sha256(b"3 passed\n").hexdigest()
     assert p["scan"]["secrets_checked"] == [] and p["scan"]["files_scanned"] == 1
-    from core.artifacts import read_evidence
-
-    assert read_evidence(app, art.id) == b"3 passed\n"
-    assert [a.id for a in app.artifacts()] == [art.id]
-    assert [a.id for a in app.artifacts(task_id)] == [art.id]
+    assert app.artifacts.read_evidence(art.id) == b"3 passed\n"
+    assert [a.id for a in app.artifacts.all()] == [art.id]
+    assert [a.id for a in app.artifacts.all(task_id)] == [art.id]
 
 
 def test_a_whole_revision_is_a_deterministic_tar(setup):
@@ -190,11 +188,11 @@ def test_a_whole_revision_is_a_deterministic_tar(setup):
     edit(app, task_id, root, "bin/run.sh", "#!/bin/sh\necho hi\n")
     (root / "bin" / "run.sh").chmod(0o755)
     (root / "link").symlink_to("README.md")
-    app.capture(task_id)
-    first = app.promote_artifact(task_id)
-    second = app.promote_artifact(task_id)
+    app.revisions.capture(task_id)
+    first = app.artifacts.promote(task_id)
+    second = app.artifacts.promote(task_id)
     assert first.id != second.id and first.sha256 == second.sha256
-    data = app.read_artifact(first.id)
+    data = app.artifacts.read(first.id)
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         members = {m.name: m for m in tar.getmembers()}
         assert set(members) == {"README.md", "bin", "bin/run.sh", "link", "src", "src/app.py"}
@@ -202,9 +200,9 @@ def test_a_whole_revision_is_a_deterministic_tar(setup):
         assert members["link"].issym() and members["link"].linkname == "README.md"
         assert all(m.mtime == 0 and m.uid == 0 and m.uname == "" for m in members.values())
         assert tar.extractfile("src/app.py").read() == b"print('hello')\n"
-    ws = app.workspace_of(app.task(task_id))
-    vault = app.vault_for(ws.source_id)
-    rev = app.resolve_revision(app.task(task_id), None)
+    ws = app.tasks.workspace_of(app.tasks.get(task_id))
+    vault = app.ctx.vault_for(ws.source_id)
+    rev = app.revisions.resolve(app.tasks.get(task_id), None)
     out = io.BytesIO()
     write_tar(vault, list_tree(vault, rev.id, with_trees=True), out)
     assert hashlib.sha256(out.getvalue()).hexdigest() == first.sha256
@@ -215,16 +213,16 @@ def test_a_granted_secret_in_a_file_refuses_and_names_the_file(setup, fake):
     app.credentials.grant(task_id, "api", "API_KEY")
     edit(app, task_id, root, "notes/debug.txt", f"the key was {SECRET}\n")
     for promote in (
-        lambda: app.promote_artifact(task_id),
-        lambda: app.promote_artifact(task_id, path="notes/debug.txt"),
-        lambda: app.export_patch(task_id),
+        lambda: app.artifacts.promote(task_id),
+        lambda: app.artifacts.promote(task_id, path="notes/debug.txt"),
+        lambda: app.artifacts.export_patch(task_id),
     ):
         with pytest.raises(SecretFound) as info:
             promote()
         message = str(info.value)
         assert "notes/debug.txt" in message and "the granted secret 'api'" in message
         assert SECRET not in message
-    assert app.artifacts() == []
+    assert app.artifacts.all() == []
     assert not (app.data.artifacts_root / "sha256").exists()
 
 
@@ -234,14 +232,14 @@ def test_a_revoked_grant_is_still_scanned_for(setup):
     app.credentials.revoke(task_id, "api")
     edit(app, task_id, root, "leak.txt", SECRET)
     with pytest.raises(SecretFound, match="leak.txt"):
-        app.promote_artifact(task_id)
+        app.artifacts.promote(task_id)
 
 
 def test_token_shapes_refuse_a_promotion(setup):
     app, task_id, root = setup
     edit(app, task_id, root, "config/settings.py", f"GITHUB = '{GITHUB}'\nAWS = '{AWS}'\n")
     with pytest.raises(SecretFound) as info:
-        app.promote_artifact(task_id, path="config/settings.py")
+        app.artifacts.promote(task_id, path="config/settings.py")
     assert "GitHub token, line 1" in str(info.value) and "AWS access key id, line 2" in str(
         info.value
     )
@@ -251,7 +249,9 @@ def test_token_shapes_refuse_a_promotion(setup):
 def test_evidence_is_scanned_too(setup):
     app, task_id, root = setup
     with pytest.raises(SecretFound, match="the evidence out.txt"):
-        app.promote_artifact(task_id, evidence=f"env: {OPENAI}\n".encode(), evidence_name="out.txt")
+        app.artifacts.promote(
+            task_id, evidence=f"env: {OPENAI}\n".encode(), evidence_name="out.txt"
+        )
 
 
 def test_no_keyring_refuses_when_the_lineage_has_grants(tmp_path):
@@ -259,14 +259,14 @@ def test_no_keyring_refuses_when_the_lineage_has_grants(tmp_path):
     app, task_id, root = make_app(tmp_path, secrets)
     try:
         edit(app, task_id, root, "a.txt", "fine\n")
-        art = app.promote_artifact(task_id)  # no grants: the keyring is never asked
+        art = app.artifacts.promote(task_id)  # no grants: the keyring is never asked
         assert secrets.asked == [] and art.provenance["scan"]["secrets_checked"] == []
         app.credentials.grant(task_id, "api", "API_KEY")
         with pytest.raises(ScanUnavailable) as info:
-            app.promote_artifact(task_id)
+            app.artifacts.promote(task_id)
         assert "'api'" in str(info.value) and "no OS keyring backend" in str(info.value)
         assert "\n" not in str(info.value)
-        assert len(app.artifacts()) == 1
+        assert len(app.artifacts.all()) == 1
     finally:
         app.close()
 
@@ -275,7 +275,7 @@ def test_a_secret_gone_from_the_keyring_is_reported_not_blocking(tmp_path):
     app, task_id, root = make_app(tmp_path, FakeSecrets({}))
     try:
         app.credentials.grant(task_id, "old", "OLD_KEY")
-        art = app.promote_artifact(task_id)
+        art = app.artifacts.promote(task_id)
         assert art.provenance["scan"]["secrets_not_in_keyring"] == ["old"]
     finally:
         app.close()
@@ -284,17 +284,17 @@ def test_a_secret_gone_from_the_keyring_is_reported_not_blocking(tmp_path):
 def test_bad_paths_and_plain_folders(setup):
     app, task_id, root = setup
     with pytest.raises(InputError, match="not a path inside"):
-        app.promote_artifact(task_id, path="../etc/passwd")
+        app.artifacts.promote(task_id, path="../etc/passwd")
     with pytest.raises(InputError, match="is a folder"):
-        app.promote_artifact(task_id, path="src")
+        app.artifacts.promote(task_id, path="src")
     with pytest.raises(NotFound, match="has no file nope.txt"):
-        app.promote_artifact(task_id, path="nope.txt")
+        app.artifacts.promote(task_id, path="nope.txt")
     with pytest.raises(InputError, match="plain folder, not a git repository"):
-        app.promote_to_branch(task_id, "cairn/out")
+        app.artifacts.promote_to_branch(task_id, "cairn/out")
     with pytest.raises(InputError, match="no git HEAD"):
-        app.export_patch(task_id, since="head")
+        app.artifacts.export_patch(task_id, since="head")
     with pytest.raises(NotFound):
-        app.read_artifact("art_nothing")
+        app.artifacts.read("art_nothing")
 
 
 def test_a_workspace_started_from_a_later_revision_finds_the_import(setup):
@@ -305,10 +305,10 @@ def test_a_workspace_started_from_a_later_revision_finds_the_import(setup):
     from core.artifacts import head_at_import, import_base
 
     app, task_id, root = setup
-    ws = app.workspace_of(app.task(task_id))
+    ws = app.tasks.workspace_of(app.tasks.get(task_id))
     later = edit(app, task_id, root, "a.txt", "1\n")
     edit(app, task_id, root, "a.txt", "2\n")
-    vault = app.vault_for(ws.source_id)
+    vault = app.ctx.vault_for(ws.source_id)
     forked = replace(ws, base_revision=later)
     assert import_base(vault, forked) == import_base(vault, ws) == ws.base_revision
     assert head_at_import(vault, forked) is None  # a plain folder has no HEAD
@@ -316,12 +316,12 @@ def test_a_workspace_started_from_a_later_revision_finds_the_import(setup):
 
 def test_tampering_is_a_clear_error_on_read(setup):
     app, task_id, root = setup
-    art = app.promote_artifact(task_id, path="README.md")
+    art = app.artifacts.promote(task_id, path="README.md")
     stored = app.data.artifacts_root / "sha256" / art.sha256[:2] / art.sha256[2:]
     stored.chmod(0o644)
     stored.write_bytes(b"# changed\n")
     with pytest.raises(CorruptArtifact) as info:
-        app.read_artifact(art.id)
+        app.artifacts.read(art.id)
     assert f"artifact {art.id} is corrupt" in str(info.value)
     assert isinstance(info.value, CairnError)
 
@@ -408,6 +408,6 @@ def test_the_allowlist_admits_the_engines_endpoint_without_a_new_version():
 
 def test_facade_settings_feed_engine_settings(tmp_path):
     with Cairn(tmp_path / "data", secrets=FakeSecrets()) as app:
-        app.set_setting("engines.shell.model", "m1")
-        assert app.get_setting("engines.shell.model") == "m1"
-        assert app.engine_settings("shell").model == "m1"
+        app.settings.set("engines.shell.model", "m1")
+        assert app.settings.get("engines.shell.model") == "m1"
+        assert app.settings.engine("shell").model == "m1"

@@ -20,7 +20,7 @@ def facade(tmp_path: Path):
     src.mkdir()
     (src / "a.txt").write_text("one\n")
     cairn = Cairn(tmp_path / "data", captures_in_child=True)
-    yield cairn, cairn.new_task(src)
+    yield cairn, cairn.tasks.new(src)
     cairn.close()
 
 
@@ -29,12 +29,12 @@ def test_a_capture_in_a_child_records_and_announces_the_revision(facade):
     seen = []
     cairn.events.subscribe(lambda e: seen.append(e) if e.kind == ev.REVISION_RECORDED else None)
     (Path(made.workspace.root) / "a.txt").write_text("two\n")
-    rev, changed = cairn.capture(made.task.id, trigger="checkpoint")
+    rev, changed = cairn.revisions.capture(made.task.id, trigger="checkpoint")
     assert changed and rev.trigger == "checkpoint" and rev.files_changed == 1
-    assert [r.id for r in cairn.revisions(made.task.id)][-1] == rev.id
+    assert [r.id for r in cairn.revisions.all(made.task.id)][-1] == rev.id
     assert [e.payload["revision"] for e in seen] == [rev.id]
 
-    again, changed = cairn.capture(made.task.id)
+    again, changed = cairn.revisions.capture(made.task.id)
     assert not changed and again.id == rev.id and len(seen) == 1
 
 
@@ -42,6 +42,6 @@ def test_a_failed_capture_in_a_child_says_why(facade):
     cairn, made = facade
     shutil.rmtree(made.workspace.root)
     with pytest.raises(CairnError) as raised:
-        cairn.capture(made.task.id)
+        cairn.revisions.capture(made.task.id)
     assert "missing" in str(raised.value) or "does not exist" in str(raised.value)
     assert "\n" not in str(raised.value)

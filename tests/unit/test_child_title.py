@@ -1,6 +1,6 @@
 """A continuation's or fork's default title is the first line of what it was asked to do."""
 
-from core.app import CHILD_TITLE_MAX, child_title
+from core.tasks import CHILD_TITLE_MAX, child_title
 
 
 def test_the_first_line_with_its_spaces_collapsed():

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from core import runs
+from core.runs import states as runs
 from core.errors import IllegalTransition
 from core.models import Run, Source, Task
 from core.models import RunState as R

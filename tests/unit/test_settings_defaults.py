@@ -78,8 +78,8 @@ def stored(app: Cairn) -> dict:
     ],
 )
 def test_each_default_takes_a_good_value_and_stores_it_normalised(app, key, value, expected):
-    assert app.set_setting(key, value) == expected
-    assert app.get_setting(key) == expected
+    assert app.settings.set(key, value) == expected
+    assert app.settings.get(key) == expected
     assert stored(app)["defaults"][key.split(".")[1]] == expected
 
 
@@ -104,40 +104,43 @@ def test_each_default_takes_a_good_value_and_stores_it_normalised(app, key, valu
 )
 def test_a_bad_default_is_refused_with_one_line_and_nothing_written(app, key, value, message):
     with pytest.raises(InputError, match=message) as caught:
-        app.set_setting(key, value)
+        app.settings.set(key, value)
     assert "\n" not in str(caught.value)
     assert not settings_path(app.data.root).exists()
 
 
 def test_an_unknown_default_names_the_known_keys(app):
     with pytest.raises(InputError) as caught:
-        app.set_setting("defaults.colour", "blue")
+        app.settings.set("defaults.colour", "blue")
     assert all(name in str(caught.value) for name in DEFAULT_KEYS)
 
 
 def test_engine_settings_work_as_before_beside_the_defaults(app):
-    app.set_setting("engines.codex.model", "gpt-5.5")
-    app.set_setting("defaults.engine", "codex")
+    app.settings.set("engines.codex.model", "gpt-5.5")
+    app.settings.set("defaults.engine", "codex")
     assert stored(app) == {
         "engines": {"codex": {"model": "gpt-5.5"}},
         "defaults": {"engine": "codex"},
     }
-    assert app.get_setting("engines.codex") == {"model": "gpt-5.5"}
-    assert app.get_setting("defaults") == {"engine": "codex"}
+    assert app.settings.get("engines.codex") == {"model": "gpt-5.5"}
+    assert app.settings.get("defaults") == {"engine": "codex"}
     with pytest.raises(InputError, match="unknown engine setting 'temperature'"):
-        app.set_setting("engines.codex.temperature", "1")
+        app.settings.set("engines.codex.temperature", "1")
 
 
 def test_defaults_persist_across_facades_and_unset_removes_them(tmp_path):
     with Cairn(tmp_path / "data") as first:
-        first.set_setting("defaults.network", "allowlist")
-        first.set_setting("defaults.allow", "api.example.com:443")
+        first.settings.set("defaults.network", "allowlist")
+        first.settings.set("defaults.allow", "api.example.com:443")
     with Cairn(tmp_path / "data") as second:
-        assert second.defaults() == {"network": "allowlist", "allow": "api.example.com:443"}
-        assert second.unset_setting("defaults.network") is True
-        assert second.unset_setting("defaults.network") is False
-        assert second.unset_setting("defaults.allow") is True
-        assert second.get_setting("defaults") == {}
+        assert second.settings.defaults() == {
+            "network": "allowlist",
+            "allow": "api.example.com:443",
+        }
+        assert second.settings.unset("defaults.network") is True
+        assert second.settings.unset("defaults.network") is False
+        assert second.settings.unset("defaults.allow") is True
+        assert second.settings.get("defaults") == {}
         assert "defaults" not in stored(second)
 
 
@@ -168,27 +171,27 @@ def test_default_policy_comes_from_network_and_allow():
 
 
 def test_a_new_task_without_an_engine_is_a_shell_task(app, repo):
-    made = app.new_task(repo, title="plain")
+    made = app.tasks.new(repo, title="plain")
     assert made.task.engine == "shell"
     assert Policy.from_dict(made.workspace.policy) == Policy()
 
 
 def test_a_new_task_takes_the_default_engine_and_network(app, repo):
-    app.set_setting("defaults.engine", "codex")
-    app.set_setting("defaults.network", "allowlist")
-    app.set_setting("defaults.allow", "api.example.com:443")
-    made = app.new_task(repo, title="with defaults")
+    app.settings.set("defaults.engine", "codex")
+    app.settings.set("defaults.network", "allowlist")
+    app.settings.set("defaults.allow", "api.example.com:443")
+    made = app.tasks.new(repo, title="with defaults")
     assert made.task.engine == "codex"
-    policy = app.policy_of(made.workspace)
+    policy = app.tasks.policy_of(made.workspace)
     assert (policy.network, policy.allow) == ("allowlist", ("api.example.com:443",))
 
 
 def test_what_the_caller_chose_wins_over_the_defaults(app, repo):
-    app.set_setting("defaults.engine", "codex")
-    app.set_setting("defaults.network", "open")
-    made = app.new_task(repo, title="explicit", engine="shell", policy=Policy(network="none"))
+    app.settings.set("defaults.engine", "codex")
+    app.settings.set("defaults.network", "open")
+    made = app.tasks.new(repo, title="explicit", engine="shell", policy=Policy(network="none"))
     assert made.task.engine == "shell"
-    assert app.policy_of(made.workspace).network == "none"
+    assert app.tasks.policy_of(made.workspace).network == "none"
 
 
 # -- sandbox backend and image ---------------------------------------------------------------------
@@ -200,13 +203,13 @@ def test_the_backend_is_docker_unless_a_setting_or_the_environment_says_host(app
 
     monkeypatch.delenv("CAIRN_BACKEND", raising=False)
     assert isinstance(app.sandboxes.backend, DockerBackend)
-    app.set_setting("defaults.backend", "host")  # what the first-run check does without Docker
+    app.settings.set("defaults.backend", "host")  # what the first-run check does without Docker
     assert isinstance(app.sandboxes.backend, HostBackend)
     monkeypatch.setenv("CAIRN_BACKEND", "docker")
     app.reset_sandboxes()
     assert isinstance(app.sandboxes.backend, DockerBackend)  # the environment wins
     monkeypatch.delenv("CAIRN_BACKEND")
-    app.unset_setting("defaults.backend")
+    app.settings.unset("defaults.backend")
     assert isinstance(app.sandboxes.backend, DockerBackend)
 
 
@@ -230,7 +233,7 @@ def test_the_image_comes_from_the_constructor_then_the_environment_then_the_sett
     monkeypatch.delenv("CAIRN_SANDBOX_IMAGE", raising=False)
     with Cairn(tmp_path / "data") as app:
         assert app.sandboxes.image == DEFAULT_IMAGE
-        app.set_setting("defaults.image", "my-sandbox:3")
+        app.settings.set("defaults.image", "my-sandbox:3")
         assert app.sandboxes.image == "my-sandbox:3"
         monkeypatch.setenv("CAIRN_SANDBOX_IMAGE", "from-env:1")
         app.reset_sandboxes()
@@ -248,7 +251,7 @@ OVERRIDE = {
 
 
 def test_the_bundled_rules_apply_until_the_user_overrides_them(app):
-    shown = app.risk_rules()
+    shown = app.approvals.risk_rules()
     assert shown["user"] is False and shown["problem"] is None
     assert shown["text"] == RULES_FILE.read_text()
     assert {r["id"] for r in shown["rules"]} >= {"git-push", "pipe-to-shell"}
@@ -256,31 +259,31 @@ def test_the_bundled_rules_apply_until_the_user_overrides_them(app):
 
 
 def test_an_override_replaces_the_rules_the_judge_matches_with(app):
-    judge = Judge(app)
+    judge = app.approvals.with_options()
     open_net = Policy(network="open")
     assert classify("git push origin main", open_net, judge.rules).rule_id == "git-push"
     assert not classify("make deploy", open_net, judge.rules).needs_approval
 
-    shown = app.set_risk_rules(json.dumps(OVERRIDE, indent=2))
+    shown = app.approvals.set_risk_rules(json.dumps(OVERRIDE, indent=2))
     assert shown["user"] is True and shown["version"] == 7
     assert [r["id"] for r in shown["rules"]] == ["make-deploy"]
     assert (app.data.root / "risk-rules.json").is_file()
     # The running judge picks the change up at its next judgement.
     assert classify("make deploy", open_net, judge.rules).rule_id == "make-deploy"
     assert not classify("git push origin main", open_net, judge.rules).needs_approval
-    assert app.judge.rules.version == 7
+    assert app.approvals.rules.version == 7
 
-    assert app.reset_risk_rules() is True
-    assert app.reset_risk_rules() is False
-    assert app.risk_rules()["user"] is False
+    assert app.approvals.reset_risk_rules() is True
+    assert app.approvals.reset_risk_rules() is False
+    assert app.approvals.risk_rules()["user"] is False
     assert classify("git push origin main", open_net, judge.rules).rule_id == "git-push"
 
 
 def test_a_second_override_applies_at_once(app):
-    judge = app.judge
-    app.set_risk_rules(json.dumps(OVERRIDE))
+    judge = app.approvals
+    app.approvals.set_risk_rules(json.dumps(OVERRIDE))
     again = {"version": 8, "rules": [{"id": "ls", "pattern": "^ls$", "reason": "lists"}]}
-    app.set_risk_rules(json.dumps(again))
+    app.approvals.set_risk_rules(json.dumps(again))
     assert judge.rules.version == 8
     assert classify("ls", Policy(), judge.rules).rule_id == "ls"
 
@@ -336,37 +339,41 @@ def test_a_second_override_applies_at_once(app):
 )
 def test_a_bad_rules_file_is_refused_with_one_line_and_nothing_written(app, text, message):
     with pytest.raises(InputError, match=message) as caught:
-        app.set_risk_rules(text)
+        app.approvals.set_risk_rules(text)
     assert "\n" not in str(caught.value)
     assert not approvals.user_rules_path(app.data.root).exists()
     assert list(app.data.root.glob(".risk-rules.json.*")) == []
-    assert app.risk_rules()["user"] is False
+    assert app.approvals.risk_rules()["user"] is False
 
 
 def test_a_bad_text_leaves_an_earlier_override_as_it_was(app):
-    app.set_risk_rules(json.dumps(OVERRIDE))
+    app.approvals.set_risk_rules(json.dumps(OVERRIDE))
     before = approvals.user_rules_path(app.data.root).read_text()
     with pytest.raises(InputError):
-        app.set_risk_rules('{"version": 1, "rules": [{"id": "y", "pattern": "[", "reason": "r"}]}')
+        app.approvals.set_risk_rules(
+            '{"version": 1, "rules": [{"id": "y", "pattern": "[", "reason": "r"}]}'
+        )
     assert approvals.user_rules_path(app.data.root).read_text() == before
-    assert app.judge.rules.version == 7
+    assert app.approvals.rules.version == 7
 
 
 def test_a_hand_broken_override_is_reported_not_ignored(app):
     approvals.user_rules_path(app.data.root).write_text('{"version": 1, "rules": [')
-    shown = app.risk_rules()
+    shown = app.approvals.risk_rules()
     assert shown["user"] is True and "not JSON" in shown["problem"] and shown["rules"] == []
     with pytest.raises(CairnError, match="risk-rules.json"):
-        Judge(app).rules
+        app.approvals.with_options().rules
 
 
 def test_checking_writes_nothing(app):
-    assert app.check_setting("defaults.allow", "A.example:443") == "a.example:443"
+    assert app.settings.check("defaults.allow", "A.example:443") == "a.example:443"
     with pytest.raises(InputError, match="not a usable host:port"):
-        app.check_setting("defaults.allow", "nope")
-    assert [r["id"] for r in app.check_risk_rules(json.dumps(OVERRIDE))] == ["make-deploy"]
+        app.settings.check("defaults.allow", "nope")
+    assert [r["id"] for r in app.approvals.check_risk_rules(json.dumps(OVERRIDE))] == [
+        "make-deploy"
+    ]
     with pytest.raises(InputError, match="rule 'b'"):
-        app.check_risk_rules(
+        app.approvals.check_risk_rules(
             '{"version": 1, "rules": [{"id": "b", "pattern": "(", "reason": "r"}]}'
         )
     assert not settings_path(app.data.root).exists()

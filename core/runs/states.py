@@ -1,19 +1,19 @@
-"""Runs: one execution of a task's engine, its state machine, its files, and observing it.
+"""Run states and run files: the state machine, where a run's files live, and observing them.
 
 Owns the run states and the legal moves between them, where a run's files live, and tailing
 those files exactly once (output and offset are committed together). Starting, checkpointing
-and resuming runs is the facade's and the resume ladder's job.
+and resuming runs is core.runs.service's and the resume ladder's job.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from core import events as ev
 from core.models import Run
 from core.models import RunState as R
 from core.redact import redact
@@ -144,9 +144,8 @@ class OutputTail:
                 if current != offset:  # someone else took this part already
                     continue
                 conn.execute(
-                    "INSERT INTO events (kind, subject, payload, created_at) "
-                    "VALUES ('run.output', ?, ?, ?)",
-                    (self.run_id, payload, time.time()),
+                    "INSERT INTO events (kind, subject, payload, created_at) VALUES (?, ?, ?, ?)",
+                    (ev.RUN_OUTPUT, self.run_id, payload, time.time()),
                 )
                 conn.execute(
                     f"UPDATE runs SET {column} = ? WHERE id = ?", (offset + len(chunk), self.run_id)
@@ -169,8 +168,8 @@ def _read_from(path: Path, offset: int, limit: int) -> bytes:
 def output_of(store: Store, run_id: str, stream: str | None = None) -> str:
     """Everything observed of a run so far, in order (for the CLI, the GUI and tests)."""
     rows = store.query(
-        "SELECT payload FROM events WHERE kind = 'run.output' AND subject = ? ORDER BY seq",
-        (run_id,),
+        "SELECT payload FROM events WHERE kind = ? AND subject = ? ORDER BY seq",
+        (ev.RUN_OUTPUT, run_id),
     )
     parts = []
     for row in rows:
@@ -178,68 +177,3 @@ def output_of(store: Store, run_id: str, stream: str | None = None) -> str:
         if stream is None or payload["stream"] == stream:
             parts.append(payload["text"])
     return "".join(parts)
-
-
-class Observer(threading.Thread):
-    """Follows one run until it ends (or `stop()`): tails its output and notices its end."""
-
-    def __init__(
-        self,
-        store: Store,
-        run: Run,
-        files: RunFiles,
-        *,
-        is_alive: Callable[[], bool | None],
-        on_output: Callable[[str, str], None] | None = None,
-        on_end: Callable[[int | None], None],
-        interval: float = 0.1,
-    ):
-        super().__init__(name=f"observe-{run.id}", daemon=True)
-        self.tail = OutputTail(store, run.id, files, on_output)
-        self.files = files
-        self.is_alive = is_alive
-        self.on_end = on_end
-        self.interval = interval
-        self._stop = threading.Event()
-        self.error: BaseException | None = None
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def run(self) -> None:
-        try:
-            last_alive_check = 0.0
-            while not self._stop.is_set():
-                self.tail.poll()
-                code = self.files.exit_code
-                if code is not None:
-                    self.tail.poll(final=True)
-                    self.on_end(code)
-                    return
-                now = time.monotonic()
-                if now - last_alive_check > 1.0:
-                    last_alive_check = now
-                    alive = self.is_alive()
-                    if alive is False and self.files.exit_code is None:
-                        self.tail.poll(final=True)
-                        self.on_end(None)
-                        return
-                self._stop.wait(self.interval)
-        except BaseException as exc:  # reported by the owner; never silently swallowed
-            self.error = exc
-
-
-__all__ = [
-    "TRANSITIONS",
-    "IN_FLIGHT",
-    "FINISHED",
-    "move",
-    "RunFiles",
-    "run_files",
-    "OutputTail",
-    "Observer",
-    "output_of",
-    "RUN_PID_FILE",
-    "RUN_EXIT_CODE_FILE",
-    "STEP_FILE",
-]

@@ -9,18 +9,21 @@ always an explicit user action elsewhere.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from core import lineage, runs
+from core import lineage
+from core.context import Context
 from core.errors import CairnError
 from core.models import Run
 from core.models import RunState as R
-from core.sandbox.base import Attached
+from core.revisions import Revisions
+from core.runs.liveness import Sandboxes, run_liveness
+from core.runs.states import IN_FLIGHT, run_files
 
-if TYPE_CHECKING:
-    from core.app import Cairn
+# Ends a run: (run id, exit code or None for lost, note) → the run (core.runs.service's `end`).
+EndRun = Callable[..., Run]
 
 log = logging.getLogger(__name__)
 
@@ -40,55 +43,40 @@ class ReconcileReport:
         return dict(self.__dict__)
 
 
-def run_liveness(app: Cairn, run: Run) -> tuple[bool | None, str]:
-    """Whether the run's process still runs: True, False, or None when it cannot be told now
-    (Docker unreachable: an unknown error decides nothing)."""
-    files = runs.run_files(app.data.runs_root, run)
-    ws = app.store.get_workspace(run.workspace_id) if run.workspace_id else None
-    record = app.store.session_for(ws.id) if ws else None
-    if record is None:
-        return False, "the run has no sandbox"
-    pid = files.pid
-    if pid is None:
-        return False, "the run's process never started"
-    try:
-        result = app.sandboxes.attach_as_made(record, ws)
-    except CairnError as exc:
-        return None, f"cannot look at the sandbox: {exc}"
-    if not isinstance(result, Attached):
-        reason = getattr(result, "reason", None) or "; ".join(getattr(result, "reasons", []))
-        return False, f"the sandbox is gone ({reason})"
-    alive = result.live.process_alive(pid, run_id=run.exec_id)
-    return alive, "the process is running" if alive else "the process is gone"
-
-
-def settle_run(app: Cairn, run: Run) -> str:
+def settle_run(ctx: Context, sandboxes: Sandboxes, end_run: EndRun, run: Run) -> str:
     """Bring one in-flight run's state in line with reality; returns what it became."""
     if run.state in (R.QUEUED.value, R.PREPARING.value) and lineage.lease_held(
-        app.store, lineage.root_of(app.store, run.task_id)
+        ctx.store, lineage.root_of(ctx.store, run.task_id)
     ):
         return "starting"  # another Cairn process is launching it under the lineage lease
-    files = runs.run_files(app.data.runs_root, run)
+    files = run_files(ctx.data.runs_root, run)
     code = files.exit_code
     if code is None:
-        alive, why = run_liveness(app, run)
+        alive, why = run_liveness(ctx, sandboxes, run)
         if alive is None:
             raise CairnError(f"run {run.id}: {why}")
         if alive:
             return "running"
         code = files.exit_code  # it may have ended while we looked
         if code is None:
-            app.end_run(run.id, None, note=f"interrupted: {why}")
+            end_run(run.id, None, note=f"interrupted: {why}")
             return R.INTERRUPTED.value
-    app.end_run(run.id, code)
-    return app.store.get_run(run.id).state
+    end_run(run.id, code)
+    return ctx.store.get_run(run.id).state
 
 
-def reconcile(app: Cairn, *, catch_up: bool = True) -> ReconcileReport:
+def reconcile(
+    ctx: Context,
+    sandboxes: Sandboxes,
+    revisions: Revisions,
+    end_run: EndRun,
+    *,
+    catch_up: bool = True,
+) -> ReconcileReport:
     report = ReconcileReport()
-    for run in app.store.list_runs(states=runs.IN_FLIGHT):
+    for run in ctx.store.list_runs(states=IN_FLIGHT):
         try:
-            outcome = settle_run(app, run)
+            outcome = settle_run(ctx, sandboxes, end_run, run)
         except CairnError as exc:
             report.problems.append(str(exc))
             continue
@@ -99,40 +87,40 @@ def reconcile(app: Cairn, *, catch_up: bool = True) -> ReconcileReport:
         }.get(outcome, report.finished).append(run.id)
 
     try:
-        found = {s.container_id: s for s in app.sandboxes.backend.list_sessions()}
+        found = {s.container_id: s for s in sandboxes.get().backend.list_sessions()}
     except CairnError as exc:
         report.problems.append(f"sandboxes not checked: {exc}")
         found = None
     if found is not None:
         known = set()
-        for record in app.store.list_sessions():
+        for record in ctx.store.list_sessions():
             known.add(record.container_id)
             if record.container_id not in found:
                 if record.status != "gone":
-                    app.store.update_session(record.id, status="gone")
+                    ctx.store.update_session(record.id, status="gone")
                 report.sessions_gone.append(record.id)
             else:
                 status = "live" if found[record.container_id].status == "running" else "stopped"
                 if status != record.status:
-                    app.store.update_session(record.id, status=status)
+                    ctx.store.update_session(record.id, status=status)
         report.orphan_containers = sorted(
             s.container_name for cid, s in found.items() if cid not in known
         )
 
     if catch_up:
-        for ws in app.store.list_workspaces(states=("prepared", "active")):
+        for ws in ctx.store.list_workspaces(states=("prepared", "active")):
             if not Path(ws.root).is_dir():
                 report.problems.append(
                     f"workspace {ws.id} is missing on disk ({ws.root}); "
                     "resume restores it from its snapshot"
                 )
                 continue
-            task = next((t for t in app.store.list_tasks() if t.workspace_id == ws.id), None)
+            task = next((t for t in ctx.store.list_tasks() if t.workspace_id == ws.id), None)
             if task is None:
                 continue
             try:
-                rev, changed = app.capture(
-                    task.id, trigger="watch", run_id=app.active_run_id(ws.id)
+                rev, changed = revisions.capture(
+                    task.id, trigger="watch", run_id=revisions.active_run_id(ws.id)
                 )
             except CairnError as exc:
                 report.problems.append(f"workspace {ws.id}: {exc}")
@@ -140,18 +128,18 @@ def reconcile(app: Cairn, *, catch_up: bool = True) -> ReconcileReport:
             if changed:
                 report.catch_up_revisions.append(rev.id)
 
-    for source in app.store.list_sources():
+    for source in ctx.store.list_sources():
         try:
-            vault = app.vault_for(source.id)
+            vault = ctx.vault_for(source.id)
             refs = vault.objects.list_refs("refs/cairn/snapshots/")
         except CairnError as exc:
             report.problems.append(str(exc))
             continue
-        rows = {s.id for s in app.store.list_snapshots()}
+        rows = {s.id for s in ctx.store.list_snapshots()}
         report.orphan_snapshot_refs += sorted(
             ref.rsplit("/", 1)[-1] for ref in refs if ref.rsplit("/", 1)[-1] not in rows
         )
     return report
 
 
-__all__ = ["reconcile", "settle_run", "run_liveness", "ReconcileReport"]
+__all__ = ["reconcile", "settle_run", "ReconcileReport"]

@@ -1,4 +1,4 @@
-"""Starting runs and resuming them: the resume ladder of DESIGN.md, step by step.
+"""Launching runs and resuming them: the resume ladder of docs/architecture.md, step by step.
 
 Owns the order — lease, checkpoint, current policy, workspace revalidation, sandbox, tool
 contract, credentials, background processes, engine — and the report of which path a resume
@@ -11,30 +11,34 @@ import logging
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from core import approvals, lineage, runs, workspaces
+from core import approvals, lineage, workspaces
 from core import events as ev
-from core.checkpoints import parse_workspace_ref, write_checkpoint
-from core.engines import engine_for
+from core.context import Context, Lazy
+from core.credentials import Credentials
+from core.engines import Engine, engine_for
 from core.engines.base import (
     MODE_CONTINUE,
     MODE_FALLBACK,
     MODE_FORK,
     MODE_START,
+    EngineSettings,
     LaunchContext,
     ToolContract,
 )
 from core.errors import CairnError, Conflict, InputError
 from core.ids import new_id
-from core.models import Checkpoint, Run, Task, Workspace, WorkspaceState
+from core.models import Checkpoint, Revision, Run, Task, Workspace, WorkspaceState
 from core.models import RunState as R
+from core.policy import Policy
+from core.revisions import Revisions
+from core.runs import states as runs
+from core.runs.checkpoints import Checkpoints, parse_workspace_ref
+from core.runs.liveness import Sandboxes
 from core.sandbox.base import CONTAINER_HOME, LiveSession
 from core.sandboxes import TOOLS_DIR_IN_SANDBOX
-from core.settings import policy_with_endpoint
-
-if TYPE_CHECKING:
-    from core.app import Cairn
+from core.settings import Settings, policy_with_endpoint
+from core.snapshots import Snapshots
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +78,28 @@ class ResumeReport:
         return "; ".join(self.path)
 
 
-class RunService:
-    def __init__(self, app: Cairn):
-        self.app = app
-        self.store = app.store
+class Ladder:
+    """Launching a run's attempt: a new run's first, or an interrupted run's next (the ladder)."""
+
+    def __init__(
+        self,
+        ctx: Context,
+        *,
+        revisions: Revisions,
+        snapshots: Snapshots,
+        checkpoints: Checkpoints,
+        settings: Settings,
+        sandboxes: Sandboxes,
+        credentials: Lazy[Credentials],
+    ):
+        self.ctx = ctx
+        self.store = ctx.store
+        self.revisions = revisions
+        self.snapshots = snapshots
+        self.checkpoints = checkpoints
+        self.settings = settings
+        self._sandboxes = sandboxes
+        self._credentials = credentials
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -101,7 +123,7 @@ class RunService:
         self, live: LiveSession, engine_name: str, image_digest: str | None
     ) -> ToolContract:
         tools = {}
-        settings = self.app.engine_settings(engine_name)
+        settings = self.settings.engine(engine_name)
         for name, argv in engine_for(engine_name).tool_probe(settings).items():
             try:
                 result = live.exec(argv, env={}, cwd="/", timeout=20)
@@ -125,8 +147,8 @@ class RunService:
     ) -> Run:
         """A new run of the task's engine: a shell script (`commands`), or an agent turn
         (`prompt`) that starts, continues or forks an engine session."""
-        task = self.app.task(task_ref)
-        ws = self.app.workspace_of(task)
+        task = self.ctx.task(task_ref)
+        ws = self.ctx.workspace_of(task)
         eng = engine_for(task.engine)
         spec = eng.validate(
             {
@@ -191,23 +213,22 @@ class RunService:
         accept_tool_change: bool = False,
         home_seed: Path | None = None,
     ) -> Run:
-        app = self.app
         eng = engine_for(run.engine)
-        settings = app.engine_settings(run.engine)
-        policy = policy_with_endpoint(app.policy_of(ws), settings)
+        settings = self.settings.engine(run.engine)
+        policy = policy_with_endpoint(Policy.from_dict(ws.policy), settings)
         workspaces.require_tree(ws)
         snapshot_id = None
         if self.store.session_for(ws.id) is None:
             latest = self.store.list_snapshots(ws.id)
-            snapshot_id = latest[-1].id if latest else app.snapshot(task.id).id
-        outcome = app.sandboxes.ensure(
+            snapshot_id = latest[-1].id if latest else self.snapshots.take(task.id).id
+        outcome = self._sandboxes.get().ensure(
             ws, policy, snapshot_id, extra_mounts=eng.mounts(settings), home_seed=home_seed
         )
         report.add("sandbox", outcome.path, "; ".join(outcome.reasons))
         if outcome.rebuilt:
             report.add("background", "rebuilt " + ", ".join(outcome.rebuilt))
         if ws.state != WorkspaceState.ACTIVE.value:
-            app.set_workspace_state(ws.id, WorkspaceState.ACTIVE)
+            self.ctx.set_workspace_state(ws.id, WorkspaceState.ACTIVE)
         contract = self.probe_contract(outcome.live, run.engine, outcome.record.image_digest)
         problem = eng.check_version(settings, contract.tools)
         if problem:
@@ -226,8 +247,8 @@ class RunService:
                 "; ".join(diffs) or None,
             )
         self._grant_engine_key(task, eng, settings, report)
-        resolved = app.credentials.resolve_env(task.id, require=True)
-        secret_of = {g.env_var: g.secret_name for g in app.credentials.grants_for(task.id)}
+        resolved = self._credentials.get().resolve_env(task.id, require=True)
+        secret_of = {g.env_var: g.secret_name for g in self._credentials.get().grants_for(task.id)}
         env = {k: v for k, v in resolved.env.items() if policy.allows_secret(secret_of.get(k, k))}
         withheld = sorted(secret_of.get(k, k) for k in set(resolved.env) - set(env))
         if resolved.revoked or withheld:
@@ -238,15 +259,14 @@ class RunService:
             )
         elif resolved.env:
             report.add("credentials", "injected " + ", ".join(sorted(env)))
-        write_checkpoint(
-            app,
+        self.checkpoints.write(
             run,
             pending_step=str(start_step),
             tool_contract=contract,
             policy_version=policy.version,
         )
         lease.verify()
-        files = runs.run_files(app.data.runs_root, run)
+        files = runs.run_files(self.ctx.data.runs_root, run)
         ctx = LaunchContext(
             run_id=run.id,
             mode=run.spec.get("mode", MODE_START),
@@ -255,23 +275,23 @@ class RunService:
             settings=settings,
             host_run_dir=files.folder,
             sandbox_run_dir=outcome.live.visible_path(
-                app.sandboxes.run_dir_in_sandbox(run.exec_id)
+                self._sandboxes.get().run_dir_in_sandbox(run.exec_id)
             ),
-            host_home=app.data.home_path(outcome.record.id),
+            host_home=self.ctx.data.home_path(outcome.record.id),
             sandbox_home=CONTAINER_HOME,
             session_id=run.spec.get("session_id"),
             start_step=start_step,
-            gate=approvals.gate_command(app, ws.id, outcome.live),
+            gate=approvals.gate_command(self.ctx, ws.id, outcome.live),
         )
         ctx = self._engine_mode(eng, ctx, run, report)
         eng.prepare(ctx)
         exec_env = {
-            **app.sandboxes.exec_environment(policy),
+            **self._sandboxes.get().exec_environment(policy),
             **eng.environment(ctx),
             **approvals.gate_environment(run, outcome.live),
             **env,
         }
-        approvals.ensure_judge(app.data)
+        approvals.ensure_judge(self.ctx.data)
         argv = self._hide_secrets_in_output(
             eng.launch_argv(ctx), env, exec_env, outcome.live, report
         )
@@ -284,7 +304,7 @@ class RunService:
             resume_report=report.to_dict(),
             note=report.summary() if report.path else None,
         )
-        app.events.publish(
+        self.ctx.events.publish(
             ev.RUN_STATE, run.id, state=run.state, task_id=task.id, report=report.to_dict()
         )
         return run
@@ -318,7 +338,7 @@ class RunService:
         ]
 
     def _engine_mode(
-        self, eng, ctx: LaunchContext, run: Run, report: ResumeReport
+        self, eng: Engine, ctx: LaunchContext, run: Run, report: ResumeReport
     ) -> LaunchContext:
         """Native continue/fork when the engine's contract holds, else a new session on the same
         files — and the run's record says why."""
@@ -333,13 +353,15 @@ class RunService:
         self.store.update_run(run.id, spec=spec)
         return replace(ctx, mode=MODE_FALLBACK, spec=spec)
 
-    def _grant_engine_key(self, task: Task, eng, settings, report: ResumeReport) -> None:
+    def _grant_engine_key(
+        self, task: Task, eng: Engine, settings: EngineSettings, report: ResumeReport
+    ) -> None:
         """The engine's API key comes from the keyring secret its settings name, as a grant of
         the lineage, so revoking it works like any other grant."""
         var = getattr(eng, "api_key_env", None)
         if not var or not settings.api_key_secret:
             return
-        creds = self.app.credentials
+        creds = self._credentials.get()
         if any(g.env_var == var for g in creds.grants_for(task.id)):
             return
         if any(
@@ -355,16 +377,12 @@ class RunService:
     def resume(
         self, task_ref: str, *, choice: str | None = None, accept_tool_change: bool = False
     ) -> tuple[Run, ResumeReport]:
-        app = self.app
-        task = app.task(task_ref)
+        task = self.ctx.task(task_ref)
         run = self.latest_run(task)
         if run is None:
             raise InputError(f"task {task.id} has no run to resume")
-        if run.state in runs.IN_FLIGHT:
-            app.reconcile_run(run)
-            run = self.store.get_run(run.id)
-            if run.state in runs.IN_FLIGHT:
-                raise Conflict(f"run {run.id} is still {run.state}; there is nothing to resume")
+        if run.state in runs.IN_FLIGHT:  # the caller settles it with reality first
+            raise Conflict(f"run {run.id} is still {run.state}; there is nothing to resume")
         if run.state != R.INTERRUPTED.value:
             raise Conflict(f"run {run.id} is {run.state}; only an interrupted run can be resumed")
         if choice not in (None, ON_TOP, RESTORE_INTO_NEW):
@@ -378,8 +396,8 @@ class RunService:
             report = ResumeReport(run.id)
             # 2. the checkpoint; policy, grants and approvals come from the current settings.
             ck = self.store.latest_checkpoint([run.id])
-            ws = app.workspace_of(task)
-            policy = app.policy_of(ws)
+            ws = self.ctx.workspace_of(task)
+            policy = Policy.from_dict(ws.policy)
             if ck is None:
                 report.add(
                     "checkpoint",
@@ -431,14 +449,16 @@ class RunService:
             except CairnError as exc:
                 self._park(run.id, f"resume failed: {exc}")
                 raise
-            app.events.publish(ev.RUN_RESUMED, run.id, task_id=task.id, report=report.to_dict())
+            self.ctx.events.publish(
+                ev.RUN_RESUMED, run.id, task_id=task.id, report=report.to_dict()
+            )
             return run, report
 
     def _start_step(self, run: Run, ck: Checkpoint | None) -> int:
         steps = []
         if ck and ck.pending_step and ck.pending_step.isdigit():
             steps.append(int(ck.pending_step))
-        reached = runs.run_files(self.app.data.runs_root, run).step
+        reached = runs.run_files(self.ctx.data.runs_root, run).step
         if reached is not None:
             steps.append(reached)
         return max(steps) if steps else 0
@@ -452,7 +472,6 @@ class RunService:
         choice: str | None,
         report: ResumeReport,
     ) -> Workspace:
-        app = self.app
         root = Path(ws.root)
         if not root.is_dir():
             snap_id = ck.snapshot_id if ck else None
@@ -463,7 +482,7 @@ class RunService:
                 raise CairnError(
                     f"the workspace folder {root} is gone and no snapshot of it exists"
                 )
-            tree = app.restore_workspace(ws, snap_id)
+            tree = self.snapshots.restore_workspace(ws, snap_id)
             report.add(
                 "workspace",
                 "restored",
@@ -472,7 +491,7 @@ class RunService:
             )
             return self.store.get_workspace(ws.id)
         # Changes nobody recorded happened while no run was in flight: they are external.
-        latest, changed = app.capture(task.id, trigger="external")
+        latest, changed = self.revisions.capture(task.id, trigger="external")
         external = self._external_since(ws, run, ck)
         if not external:
             report.add(
@@ -499,7 +518,7 @@ class RunService:
             )
             return ws
         assert ck is not None
-        new_ws = app.restore_into_new_workspace(task, ws, ck.snapshot_id)
+        new_ws = self.snapshots.restore_into_new_workspace(task, ws, ck.snapshot_id)
         report.add(
             "workspace",
             f"restored into new workspace {new_ws.id}",
@@ -507,7 +526,7 @@ class RunService:
         )
         return new_ws
 
-    def _external_since(self, ws: Workspace, run: Run, ck: Checkpoint | None):
+    def _external_since(self, ws: Workspace, run: Run, ck: Checkpoint | None) -> list[Revision]:
         revs = self.store.list_revisions(ws.id)
         if ck is not None:
             _, sha = parse_workspace_ref(ck.workspace_ref)

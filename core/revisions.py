@@ -1,0 +1,345 @@
+"""Revisions: recording a workspace's files into its vault and reading them back.
+
+Owns the recorders (one per watched workspace, with the file lock that keeps one recording process
+per workspace), full verifying captures (here or in a child process), the revision rows that
+mirror the vault's revision chain, naming revisions (`base`, `latest`, `TASK:REV`) and the diffs
+between them. Snapshots of revisions are core.snapshots'; the run a revision belongs to is
+core.runs'.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import subprocess
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from core import events as ev
+from core import workspaces
+from core.context import Context
+from core.diffs import Diff, blob_sizes, diff_revisions, diff_stats
+from core.errors import CairnError, Conflict, InputError, NotFound, QuotaExceeded
+from core.launch import python_command
+from core.locks import FileLock, lock_path
+from core.models import Revision, Task, Workspace
+from core.runs.states import IN_FLIGHT
+from core.watch import CapturedRevision, Recorder
+
+RECORDER_STOP_S = 30.0  # how long a child recorder may take to write its last capture
+
+
+class Revisions:
+    """A data folder's revisions. Thread-safe; long operations block the caller."""
+
+    def __init__(self, ctx: Context, *, captures_in_child: bool = False):
+        """`captures_in_child`: one-off captures (checkpoints, snapshots) of a workspace this
+        process does not watch run in a child process, so a big tree's walk and index never
+        compete with this process's other threads for the interpreter (the desktop app)."""
+        self.ctx = ctx
+        self._captures_in_child = captures_in_child
+        self._recorders: dict[str, tuple[Recorder, FileLock]] = {}
+        self._lock = threading.RLock()
+
+    def close(self) -> None:
+        """Stop every recorder this process runs (each writes its last capture first)."""
+        with self._lock:
+            watched = list(self._recorders)
+        for ws_id in watched:
+            self.stop_watching(ws_id)
+
+    def all(self, task_ref: str) -> list[Revision]:
+        task = self.ctx.task(task_ref)
+        ws = self.ctx.workspace_of(task)
+        self.sync_rows(ws)
+        return self.ctx.store.list_revisions(ws.id)
+
+    def resolve(self, task: Task, ref: str | None, *, default: str = "latest") -> Revision:
+        """`ref` is a revision id (or unambiguous prefix), `base`, `latest`, or `TASK:REV` to name a
+        revision of another task of the same source folder."""
+        ref = ref or default
+        if ":" in ref:
+            other_ref, _, other_rev = ref.partition(":")
+            other = self.ctx.task(other_ref)
+            if other.source_id != task.source_id:
+                raise InputError(
+                    f"task {other.id} grew from another folder than {task.id}; "
+                    "diffs compare tasks of one source folder"
+                )
+            return self.resolve(other, other_rev or default)
+        ws = self.ctx.workspace_of(task)
+        self.sync_rows(ws)
+        if ref == "latest":
+            latest = self.ctx.store.latest_revision(ws.id)
+            if latest is None:
+                raise NotFound(f"task {task.id} has no revisions")
+            return latest
+        if ref == "base":
+            return self.ctx.store.get_revision(ws.id, ws.base_revision)
+        return self.ctx.store.get_revision(ws.id, ref)
+
+    def sync_rows(self, ws: Workspace) -> None:
+        """Add rows for revisions the vault has and the store lacks (a crash between the two)."""
+        source_vault = self.ctx.vault_for(ws.source_id)
+        head = source_vault.revision_head(ws.id)
+        if head is None or head == ws.current_revision:
+            return
+        known = {r.id for r in self.ctx.store.list_revisions(ws.id)}
+        for info in source_vault.revision_chain(ws.id, stop_at=known):
+            c = info.commit
+            self.ctx.store.add_revision(
+                Revision(
+                    c.sha,
+                    ws.id,
+                    c.parents[0] if c.parents else None,
+                    c.tree,
+                    info.trigger,
+                    info.run_id,
+                    info.files_changed,
+                    float(c.timestamp),
+                )
+            )
+
+    def _record(self, ws: Workspace, captured: CapturedRevision) -> None:
+        rev = self.ctx.store.add_revision(
+            Revision(
+                captured.commit,
+                ws.id,
+                captured.parent,
+                captured.tree,
+                captured.trigger,
+                captured.run_id,
+                captured.files_changed,
+                captured.created_at,
+            )
+        )
+        self.ctx.events.publish(
+            ev.REVISION_RECORDED,
+            ws.id,
+            revision=rev.id,
+            trigger=rev.trigger,
+            files_changed=rev.files_changed,
+            run_id=rev.run_id,
+        )
+
+    def _recorder(
+        self, ws: Workspace, *, on_problem: Callable[[str], None] | None = None
+    ) -> Recorder:
+        vault = self.ctx.vault_for(ws.source_id)
+
+        def problem(message: str) -> None:
+            self.ctx.events.publish(ev.WORKSPACE_PROBLEM, ws.id, message=message)
+            if on_problem:
+                on_problem(message)
+
+        return Recorder(
+            vault,
+            ws.id,
+            Path(ws.root),
+            on_revision=functools.partial(self._record, ws),
+            on_problem=problem,
+            run_id=lambda: self.active_run_id(ws.id),
+            stat_cache=self.ctx.data.cache_root / f"{ws.id}.stat",
+        )
+
+    def active_run_id(self, workspace_id: str) -> str | None:
+        """The run in flight in a workspace: its edits are stamped with its id."""
+        row = self.ctx.store.query_one(
+            f"SELECT id FROM runs WHERE workspace_id = ? AND state IN "
+            f"({','.join('?' * len(IN_FLIGHT))}) ORDER BY created_at DESC LIMIT 1",
+            (workspace_id, *IN_FLIGHT),
+        )
+        return row["id"] if row else None
+
+    def watch(self, task_ref: str, *, on_problem: Callable[[str], None] | None = None) -> Recorder:
+        """Start recording a task's workspace as it changes; returns the running recorder."""
+        task = self.ctx.task(task_ref)
+        ws = self.ctx.workspace_of(task)
+        with self._lock:
+            if ws.id in self._recorders:
+                return self._recorders[ws.id][0]
+            workspaces.require_tree(ws)
+            self.sync_rows(ws)
+            lock = FileLock(lock_path(self.ctx.data.locks_root, "watch", ws.id))
+            if not lock.try_acquire():
+                pid = lock.holder_pid()
+                raise Conflict(
+                    f"workspace {ws.id} is already being recorded by another Cairn "
+                    f"process{f' ({pid})' if pid else ''}"
+                )
+            recorder = self._recorder(ws, on_problem=on_problem)
+            try:
+                recorder.start()
+            except BaseException:
+                lock.release()
+                raise
+            self._recorders[ws.id] = (recorder, lock)
+            return recorder
+
+    def stop_watching(self, workspace_id: str) -> None:
+        with self._lock:
+            entry = self._recorders.pop(workspace_id, None)
+        if entry:
+            recorder, lock = entry
+            try:
+                recorder.stop()
+            finally:
+                lock.release()
+
+    def capture(
+        self, task_ref: str, *, trigger: str = "manual", run_id: str | None = None
+    ) -> tuple[Revision, bool]:
+        """A full, verifying capture now. Returns the latest revision and whether it is new."""
+        task = self.ctx.task(task_ref)
+        ws = self.ctx.workspace_of(task)
+        workspaces.require_tree(ws)
+        with self._lock:
+            entry = self._recorders.get(ws.id)
+        if entry is not None:
+            captured = entry[0].capture(trigger, full=True, run_id=run_id)
+        elif self._captures_in_child:
+            return self._capture_in_child(task, ws, trigger, run_id)
+        else:
+            self.sync_rows(ws)
+            recorder = self._recorder(ws)
+            try:
+                captured = recorder.capture(trigger, full=True, run_id=run_id)
+            finally:
+                recorder.stop()
+        self._check_quota(ws)
+        if captured is not None:
+            return self.ctx.store.get_revision(ws.id, captured.commit), True
+        self.sync_rows(ws)
+        latest = self.ctx.store.latest_revision(ws.id)
+        assert latest is not None
+        return latest, False
+
+    def _capture_in_child(
+        self, task: Task, ws: Workspace, trigger: str, run_id: str | None
+    ) -> tuple[Revision, bool]:
+        """`capture` by `cairnctl capture` in a child process; its revision is announced here."""
+        argv = python_command(
+            "core.cli",
+            "--data-dir",
+            str(self.ctx.data.root),
+            "capture",
+            task.id,
+            "--trigger",
+            trigger,
+            "--json",
+        )
+        if run_id:
+            argv += ["--run", run_id]
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        if proc.returncode != 0:
+            lines = proc.stderr.strip().splitlines()
+            raise CairnError(
+                lines[-1].removeprefix("cairnctl: ")
+                if lines
+                else f"the capture of {ws.root} failed (exit code {proc.returncode})"
+            )
+        out = json.loads(proc.stdout)
+        self.sync_rows(self.ctx.store.get_workspace(ws.id))
+        rev = self.ctx.store.get_revision(ws.id, out["revision"])
+        if out["changed"]:
+            self.ctx.events.publish(
+                ev.REVISION_RECORDED,
+                ws.id,
+                revision=rev.id,
+                trigger=rev.trigger,
+                files_changed=rev.files_changed,
+                run_id=rev.run_id,
+            )
+        self._check_quota(ws)
+        return rev, bool(out["changed"])
+
+    def _check_quota(self, ws: Workspace) -> None:
+        """Report a workspace over its disk quota as a problem event; the capture is kept."""
+        if ws.quota_bytes is None:
+            return
+        try:
+            workspaces.check_quota(ws)
+        except QuotaExceeded as exc:
+            self.ctx.events.publish(ev.WORKSPACE_PROBLEM, ws.id, message=str(exc), problem="quota")
+
+    # -- diffs ---------------------------------------------------------------------------------
+
+    def diff(
+        self,
+        task_ref: str,
+        rev_a: str | None = None,
+        rev_b: str | None = None,
+        *,
+        max_bytes: int = 2_000_000,
+        context: int = 3,
+    ) -> Diff:
+        """The diff from `rev_a` (default: the base) to `rev_b` (default: the latest revision)."""
+        task = self.ctx.task(task_ref)
+        a = self.resolve(task, rev_a, default="base")
+        b = self.resolve(task, rev_b, default="latest")
+        vault = self.ctx.vault_for(task.source_id)
+        return diff_revisions(vault.git_dir, a.id, b.id, max_bytes=max_bytes, context=context)
+
+    # -- snapshots -----------------------------------------------------------------------------
+
+    def stats(
+        self, task_ref: str, pairs: list[tuple[str | None, str]]
+    ) -> dict[str, tuple[int, int, int]]:
+        """(files changed, lines added, lines removed) of each (parent, revision) pair, by
+        revision id, without building hunks."""
+        git_dir = self.ctx.vault_for(self.ctx.task(task_ref).source_id).git_dir
+        return {rev: diff_stats(git_dir, parent, rev) for parent, rev in pairs}
+
+    def blob_sizes(self, task_ref: str, shas: list[str]) -> dict[str, int]:
+        """Sizes of the task's vault blobs by id, without reading them."""
+        return blob_sizes(self.ctx.vault_for(self.ctx.task(task_ref).source_id).git_dir, shas)
+
+    def revision_news(self, workspace_id: str | None) -> Callable[[], None] | None:
+        """What announces, in this process, the revisions another process records in the
+        workspace (each once, in order); None without a workspace."""
+        if not workspace_id:
+            return None
+        latest = self.ctx.store.latest_revision(workspace_id)
+        seen = [latest.seq if latest else 0]
+
+        def announce() -> None:
+            for rev in self.ctx.store.list_revisions(workspace_id):
+                if rev.seq > seen[0]:
+                    seen[0] = rev.seq
+                    self.ctx.events.publish(
+                        ev.REVISION_RECORDED,
+                        workspace_id,
+                        revision=rev.id,
+                        trigger=rev.trigger,
+                        files_changed=rev.files_changed,
+                        run_id=rev.run_id,
+                    )
+
+        return announce
+
+    def record_in_child(self, task_id: str, workspace_id: str) -> Callable[[], None]:
+        """Start `cairnctl watch` for the task; returns what stops it (once, waiting for its
+        last capture). Its messages go to the cache folder, not to this process's output."""
+        log_path = self.ctx.data.cache_root / f"{workspace_id}.watch.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log_file:
+            child = subprocess.Popen(
+                python_command("core.cli", "--data-dir", str(self.ctx.data.root), "watch", task_id),
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=log_file,
+                start_new_session=True,
+                close_fds=True,
+            )
+
+        def stop() -> None:
+            if child.poll() is None:
+                child.terminate()
+                try:
+                    child.wait(RECORDER_STOP_S)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+                    child.wait()
+
+        return stop

@@ -1,0 +1,205 @@
+"""Snapshots: durable, restorable references to revisions, and restoring them.
+
+Owns the snapshot write order (objects synced, then the ref, then the row), materializing a
+snapshot into a folder or a workspace with its tree verified, and making a new workspace from any
+revision. Recording the revisions themselves is core.revisions'; checkpoints are core.runs'.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from pathlib import Path
+
+from core import events as ev
+from core import workspaces
+from core.context import Context
+from core.errors import CorruptSnapshot, InputError
+from core.ids import new_id
+from core.models import Revision, Snapshot, Task, Workspace, WorkspaceState
+from core.revisions import Revisions
+from core.vault import Vault, base_ref, revisions_ref, snapshot_ref
+from core.vault.materialize import materialize
+from core.vault.objects import run_git
+
+
+class Snapshots:
+    """A data folder's snapshots. Thread-safe; long operations block the caller."""
+
+    def __init__(self, ctx: Context, revisions: Revisions):
+        self.ctx = ctx
+        self.revisions = revisions
+
+    def take(self, task_ref: str) -> Snapshot:
+        """Capture (verifying), make the objects durable, then write the snapshot ref and row."""
+        task = self.ctx.task(task_ref)
+        rev, _ = self.revisions.capture(task.id, trigger="checkpoint")
+        return self.make(task.id, rev)
+
+    def make(self, task_id: str, rev: Revision) -> Snapshot:
+        """A durable snapshot of a recorded revision: objects synced, then ref, then row. A
+        revision that already has a restorable snapshot keeps that one."""
+        ws = self.ctx.workspace_of(self.ctx.task(task_id))
+        vault = self.ctx.vault_for(ws.source_id)
+        for known in reversed(self.ctx.store.list_snapshots(ws.id)):
+            if (
+                known.revision_id == rev.id
+                and vault.objects.read_ref(snapshot_ref(known.id)) == rev.id
+            ):
+                return known
+        snap = Snapshot(
+            new_id("snapshot"), ws.id, rev.id, rev.tree, "durable", created_at=time.time()
+        )
+        vault.objects.sync()
+        vault.objects.update_ref(snapshot_ref(snap.id), rev.id, durable=True)
+        self.ctx.store.add_snapshot(snap)
+        self.ctx.events.publish(ev.SNAPSHOT_CREATED, ws.id, snapshot=snap.id, revision=rev.id)
+        return snap
+
+    def all(self, task_ref: str | None = None) -> list[Snapshot]:
+        if task_ref is None:
+            return self.ctx.store.list_snapshots()
+        return self.ctx.store.list_snapshots(self.ctx.workspace_of(self.ctx.task(task_ref)).id)
+
+    def materialize(self, snapshot_id: str, dest: str | Path) -> tuple[Path, str]:
+        """Restore a snapshot's files into a new folder; returns the folder and its tree id."""
+        snap = self.ctx.store.get_snapshot(snapshot_id)
+        target = Path(dest).expanduser().absolute()
+        if target.exists() or target.is_symlink():
+            raise InputError(f"{target} already exists; give a folder that does not exist yet")
+        if self.ctx.data.contains(target):
+            raise InputError(f"{target} is inside Cairn's data folder; choose a folder outside it")
+        if not target.parent.is_dir():
+            raise InputError(f"the folder {target.parent} does not exist")
+        ws = self.ctx.store.get_workspace(snap.workspace_id)
+        vault = self.ctx.vault_for(ws.source_id)
+        commit = self.snapshot_commit(vault, snap)
+        tree = materialize(vault, commit, target, label=f"snapshot {snap.id}")
+        if tree != snap.tree:
+            workspaces.remove_tree(target)
+            raise CorruptSnapshot(
+                f"snapshot {snap.id} cannot be restored: its files do not hash to the recorded tree"
+            )
+        return target, tree
+
+    def restore_workspace(self, ws: Workspace, snapshot_id: str) -> str:
+        """Materialize a snapshot where a workspace's folder went missing; returns the tree."""
+        snap = self.ctx.store.get_snapshot(snapshot_id)
+        vault = self.ctx.vault_for(ws.source_id)
+        commit = self.snapshot_commit(vault, snap)
+        root = Path(ws.root)
+        root.parent.mkdir(parents=True, exist_ok=True)
+        tree = workspaces.create_tree(
+            vault,
+            commit,
+            root,
+            branch=ws.branch,
+            head_commit=ws.head_commit,
+            label=f"snapshot {snap.id}",
+        )
+        if tree != snap.tree:
+            workspaces.remove_tree(root)
+            raise CorruptSnapshot(
+                f"snapshot {snap.id} cannot be restored: its files do not hash to the recorded tree"
+            )
+        task = next(t for t in self.ctx.store.list_tasks() if t.workspace_id == ws.id)
+        self.revisions.capture(task.id, trigger="restore")
+        return tree
+
+    def restore_into_new_workspace(self, task: Task, old: Workspace, snapshot_id: str) -> Workspace:
+        """Give the task a new workspace made from a snapshot; the old one is kept, frozen."""
+        snap = self.ctx.store.get_snapshot(snapshot_id)
+        commit = self.snapshot_commit(self.ctx.vault_for(old.source_id), snap)
+        ws = self.workspace_from_revision(
+            old,
+            commit,
+            snap.tree,
+            branch=old.branch,
+            trigger="restore",
+            label=f"snapshot {snap.id}",
+            task_id=task.id,
+        )
+        if old.state in (WorkspaceState.PREPARED.value, WorkspaceState.ACTIVE.value):
+            self.ctx.set_workspace_state(old.id, WorkspaceState.FROZEN)
+        return ws
+
+    def workspace_from_revision(
+        self,
+        old: Workspace,
+        commit: str,
+        tree: str,
+        *,
+        branch: str,
+        trigger: str,
+        label: str,
+        task_id: str | None = None,
+    ) -> Workspace:
+        """A new workspace of `old`'s source folder and policy, materialized from `commit`; on
+        failure nothing of it is left. Given `task_id`, that task moves into it."""
+        vault = self.ctx.vault_for(old.source_id)
+        ws_id = new_id("workspace")
+        root = self.ctx.data.workspace_path(ws_id)
+        now = time.time()
+        ws = Workspace(
+            ws_id,
+            old.source_id,
+            str(root),
+            commit,
+            old.head_commit,
+            branch,
+            None,
+            WorkspaceState.ALLOCATED.value,
+            policy=dict(old.policy),
+            mounts=list(old.mounts),
+            quota_bytes=old.quota_bytes,
+            expires_at=old.expires_at,
+            created_at=now,
+            updated_at=now,
+        )
+        self.ctx.store.add_workspace(ws)
+        try:
+            workspaces.create_tree(
+                vault, commit, root, branch=branch, head_commit=old.head_commit, label=label
+            )
+            vault.objects.update_ref(base_ref(ws_id), commit)
+            vault.objects.update_ref(revisions_ref(ws_id), commit)
+        except BaseException:
+            workspaces.remove_tree(root)
+            self.ctx.store.delete_workspace_rows(ws_id)
+            raise
+        with self.ctx.store.transaction():
+            self.ctx.store.add_revision(Revision(commit, ws_id, None, tree, trigger, None, 0, now))
+            self.ctx.store.update_workspace(ws_id, state=WorkspaceState.PREPARED.value)
+            if task_id is not None:
+                self.ctx.store.update_task(task_id, workspace_id=ws_id)
+        return self.ctx.store.get_workspace(ws_id)
+
+    def snapshot_commit(self, vault: Vault, snap: Snapshot) -> str:
+        commit = vault.objects.read_ref(snapshot_ref(snap.id))
+        if commit is None:
+            raise CorruptSnapshot(
+                f"snapshot {snap.id} cannot be restored: its reference is missing from the vault"
+            )
+        if commit != snap.revision_id:
+            raise CorruptSnapshot(
+                f"snapshot {snap.id} cannot be restored: its reference points "
+                f"at {commit[:12]}, not at the recorded {snap.revision_id[:12]}"
+            )
+        return commit
+
+
+def tree_size(vault: Vault, tree: str) -> int:
+    return _tree_size_in(str(vault.git_dir), tree)
+
+
+@functools.lru_cache(maxsize=4096)
+def _tree_size_in(git_dir: str, tree: str) -> int:
+    """A tree's bytes, once per tree id (a tree never changes): `status()` asks for every
+    snapshot and sandbox each time, and a 100,000-file tree takes seconds to walk."""
+    out = run_git(["--git-dir", git_dir, "ls-tree", "-r", "-l", "-z", tree]).stdout
+    total = 0
+    for entry in out.split(b"\0"):
+        fields = entry.split(None, 4)
+        if len(fields) >= 4 and fields[3].isdigit():
+            total += int(fields[3])
+    return total

@@ -1,0 +1,365 @@
+"""Tasks: new tasks from dropped folders, and the continuations and forks that grow lineages.
+
+Owns the order of making a task — import the folder, make the workspace, write the rows — and
+undoing all of it when a step fails; continuing a task in its workspace and forking one into a new
+workspace from any revision. A task's runs are core.runs'; its revisions core.revisions'.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from core import events as ev
+from core import workspaces
+from core.context import Context
+from core.engines import engine_for
+from core.engines.base import MODE_CONTINUE, MODE_FORK
+from core.errors import CairnError
+from core.ids import new_id
+from core.locks import held
+from core.models import Revision, Run, Source, Task, TaskSource, Workspace, WorkspaceState
+from core.policy import Policy
+from core.revisions import Revisions
+from core.runs.service import Runs
+from core.settings import Settings, default_policy
+from core.snapshots import Snapshots
+from core.vault import Vault, base_ref, revisions_ref
+from core.vault.importer import check_importable, import_folder
+
+log = logging.getLogger(__name__)
+
+CHILD_TITLE_MAX = 60
+
+
+@dataclass(frozen=True)
+class NewTask:
+    task: Task
+    workspace: Workspace
+    base_revision: str
+
+
+class Tasks:
+    """A data folder's tasks. Thread-safe; long operations block the caller."""
+
+    def __init__(
+        self,
+        ctx: Context,
+        *,
+        settings: Settings,
+        revisions: Revisions,
+        snapshots: Snapshots,
+        runs: Runs,
+    ):
+        self.ctx = ctx
+        self.settings = settings
+        self.revisions = revisions
+        self.snapshots = snapshots
+        self.runs = runs
+
+    def get(self, ref: str) -> Task:
+        """A task by id or unambiguous id prefix."""
+        return self.ctx.task(ref)
+
+    def all(self) -> list[Task]:
+        """Every task, oldest first."""
+        return self.ctx.store.list_tasks()
+
+    def workspace_of(self, task: Task) -> Workspace:
+        return self.ctx.workspace_of(task)
+
+    def set_workspace_state(self, workspace_id: str, state: WorkspaceState) -> Workspace:
+        return self.ctx.set_workspace_state(workspace_id, state)
+
+    def new(
+        self,
+        path: str | Path,
+        *,
+        title: str | None = None,
+        engine: str | None = None,
+        instructions: str = "",
+        quota_bytes: int | None = None,
+        expires_in: float | None = None,
+        policy: Policy | None = None,
+    ) -> NewTask:
+        """Import a folder into its vault and give a new task a workspace made from it.
+
+        Without `engine` or `policy`, the settings' defaults apply (`defaults.engine`, else the
+        shell engine; `defaults.network` and `defaults.allow`, else no network).
+        Bad input is refused before anything is written; a failure later undoes what was made.
+        """
+        defaults = self.settings.defaults() if engine is None or policy is None else {}
+        engine = engine or defaults.get("engine") or "shell"
+        engine_for(engine)  # an unknown engine is refused before anything is made
+        policy = policy or default_policy(defaults)
+        folder = check_importable(Path(path), self.ctx.data)
+        with held(
+            self.ctx.data.locks_root,
+            "import",
+            str(folder),
+            f"{folder} is already being imported by another Cairn process",
+        ):
+            return self._new_task_locked(
+                folder,
+                title or folder.name,
+                engine,
+                instructions,
+                quota_bytes,
+                expires_in,
+                (policy or Policy()).validate(),
+            )
+
+    def _new_task_locked(
+        self,
+        folder: Path,
+        title: str,
+        engine: str,
+        instructions: str,
+        quota_bytes: int | None,
+        expires_in: float | None,
+        policy: Policy,
+    ) -> NewTask:
+        source = self.ctx.store.source_by_path(str(folder))
+        new_source = source is None
+        if source is None:
+            source_id = new_id("source")
+            source = Source(
+                source_id,
+                str(folder),
+                "plain",
+                str(self.ctx.data.vault_path(source_id)),
+                time.time(),
+            )
+        vault_path = Path(source.vault_path)
+        vault_created = not (vault_path / "objects").is_dir()
+        vault = Vault.open_or_create(vault_path)
+        task_id, ws_id = new_id("task"), new_id("workspace")
+        root = self.ctx.data.workspace_path(ws_id)
+        try:
+            result = import_folder(vault, folder)
+            source.kind = result.kind
+            now = time.time()
+            ws = Workspace(
+                ws_id,
+                source.id,
+                str(root),
+                result.base_commit,
+                result.head_commit,
+                workspaces.branch_name(title, task_id),
+                None,
+                WorkspaceState.ALLOCATED.value,
+                policy=policy.to_dict(),
+                quota_bytes=quota_bytes,
+                expires_at=now + expires_in if expires_in else None,
+                created_at=now,
+                updated_at=now,
+            )
+            with self.ctx.store.transaction():
+                if new_source:
+                    self.ctx.store.add_source(source)
+                self.ctx.store.add_workspace(ws)
+            workspaces.create_tree(
+                vault,
+                result.base_commit,
+                root,
+                branch=ws.branch,
+                head_commit=result.head_commit,
+                label=f"the base of {folder}",
+            )
+            vault.objects.update_ref(base_ref(ws_id), result.base_commit)
+            vault.objects.update_ref(revisions_ref(ws_id), result.base_commit)
+            task = Task(
+                task_id,
+                title,
+                source.id,
+                ws_id,
+                engine,
+                instructions,
+                None,
+                TaskSource.NEW.value,
+                None,
+                now,
+            )
+            workspaces.check_transition(ws.state, WorkspaceState.PREPARED.value)
+            with self.ctx.store.transaction():
+                self.ctx.store.add_task(task)
+                self.ctx.store.add_revision(
+                    Revision(
+                        result.base_commit,
+                        ws_id,
+                        None,
+                        result.base_tree,
+                        "base",
+                        None,
+                        result.files,
+                        now,
+                    )
+                )
+                self.ctx.store.update_workspace(ws_id, state=WorkspaceState.PREPARED.value)
+        except BaseException:
+            self._undo_new_task(
+                vault, ws_id, task_id, root, source if new_source else None, vault_created
+            )
+            raise
+        self.ctx.remember_vault(source.id, vault)
+        ws = self.ctx.store.get_workspace(ws_id)
+        self.ctx.events.publish(ev.TASK_CREATED, task_id, workspace_id=ws_id, source=str(folder))
+        return NewTask(task, ws, result.base_commit)
+
+    def _undo_new_task(
+        self,
+        vault: Vault,
+        ws_id: str,
+        task_id: str,
+        root: Path,
+        new_source: Source | None,
+        vault_created: bool,
+    ) -> None:
+        workspaces.remove_tree(root)
+        for ref in (base_ref(ws_id), revisions_ref(ws_id)):
+            try:
+                if vault.objects.read_ref(ref):
+                    vault.objects.delete_ref(ref)
+            except CairnError:
+                pass
+        try:
+            with self.ctx.store.transaction() as conn:
+                self.ctx.store.delete_task(task_id)
+                self.ctx.store.delete_workspace_rows(ws_id)
+                if new_source is not None:
+                    conn.execute("DELETE FROM sources WHERE id = ?", (new_source.id,))
+        except Exception:  # pragma: no cover - the original error matters more
+            log.exception("could not undo the rows of a failed import")
+        if vault_created:
+            vault.close()
+            shutil.rmtree(vault.git_dir, ignore_errors=True)
+
+    # -- revisions -----------------------------------------------------------------------------
+
+    def policy_of(self, ws: Workspace) -> Policy:
+        return Policy.from_dict(ws.policy)
+
+    def set_policy(self, task_ref: str, **changes: object) -> Policy:
+        """A new version of the task's sandbox policy; it applies from the next start or resume."""
+        ws = self.ctx.workspace_of(self.ctx.task(task_ref))
+        policy = self.policy_of(ws).changed(**changes)
+        self.ctx.store.update_workspace(ws.id, policy=policy.to_dict())
+        self.ctx.events.publish(ev.POLICY_CHANGED, ws.id, version=policy.version)
+        return policy
+
+    # -- runs ------------------------------------------------------------------------------------
+
+    def continue_from(
+        self, task_ref: str, message: str, *, title: str | None = None
+    ) -> tuple[Task, Run]:
+        """A child task that keeps working in the parent's workspace, resuming the engine's own
+        session natively (or, when that is impossible, a new session that says why)."""
+        parent = self.ctx.task(task_ref)
+        self.runs.refuse_in_flight(parent)
+        last = self.runs.latest(parent)
+        child = self._child_task(
+            parent,
+            TaskSource.CONTINUE,
+            parent.workspace_id,
+            None,
+            title or child_title(message, f"{parent.title} (continued)"),
+            message,
+        )
+        try:
+            run = self.runs.start(
+                child.id,
+                prompt=message,
+                mode=MODE_CONTINUE,
+                session_id=last.engine_session_id if last else None,
+            )
+        except CairnError:
+            self.ctx.events.publish(ev.TASK_CREATED, child.id, parent=parent.id, source="continue")
+            raise
+        self.ctx.events.publish(ev.TASK_CREATED, child.id, parent=parent.id, source="continue")
+        return self.ctx.task(child.id), run
+
+    def fork(
+        self,
+        task_ref: str,
+        message: str,
+        *,
+        at_revision: str | None = None,
+        title: str | None = None,
+    ) -> tuple[Task, Run | None]:
+        """A child task with its own workspace made from any revision of the parent (default the
+        latest), its own sandbox, a copy of the parent's engine home and a forked engine session.
+        The parent's workspace is never touched."""
+        parent = self.ctx.task(task_ref)
+        self.runs.refuse_in_flight(parent)
+        rev = self.revisions.resolve(parent, at_revision, default="latest")
+        old = self.ctx.workspace_of(parent)
+        child_id = new_id("task")
+        ws = self.snapshots.workspace_from_revision(
+            old,
+            rev.id,
+            rev.tree,
+            branch=workspaces.branch_name(title or f"{parent.title} fork", child_id),
+            trigger="base",
+            label=f"revision {rev.id[:12]} of task {parent.id}",
+        )
+        ws_id = ws.id
+        child = self._child_task(
+            parent,
+            TaskSource.FORK,
+            ws_id,
+            rev.id,
+            title or child_title(message, f"{parent.title} (fork)"),
+            message,
+            task_id=child_id,
+        )
+        self.ctx.events.publish(
+            ev.TASK_CREATED, child.id, parent=parent.id, source="fork", from_revision=rev.id
+        )
+        last = self.runs.latest(parent)
+        parent_session = self.ctx.store.session_for(old.id)
+        run = self.runs.start(
+            child.id,
+            prompt=message,
+            mode=MODE_FORK,
+            session_id=last.engine_session_id if last else None,
+            home_seed=self.ctx.data.home_path(parent_session.id) if parent_session else None,
+        )
+        return self.ctx.task(child.id), run
+
+    def _child_task(
+        self,
+        parent: Task,
+        source: TaskSource,
+        workspace_id: str | None,
+        from_revision: str | None,
+        title: str,
+        message: str,
+        *,
+        task_id: str | None = None,
+    ) -> Task:
+        child = Task(
+            task_id or new_id("task"),
+            title,
+            parent.source_id,
+            workspace_id,
+            parent.engine,
+            message,
+            parent.id,
+            source.value,
+            from_revision,
+            time.time(),
+        )
+        self.ctx.store.add_task(child)
+        return child
+
+
+def child_title(message: str, fallback: str) -> str:
+    """A continuation's or fork's default title: the first line of what it was asked to do
+    (shortened), so a lineage reads as the steps taken; `fallback` when the message is empty."""
+    line = next((" ".join(l.split()) for l in message.splitlines() if l.strip()), "")
+    if not line:
+        return fallback
+    return line if len(line) <= CHILD_TITLE_MAX else line[: CHILD_TITLE_MAX - 1].rstrip() + "…"
