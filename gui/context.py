@@ -1,6 +1,6 @@
 """The context handed to every widget: the facade, the job runner, the event bridge, the
-settings, and the app-wide facts widgets share (what the facade offers, whether a sandbox can
-be made now).
+settings, the run followers, and the app-wide fact widgets share (whether a sandbox can be made
+now).
 
 Owns creating those once and closing them in order; widgets never make their own.
 """
@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
 
+from core.app import Cairn
 from gui.events import EventBridge
 from gui.jobs import JobRunner
 from gui.qt import QObject, QSettings, Signal
-from gui.queries import capabilities
-from gui.run_follow import RunFollowers
+from gui.task_view.follow import RunFollowers
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +30,7 @@ class AppContext(QObject):
 
     def __init__(
         self,
-        cairn: Any,
+        cairn: Cairn,
         *,
         settings: QSettings | None = None,
         data_dir: Path | None = None,
@@ -43,21 +42,14 @@ class AppContext(QObject):
         self.data_dir = data_dir
         self.jobs = JobRunner(self)
         self.events = EventBridge(self)
-        bus = getattr(cairn, "events", None)
-        if bus is not None and hasattr(bus, "subscribe"):
-            self.events.attach(bus)
+        self.events.attach(cairn.events)
         self.followers = RunFollowers(cairn, self.jobs, self.events, self)
-        self.capabilities = capabilities(cairn)
         self.sandbox_problem: str | None = None
         self._closed = False
 
     @classmethod
-    def open(
-        cls, data_dir: Path | None = None, *, settings: QSettings | None = None
-    ) -> AppContext:
+    def open(cls, data_dir: Path | None = None, *, settings: QSettings | None = None) -> AppContext:
         """Open the facade on a data folder (before the event loop runs: it touches the disk)."""
-        from core.app import Cairn
-
         cairn = Cairn(data_dir, captures_in_child=True)
         return cls(cairn, settings=settings, data_dir=cairn.data.root)
 
@@ -75,7 +67,7 @@ class AppContext(QObject):
         self.events.detach()
         if not self.jobs.shutdown(timeout_ms):
             log.warning("background work still running at exit")
-        if close_facade and hasattr(self.cairn, "close"):
+        if close_facade:
             try:
                 self.cairn.close()
             except Exception:  # at exit, a failure to close is logged, not shown

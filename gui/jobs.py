@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from core.errors import CairnError
+from gui.errors import describe_error
 from gui.qt import QObject, QRunnable, QThreadPool, Signal, Slot, is_alive
 
 log = logging.getLogger(__name__)
@@ -61,23 +61,6 @@ class JobFailure:
 
     def sentence(self) -> str:
         return f"Could not {self.what}: {self.message}" if self.what else self.message
-
-
-def describe_error(error: BaseException) -> str:
-    """One line fit to show a person: Cairn's own message, or the OS's, or the exception's."""
-    if isinstance(error, CairnError):
-        return str(error)
-    if isinstance(error, OSError) and error.strerror:
-        where = f" ({error.filename})" if error.filename else ""
-        return f"{error.strerror}{where}"
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
-
-
-def is_keyring_problem(error: BaseException) -> bool:
-    """Whether the error says the OS keyring is missing or locked (it asks for an unlock prompt)."""
-    names = {cls.__name__ for cls in type(error).__mro__}
-    return bool(names & {"KeyringLocked", "KeyringUnavailable"})
 
 
 class Job:

@@ -18,10 +18,11 @@ from core.datadir import ENV_VAR as DATA_DIR_ENV_VAR
 from core.errors import CairnError
 from gui.collector import GuiThreadCollector
 from gui.context import AppContext
-from gui.jobs import describe_error, share_the_interpreter_with_the_gui
+from gui.errors import describe_error
+from gui.jobs import share_the_interpreter_with_the_gui
 from gui.main_window import MainWindow, app_icon
 from gui.qt import QApplication, QGuiApplication, QMessageBox, QSettings, QTimer
-from gui.settings_dialog import DATA_DIR_KEY as DATA_DIR_SETTING
+from gui.settings import DATA_DIR_KEY as DATA_DIR_SETTING
 from gui.welcome import should_welcome
 
 APP_NAME = "Cairn"

@@ -11,20 +11,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gui.approvals_panel import ApprovalsPanel
+from gui.approvals import ApprovalsPanel
 from gui.context import AppContext
-from gui.credentials_page import CredentialsPage, open_credentials_dialog
 from gui.dialogs import KeyringDialog, NewTaskDialog, NewTaskRequest, engine_choices
-from gui.folders import SortedPaths, sort_paths
-from gui.housekeeping_dialog import HousekeepingDialog
+from gui.dialogs.data import DEFAULT_ENGINES, SortedPaths, sort_paths
+from gui.errors import describe_error, is_keyring_problem
 from gui.icons import clear_cache as clear_icon_cache
 from gui.icons import icon
-from gui.jobs import JobFailure, describe_error, is_keyring_problem
-from gui.lineage_panel import LineagePanel
-from gui.panels import make_panel, panel_title
+from gui.jobs import JobFailure
+from gui.lineage import LineagePanel
+from gui.lineage.data import task_row
 from gui.qt import (
     QAction,
     QApplication,
@@ -53,11 +53,20 @@ from gui.qt import (
     QWidget,
     Signal,
 )
-from gui.queries import task_row
 from gui.resources import icon_path
-from gui.settings_dialog import SettingsDialog
+from gui.revisions import RevisionsPanel
+from gui.sessions import SessionsPanel
+from gui.settings import (
+    CredentialsPage,
+    HousekeepingDialog,
+    SettingsDialog,
+    open_credentials_dialog,
+)
 from gui.task_view import EMPTY_STATE_TEXT, TaskView
 from gui.welcome import WelcomeDialog
+
+if TYPE_CHECKING:
+    from core.reconcile import ReconcileReport
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +85,14 @@ BANNER_STYLE = (
 )
 
 __all__ = ["EMPTY_STATE_TEXT", "MainWindow", "app_icon"]
+
+
+@dataclass(frozen=True)
+class WindowDefaults:
+    """The settings the window's dialogs start from."""
+
+    engines: tuple[str, ...]
+    engine: str | None  # defaults.engine, when one is set
 
 
 def app_icon() -> QIcon:
@@ -139,6 +156,7 @@ class MainWindow(QMainWindow):
         self.credentials_dialog: Any = None
         self.housekeeping_dialog: HousekeepingDialog | None = None
         self.system_check: WelcomeDialog | None = None
+        self._engines: tuple[str, ...] = DEFAULT_ENGINES  # until the settings have been read
         self._default_engine: str | None = None
         self._tray: QSystemTrayIcon | None = None
         self.setWindowTitle(WINDOW_TITLE)
@@ -167,11 +185,11 @@ class MainWindow(QMainWindow):
         self.task_view = TaskView(self.context, self.centre_splitter)
         self.tabs = QTabWidget(self.centre_splitter)
         self.tabs.setObjectName("panelTabs")
-        self.revisions_panel = make_panel("revisions", self.context, self.tabs)
-        self.sessions_panel = make_panel("sessions", self.context, self.tabs)
+        self.revisions_panel = RevisionsPanel(self.context, self.tabs)
+        self.sessions_panel = SessionsPanel(self.context, self.tabs)
         self.approvals_panel = ApprovalsPanel(self.context, self.tabs)
-        self.tabs.addTab(self.revisions_panel, panel_title("revisions"))
-        self.tabs.addTab(self.sessions_panel, panel_title("sessions"))
+        self.tabs.addTab(self.revisions_panel, "Revisions")
+        self.tabs.addTab(self.sessions_panel, "Sessions && Snapshots")
         self.approvals_tab = self.tabs.addTab(self.approvals_panel, "Approvals")
         # Explicit minimums keep the window usable on small screens: a pane squeezed below its
         # content's wish clips instead of forcing the window (and the screen) larger.
@@ -261,9 +279,8 @@ class MainWindow(QMainWindow):
         self.approvals_panel.sig_count_changed.connect(self._approvals_counted)
         self.approvals_panel.sig_arrived.connect(self._approvals_arrived)
         self.sig_folders_dropped.connect(self.open_new_task_dialog)
-        fork_requested = getattr(self.revisions_panel, "sig_fork_requested", None)
-        if fork_requested is not None:  # "Fork from here" in the Revisions timeline
-            fork_requested.connect(self.task_view.fork_from)
+        # "Fork from here" in the Revisions timeline
+        self.revisions_panel.sig_fork_requested.connect(self.task_view.fork_from)
 
     # -- start-up --------------------------------------------------------------------------------
 
@@ -275,13 +292,20 @@ class MainWindow(QMainWindow):
         self.load_defaults()
 
     def load_defaults(self) -> None:
-        """The settings the window's dialogs start from (the default engine)."""
+        """What the window's dialogs start from: the engines and the default engine."""
         cairn = self.context.cairn
-        if not callable(getattr(cairn, "defaults", None)):
-            return
-        self.context.jobs.job(
-            cairn.defaults, key="defaults", what="read the settings", parent=self
-        ).success(lambda d: setattr(self, "_default_engine", d.get("engine") or None)).run()
+
+        def work() -> WindowDefaults:
+            engines = engine_choices(cairn.setting_keys()["engines"])
+            return WindowDefaults(engines, cairn.defaults().get("engine") or None)
+
+        self.context.jobs.job(work, key="defaults", what="read the settings", parent=self).success(
+            self._defaults_loaded
+        ).run()
+
+    def _defaults_loaded(self, defaults: WindowDefaults) -> None:
+        self._engines = defaults.engines
+        self._default_engine = defaults.engine
 
     def check_sandboxes(self) -> None:
         cairn = self.context.cairn
@@ -292,34 +316,30 @@ class MainWindow(QMainWindow):
     def reconcile(self) -> None:
         """Settle runs that ended or were lost while Cairn was closed, then follow the rest."""
         cairn = self.context.cairn
-        if not callable(getattr(cairn, "reconcile", None)):
-            return
         self.context.jobs.job(
             cairn.reconcile, write=True, what="reconcile runs and sandboxes", parent=self
         ).success(self._reconciled).run()
 
-    def _reconciled(self, report: Any) -> None:
-        for run_id in getattr(report, "still_running", []) or []:
+    def _reconciled(self, report: ReconcileReport) -> None:
+        for run_id in report.still_running:
             self.context.followers.follow(run_id)
         notes = []
-        interrupted = getattr(report, "interrupted", []) or []
-        if interrupted:
+        if report.interrupted:
             notes.append(
-                f"{len(interrupted)} run(s) were interrupted while Cairn was closed "
+                f"{len(report.interrupted)} run(s) were interrupted while Cairn was closed "
                 "and can be resumed"
             )
-        orphans = getattr(report, "orphan_containers", []) or []
-        if orphans:
-            notes.append(f"containers Cairn does not know: {', '.join(orphans)} (left as they are)")
-        problems = [
-            p
-            for p in getattr(report, "problems", []) or []
-            if not p.startswith("sandboxes not checked")
-        ]  # the banner says that one
-        notes.extend(problems)
+        if report.orphan_containers:
+            notes.append(
+                f"containers Cairn does not know: {', '.join(report.orphan_containers)} "
+                "(left as they are)"
+            )
+        notes.extend(
+            p for p in report.problems if not p.startswith("sandboxes not checked")
+        )  # the banner says that one
         if notes:
             self.show_status("; ".join(notes))
-        if interrupted or getattr(report, "finished", None):
+        if report.interrupted or report.finished:
             self.lineage.reload()
 
     def refresh(self) -> None:
@@ -383,10 +403,9 @@ class MainWindow(QMainWindow):
 
     def _task_selected(self, task_id: str | None) -> None:
         self.task_view.set_task(task_id)
-        for panel in (self.revisions_panel, self.sessions_panel, self.approvals_panel):
-            set_task = getattr(panel, "set_task", None)
-            if callable(set_task):
-                set_task(task_id)
+        self.revisions_panel.set_task(task_id)
+        self.sessions_panel.set_task(task_id)
+        self.approvals_panel.set_task(task_id)
 
     def _focus_filter(self) -> None:
         self.lineage.filter_edit.setFocus()
@@ -550,9 +569,7 @@ class MainWindow(QMainWindow):
             self.sig_folders_dropped.emit(sorted_paths.folders)
 
     def open_new_task_dialog(self, folders: list[Path]) -> NewTaskDialog:
-        dialog = NewTaskDialog(
-            folders, engine_choices(self.context.cairn), self, default_engine=self._default_engine
-        )
+        dialog = NewTaskDialog(folders, self._engines, self, default_engine=self._default_engine)
         dialog.accepted.connect(lambda: self.create_tasks(dialog.requests()))
         self.new_task_dialog = dialog
         dialog.open()

@@ -259,9 +259,7 @@ class WelcomeDialog(QDialog):
         return next((r for r in self.rows if r.check.id == check_id), None)
 
     def _copied(self, command: str) -> None:
-        signal = getattr(self.context, "sig_status", None)
-        if signal is not None:
-            signal.emit(f"Copied to the clipboard: {command}")
+        self.context.sig_status.emit(f"Copied to the clipboard: {command}")
 
     # -- the host backend ----------------------------------------------------------------------
 
@@ -274,9 +272,7 @@ class WelcomeDialog(QDialog):
 
         def switch() -> str:
             cairn.set_setting(BACKEND_SETTING, HOST_BACKEND)
-            reset = getattr(cairn, "reset_sandboxes", None)
-            if callable(reset):
-                reset()  # the next sandbox is made by the backend just chosen
+            cairn.reset_sandboxes()  # the next sandbox is made by the backend just chosen
             return HOST_BACKEND
 
         self.context.jobs.job(

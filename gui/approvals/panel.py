@@ -1,24 +1,21 @@
 """The Approvals tab: the queue of commands runs asked permission for, one card each, with
 Approve, Deny and "remember for this task".
 
-Owns showing the queue and sending decisions through the facade's approvals API (`approvals()`,
-`approve(id, remember=...)`, `deny(id)`), refreshed on `approval.requested` /
-`approval.decided` events and, when the facade offers `judge_pending()` (answer what the rules
-can, apply timeouts, return what waits), by polling it every few seconds. When the facade has no approvals API the panel says so instead of showing anything it
-cannot act on. Notifying the user and the tab's badge belong to the main window, which listens
-to `sig_count_changed` and `sig_arrived`.
+Owns showing the queue and sending decisions through the facade (`approve(id, remember=...)`,
+`deny(id)`). The queue (gui.approvals.data) is loaded again on `approval.requested` /
+`approval.decided` events and every few seconds, which also lets the judge answer what its
+rules can and apply timeouts. Notifying the user and the tab's badge belong to the main window,
+which listens to `sig_count_changed` and `sig_arrived`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from core import events as ev
 from core.events import Event
-from gui.context import AppContext
-from gui.events import APPROVAL_DECIDED, APPROVAL_REQUESTED
+from gui.approvals.data import PendingApproval, PendingQueue, load_pending, waited
 from gui.icons import icon
 from gui.jobs import JobFailure
 from gui.qt import (
@@ -36,53 +33,13 @@ from gui.qt import (
     QWidget,
     Signal,
 )
-from gui.queries import field_of
+
+if TYPE_CHECKING:
+    from gui.context import AppContext
 
 EMPTY_TEXT = "No commands are waiting for approval."
-NO_API_TEXT = (
-    "Approvals appear here when a run asks to do something risky. "
-    "This build cannot receive approval requests yet."
-)
 LOAD_KEY = "approvals"
 POLL_MS = 3000
-
-
-@dataclass(frozen=True)
-class PendingApproval:
-    """One request, whatever shape the facade returns it in (a dict or an object)."""
-
-    id: str
-    task_id: str | None
-    task_title: str | None
-    run_id: str | None
-    command: str
-    rule: str | None
-    reason: str | None
-    requested_at: float | None
-    state: str
-
-    @classmethod
-    def of(cls, item: Any) -> PendingApproval:
-        return cls(
-            id=str(field_of(item, "id", "approval_id")),
-            task_id=field_of(item, "task_id"),
-            task_title=field_of(item, "task_title", "title"),
-            run_id=field_of(item, "run_id"),
-            command=str(field_of(item, "command", default="")),
-            rule=field_of(item, "rule"),
-            reason=field_of(item, "reason", "why"),
-            requested_at=field_of(item, "requested_at", "created_at"),
-            state=str(field_of(item, "state", default="pending")),
-        )
-
-
-def waited(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    if seconds < 60:
-        return f"waiting {seconds} s"
-    if seconds < 3600:
-        return f"waiting {seconds // 60} min {seconds % 60:02d} s"
-    return f"waiting {seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
 class ApprovalCard(QFrame):
@@ -188,18 +145,15 @@ class ApprovalsPanel(QWidget):
     def __init__(self, context: AppContext, parent: QWidget | None = None):
         super().__init__(parent)
         self.context = context
-        self.available = "approvals" in context.capabilities and all(
-            callable(getattr(context.cairn, name, None)) for name in ("approve", "deny")
-        )
         self.cards: dict[str, ApprovalCard] = {}
-        self._titles: dict[str, str | None] = {}  # task id -> title, filled by the load job
+        self._titles: dict[str, str | None] = {}  # task id -> title, as the loads found them
         self._loading = False
         self._again = False
         self._known: set[str] = set()
         self.loaded = False
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        self.empty_label = QLabel(EMPTY_TEXT if self.available else NO_API_TEXT, self)
+        self.empty_label = QLabel(EMPTY_TEXT, self)
         self.empty_label.setObjectName("approvalsEmpty")
         self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.empty_label.setWordWrap(True)
@@ -223,11 +177,9 @@ class ApprovalsPanel(QWidget):
         self._poll = QTimer(self)
         self._poll.setInterval(POLL_MS)
         self._poll.timeout.connect(self.reload)
-        if self.available:
-            context.events.sig_event.connect(self._on_event)
-            if callable(getattr(context.cairn, "judge_pending", None)):
-                self._poll.start()
-            self.reload()
+        context.events.sig_event.connect(self._on_event)
+        self._poll.start()
+        self.reload()
 
     @property
     def count(self) -> int:
@@ -239,35 +191,14 @@ class ApprovalsPanel(QWidget):
     # -- loading ---------------------------------------------------------------------------------
 
     def reload(self) -> None:
-        """Load the queue (a job). With judge_pending the load also writes (rule answers,
-        timeouts), so it goes to the write thread, one at a time: a poll is skipped while the
-        previous one has not come back."""
-        if not self.available:
-            return
+        """Load the queue (a job). The load also writes (rule answers, timeouts), so it goes to
+        the write thread, one at a time: a poll is skipped while the previous one has not come
+        back."""
         if self._loading:
             self._again = True  # asked for while a load runs: load once more after it
             return
         cairn = self.context.cairn
-        titles = self._titles
-        judge = getattr(cairn, "judge_pending", None)
-        judges = callable(judge)
-
-        def work() -> list[PendingApproval]:
-            items = [
-                PendingApproval.of(item) for item in (judge() if judges else cairn.approvals())
-            ]
-            pending = [a for a in items if a.state == "pending"]
-            out = []
-            for a in pending:
-                if a.task_title is None and a.task_id and callable(getattr(cairn, "task", None)):
-                    if a.task_id not in titles:
-                        try:
-                            titles[a.task_id] = cairn.task(a.task_id).title
-                        except Exception:  # a task gone meanwhile: its id is shown instead
-                            titles[a.task_id] = None
-                    a = dataclasses.replace(a, task_title=titles[a.task_id])
-                out.append(a)
-            return out
+        known = dict(self._titles)  # a copy: the job never reads what the GUI thread changes
 
         self._loading = True
 
@@ -278,11 +209,19 @@ class ApprovalsPanel(QWidget):
                 self.reload()
 
         self.context.jobs.job(
-            work, key=LOAD_KEY, write=judges, what="load the approvals", parent=self
-        ).success(self._show).finished(finished).run()
+            lambda: load_pending(cairn, known),
+            key=LOAD_KEY,
+            write=True,
+            what="load the approvals",
+            parent=self,
+        ).success(self._loaded).finished(finished).run()
+
+    def _loaded(self, queue: PendingQueue) -> None:
+        self._titles.update(queue.titles)
+        self._show(queue.approvals)
 
     def _on_event(self, event: Event) -> None:
-        if event.kind in (APPROVAL_REQUESTED, APPROVAL_DECIDED):
+        if event.kind in (ev.APPROVAL_REQUESTED, ev.APPROVAL_DECIDED):
             self._reload_timer.start()
 
     def _show(self, pending: list[PendingApproval]) -> None:

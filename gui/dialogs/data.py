@@ -1,14 +1,51 @@
-"""Sorting dropped or chosen paths into folders a task can start from and everything else.
+"""What the task dialogs work from, as plain values (no Qt): dropped or chosen paths sorted into
+folders a task can start from and everything else, the engines to offer, a revision in words.
 
-Owns the checks and the words that explain a refusal; no Qt. It reads the disk (a stat and a
+Owns the checks and the words that explain a refusal. `sort_paths` reads the disk (a stat and a
 directory listing per path), so the GUI calls it inside a job.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+# What core runs when nothing chose an engine; offered first, and the choice until the settings
+# have been read.
+FALLBACK_ENGINE = "shell"
+DEFAULT_ENGINES = (FALLBACK_ENGINE, "claude-code", "codex")
+
+
+def engine_choices(known: Iterable[str]) -> tuple[str, ...]:
+    """The engines to offer (core's `setting_keys()["engines"]`), the shell engine first."""
+    names = list(dict.fromkeys(known))
+    if FALLBACK_ENGINE in names:
+        names.remove(FALLBACK_ENGINE)
+        names.insert(0, FALLBACK_ENGINE)
+    return tuple(names) or DEFAULT_ENGINES
+
+
+@dataclass(frozen=True)
+class NewTaskRequest:
+    folder: Path
+    title: str
+    engine: str
+    instructions: str
+
+
+def revision_label(revision: dict, latest: bool = False) -> str:
+    """One revision of task_details()["revisions"] in a line: number, id, trigger, files, time."""
+    when = _dt.datetime.fromtimestamp(revision.get("created_at") or 0).strftime("%Y-%m-%d %H:%M")
+    changed = revision.get("files_changed")
+    files = f", {changed} file{'s' if changed != 1 else ''}" if changed is not None else ""
+    tag = " (latest)" if latest else ""
+    return (
+        f"#{revision.get('seq', '?')} {str(revision.get('id', ''))[:10]} · "
+        f"{revision.get('trigger', '?')}{files} · {when}{tag}"
+    )
 
 
 @dataclass

@@ -1,5 +1,5 @@
-"""Dialogs: New Task (one or several folders), Continue, Fork (with a revision picker), the
-choice a resume needs when the workspace was edited outside Cairn, and the keyring prompt.
+"""The dialogs that make a task: New Task (one or several folders), Continue, and Fork (with a
+revision picker).
 
 Owns collecting what the user wants; making the facade calls is the caller's (through jobs).
 Dialogs are opened with `open()` (window-modal, not blocking the event loop).
@@ -7,10 +7,9 @@ Dialogs are opened with `open()` (window-modal, not blocking the event loop).
 
 from __future__ import annotations
 
-import datetime as _dt
-from dataclasses import dataclass
 from pathlib import Path
 
+from gui.dialogs.data import DEFAULT_ENGINES, NewTaskRequest, revision_label
 from gui.qt import (
     QComboBox,
     QDialog,
@@ -18,35 +17,14 @@ from gui.qt import (
     QFormLayout,
     QLabel,
     QLineEdit,
-    QMessageBox,
     QPlainTextEdit,
-    QPushButton,
     Qt,
     QVBoxLayout,
     QWidget,
 )
 
-DEFAULT_ENGINES = ("shell", "claude-code", "codex")
 SHELL_HINT = "The shell engine runs these as commands, one per line."
 AGENT_HINT = "What the agent should do: this becomes its first prompt."
-
-
-def engine_choices(cairn: object) -> tuple[str, ...]:
-    """The engines to offer: the facade's list when it has one, else the three Cairn knows."""
-    method = getattr(cairn, "engines", None)
-    if callable(method):
-        names = tuple(method())
-        if names:
-            return names
-    return DEFAULT_ENGINES
-
-
-@dataclass(frozen=True)
-class NewTaskRequest:
-    folder: Path
-    title: str
-    engine: str
-    instructions: str
 
 
 def _instructions_edit(parent: QWidget, placeholder: str) -> QPlainTextEdit:
@@ -179,17 +157,6 @@ class ContinueDialog(QDialog):
         return self.instructions_edit.toPlainText().strip()
 
 
-def revision_label(revision: dict, latest: bool = False) -> str:
-    when = _dt.datetime.fromtimestamp(revision.get("created_at") or 0).strftime("%Y-%m-%d %H:%M")
-    changed = revision.get("files_changed")
-    files = f", {changed} file{'s' if changed != 1 else ''}" if changed is not None else ""
-    tag = " (latest)" if latest else ""
-    return (
-        f"#{revision.get('seq', '?')} {str(revision.get('id', ''))[:10]} · "
-        f"{revision.get('trigger', '?')}{files} · {when}{tag}"
-    )
-
-
 class ForkDialog(ContinueDialog):
     """Fork a task from one of its revisions: its own workspace, sandbox and session."""
 
@@ -236,59 +203,3 @@ class ForkDialog(ContinueDialog):
 
     def revision(self) -> str | None:
         return self.revision_combo.currentData()
-
-
-RESUME_ON_TOP = "on-top"
-RESUME_RESTORE = "restore-into-new"
-
-
-def ask_resume_choice(parent: QWidget, message: str) -> str | None:
-    """The workspace was edited outside Cairn: continue on top of the edits, or restore the
-    checkpoint into a new workspace. None when the user cancels."""
-    box = QMessageBox(parent)
-    box.setIcon(QMessageBox.Icon.Question)
-    box.setWindowTitle("The workspace changed")
-    box.setText("The workspace was edited outside Cairn since the run's checkpoint.")
-    box.setInformativeText(f"{message}\n\nThe edits are kept as an external revision either way.")
-    on_top = box.addButton("Continue on top of the edits", QMessageBox.ButtonRole.AcceptRole)
-    restore = box.addButton(
-        "Restore the checkpoint into a new workspace", QMessageBox.ButtonRole.AcceptRole
-    )
-    box.addButton(QMessageBox.StandardButton.Cancel)
-    box.exec()
-    clicked = box.clickedButton()
-    return RESUME_ON_TOP if clicked is on_top else RESUME_RESTORE if clicked is restore else None
-
-
-class KeyringDialog(QDialog):
-    """The OS keyring is locked or missing: how to unlock it, and a way to try again."""
-
-    def __init__(self, message: str, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.setWindowTitle("Unlock your keyring")
-        self.setObjectName("keyringDialog")
-        layout = QVBoxLayout(self)
-        head = QLabel(
-            "<b>Cairn needs your desktop keyring to hand secrets to the sandbox.</b>", self
-        )
-        layout.addWidget(head)
-        self.message_label = QLabel(message, self)
-        self.message_label.setWordWrap(True)
-        self.message_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        layout.addWidget(self.message_label)
-        steps = QLabel(
-            "To unlock it: open your desktop's password manager (GNOME: “Passwords and Keys”; "
-            "KDE: KWallet Manager) and unlock the login keyring, or log out and back in so the "
-            "keyring unlocks with your session. Without a desktop session, run Cairn inside one "
-            "(for example with dbus-run-session and gnome-keyring-daemon --unlock).",
-            self,
-        )
-        steps.setWordWrap(True)
-        layout.addWidget(steps)
-        self.buttons = QDialogButtonBox(self)
-        self.retry_button = QPushButton("Try Again", self)
-        self.buttons.addButton(self.retry_button, QDialogButtonBox.ButtonRole.AcceptRole)
-        self.buttons.addButton(QDialogButtonBox.StandardButton.Close)
-        self.buttons.accepted.connect(self.accept)
-        self.buttons.rejected.connect(self.reject)
-        layout.addWidget(self.buttons)

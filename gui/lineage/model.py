@@ -8,7 +8,7 @@ thousand tasks costs what the expanded part of it costs. A fetch asked for while
 announcing a change (from a slot of its own signals) is deferred to the next turn of the event
 loop instead of nesting a second change inside the first. `LineageFilter` filters through a
 QSortFilterProxyModel; it also finds matches in subtrees not fetched yet. Loading the rows is a
-job's work (gui.queries.load_lineage); this module never calls the facade.
+job's work (gui.lineage.data.load_lineage); this module never calls the facade.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import PurePath
 
 from gui.icons import icon
+from gui.lineage.data import TaskRow
 from gui.qt import (
     QAbstractItemModel,
     QBrush,
@@ -29,8 +30,7 @@ from gui.qt import (
     Qt,
     QTimer,
 )
-from gui.queries import TaskRow
-from gui.task_actions import run_state_label
+from gui.run_state import STATE_COLOURS, run_state_label
 
 FETCH_CHUNK = 256
 COLUMNS = ("Task", "State")
@@ -56,17 +56,6 @@ TASK_ROLE_FIELDS = {
 
 ROOT, SOURCE, TASK = "root", "source", "task"
 
-# Semantic badge colours: mid tones that read on light and dark backgrounds alike.
-STATE_COLOURS = {
-    "queued": "#3b82c4",
-    "preparing": "#3b82c4",
-    "running": "#2e86de",
-    "waiting_approval": "#d68910",
-    "succeeded": "#2e9e5b",
-    "failed": "#d64541",
-    "cancelled": "#8e8e8e",
-    "interrupted": "#e67e22",
-}
 SNAPSHOT_WORDS = {
     "none": "no snapshot",
     "fresh": "snapshot up to date",

@@ -2,20 +2,26 @@
 
 Owns loading the tree (a job), keeping it current from events (new tasks, run states, workspace
 states, snapshots, revisions, approvals), filtering it, and telling the window which task is
-selected. The tree's shape and rows belong to gui.lineage_model.
+selected. The tree's shape and rows belong to gui.lineage.model, the reads behind them to
+gui.lineage.data.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core import events as ev
 from core.events import Event
-from core.models import RunState
-from gui.context import AppContext
-from gui.events import APPROVAL_DECIDED, APPROVAL_REQUESTED
-from gui.lineage_model import ROLE_TASK_ID, LineageFilter, LineageModel
+from gui.lineage.data import (
+    LineageData,
+    TaskRow,
+    live_workspaces,
+    load_lineage,
+    pending_approvals_by_task,
+    task_row,
+)
+from gui.lineage.model import ROLE_TASK_ID, LineageFilter, LineageModel
 from gui.qt import (
     QAbstractItemView,
     QGuiApplication,
@@ -34,20 +40,14 @@ from gui.qt import (
     QWidget,
     Signal,
 )
-from gui.queries import (
-    FOLLOWABLE,
-    LineageData,
-    TaskRow,
-    live_workspaces,
-    load_lineage,
-    pending_approvals_by_task,
-    task_row,
-)
+from gui.run_state import ENDED, FOLLOWABLE
+
+if TYPE_CHECKING:
+    from gui.context import AppContext
 
 LOAD_KEY = "lineage"
 SESSIONS_KEY = "lineage-sessions"
 APPROVALS_KEY = "lineage-approvals"
-ENDED = frozenset(s.value for s in RunState if not s.in_flight)
 NO_TASKS_TEXT = "No tasks yet.\nDrop a repository folder on the window, or choose File ▸ New Task…"
 FILTER_DELAY_MS = 150
 STATE_COLUMN_WIDTH = 110
@@ -283,7 +283,7 @@ class LineagePanel(QWidget):
                 node = self.model.task_node(task_id) if task_id else None
                 if node is not None and node.task.snapshot == "fresh":
                     self.model.set_task_fields(task_id, snapshot="stale")
-            elif event.kind in (APPROVAL_REQUESTED, APPROVAL_DECIDED):
+            elif event.kind in (ev.APPROVAL_REQUESTED, ev.APPROVAL_DECIDED):
                 self._approvals_timer.start()
         if sessions_changed:
             self._sessions_timer.start()

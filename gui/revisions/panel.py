@@ -8,6 +8,8 @@ that is no longer current. Showing the diff belongs to gui.diff.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from core import events as ev
 from gui.diff import DiffViewer
 from gui.qt import (
@@ -33,6 +35,9 @@ from gui.qt import (
 from gui.revisions import data
 from gui.revisions.timeline_model import COL_RUN, TimelineModel
 
+if TYPE_CHECKING:
+    from gui.context import AppContext
+
 SELECTION_DEBOUNCE_MS = 150
 RELOAD_DEBOUNCE_MS = 300
 STATS_BATCH_MS = 30
@@ -49,7 +54,7 @@ class RevisionsPanel(QWidget):
     sig_diff_shown = Signal(str, str)
     """A diff is on screen: (old ref, new ref) as given to the facade."""
 
-    def __init__(self, context, parent: QWidget | None = None):
+    def __init__(self, context: AppContext, parent: QWidget | None = None):
         super().__init__(parent)
         self._context = context
         self._jobs = context.jobs
@@ -134,9 +139,7 @@ class RevisionsPanel(QWidget):
         self._reload_timer = self._single_shot(RELOAD_DEBOUNCE_MS, self._reload)
         self._stats_timer = self._single_shot(STATS_BATCH_MS, self._request_stats)
 
-        events = getattr(context, "events", None)
-        if events is not None:
-            events.sig_event.connect(self._on_event)
+        context.events.sig_event.connect(self._on_event)
         self.set_task(None)
 
     def _single_shot(self, ms: int, slot) -> QTimer:

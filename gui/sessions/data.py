@@ -2,7 +2,7 @@
 report reads in words; the loading functions run inside jobs and use no Qt.
 
 Owns joining `Cairn.status()` with the tasks (a sandbox is listed under the task whose workspace
-it serves), asking for CPU and memory figures where the facade offers them, finding each task's
+it serves), asking for the CPU and memory figures of each running sandbox, finding each task's
 last resume report, and whether (and why not) the selected task's workspace can be snapshotted.
 """
 
@@ -13,10 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# The facade method for live figures of one sandbox session (cpu_percent, memory_bytes,
-# memory_limit_bytes, pids, uptime_s); until the facade has it the columns say why they are empty.
-STATS_METHOD = "session_stats"
-NO_STATS_REASON = "this Cairn core offers no per-session CPU and memory figures"
 NOT_RUNNING_REASON = "only a running sandbox has CPU and memory figures"
 
 
@@ -38,7 +34,7 @@ class SessionRow:
     memory_bytes: int | None = None
     memory_limit_bytes: int | None = None
     uptime_s: float | None = None
-    stats_note: str = NO_STATS_REASON
+    stats_note: str = ""  # where the figures came from, or why there are none
 
 
 @dataclass
@@ -66,16 +62,13 @@ class SessionsData:
     snapshots: list[SnapshotRow] = field(default_factory=list)
     problem: str | None = None
     resumes: dict[str, ResumeInfo] = field(default_factory=dict)  # by task id
-    stats_available: bool = False
 
 
 def load_sessions(cairn: Any) -> SessionsData:
     status = cairn.status()
     tasks = cairn.tasks()
     task_of_ws = {t.workspace_id: t for t in tasks if t.workspace_id}
-    stats_method = getattr(cairn, STATS_METHOD, None)
-    stats_available = callable(stats_method)
-    out = SessionsData(problem=status.get("problem"), stats_available=stats_available)
+    out = SessionsData(problem=status.get("problem"))
     for s in status.get("sessions", []):
         task = task_of_ws.get(s.get("workspace_id"))
         row = SessionRow(
@@ -94,9 +87,9 @@ def load_sessions(cairn: Any) -> SessionsData:
         )
         if row.state != "running":
             row.stats_note = NOT_RUNNING_REASON
-        elif stats_available:
+        else:
             try:
-                stats = stats_method(row.session_id) or {}
+                stats = cairn.session_stats(row.session_id)
             except Exception as exc:  # noqa: BLE001 - one sandbox's figures must not hide the list
                 row.stats_note = f"figures unavailable: {exc}"
             else:
@@ -123,10 +116,9 @@ def load_sessions(cairn: Any) -> SessionsData:
     for task in tasks:
         if not any(r.task_id == task.id for r in out.sessions):
             continue
-        run = _latest_run(cairn, task)
-        report = getattr(run, "resume_report", None) if run is not None else None
-        if report:
-            out.resumes[task.id] = ResumeInfo(task.id, run.id, report)
+        run = cairn.latest_run(task.id)
+        if run is not None and run.resume_report:
+            out.resumes[task.id] = ResumeInfo(task.id, run.id, run.resume_report)
     return out
 
 
@@ -186,14 +178,6 @@ def take_snapshot(cairn: Any, task_id: str, task_title: str) -> SnapshotMade:
     return SnapshotMade(
         task_id, task_title, snap.id, snap.revision_id, reused=snap.created_at < started
     )
-
-
-def _latest_run(cairn: Any, task: Any):
-    method = getattr(cairn, "latest_run", None)
-    if callable(method):
-        return method(task.id)
-    runs = getattr(cairn, "runs", None)
-    return runs.latest_run(task) if runs is not None else None
 
 
 # -- resume reports in words ------------------------------------------------------------------

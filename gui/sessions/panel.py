@@ -7,6 +7,8 @@ here). A sandbox on the host backend is labelled UNSAFE wherever it appears: it 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from core import events as ev
 from gui.qt import (
     QAbstractItemView,
@@ -27,6 +29,12 @@ from gui.qt import (
     Signal,
 )
 from gui.sessions import data
+
+if TYPE_CHECKING:
+    from core.models import Run
+    from core.reconcile import ReconcileReport
+    from core.resume import ResumeReport
+    from gui.context import AppContext
 
 SESSION_COLUMNS = ("Task", "Sandbox", "Backend", "State", "Image", "Uptime", "CPU", "Memory")
 (S_TASK, S_SANDBOX, S_BACKEND, S_STATE, S_IMAGE, S_UPTIME, S_CPU, S_MEMORY) = range(8)
@@ -89,7 +97,7 @@ class SessionsPanel(QWidget):
     sig_target_checked = Signal()
     """The workspace Snapshot Now would snapshot was checked (the button's state is current)."""
 
-    def __init__(self, context, parent: QWidget | None = None):
+    def __init__(self, context: AppContext, parent: QWidget | None = None):
         super().__init__(parent)
         self._context = context
         self._jobs = context.jobs
@@ -180,9 +188,7 @@ class SessionsPanel(QWidget):
         self._event_timer.setSingleShot(True)
         self._event_timer.setInterval(EVENT_REFRESH_MS)
         self._event_timer.timeout.connect(self.refresh)
-        events = getattr(context, "events", None)
-        if events is not None:
-            events.sig_event.connect(self._on_event)
+        context.events.sig_event.connect(self._on_event)
         self._update_buttons()
         self.refresh()
 
@@ -253,7 +259,7 @@ class SessionsPanel(QWidget):
         """Ask (in a job) whether the workspace Snapshot Now would snapshot can be snapshotted."""
         task_id = self._snapshot_task_id()
         key = f"{self._key}-target"
-        if task_id is None or not self._offers("snapshot"):
+        if task_id is None:
             self._jobs.supersede(key)
             self._target = None
             self._update_buttons()
@@ -412,12 +418,11 @@ class SessionsPanel(QWidget):
         s = self.selected_session()
         idle = self._busy is None
         has_task = s is not None and s.task_id is not None
-        offers = self._offers
         self.stop_button.setEnabled(
-            idle and has_task and offers("stop") and s.state in ("running", "unknown")
+            idle and has_task and s is not None and s.state in ("running", "unknown")
         )
-        self.resume_button.setEnabled(idle and has_task and offers("resume"))
-        self.reconcile_button.setEnabled(idle and offers("reconcile"))
+        self.resume_button.setEnabled(idle and has_task)
+        self.reconcile_button.setEnabled(idle)
         can_snapshot, why = self._snapshot_state()
         self.snapshot_button.setText(
             SNAPSHOT_BUSY_TEXT if self._busy == "snapshot" else SNAPSHOT_TEXT
@@ -427,8 +432,6 @@ class SessionsPanel(QWidget):
 
     def _snapshot_state(self) -> tuple[bool, str]:
         """Whether Snapshot Now can run now, and its tooltip (the reason when it cannot)."""
-        if not self._offers("snapshot"):
-            return False, "This version of Cairn's core cannot make snapshots"
         if self._busy == "snapshot":
             return False, "Snapshotting the workspace…"
         task_id = self._snapshot_task_id()
@@ -450,9 +453,6 @@ class SessionsPanel(QWidget):
             f"Capture the workspace of {target.task_title} now and keep its latest "
             "revision as a durable snapshot"
         )
-
-    def _offers(self, method: str) -> bool:
-        return callable(getattr(self._cairn, method, None))
 
     def stop_selected(self) -> None:
         s = self.selected_session()
@@ -537,17 +537,10 @@ class SessionsPanel(QWidget):
             parts.append(f"stopped sandbox {result['sandbox']}")
         self._show_message("Stop: " + (", ".join(parts) if parts else "nothing was running") + ".")
 
-    def _resumed(self, result) -> None:
-        task_id, outcome = result
-        run, report = outcome if isinstance(outcome, tuple) else (outcome, None)
-        as_dict = report.to_dict() if hasattr(report, "to_dict") else report
-        if as_dict is None:
-            as_dict = getattr(run, "resume_report", None)
-        if as_dict:
-            self._last_resume[task_id] = as_dict
-        self._show_message(
-            f"Resumed: run {getattr(run, 'id', '?')} is {getattr(run, 'state', 'running')}."
-        )
+    def _resumed(self, result: tuple[str, tuple[Run, ResumeReport]]) -> None:
+        task_id, (run, report) = result
+        self._last_resume[task_id] = report.to_dict()
+        self._show_message(f"Resumed: run {run.id} is {run.state}.")
         self._show_resume_report(task_id)
 
     def _snapshotted(self, made: data.SnapshotMade) -> None:
@@ -563,13 +556,10 @@ class SessionsPanel(QWidget):
                 f"({made.task_title})."
             )
         self._show_message(text)
-        status = getattr(self._context, "sig_status", None)
-        if status is not None:
-            status.emit(text)
+        self._context.sig_status.emit(text)
 
-    def _reconciled(self, report) -> None:
-        d = report.to_dict() if hasattr(report, "to_dict") else dict(report or {})
-        self._show_message(describe_reconcile(d))
+    def _reconciled(self, report: ReconcileReport) -> None:
+        self._show_message(describe_reconcile(report.to_dict()))
 
     # -- words --------------------------------------------------------------------------------
 

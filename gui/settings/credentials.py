@@ -2,17 +2,16 @@
 task's grants of them as environment variables.
 
 Owns showing those and sending the user's changes through the facade (`keyring_status()`,
-`secret_names()`, `tasks_granted()`, and `credentials` for set / delete / grant / revoke), every
-call in a job. A value typed here goes from its password field into a write job and the field is
-emptied at once; no widget ever shows one. Where the page lives (a Settings tab, or a dialog of
-its own through `open_credentials_dialog`) is the caller's.
+`secret_names()`, and `credentials` for set / delete / grant / revoke), every call in a job; the
+reads are gui.settings.data's. A value typed here goes from its password field into a write job
+and the field is emptied at once; no widget ever shows one. Where the page lives (a Settings
+tab, or a dialog of its own through `open_credentials_dialog`) is the caller's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.credentials import (
     SCOPE_LINEAGE,
@@ -24,8 +23,8 @@ from core.credentials import (
 )
 from core.errors import InputError
 from core.events import TASK_CREATED, Event
-from gui.context import AppContext
-from gui.jobs import JobFailure, is_keyring_problem
+from gui.errors import is_keyring_problem
+from gui.jobs import JobFailure
 from gui.qt import (
     QAbstractItemView,
     QComboBox,
@@ -44,6 +43,18 @@ from gui.qt import (
     QWidget,
     Signal,
 )
+from gui.settings.data import (
+    GrantRow,
+    grant_holders,
+    grant_rows,
+    task_grants,
+    task_label,
+    task_titles,
+)
+
+if TYPE_CHECKING:
+    from core.credentials import Grant
+    from gui.context import AppContext
 
 CHECKING_TEXT = "Checking the keyring…"
 APPLY_HINT = (
@@ -55,35 +66,6 @@ APPLY_HINT = (
 NO_TASKS_TEXT = "No tasks yet: drop a folder into Cairn to make one, then grant it secrets here."
 SCOPE_CHOICES = ((SCOPE_LINEAGE, "This task and its descendants"), (SCOPE_TASK, "This task only"))
 PAGE_STYLE = 'QLabel[tone="error"] { color: #c62828; } QLabel[tone="warning"] { color: #b26a00; }'
-SHORT_ID = 7
-
-
-def short_id(task_id: str) -> str:
-    return f"…{task_id[-SHORT_ID:]}" if len(task_id) > SHORT_ID + 1 else task_id
-
-
-def task_label(task_id: str, title: str) -> str:
-    return f"{title} · {short_id(task_id)}"
-
-
-@dataclass(frozen=True)
-class GrantRow:
-    """One line of the grants table: a grant in effect, or a secret revoked in the lineage."""
-
-    secret_name: str
-    env_var: str | None
-    scope: str | None
-    from_task_id: str | None  # the ancestor the grant is inherited from; None when it is the task's
-    revoked: bool = False
-
-
-def grant_rows(task_id: str, grants: list[Any], revoked: list[str]) -> list[GrantRow]:
-    rows = [
-        GrantRow(g.secret_name, g.env_var, g.scope, None if g.task_id == task_id else g.task_id)
-        for g in grants
-    ]
-    rows += [GrantRow(name, None, None, None, revoked=True) for name in revoked]
-    return rows
 
 
 def _set_tone(label: QLabel, tone: str | None) -> None:
@@ -319,12 +301,8 @@ class CredentialsPage(QWidget):
 
     def reload_tasks(self) -> None:
         cairn = self.context.cairn
-
-        def work() -> list[tuple[str, str]]:
-            return [(t.id, t.title) for t in cairn.tasks()]
-
         self.context.jobs.job(
-            work, key=self._keys["tasks"], what="list the tasks", parent=self
+            lambda: task_titles(cairn), key=self._keys["tasks"], what="list the tasks", parent=self
         ).success(self._show_tasks).failure(self._grants_failed).run()
 
     def reload_grants(self) -> None:
@@ -334,13 +312,11 @@ class CredentialsPage(QWidget):
             self._show_grants((None, [], []))
             return
         cairn = self.context.cairn
-
-        def work() -> tuple[str, list[Any], list[str]]:
-            creds = cairn.credentials
-            return task_id, creds.grants_for(task_id), creds.revoked_for(task_id)
-
         self.context.jobs.job(
-            work, key=self._keys["grants"], what="load the task's grants", parent=self
+            lambda: task_grants(cairn, task_id),
+            key=self._keys["grants"],
+            what="load the task's grants",
+            parent=self,
         ).success(self._show_grants).failure(self._grants_failed).run()
 
     def set_task(self, task_id: str | None) -> None:
@@ -431,7 +407,7 @@ class CredentialsPage(QWidget):
             self.reload_grants()
         self._update_buttons()
 
-    def _show_grants(self, loaded: tuple[str | None, list[Any], list[str]]) -> None:
+    def _show_grants(self, loaded: tuple[str | None, list[Grant], list[str]]) -> None:
         task_id, grants, revoked = loaded
         if task_id != self.task_id:
             return
@@ -538,14 +514,12 @@ class CredentialsPage(QWidget):
             _say(self.secrets_message, "Select the secret to remove.", "error")
             return
         cairn = self.context.cairn
-
-        def holders() -> list[tuple[str, str]]:
-            return [(t.id, t.title) for t in cairn.tasks_granted(name)]
-
         self.remove_button.setEnabled(False)
-        self.context.jobs.job(holders, what=f"find the grants of {name}", parent=self).success(
-            lambda found: self._confirm_remove(name, found)
-        ).failure(self._secrets_failed).finished(self._update_buttons).run()
+        self.context.jobs.job(
+            lambda: grant_holders(cairn, name), what=f"find the grants of {name}", parent=self
+        ).success(lambda found: self._confirm_remove(name, found)).failure(
+            self._secrets_failed
+        ).finished(self._update_buttons).run()
 
     def _confirm_remove(self, name: str, holders: list[tuple[str, str]]) -> None:
         if not confirm_removal(self, name, holders):

@@ -2,22 +2,19 @@
 the risk rules (Cairn's own or the data folder's override), and the data folder the next start
 uses.
 
-Owns showing those and sending the user's changes through the facade (`setting_keys()`,
-`get_setting`, `check_setting`, `set_setting`, `unset_setting`, `risk_rules()`,
-`check_risk_rules`, `set_risk_rules`, `reset_risk_rules()`), every call in a job. Checking and
-writing are the facade's; what a setting does is core's. `pages` is a plain QTabWidget: other
-pages (credentials) are added by the caller with `pages.addTab`.
+Owns showing those and sending the user's changes through the facade, every call in a job (the
+reads and the all-or-nothing write are gui.settings.data's). Checking and writing are the
+facade's; what a setting does is core's. `pages` is a plain QTabWidget: other pages
+(credentials) are added by the caller with `pages.addTab`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from core.errors import CairnError
-from gui.dialogs import engine_choices
-from gui.jobs import JobFailure, describe_error
+from gui.dialogs.data import FALLBACK_ENGINE
+from gui.jobs import JobFailure
 from gui.qt import (
     QAbstractItemView,
     QComboBox,
@@ -42,9 +39,12 @@ from gui.qt import (
     QWidget,
     Signal,
 )
+from gui.settings.data import Changes, LoadedSettings, apply_changes, load_settings
+
+if TYPE_CHECKING:
+    from gui.context import AppContext
 
 DATA_DIR_KEY = "app/data_dir"  # QSettings: the data folder gui/main.py opens at the next start
-FALLBACK_ENGINE = "shell"
 FALLBACK_NETWORK = "none"
 FALLBACK_BACKEND = "docker"
 NETWORK_LABELS = {
@@ -81,81 +81,6 @@ STYLE = (
 )
 
 
-@dataclass
-class LoadedSettings:
-    """What the dialog read when it opened (or after its last write), as plain values."""
-
-    defaults: dict[str, str] = field(default_factory=dict)
-    engines: dict[str, dict[str, str]] = field(default_factory=dict)
-    engine_keys: list[str] = field(default_factory=list)
-    engines_offered: list[str] = field(default_factory=list)
-    networks: list[str] = field(default_factory=list)
-    backends: list[str] = field(default_factory=list)
-    rules: dict[str, Any] = field(default_factory=dict)
-
-
-def load_settings(cairn: Any) -> LoadedSettings:
-    """Everything the dialog shows, read through the facade (on a job's thread)."""
-    keys = cairn.setting_keys()
-    engines = list(keys["engines"])
-    offered = list(dict.fromkeys([*engine_choices(cairn), *engines]))
-    return LoadedSettings(
-        defaults=dict(cairn.get_setting("defaults") or {}),
-        engines={e: dict(cairn.get_setting(f"engines.{e}") or {}) for e in engines},
-        engine_keys=list(keys["engine_keys"]),
-        engines_offered=offered,
-        networks=list(keys["networks"]),
-        backends=list(keys["backends"]),
-        rules=cairn.risk_rules(),
-    )
-
-
-@dataclass(frozen=True)
-class Changes:
-    """The keys to set (key → value) and to unset, and the rules text to save (None: keep)."""
-
-    set: dict[str, str] = field(default_factory=dict)
-    unset: tuple[str, ...] = ()
-    rules_text: str | None = None
-
-    def __bool__(self) -> bool:
-        return bool(self.set or self.unset or self.rules_text is not None)
-
-
-def apply_changes(cairn: Any, changes: Changes) -> LoadedSettings:
-    """Check every change first and write nothing if one is refused (all refusals in one
-    message, one line each); then write them. A write that fails part-way says what was saved
-    and what was not. Returns the settings as they are now (on a job's thread)."""
-    problems = []
-    for key, value in changes.set.items():
-        try:
-            cairn.check_setting(key, value)
-        except CairnError as exc:
-            problems.append(f"{key}: {exc}")
-    if changes.rules_text is not None:
-        try:
-            cairn.check_risk_rules(changes.rules_text)
-        except CairnError as exc:
-            problems.append(f"risk rules: {exc}")
-    if problems:
-        raise CairnError("nothing was saved: " + "\n".join(problems))
-    done: list[str] = []
-    steps = [
-        (key, lambda k=key, v=value: cairn.set_setting(k, v)) for key, value in changes.set.items()
-    ]
-    steps += [(key, lambda k=key: cairn.unset_setting(k)) for key in changes.unset]
-    if changes.rules_text is not None:
-        steps.append(("risk rules", lambda: cairn.set_risk_rules(changes.rules_text)))
-    for name, step in steps:
-        try:
-            step()
-        except Exception as exc:
-            saved = f"saved {', '.join(done)}; " if done else "nothing was saved; "
-            raise CairnError(f"{saved}could not save {name}: {describe_error(exc)}") from exc
-        done.append(name)
-    return load_settings(cairn)
-
-
 def _set_tone(label: QLabel, text: str, tone: str | None = None) -> None:
     label.setText(text)
     label.setVisible(bool(text))
@@ -188,7 +113,7 @@ class SettingsDialog(QDialog):
     sig_saved = Signal(object)
     """Settings were written: the keys (and "risk rules") that changed, as a list."""
 
-    def __init__(self, context: Any, parent: QWidget | None = None):
+    def __init__(self, context: AppContext, parent: QWidget | None = None):
         super().__init__(parent)
         self.context = context
         self.cairn = context.cairn

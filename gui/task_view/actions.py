@@ -7,9 +7,8 @@ runs; these rules only keep the buttons honest about what it will accept.
 
 from __future__ import annotations
 
-from typing import Any
-
-from core.models import RunState, WorkspaceState
+from core.models import Run, RunState, WorkspaceState
+from gui.run_state import IN_FLIGHT, run_state_label
 
 START = "start"
 CONTINUE = "continue"
@@ -30,30 +29,11 @@ LABELS = {
     EXPORT_PATCH: "Export patch…",
 }
 
-NOT_IN_BUILD = "not available in this build"
 NO_TASK = "select a task first"
 
-RUN_STATE_LABELS = {
-    RunState.QUEUED.value: "queued",
-    RunState.PREPARING.value: "preparing",
-    RunState.RUNNING.value: "running",
-    RunState.WAITING_APPROVAL.value: "waiting for approval",
-    RunState.SUCCEEDED.value: "succeeded",
-    RunState.FAILED.value: "failed",
-    RunState.CANCELLED.value: "cancelled",
-    RunState.INTERRUPTED.value: "interrupted",
-}
-
-IN_FLIGHT = frozenset(s.value for s in RunState if s.in_flight)
 _WORKABLE = frozenset({WorkspaceState.PREPARED.value, WorkspaceState.ACTIVE.value})
 
 State = tuple[bool, str]  # (enabled, why not: empty when enabled)
-
-
-def run_state_label(state: str | None) -> str:
-    if state is None:
-        return "not started"
-    return RUN_STATE_LABELS.get(state, state)
 
 
 def _ended(state: str | None) -> str:
@@ -65,16 +45,11 @@ def _ended(state: str | None) -> str:
     return f"the last run {verb}"
 
 
-def _state_of(run: Any) -> str | None:
-    return None if run is None else getattr(run, "state", None)
-
-
 def button_states(
     details: dict | None,
-    run: Any = None,
+    run: Run | None = None,
     *,
-    lineage_run: Any = None,
-    capabilities: frozenset[str] | set[str] = frozenset(BUTTONS),
+    lineage_run: Run | None = None,
     busy: str | None = None,
     sandbox_problem: str | None = None,
 ) -> dict[str, State]:
@@ -82,8 +57,7 @@ def button_states(
 
     details: the facade's task_details() of the selected task (None: nothing selected).
     run: the task's latest run (None before its first). lineage_run: a run in flight in another
-    task of the same lineage. capabilities: the actions the facade offers (see
-    gui.queries.FACADE_METHODS). busy: an action on this task already in progress ("stopping").
+    task of the same lineage. busy: an action on this task already in progress ("stopping").
     sandbox_problem: why no sandbox can be made now (Docker down), or None.
     """
     if details is None:
@@ -97,12 +71,16 @@ def button_states(
         PROMOTE: _promote,
         EXPORT_PATCH: _export_patch,
     }
-    facts = _Facts(details, _state_of(run), getattr(run, "id", None), lineage_run, sandbox_problem)
+    facts = _Facts(
+        details,
+        run.state if run is not None else None,
+        run.id if run is not None else None,
+        lineage_run,
+        sandbox_problem,
+    )
     states: dict[str, State] = {}
     for name in BUTTONS:
-        if name not in capabilities:
-            states[name] = (False, NOT_IN_BUILD)
-        elif busy:
+        if busy:
             states[name] = (False, f"{busy}; wait for it to finish")
         else:
             why = rules[name](facts)
@@ -116,7 +94,7 @@ class _Facts:
         details: dict,
         state: str | None,
         run_id: str | None,
-        lineage_run: Any,
+        lineage_run: Run | None,
         sandbox_problem: str | None,
     ):
         self.details = details
@@ -134,8 +112,8 @@ class _Facts:
         if other is None:
             return None
         return (
-            f"run {getattr(other, 'id', '?')} of this lineage is "
-            f"{run_state_label(getattr(other, 'state', None))}; wait for it to end or stop it"
+            f"run {other.id} of this lineage is "
+            f"{run_state_label(other.state)}; wait for it to end or stop it"
         )
 
     def workspace_unusable(self) -> str | None:

@@ -9,14 +9,14 @@ it, so no chunk is shown twice or lost between the two. Drawing the output is th
 from __future__ import annotations
 
 import threading
-from typing import Any
 
-from core.app import RECORD_CHILD
+from core.app import RECORD_CHILD, Cairn
 from core.events import Event
+from core.models import Run
 from gui.events import RUN_OUTPUT, EventBridge
 from gui.jobs import JobFailure, JobRunner
 from gui.qt import QObject, Signal
-from gui.queries import run_output
+from gui.task_view.data import run_output
 
 TRANSCRIPT_LIMIT = 4_000_000  # characters kept per run (the start is dropped beyond it)
 
@@ -31,7 +31,7 @@ class RunFollowers(QObject):
     """Following a run failed (run id, JobFailure); the run is no longer followed."""
 
     def __init__(
-        self, cairn: Any, jobs: JobRunner, bridge: EventBridge, parent: QObject | None = None
+        self, cairn: Cairn, jobs: JobRunner, bridge: EventBridge, parent: QObject | None = None
     ):
         super().__init__(parent)
         self._cairn = cairn
@@ -52,7 +52,7 @@ class RunFollowers(QObject):
         self._stops[run_id] = stop
         cairn, bridge = self._cairn, self._bridge
 
-        def work():
+        def work() -> Run:
             backlog = run_output(cairn, run_id)
             bridge.post(
                 Event(
@@ -73,12 +73,12 @@ class RunFollowers(QObject):
                 run_id, on_output=on_output, should_stop=stop.is_set, record=RECORD_CHILD
             )
 
-        self._jobs.job(work, observe=True, what=f"follow run {run_id}").success(
+        self._jobs.job(work, observe=True, what=f"follow run {run_id}", parent=self).success(
             lambda run: self._ended(run_id, run)
         ).failure(lambda failure: self._lost(run_id, failure)).run()
         return True
 
-    def _ended(self, run_id: str, run: Any) -> None:
+    def _ended(self, run_id: str, run: Run) -> None:
         stop = self._stops.pop(run_id, None)
         if stop is not None and not stop.is_set():
             self.sig_run_ended.emit(run_id, run)

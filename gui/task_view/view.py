@@ -2,59 +2,42 @@
 goes on), and the actions Start, Continue, Fork, Stop, Resume, Promote to branch, Export patch.
 
 Owns showing one task and offering its actions. Which action is possible, and why not, comes
-from gui.task_actions; every facade call goes through a job; output arrives from the run
-followers through the event bridge.
+from gui.task_view.actions; the reads are gui.task_view.data's and every facade call goes
+through a job; output arrives from the run followers (gui.task_view.follow) through the event
+bridge and is drawn by gui.task_view.output_view.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.events import Event
-from gui.context import AppContext
+from core.models import Run, Task
+from core.resume import NeedsChoice
 from gui.dialogs import ContinueDialog, ForkDialog, ask_resume_choice
+from gui.errors import describe_error
 from gui.events import RUN_OUTPUT
 from gui.icons import icon
-from gui.jobs import JobFailure, describe_error
-from gui.lineage_model import STATE_COLOURS
+from gui.jobs import JobFailure
 from gui.qt import (
     QAction,
-    QColor,
     QFileDialog,
-    QFont,
-    QFontDatabase,
     QFrame,
     QInputDialog,
     QLabel,
     QMessageBox,
-    QPlainTextEdit,
     QSizePolicy,
     QStackedWidget,
     Qt,
-    QTextCharFormat,
-    QTextCursor,
     QTimer,
     QToolBar,
     QVBoxLayout,
     QWidget,
     Signal,
 )
-from gui.queries import FOLLOWABLE, IN_FLIGHT, TaskViewData, field_of, run_output, task_view
-from gui.run_output import (
-    EDIT,
-    ERROR,
-    MESSAGE,
-    NOTE,
-    RESULT,
-    SESSION,
-    STDERR,
-    TOOL,
-    TOOL_RESULT,
-    OutputBlock,
-    OutputReader,
-)
-from gui.task_actions import (
+from gui.run_state import FOLLOWABLE, IN_FLIGHT, STATE_COLOURS, run_state_label
+from gui.task_view.actions import (
     BUTTONS,
     CONTINUE,
     EXPORT_PATCH,
@@ -65,14 +48,17 @@ from gui.task_actions import (
     START,
     STOP,
     button_states,
-    run_state_label,
 )
+from gui.task_view.data import TaskViewData, run_output, task_view
+from gui.task_view.output_view import OutputView
+
+if TYPE_CHECKING:
+    from gui.context import AppContext
 
 log = logging.getLogger(__name__)
 
 EMPTY_STATE_TEXT = "Drop a repository folder here to start a task"
 EMPTY_STATE_HINT = "or choose File ▸ New Task…; tasks you made are in the tree on the left."
-MAX_OUTPUT_LINES = 20_000
 ICONS = {
     START: "start",
     CONTINUE: "continue",
@@ -82,76 +68,7 @@ ICONS = {
     PROMOTE: "promote",
     EXPORT_PATCH: "export",
 }
-KIND_COLOURS = {
-    TOOL: "#2e86de",
-    EDIT: "#2e9e5b",
-    ERROR: "#d64541",
-    RESULT: "#2e9e5b",
-    STDERR: "#e67e22",
-    SESSION: "#8e8e8e",
-    NOTE: "#8e8e8e",
-    TOOL_RESULT: "#8e8e8e",
-}
 TASK_VIEW_KEY = "task-view"
-
-
-class OutputView(QPlainTextEdit):
-    """A run's output drawn as blocks: messages in the body font, commands and plain lines in
-    a fixed font, semantic colours for commands, edits and errors (they read on light and
-    dark). Keeps the last MAX_OUTPUT_LINES lines."""
-
-    def __init__(self, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.setObjectName("runOutput")
-        self.setReadOnly(True)
-        self.setMaximumBlockCount(MAX_OUTPUT_LINES)
-        self.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
-        self._fixed = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
-        self._reader = OutputReader()
-        self._formats: dict[str, QTextCharFormat] = {}
-        self.setPlaceholderText("No output yet.")
-
-    def _format(self, kind: str) -> QTextCharFormat:
-        fmt = self._formats.get(kind)
-        if fmt is None:
-            fmt = QTextCharFormat()
-            if kind != MESSAGE:
-                fmt.setFont(self._fixed)
-            if kind in (TOOL, EDIT, ERROR, RESULT):
-                fmt.setFontWeight(QFont.Weight.DemiBold)
-            colour = KIND_COLOURS.get(kind)
-            if colour:
-                fmt.setForeground(QColor(colour))
-            self._formats[kind] = fmt
-        return fmt
-
-    def reset(self, text: str = "") -> None:
-        self.clear()
-        self._reader = OutputReader()
-        if text:
-            self.add_chunk("stdout", text)
-
-    def add_chunk(self, stream: str, text: str) -> None:
-        self.add_blocks(self._reader.feed(stream, text))
-
-    def finish(self) -> None:
-        self.add_blocks(self._reader.flush())
-
-    def add_blocks(self, blocks: list[OutputBlock]) -> None:
-        if not blocks:
-            return
-        bar = self.verticalScrollBar()
-        at_end = bar.value() >= bar.maximum() - 4
-        cursor = QTextCursor(self.document())
-        cursor.movePosition(QTextCursor.MoveOperation.End)
-        cursor.beginEditBlock()
-        for block in blocks:
-            if not self.document().isEmpty():
-                cursor.insertBlock()
-            cursor.insertText(block.text, self._format(block.kind))
-        cursor.endEditBlock()
-        if at_end:
-            bar.setValue(bar.maximum())
 
 
 class TaskView(QWidget):
@@ -330,7 +247,7 @@ class TaskView(QWidget):
             self.state_label.setText("Not started yet.")
             return
         colour = STATE_COLOURS.get(run.state, "")
-        note = f" — {run.note}" if getattr(run, "note", None) else ""
+        note = f" — {run.note}" if run.note else ""
         style = f' style="color:{colour}"' if colour else ""
         self.state_label.setText(
             f"Run {run.id}: <b{style}>{run_state_label(run.state)}</b>{_escape(note)}"
@@ -360,7 +277,6 @@ class TaskView(QWidget):
             data.details if data else None,
             data.run if data else None,
             lineage_run=data.lineage_run if data else None,
-            capabilities=self.context.capabilities,
             busy=self._busy.get(self.task_id or ""),
             sandbox_problem=self.context.sandbox_problem,
         )
@@ -399,7 +315,7 @@ class TaskView(QWidget):
         if mine:
             self._reload_timer.start()
 
-    def _on_run_ended(self, run_id: str, _run: Any) -> None:
+    def _on_run_ended(self, run_id: str, _run: Run) -> None:
         if run_id == self._shown_run:
             self.output.finish()
             self._reload_timer.start()
@@ -470,14 +386,13 @@ class TaskView(QWidget):
             work,
             done=f"Started a run of {d['title']}",
             busy="starting the run",
-            on_success=self._follow_result,
+            on_success=self._follow,
         )
 
-    def _follow_result(self, result: Any) -> None:
-        run = result[0] if isinstance(result, tuple) else result
-        run_id = field_of(run, "id")
-        if run_id and field_of(run, "state") in FOLLOWABLE:
-            self.context.followers.follow(run_id)
+    def _follow(self, run: Run | None) -> None:
+        """Follow a run an action started (its output then shows here live)."""
+        if run is not None and run.state in FOLLOWABLE:
+            self.context.followers.follow(run.id)
 
     def _continue(self) -> None:
         d = self.data.details
@@ -529,14 +444,11 @@ class TaskView(QWidget):
         self.fork_dialog = dialog
         dialog.open()
 
-    def _created(self, result: Any) -> None:
-        """Continue and fork return (task, run or None)."""
-        task, run = result if isinstance(result, tuple) else (result, None)
-        task_id = field_of(task, "id", "task_id")
-        if isinstance(task_id, str):
-            self.sig_task_created.emit(task_id)
-        if run is not None:
-            self._follow_result(run)
+    def _created(self, result: tuple[Task, Run | None]) -> None:
+        """Continue and fork return (the new task, its run or None)."""
+        task, run = result
+        self.sig_task_created.emit(task.id)
+        self._follow(run)
 
     def _stop(self) -> None:
         cairn, task_id, title = self.context.cairn, self.task_id, self.data.details["title"]
@@ -558,16 +470,16 @@ class TaskView(QWidget):
             self.reload()
 
         def failed(failure: JobFailure) -> None:
-            if getattr(failure.error, "choices", None) and choice is None:
+            if isinstance(failure.error, NeedsChoice) and choice is None:
                 picked = ask_resume_choice(self, describe_error(failure.error))
                 if picked is not None:
                     self._resume(picked)
                 return
             self.report_failure(failure)
 
-        def succeeded(result: Any) -> None:
+        def succeeded(result: tuple[Run, Any]) -> None:
             self.context.sig_status.emit(f"Resumed {title}")
-            self._follow_result(result)
+            self._follow(result[0])
 
         self.context.jobs.job(
             lambda: cairn.resume(task_id, choice=choice), write=True, what="resume the run"
@@ -614,7 +526,7 @@ class TaskView(QWidget):
         )
 
 
-def output_placeholder(run: Any) -> str:
+def output_placeholder(run: Run | None) -> str:
     """What the empty output area says: why it is empty."""
     if run is None:
         return "No run yet. Start runs the instructions in the task's sandbox."

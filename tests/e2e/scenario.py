@@ -33,9 +33,9 @@ from PySide6.QtWidgets import QWidget
 
 import gui.main as app_main
 from gui.diff.file_list import COL_PATH
-from gui.lineage_model import ROLE_TASK_ID
+from gui.lineage.model import ROLE_TASK_ID
 from gui.main_window import MainWindow
-from gui.task_actions import CONTINUE, START
+from gui.task_view.actions import CONTINUE, START
 
 STEP_TIMEOUT_S = 90
 WINDOW_RECT = (0, 0, 960, 780)

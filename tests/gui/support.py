@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from gui.lineage.data import TaskRow
 from gui.qt import (
     QApplication,
     QDragEnterEvent,
@@ -19,7 +20,6 @@ from gui.qt import (
     QTimer,
     QUrl,
 )
-from gui.queries import TaskRow
 
 STATES = (None, "running", "succeeded", "failed", "interrupted", "waiting_approval", "cancelled")
 

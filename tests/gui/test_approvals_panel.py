@@ -1,34 +1,41 @@
 """The Approvals tab: a card per pending request (task, exact command, rule and why, time
 waiting) with Approve, Deny and "remember for this task", keyboard shortcuts, a count for the
-tab badge, and an honest empty state when the facade has no approvals API."""
+tab badge, and an empty state that says so."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 
+from core.approvals import Approval
 from core.errors import Conflict
 from core.events import EventBus
-from gui.approvals_panel import NO_API_TEXT, ApprovalsPanel, waited
+from gui.approvals import ApprovalsPanel
+from gui.approvals.data import waited
 from gui.context import AppContext
 from gui.qt import QMessageBox, Qt
 
 
 class FakeApprovals:
-    """The approvals part of the facade, as the lead's API will offer it."""
+    """The approvals part of the facade: the judge's queue, decisions, and the tasks' titles."""
 
     def __init__(self, items):
         self.events = EventBus()
-        self.items = {item["id"]: dict(item) for item in items}
+        self.items = {item.id: item for item in items}
         self.decisions = []
         self.fail_next = None
         self.lock = threading.Lock()
 
-    def approvals(self):
+    def judge_pending(self):
         with self.lock:
-            return [dict(item) for item in self.items.values()]
+            return [item for item in self.items.values() if item.state == "pending"]
+
+    def task(self, task_id):
+        return SimpleNamespace(id=task_id, title=f"Task {task_id.removeprefix('t_')}")
 
     def approve(self, approval_id, remember=False):
         self._decide(approval_id, "approved", remember)
@@ -41,32 +48,35 @@ class FakeApprovals:
             error, self.fail_next = self.fail_next, None
             raise error
         with self.lock:
-            self.items[approval_id]["state"] = state
+            item = self.items[approval_id] = dataclasses.replace(
+                self.items[approval_id], state=state
+            )
             self.decisions.append((approval_id, state, remember))
-        self.events.publish(
-            "approval.decided", approval_id, state=state, task_id=self.items[approval_id]["task_id"]
-        )
+        self.events.publish("approval.decided", approval_id, state=state, task_id=item.task_id)
 
     def request(self, item):
         with self.lock:
-            self.items[item["id"]] = dict(item)
-        self.events.publish("approval.requested", item["id"], task_id=item["task_id"])
+            self.items[item.id] = item
+        self.events.publish("approval.requested", item.id, task_id=item.task_id)
 
 
-def request(n: int, **changes) -> dict:
-    item = {
+def request(n: int, **changes) -> Approval:
+    fields = {
         "id": f"ap_{n}",
-        "task_id": f"t_{n}",
-        "task_title": f"Task {n}",
         "run_id": f"r_{n}",
+        "task_id": f"t_{n}",
         "command": f"rm -rf build/{n}",
         "rule": "destructive-rm",
         "reason": "deletes files recursively",
         "state": "pending",
+        "decided_by": None,
+        "decided_at": None,
+        "policy_version": None,
         "created_at": time.time() - 75,
+        "timeout_at": None,
     }
-    item.update(changes)
-    return item
+    fields.update(changes)
+    return Approval(**fields)
 
 
 @pytest.fixture
@@ -158,13 +168,6 @@ def test_a_decision_that_fails_says_why_and_keeps_the_card(qtbot, make_panel):
     assert "the request timed out" in box.text()
     assert "ap_1" in panel.cards and panel.cards["ap_1"].approve_button.isEnabled()
     box.close()
-
-
-def test_without_an_approvals_api_the_panel_says_so_honestly(qtbot, make_panel):
-    panel = make_panel(object())
-    assert not panel.available
-    assert panel.empty_label.text() == NO_API_TEXT
-    assert panel.empty_label.isVisible() and panel.count == 0
 
 
 def test_waiting_times_read_naturally():

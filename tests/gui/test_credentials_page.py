@@ -16,9 +16,9 @@ from core.credentials import INDEX_KEY, SecretMissing, SecretStore
 from core.ids import new_id
 from core.models import Task
 from core.redact import Redactor
-from gui import credentials_page
-from gui.credentials_page import CredentialsPage, open_credentials_dialog
 from gui.qt import QComboBox, QLabel, QLineEdit, QMessageBox, QTableWidget, QWidget
+from gui.settings import credentials as credentials_page
+from gui.settings.credentials import CredentialsPage, open_credentials_dialog
 
 WAIT_MS = 10_000
 

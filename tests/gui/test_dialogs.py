@@ -10,7 +10,7 @@ from gui.dialogs import (
     NewTaskRequest,
     engine_choices,
 )
-from gui.folders import check_folder, sort_paths
+from gui.dialogs.data import check_folder, sort_paths
 from gui.qt import QLabel, Qt
 
 
@@ -63,13 +63,10 @@ def test_new_task_dialog_explains_what_instructions_mean_per_engine(qtbot, tmp_p
     assert "prompt" in dialog.hint.text()
 
 
-def test_engine_choices_come_from_the_facade_when_it_lists_them():
-    class WithEngines:
-        def engines(self):
-            return ["shell", "codex"]
-
-    assert engine_choices(WithEngines()) == ("shell", "codex")
-    assert engine_choices(object()) == ("shell", "claude-code", "codex")
+def test_engine_choices_offer_the_shell_engine_first():
+    assert engine_choices(["claude-code", "codex", "shell"]) == ("shell", "claude-code", "codex")
+    assert engine_choices(["codex", "shell"]) == ("shell", "codex")
+    assert engine_choices([]) == ("shell", "claude-code", "codex")
 
 
 def test_continue_dialog_needs_instructions(qtbot):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.housekeeping import human_bytes
-from gui.housekeeping_dialog import HousekeepingDialog
+from gui.settings import HousekeepingDialog
 
 
 def _archived_task(cairn, repo: Path):

@@ -9,7 +9,8 @@ import time
 import pytest
 
 from core.errors import CairnError, Conflict
-from gui.jobs import JobFailure, JobRunner, describe_error, is_keyring_problem
+from gui.errors import describe_error, is_keyring_problem
+from gui.jobs import JobFailure, JobRunner
 from gui.qt import QThread, QWidget
 
 

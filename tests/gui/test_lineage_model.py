@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from PySide6.QtTest import QAbstractItemModelTester
 
-from gui.lineage_model import (
+from gui.lineage.model import (
     FETCH_CHUNK,
     ROLE_APPROVALS,
     ROLE_KIND,

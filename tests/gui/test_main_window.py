@@ -12,16 +12,16 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import types
+import time
 from pathlib import Path
 
 import pytest
 
+from core.approvals import Approval
 from core.errors import CairnError
 from gui.context import AppContext
 from gui.dialogs import KeyringDialog, NewTaskDialog, NewTaskRequest
 from gui.main_window import EMPTY_STATE_TEXT, MainWindow
-from gui.panels import PanelPlaceholder
 from gui.qt import QDialogButtonBox, QLabel, QMimeData, Qt, QUrl
 from gui.resources import ICON_NAMES, icon_path
 from tests.gui.support import StallMeter, mime_with, send_drag_enter, send_drop
@@ -71,59 +71,6 @@ def test_the_icons_exist_and_draw(qtbot):
     for name in ICON_NAMES:
         assert icon_path(name).is_file(), name
         assert not icon(name).isNull(), name
-
-
-def test_panels_not_in_this_build_are_placeholders(qtbot, context, monkeypatch):
-    from gui import panels
-
-    monkeypatch.setitem(
-        panels.PANELS, "revisions", ("gui.no_such_panel", "RevisionsPanel", "Revisions")
-    )
-    panel = panels.make_panel("revisions", context)
-    qtbot.addWidget(panel)
-    assert isinstance(panel, PanelPlaceholder) and panel.text() == "loading…"
-    panel.set_task("t_1")  # accepted and ignored
-
-
-def test_a_panel_that_fails_to_load_says_so(qtbot, context, monkeypatch):
-    from gui import panels
-
-    broken = types.ModuleType("gui.broken_panel")
-
-    class RevisionsPanel(QLabel):
-        def __init__(self, ctx, parent=None):
-            raise RuntimeError("no timeline model")
-
-    broken.RevisionsPanel = RevisionsPanel
-    monkeypatch.setitem(sys.modules, "gui.broken_panel", broken)
-    monkeypatch.setitem(
-        panels.PANELS, "revisions", ("gui.broken_panel", "RevisionsPanel", "Revisions")
-    )
-    panel = panels.make_panel("revisions", context)
-    qtbot.addWidget(panel)
-    assert isinstance(panel, PanelPlaceholder)
-    assert panel.text() == "The revisions panel failed to start: no timeline model"
-
-
-def test_the_panel_factory_wires_a_panel_that_exists(qtbot, context, monkeypatch):
-    seen = []
-
-    class RevisionsPanel(QLabel):
-        def __init__(self, ctx, parent=None):
-            super().__init__("revisions", parent)
-            assert ctx is context
-
-        def set_task(self, task_id):
-            seen.append(task_id)
-
-    module = types.ModuleType("gui.revisions")
-    module.RevisionsPanel = RevisionsPanel
-    monkeypatch.setitem(sys.modules, "gui.revisions", module)
-    win = MainWindow(context, start=False)
-    qtbot.addWidget(win)
-    assert isinstance(win.revisions_panel, RevisionsPanel)
-    win._task_selected("t_1")
-    assert seen == ["t_1"]
 
 
 # -- new tasks from folders --------------------------------------------------------------------
@@ -385,39 +332,29 @@ def test_docker_not_running_shows_a_banner_and_the_app_stays_usable(
 # -- approvals in the window -------------------------------------------------------------------
 
 
-def test_the_approvals_tab_is_honest_without_the_api(qtbot, data_dir, settings):
-    from core.app import Cairn
-
-    class CairnWithoutApprovals(Cairn):
-        approvals = approve = deny = judge_pending = None  # as a build without them
-
-    facade = CairnWithoutApprovals(data_dir)
-    context = AppContext(facade, settings=settings, data_dir=data_dir)
-    win = MainWindow(context)
-    qtbot.addWidget(win)
-    try:
-        assert "approvals" not in context.capabilities
-        assert "appear here when a run asks" in win.approvals_panel.empty_label.text()
-        assert win.tabs.tabText(win.approvals_tab) == "Approvals"
-    finally:
-        win.close()
-        context.close()
-
-
 def test_approvals_badge_and_notification(qtbot, data_dir, settings):
     from core.app import Cairn
 
+    def waiting(approval_id: str, command: str, **fields) -> Approval:
+        values = {
+            "id": approval_id,
+            "run_id": "r_1",
+            "task_id": "t_1",
+            "command": command,
+            "rule": None,
+            "reason": None,
+            "state": "pending",
+            "decided_by": None,
+            "decided_at": None,
+            "policy_version": None,
+            "created_at": time.time(),
+            "timeout_at": None,
+        }
+        values.update(fields)
+        return Approval(**values)
+
     class CairnWithApprovals(Cairn):
-        queue = [
-            {
-                "id": "ap_1",
-                "task_id": "t_1",
-                "command": "git push --force",
-                "rule": "force-push",
-                "reason": "rewrites history",
-                "state": "pending",
-            }
-        ]
+        queue = [waiting("ap_1", "git push --force", rule="force-push", reason="rewrites history")]
 
         def approvals(self, pending_only=True):
             return list(self.queue)
@@ -425,11 +362,11 @@ def test_approvals_badge_and_notification(qtbot, data_dir, settings):
         def judge_pending(self):
             return list(self.queue)
 
-        def approve(self, approval_id, remember):
-            self.queue = [a for a in self.queue if a["id"] != approval_id]
+        def approve(self, approval_id, remember=False):
+            self.queue = [a for a in self.queue if a.id != approval_id]
 
-        def deny(self, approval_id):
-            self.queue = [a for a in self.queue if a["id"] != approval_id]
+        def deny(self, approval_id, reason=None):
+            self.queue = [a for a in self.queue if a.id != approval_id]
 
     facade = CairnWithApprovals(data_dir)
     context = AppContext(facade, settings=settings, data_dir=data_dir)
@@ -441,9 +378,7 @@ def test_approvals_badge_and_notification(qtbot, data_dir, settings):
         assert not win.tabs.tabIcon(win.approvals_tab).isNull()
         notified = []
         win.notify = lambda title, text: notified.append((title, text)) or "alert"
-        facade.queue = facade.queue + [
-            {"id": "ap_2", "task_id": "t_1", "command": "rm -rf /x", "state": "pending"}
-        ]
+        facade.queue = facade.queue + [waiting("ap_2", "rm -rf /x")]
         facade.events.publish("approval.requested", "ap_2", task_id="t_1")
         qtbot.waitUntil(lambda: win.tabs.tabText(win.approvals_tab) == "Approvals (2)")
         if not win.isActiveWindow():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from gui.run_output import (
+from gui.task_view.output import (
     EDIT,
     ERROR,
     MESSAGE,

@@ -1,8 +1,8 @@
 """The Sessions & Snapshots tab over a fake facade: running, stopped, gone and unsafe sandboxes,
-snapshots, CPU/memory left empty with the reason when the facade has no stats, Stop / Resume /
-Reconcile as jobs with their results and errors shown, and the last resume told in words. Over a
-real facade on a temporary data folder (no Docker needed): Snapshot Now, when it is offered, the
-snapshot it makes, and a workspace deleted behind the panel's back."""
+snapshots, CPU/memory from the facade's figures, Stop / Resume / Reconcile as jobs with their
+results and errors shown, and the last resume told in words. Over a real facade on a temporary
+data folder (no Docker needed): Snapshot Now, when it is offered, the snapshot it makes, and a
+workspace deleted behind the panel's back."""
 
 from __future__ import annotations
 
@@ -163,6 +163,9 @@ class FakeCairn:
             "problem": None,
         }
 
+    def session_stats(self, session_id):
+        return {"running": True, "note": "no figures from this backend"}
+
     def latest_run(self, task_id):
         if task_id == "task-b":
             return FakeRun("run-2", resume_report=RECREATED)
@@ -240,13 +243,6 @@ def test_sessions_show_running_gone_and_unsafe_rows(qtbot, make_panel):
     assert "no isolation" in panel.sessions.item(2, S_BACKEND).toolTip()
     assert _cell(panel, 0, S_UPTIME) == "1 h 2 min"
     assert _cell(panel, 1, S_UPTIME) == "—"  # a gone sandbox has no uptime
-
-
-def test_cpu_and_memory_say_why_they_are_empty_without_facade_stats(qtbot, make_panel):
-    panel = make_panel(FakeCairn())
-    assert _cell(panel, 0, S_CPU) == "—" and _cell(panel, 0, S_MEMORY) == "—"
-    assert panel.sessions.item(0, S_CPU).toolTip() == sessions_data.NO_STATS_REASON
-    assert "running" in panel.sessions.item(1, S_MEMORY).toolTip()
 
 
 def test_cpu_and_memory_come_from_the_facade_when_it_has_stats(qtbot, make_panel):
@@ -350,13 +346,6 @@ def test_describe_resume_covers_each_outcome():
 
 
 # -- Snapshot Now over a real facade -------------------------------------------------------------
-
-
-def test_snapshot_now_is_not_offered_by_a_facade_without_snapshots(qtbot, make_panel):
-    panel = make_panel(FakeCairn())
-    panel.set_task("task-a")
-    assert not panel.snapshot_button.isEnabled()
-    assert "cannot make snapshots" in panel.snapshot_button.toolTip()
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 
 from core.settings import settings_path
 from gui.qt import QTabWidget
-from gui.settings_dialog import DATA_DIR_KEY, HOST_WARNING, SettingsDialog
+from gui.settings.dialog import DATA_DIR_KEY, HOST_WARNING, SettingsDialog
 
 OVERRIDE = {
     "version": 3,

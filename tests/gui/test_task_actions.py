@@ -1,5 +1,5 @@
 """Which task actions are enabled, and the reason shown when one is not, for every button in
-every run state, workspace state and build."""
+every run state and workspace state."""
 
 from __future__ import annotations
 
@@ -8,13 +8,12 @@ from dataclasses import dataclass
 import pytest
 
 from core.models import RunState
-from gui.task_actions import (
+from gui.task_view.actions import (
     BUTTONS,
     CONTINUE,
     EXPORT_PATCH,
     FORK,
     NO_TASK,
-    NOT_IN_BUILD,
     PROMOTE,
     RESUME,
     START,
@@ -175,15 +174,6 @@ def test_the_shell_engine_needs_commands_to_start():
     states = button_states(details(instructions="  "), None)
     assert states[START][0] is False and "one per line" in states[START][1]
     assert button_states(details(engine="claude-code", instructions=""), None)[START][0] is True
-
-
-def test_actions_missing_from_the_facade_say_so():
-    states = button_states(
-        details(), FakeRun("interrupted"), capabilities={"start", "stop", "resume"}
-    )
-    for name in (CONTINUE, FORK, PROMOTE, EXPORT_PATCH):
-        assert states[name] == (False, NOT_IN_BUILD)
-    assert states[RESUME][0] is True
 
 
 def test_an_action_in_progress_disables_the_task_s_buttons():

@@ -10,7 +10,7 @@ import pytest
 
 from gui.context import AppContext
 from gui.main_window import MainWindow
-from gui.task_actions import CONTINUE, EXPORT_PATCH, PROMOTE, RESUME, START, STOP
+from gui.task_view.actions import CONTINUE, EXPORT_PATCH, PROMOTE, RESUME, START, STOP
 from tests.gui.support import StallMeter
 
 COMMANDS = "echo first-line\nsleep 2\necho changed > made-by-run.txt\necho second-line"
@@ -99,7 +99,7 @@ def test_a_run_shows_its_output_live_and_its_end(qtbot, shown, tmp_path, monkeyp
     # The run changed a file: the patch can leave through the facade.
     qtbot.waitUntil(lambda: view.buttons[EXPORT_PATCH].isEnabled(), timeout=10_000)
     target = tmp_path / "out.patch"
-    from gui import task_view as module
+    from gui.task_view import view as module
 
     monkeypatch.setattr(
         module.QFileDialog, "getSaveFileName", staticmethod(lambda *a, **k: (str(target), ""))
@@ -115,7 +115,7 @@ def test_promote_to_branch_asks_for_the_name(qtbot, shown, repo, monkeypatch):
     view.buttons[START].trigger()
     qtbot.waitUntil(lambda: "succeeded" in view.state_label.text(), timeout=30_000)
     qtbot.waitUntil(lambda: view.buttons[PROMOTE].isEnabled(), timeout=10_000)
-    from gui import task_view as module
+    from gui.task_view import view as module
 
     monkeypatch.setattr(
         module.QInputDialog, "getText", staticmethod(lambda *a, **k: ("cairn/from-gui", True))

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from core.events import EventBus
 from core.health import Check, check_docker, check_keyring
 from gui import welcome
 from gui.context import AppContext
@@ -56,6 +57,7 @@ class FakeCairn:
     def __init__(self, checks: list[Check]):
         self.checks = checks
         self.calls: list[tuple] = []
+        self.events = EventBus()
 
     def health_checks(self) -> list[Check]:
         self.calls.append(("health_checks",))
@@ -176,17 +178,12 @@ def test_choosing_the_host_backend_asks_first_then_sets_it(qtbot, make_dialog, m
     assert not dialog.host_button.isEnabled()
 
 
-def test_the_host_backend_without_reset_sandboxes_and_a_failing_setting(
-    qtbot, make_dialog, monkeypatch
-):
-    class OldFacade:
-        def health_checks(self):
-            return [docker_stopped(), KEYRING_OK, GIT_OK, DISK_OK]
-
+def test_a_switch_to_the_host_backend_that_fails_says_why(qtbot, make_dialog, monkeypatch):
+    class RefusingFacade(FakeCairn):
         def set_setting(self, key, value):
             raise ValueError(f"unknown setting {key}")
 
-    dialog = make_dialog(OldFacade())
+    dialog = make_dialog(RefusingFacade([docker_stopped(), KEYRING_OK, GIT_OK, DISK_OK]))
     monkeypatch.setattr(welcome, "confirm_host_backend", lambda parent: True)
     dialog.host_button.click()
     qtbot.waitUntil(lambda: dialog.host_result.isVisible(), timeout=5000)
@@ -249,11 +246,11 @@ def test_the_gui_thread_does_not_wait_for_the_checks(qtbot, settings):
 
 
 def test_a_failed_check_run_still_lets_the_user_continue(qtbot, make_dialog, settings):
-    class Broken:
+    class Broken(FakeCairn):
         def health_checks(self):
             raise RuntimeError("no checks today")
 
-    dialog = make_dialog(Broken())
+    dialog = make_dialog(Broken([]))
     assert "Could not check this computer" in dialog.status_label.text()
     assert "no checks today" in dialog.status_label.text()
     dialog.continue_button.click()

@@ -48,7 +48,7 @@ from gui.collector import GuiThreadCollector  # noqa: E402
 from gui.context import AppContext  # noqa: E402
 from gui.main_window import MainWindow  # noqa: E402
 from gui.qt import QApplication, QSettings, QTimer  # noqa: E402
-from gui.task_actions import START  # noqa: E402
+from gui.task_view.actions import START  # noqa: E402
 from tests.gui.support import StallMeter  # noqa: E402
 
 STALL_TARGET_MS = 100.0

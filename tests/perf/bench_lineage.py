@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import median, print_table, verdict  # noqa: E402
 
-from gui.lineage_model import LineageFilter, LineageModel, badge_text  # noqa: E402
+from gui.lineage.model import LineageFilter, LineageModel, badge_text  # noqa: E402
 from gui.qt import (  # noqa: E402
     QApplication,
     QEvent,

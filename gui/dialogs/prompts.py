@@ -1,0 +1,73 @@
+"""The questions an action asks on its way: how a resume goes on when the workspace was edited
+outside Cairn, and how to unlock the OS keyring when it is locked or missing.
+
+Owns the wording and collecting the answer; acting on it is the caller's.
+"""
+
+from __future__ import annotations
+
+from gui.qt import (
+    QDialog,
+    QDialogButtonBox,
+    QLabel,
+    QMessageBox,
+    QPushButton,
+    Qt,
+    QVBoxLayout,
+    QWidget,
+)
+
+RESUME_ON_TOP = "on-top"
+RESUME_RESTORE = "restore-into-new"
+
+
+def ask_resume_choice(parent: QWidget, message: str) -> str | None:
+    """The workspace was edited outside Cairn: continue on top of the edits, or restore the
+    checkpoint into a new workspace. None when the user cancels."""
+    box = QMessageBox(parent)
+    box.setIcon(QMessageBox.Icon.Question)
+    box.setWindowTitle("The workspace changed")
+    box.setText("The workspace was edited outside Cairn since the run's checkpoint.")
+    box.setInformativeText(f"{message}\n\nThe edits are kept as an external revision either way.")
+    on_top = box.addButton("Continue on top of the edits", QMessageBox.ButtonRole.AcceptRole)
+    restore = box.addButton(
+        "Restore the checkpoint into a new workspace", QMessageBox.ButtonRole.AcceptRole
+    )
+    box.addButton(QMessageBox.StandardButton.Cancel)
+    box.exec()
+    clicked = box.clickedButton()
+    return RESUME_ON_TOP if clicked is on_top else RESUME_RESTORE if clicked is restore else None
+
+
+class KeyringDialog(QDialog):
+    """The OS keyring is locked or missing: how to unlock it, and a way to try again."""
+
+    def __init__(self, message: str, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setWindowTitle("Unlock your keyring")
+        self.setObjectName("keyringDialog")
+        layout = QVBoxLayout(self)
+        head = QLabel(
+            "<b>Cairn needs your desktop keyring to hand secrets to the sandbox.</b>", self
+        )
+        layout.addWidget(head)
+        self.message_label = QLabel(message, self)
+        self.message_label.setWordWrap(True)
+        self.message_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout.addWidget(self.message_label)
+        steps = QLabel(
+            "To unlock it: open your desktop's password manager (GNOME: “Passwords and Keys”; "
+            "KDE: KWallet Manager) and unlock the login keyring, or log out and back in so the "
+            "keyring unlocks with your session. Without a desktop session, run Cairn inside one "
+            "(for example with dbus-run-session and gnome-keyring-daemon --unlock).",
+            self,
+        )
+        steps.setWordWrap(True)
+        layout.addWidget(steps)
+        self.buttons = QDialogButtonBox(self)
+        self.retry_button = QPushButton("Try Again", self)
+        self.buttons.addButton(self.retry_button, QDialogButtonBox.ButtonRole.AcceptRole)
+        self.buttons.addButton(QDialogButtonBox.StandardButton.Close)
+        self.buttons.accepted.connect(self.accept)
+        self.buttons.rejected.connect(self.reject)
+        layout.addWidget(self.buttons)

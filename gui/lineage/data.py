@@ -1,0 +1,121 @@
+"""What the lineage tree reads through the facade, composed into plain values (no Qt).
+
+Owns every task's row (run state, live session, snapshot freshness, approvals waiting) and the
+counts and sets the tree updates its badges from; the functions here run inside jobs, never on
+the GUI thread. Showing the rows belongs to gui.lineage.model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.app import Cairn
+from core.models import Task
+
+
+@dataclass
+class TaskRow:
+    """One task as the lineage tree shows it."""
+
+    task_id: str
+    title: str
+    parent_id: str | None
+    source_id: str
+    source_path: str
+    engine: str = "shell"
+    origin: str = "new"  # new / continue / fork
+    created_at: float = 0.0
+    workspace_id: str | None = None
+    workspace_state: str | None = None
+    run_state: str | None = None
+    live: bool = False
+    snapshot: str = "none"  # none / fresh / stale
+    approvals: int = 0
+    instructions: str = ""
+
+
+@dataclass
+class LineageData:
+    rows: list[TaskRow]
+    problem: str | None = None  # e.g. the sandbox backend could not be asked about live sessions
+
+
+def _snapshot_freshness(snapshot_revisions: list[str], current_revision: str | None) -> str:
+    if not snapshot_revisions:
+        return "none"
+    return "fresh" if snapshot_revisions[-1] == current_revision else "stale"
+
+
+def pending_approvals_by_task(cairn: Cairn) -> dict[str, int]:
+    """How many approvals wait for a person, per task."""
+    counts: dict[str, int] = {}
+    for approval in cairn.approvals():
+        if approval.task_id and approval.state == "pending":
+            counts[approval.task_id] = counts.get(approval.task_id, 0) + 1
+    return counts
+
+
+def live_workspaces(status: dict) -> set[str]:
+    return {s["workspace_id"] for s in status.get("sessions", []) if s.get("state") == "running"}
+
+
+def load_lineage(cairn: Cairn, *, with_sessions: bool = True) -> LineageData:
+    """Every task with what its row shows (run state, live session, snapshot, approvals)."""
+    tasks = cairn.tasks()
+    source_paths: dict[str, str] = {}
+    for task in tasks:
+        if task.source_id not in source_paths:
+            source_paths[task.source_id] = cairn.task_details(task.id)["source_path"]
+    snapshots: dict[str, list[str]] = {}
+    for snap in cairn.snapshots():
+        snapshots.setdefault(snap.workspace_id, []).append(snap.revision_id)
+    problem = None
+    live: set[str] = set()
+    if with_sessions and tasks:
+        status = cairn.status()
+        problem = status.get("problem")
+        live = live_workspaces(status)
+    approvals = pending_approvals_by_task(cairn)
+    rows = []
+    for task in tasks:
+        rows.append(_row(cairn, task, source_paths[task.source_id], snapshots, live, approvals))
+    return LineageData(rows, problem)
+
+
+def _row(
+    cairn: Cairn,
+    task: Task,
+    source_path: str,
+    snapshots: dict[str, list[str]],
+    live: set[str],
+    approvals: dict[str, int],
+) -> TaskRow:
+    ws = cairn.workspace_of(task) if task.workspace_id else None
+    run = cairn.latest_run(task.id)
+    return TaskRow(
+        task_id=task.id,
+        title=task.title,
+        parent_id=task.parent_task_id,
+        source_id=task.source_id,
+        source_path=source_path,
+        engine=task.engine,
+        origin=task.source,
+        created_at=task.created_at,
+        workspace_id=task.workspace_id,
+        workspace_state=ws.state if ws else None,
+        run_state=run.state if run else None,
+        live=bool(ws and ws.id in live),
+        snapshot=_snapshot_freshness(
+            snapshots.get(ws.id, []) if ws else [], ws.current_revision if ws else None
+        ),
+        approvals=approvals.get(task.id, 0),
+        instructions=task.instructions,
+    )
+
+
+def task_row(cairn: Cairn, task_id: str) -> TaskRow:
+    """One task's row (after it was created, or when its state changed)."""
+    task = cairn.task(task_id)
+    details = cairn.task_details(task.id)
+    snaps = {details["workspace_id"]: [s["revision"] for s in details["snapshots"]]}
+    return _row(cairn, task, details["source_path"], snaps, set(), pending_approvals_by_task(cairn))
