@@ -7,9 +7,9 @@ Revisions of every workspace of a lineage live in one vault, so a diff across wo
 diff between two commits of that vault. Git runs without any user configuration and without
 textconv or external diff drivers, so what is shown is the recorded bytes.
 
-Text is decoded as UTF-8 with surrogateescape: `render_unified(d).encode("utf-8", "surrogateescape")`
-gives back git's bytes exactly. `diff_to_json` replaces undecodable bytes instead, so its output is
-valid Unicode.
+Text is decoded as UTF-8 with surrogateescape:
+`render_unified(d).encode("utf-8", "surrogateescape")` gives back git's bytes exactly.
+`diff_to_json` replaces undecodable bytes instead, so its output is valid Unicode.
 """
 
 from __future__ import annotations
@@ -127,7 +127,8 @@ def _resolve_trees(git_dir: Path, names: list[str]) -> list[str]:
             check=False,
         )
         answers = proc.stdout.decode(errors="replace").splitlines()
-        for name, answer in zip(ask, answers + [""] * len(ask)):
+        # Padded: a name git gave no answer for gets an empty one, and is refused below.
+        for name, answer in zip(ask, answers + [""] * len(ask), strict=False):
             parts = answer.split()
             if len(parts) != 3 or parts[1] != "tree":
                 raise NotFound(

@@ -264,7 +264,8 @@ def docker_api_version(base_url: str, timeout: float) -> str:
     """The engine's version through docker-py, every call bounded by `timeout`."""
     import docker
 
-    client = docker.APIClient(base_url=base_url, timeout=timeout)
+    # The stubs say int; docker-py hands the value to requests, which takes seconds as a float.
+    client = docker.APIClient(base_url=base_url, timeout=timeout)  # type: ignore[arg-type]
     try:
         return str(client.version().get("Version") or "(unknown version)")
     finally:

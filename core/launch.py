@@ -22,15 +22,22 @@ MODULE_SWITCH = "--cairn-module"
 SAVED_LIBRARY_PATH = "LD_LIBRARY_PATH_ORIG"
 
 
+def _bundle_dir() -> str | None:
+    """The folder PyInstaller's bootloader unpacked the bundle into (`sys._MEIPASS`), if any."""
+    value = getattr(sys, "_MEIPASS", None)
+    return value if isinstance(value, str) else None
+
+
 def is_frozen() -> bool:
     """True inside the PyInstaller bundle, where sys.executable is the app, not Python."""
-    return bool(getattr(sys, "frozen", False)) and hasattr(sys, "_MEIPASS")
+    return bool(getattr(sys, "frozen", False)) and _bundle_dir() is not None
 
 
 def resources_root() -> Path:
     """The `resources/` folder: inside the bundle when frozen, else at the top of the checkout."""
-    if is_frozen():
-        return Path(sys._MEIPASS) / "resources"
+    bundle = _bundle_dir()
+    if is_frozen() and bundle is not None:
+        return Path(bundle) / "resources"
     return Path(__file__).resolve().parents[1] / "resources"
 
 

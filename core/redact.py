@@ -12,6 +12,7 @@ import logging
 import re
 import threading
 import traceback
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import AnyStr, Generic
 from urllib.parse import quote, quote_plus
@@ -150,29 +151,15 @@ class StreamRedactor(Generic[AnyStr]):
         """The redacted output that is safe to emit now (possibly empty)."""
         buf = chunk if self._pending is None else self._pending + chunk
         patterns = self._redactor._patterns
-        is_bytes = isinstance(buf, (bytes, bytearray))
-        pattern = patterns.data if is_bytes else patterns.text
-        if pattern is None:
-            self._pending = buf[:0]
-            return buf
-        hold = (patterns.max_bytes if is_bytes else patterns.max_chars) - 1
-        # Any form starting before `cut` lies wholly inside buf, so it is matched now; a form
-        # starting at or after `cut` may continue in the next chunk.
-        cut = max(0, len(buf) - hold)
-        names = patterns.data_names if is_bytes else patterns.text_names
-        out = []
-        pos = 0
-        for match in pattern.finditer(buf):
-            if match.start() >= cut:
-                break
-            out.append(buf[pos : match.start()])
-            label = placeholder(names[match.group(0)])
-            out.append(label.encode() if is_bytes else label)
-            pos = match.end()
-        end = max(cut, pos)
-        out.append(buf[pos:end])
-        self._pending = buf[end:]
-        return buf[:0].join(out)
+        if isinstance(buf, (bytes, bytearray)):
+            out, self._pending = _redact_settled(
+                buf, patterns.data, patterns.data_names, patterns.max_bytes, str.encode
+            )
+        else:
+            out, self._pending = _redact_settled(
+                buf, patterns.text, patterns.text_names, patterns.max_chars, str
+            )
+        return out
 
     def flush(self) -> AnyStr | None:
         """The rest of the stream, redacted; None when nothing was ever fed."""
@@ -180,6 +167,32 @@ class StreamRedactor(Generic[AnyStr]):
         if rest is None:
             return None
         return self._redactor.redact(rest)
+
+
+def _redact_settled(
+    buf: AnyStr,
+    pattern: re.Pattern[AnyStr] | None,
+    names: Mapping[AnyStr, str],
+    longest: int,
+    label: Callable[[str], AnyStr],
+) -> tuple[AnyStr, AnyStr]:
+    """`buf` split into its redacted part that is safe to emit now and the rest to hold back.
+    Any form starting before the cut lies wholly inside `buf`, so it is matched now; a form
+    starting at or after it may continue in the next chunk."""
+    if pattern is None:
+        return buf, buf[:0]
+    cut = max(0, len(buf) - (longest - 1))
+    out = []
+    pos = 0
+    for match in pattern.finditer(buf):
+        if match.start() >= cut:
+            break
+        out.append(buf[pos : match.start()])
+        out.append(label(placeholder(names[match.group(0)])))
+        pos = match.end()
+    end = max(cut, pos)
+    out.append(buf[pos:end])
+    return buf[:0].join(out), buf[end:]
 
 
 _REDACTOR = Redactor()
@@ -198,7 +211,7 @@ def redact_exception(exc: BaseException, redactor: Redactor | None = None) -> st
     """A message for `exc` fit to show a user: its text (or its type when it has none), redacted."""
     try:
         text = str(exc)
-    except Exception:  # a broken __str__ must not hide the original failure
+    except Exception:  # noqa: BLE001 - a broken __str__ must not hide the original failure
         text = ""
     if not text:
         text = type(exc).__name__
@@ -225,7 +238,7 @@ class RedactingFilter(logging.Filter):
         r = self._redactor
         try:
             message = record.getMessage()
-        except Exception:  # a bad format string: keep everything, redacted, rather than nothing
+        except Exception:  # noqa: BLE001 - a bad format string: keep everything, redacted
             message = f"{record.msg!s} {record.args!r}"
         record.msg = r.redact(message)
         record.args = None

@@ -13,12 +13,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from core.errors import CairnError, NotFound
 from core.models import Checkpoint, Revision, Run, SessionRecord, Snapshot, Source, Task, Workspace
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")  # a row class of core.models
 
 # Each migration moves the schema from version N-1 to N. Never edit a released one: append.
 MIGRATIONS: list[str] = [
@@ -198,9 +201,9 @@ _JSON_FIELDS = {"policy", "mounts", "spec", "tool_contract", "resume_report", "l
 
 
 def _row_to(cls: type[T], row: sqlite3.Row) -> T:
-    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    names = {f.name for f in fields(cls)}
     values: dict[str, Any] = {}
-    for key in row.keys():
+    for key in row.keys():  # noqa: SIM118 - a sqlite3.Row iterates over values, not keys
         if key in names:
             value = row[key]
             if key in _JSON_FIELDS and isinstance(value, str):
@@ -209,7 +212,7 @@ def _row_to(cls: type[T], row: sqlite3.Row) -> T:
     return cls(**values)
 
 
-def _to_row(obj: Any) -> dict[str, Any]:
+def _to_row(obj: DataclassInstance) -> dict[str, Any]:
     data = asdict(obj)
     for key in _JSON_FIELDS & data.keys():
         data[key] = json.dumps(data[key], sort_keys=True)
@@ -305,7 +308,7 @@ class Store:
 
     # -- generic helpers ---------------------------------------------------------------------
 
-    def _insert(self, table: str, obj: Any) -> None:
+    def _insert(self, table: str, obj: DataclassInstance) -> None:
         data = _to_row(obj)
         cols = ", ".join(data)
         marks = ", ".join(f":{k}" for k in data)
@@ -589,7 +592,10 @@ class Store:
                 "INSERT INTO events (kind, subject, payload, created_at) VALUES (?, ?, ?, ?)",
                 (kind, subject, json.dumps(payload, sort_keys=True), time.time()),
             )
-            return int(cur.lastrowid)
+            seq = cur.lastrowid
+            if seq is None:  # sqlite3 sets it after every INSERT into a rowid table
+                raise CairnError(f"the store did not number the {kind} event")
+            return seq
 
     def events_since(self, seq: int, limit: int = 1000) -> list[dict]:
         rows = self.query("SELECT * FROM events WHERE seq > ? ORDER BY seq LIMIT ?", (seq, limit))

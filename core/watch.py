@@ -6,6 +6,7 @@ fallback scans) and the stat cache; hashing is the tree index's job, commits are
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import hashlib
@@ -18,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, NoReturn
 
 from watchdog.events import (
     DirCreatedEvent,
@@ -32,6 +34,7 @@ from watchdog.events import (
     FileSystemEvent,
     FileSystemEventHandler,
 )
+from watchdog.observers.api import BaseObserver, EventQueue, ObservedWatch
 
 from core.errors import CairnError, Conflict, NotFound, VaultError
 from core.vault import Vault
@@ -111,13 +114,25 @@ try:
 
         def _add_callback(self, path: bytes) -> None:
             super()._add_callback(path)
-            if path not in self._active_callbacks_by_path and self.on_watch_limit is not None:
-                # watchdog swallowed the failure; ctypes still holds the errno of the failed call.
-                if ctypes.get_errno() in _WATCH_LIMIT_ERRNOS and os.path.isdir(path):
-                    self.on_watch_limit(path)
+            # watchdog swallowed a failure to add the watch; ctypes still holds its errno.
+            if (
+                path not in self._active_callbacks_by_path
+                and self.on_watch_limit is not None
+                and ctypes.get_errno() in _WATCH_LIMIT_ERRNOS
+                and os.path.isdir(path)
+            ):
+                self.on_watch_limit(path)
 
     class _ReportingEmitter(InotifyEmitter):
-        def __init__(self, event_queue, watch, *, on_overflow=None, on_watch_limit=None, **kwargs):
+        def __init__(
+            self,
+            event_queue: EventQueue,
+            watch: ObservedWatch,
+            *,
+            on_overflow: Callable[[], None] | None = None,
+            on_watch_limit: Callable[[bytes], None] | None = None,
+            **kwargs: Any,
+        ) -> None:
             super().__init__(event_queue, watch, **kwargs)
             self._on_overflow = on_overflow
             self._on_watch_limit = on_watch_limit
@@ -173,11 +188,13 @@ try:
             return struct.unpack("i", buf)[0]
 
     _HAVE_INOTIFY = True
-except Exception:  # pragma: no cover - not Linux, or a watchdog without these classes
+except Exception:  # noqa: BLE001 - not Linux, or other watchdog internals  # pragma: no cover
     _HAVE_INOTIFY = False
 
 
-def _make_observer(on_overflow: Callable[[], None], on_watch_limit: Callable[[bytes], None]):
+def _make_observer(
+    on_overflow: Callable[[], None], on_watch_limit: Callable[[bytes], None]
+) -> BaseObserver:
     """A started-able observer; may raise OSError when inotify has no instance left."""
     if _HAVE_INOTIFY:
         try:
@@ -189,19 +206,19 @@ def _make_observer(on_overflow: Callable[[], None], on_watch_limit: Callable[[by
     return Observer()
 
 
-def _reports_overflow(observer) -> bool:
+def _reports_overflow(observer: BaseObserver) -> bool:
     return bool(observer.emitters) and all(
         getattr(e, "reports_overflow", False) for e in observer.emitters
     )
 
 
-def _events_in_flight(observer) -> int:
+def _events_in_flight(observer: BaseObserver) -> int:
     """Best effort: events somewhere between the kernel and our handler."""
     count = 0
-    try:
-        count += observer.unread_bytes()
-    except (AttributeError, OSError, ValueError):
-        pass
+    unread_bytes = getattr(observer, "unread_bytes", None)  # only on _RecorderObserver
+    if unread_bytes is not None:
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            count += unread_bytes()
     count += getattr(observer.event_queue, "unfinished_tasks", 0)
     for emitter in list(observer.emitters):
         count += getattr(emitter, "buffered_events", lambda: 0)()
@@ -217,7 +234,7 @@ class _EventCollector(FileSystemEventHandler):
     def dispatch(self, event: FileSystemEvent) -> None:
         try:
             self._recorder._on_event(event)
-        except Exception:  # an exception here would end the observer's thread: capture it all
+        except Exception:  # raised here, it would end the observer's thread: capture it all
             log.exception("cannot handle %r", event)
             self._recorder._want_full()
 
@@ -234,7 +251,7 @@ _MODES = {m: m for m in (MODE_FILE, MODE_EXEC, MODE_LINK, MODE_GITLINK)}
 
 
 class _PlainUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str):  # noqa: D401 - refuse every global
+    def find_class(self, module: str, name: str) -> NoReturn:  # refuses every global
         raise pickle.UnpicklingError(f"unexpected object {module}.{name} in a stat cache")
 
 
@@ -262,7 +279,7 @@ class _FrameSink:
     def __init__(self) -> None:
         self.frames: list[bytes] = []
 
-    def write(self, data) -> int:
+    def write(self, data: bytes | memoryview) -> int:
         self.frames.append(bytes(data))
         return len(data)
 
@@ -277,7 +294,7 @@ class _FrameSource:
     def read(self, n: int = -1) -> bytes:
         return self._data.read(n)
 
-    def readinto(self, buffer) -> int:
+    def readinto(self, buffer: bytearray | memoryview) -> int:
         return self._data.readinto(buffer)
 
     def readline(self) -> bytes:
@@ -328,7 +345,7 @@ def _decode_stat_cache(
         if "" not in dirs:
             return None
         tree_ids = _tree_ids(dirs)
-    except Exception:  # any damage at all: not ours to trust
+    except Exception:  # noqa: BLE001 - any damage at all: not ours to trust
         return None
     if tree_ids is None or tree_ids[""] != head_tree:
         return None
@@ -427,7 +444,7 @@ class Recorder:
         self._fulls_started = 0  # full captures begun, and the number of the last finished
         self._last_full_finished = 0
 
-        self._observer = None
+        self._observer: BaseObserver | None = None
         self._worker: threading.Thread | None = None
         self._mode = "stopped"  # watching | scanning (no watcher) | stopped
         self._reported: set[str] = set()
@@ -456,9 +473,9 @@ class Recorder:
         return self._mode
 
     @property
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         with self._cond:
-            out = dict(self._stats)
+            out: dict[str, Any] = dict(self._stats)
             out["pending"] = len(self._pending)
             out["mode"] = self._mode
         return out
@@ -930,10 +947,8 @@ class Recorder:
         except OSError as exc:
             self._cache_dirty = True
             self._problem(f"cannot save the stat cache {path}: {exc.strerror or exc}")
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            except OSError:
-                pass
 
     # -- the observer and the workspace folder -------------------------------------------------
 

@@ -6,10 +6,12 @@ expiry checks. Recording revisions is the recorder's job; rows are the store's.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from core.errors import CairnError, IllegalTransition, QuotaExceeded
@@ -83,7 +85,7 @@ def _init_git(vault: Vault, root: Path, *, branch: str, commit: str) -> None:
 
 def _link_objects(src: Path, dst: Path) -> None:
     """Share the vault's objects with a workspace: hard links, or copies across filesystems."""
-    for dirpath, dirnames, filenames in os.walk(src):
+    for dirpath, _, filenames in os.walk(src):
         rel = os.path.relpath(dirpath, src)
         if rel == "info" or rel.startswith("info" + os.sep):
             continue
@@ -104,12 +106,12 @@ def _link_objects(src: Path, dst: Path) -> None:
 def remove_tree(root: Path) -> None:
     """Delete a workspace tree, including files an agent made read-only."""
 
-    def _onerror(func, path, _exc):  # pragma: no cover - depends on odd permissions
-        try:
+    def _onerror(
+        func: Callable[[str], object], path: str, _exc: object
+    ) -> None:  # pragma: no cover - depends on odd permissions
+        with contextlib.suppress(OSError):
             os.chmod(path, 0o700)
             func(path)
-        except OSError:
-            pass
 
     if root.exists():
         shutil.rmtree(root, onerror=_onerror)
