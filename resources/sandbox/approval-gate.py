@@ -17,6 +17,8 @@ and CAIRN_APPROVAL_DECISIONS (the mailbox; by default /cairn/runs/<exec>/request
 command is denied).
 """
 
+# ruff: noqa: UP031 - no f-strings: the gate runs on the image's python3, even one older than 3.6
+
 import json
 import os
 import shlex
@@ -182,7 +184,7 @@ def run_hook(engine, stdin, stdout):
         tool = str(event.get("tool_name") or "unknown")
         command = describe(tool, event.get("tool_input"))
         allowed, reason = ask(engine, tool, command, str(event.get("cwd") or ""))
-    except Exception as exc:  # any failure refuses: an agent's hook that crashes lets the call run
+    except Exception as exc:  # noqa: BLE001 - any failure refuses: a crashed hook lets calls run
         allowed, reason = False, "the approval gate failed: %s" % exc
     if allowed and engine == "codex":
         # Codex refuses `permissionDecision: allow` as unsupported; saying nothing lets it run.

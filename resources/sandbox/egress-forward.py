@@ -12,11 +12,12 @@ mounted at /cairn/egress/egress.sock, after a one-line header saying what the co
 
 Deciding is the host proxy's job: it allows only its allowlist, answers refused proxy requests with
 403 and closes refused forwards. This program only relays, so it needs no privileges and no
-configuration besides its arguments. Python 3 standard library only.
+configuration besides its arguments. Python 3.7 or later, standard library only.
 """
 
 import argparse
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -40,13 +41,13 @@ def parse_forward(text):
         or not 0 < int(local) < 65536
         or not _DESTINATION.fullmatch(destination)
     ):
-        raise argparse.ArgumentTypeError("expected LOCAL_PORT=HOST:PORT, got %r" % text)
+        raise argparse.ArgumentTypeError(f"expected LOCAL_PORT=HOST:PORT, got {text!r}")
     return int(local), destination
 
 
 def parse_port(text):
     if not text.isdigit() or not 0 < int(text) < 65536:
-        raise argparse.ArgumentTypeError("expected a port number, got %r" % text)
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}")
     return int(text)
 
 
@@ -59,10 +60,8 @@ async def pump(reader, writer):
         await writer.drain()
     # Pass the half-close on: an HTTP client may wait for the reply after sending its request.
     if writer.can_write_eof() and not writer.is_closing():
-        try:
+        with contextlib.suppress(OSError):
             writer.write_eof()
-        except OSError:
-            pass
 
 
 async def relay(client_reader, client_writer, header, socket_path):
@@ -73,7 +72,7 @@ async def relay(client_reader, client_writer, header, socket_path):
                 socket_path, limit=CHUNK
             )
         except OSError as exc:
-            log("cannot reach the egress proxy at %s: %s" % (socket_path, exc))
+            log(f"cannot reach the egress proxy at {socket_path}: {exc}")
             return
         upstream_writer.write(header)
         tasks = [
@@ -110,14 +109,12 @@ async def serve(args):
         servers.append((args.proxy, b"PROXY\n", "HTTP proxy"))
     for local, destination in args.forward:
         servers.append(
-            (local, ("FORWARD %s\n" % destination).encode("ascii"), "forward to " + destination)
+            (local, f"FORWARD {destination}\n".encode("ascii"), "forward to " + destination)
         )
     if not servers:
         raise SystemExit("egress-forward: nothing to do (give --proxy and/or --forward)")
     if not os.path.exists(args.socket):
-        log(
-            "%s does not exist yet; connections fail until the egress proxy serves it" % args.socket
-        )
+        log(f"{args.socket} does not exist yet; connections fail until the egress proxy serves it")
 
     started = []
     for port, header, what in servers:
@@ -125,7 +122,7 @@ async def serve(args):
             handler(header, args.socket), LISTEN_HOST, port, limit=CHUNK
         )
         started.append(server)
-        log("listening on %s:%d (%s)" % (LISTEN_HOST, port, what))
+        log(f"listening on {LISTEN_HOST}:{port} ({what})")
 
     stopping = asyncio.Event()
     loop = asyncio.get_event_loop()
