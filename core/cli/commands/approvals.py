@@ -41,8 +41,8 @@ class ApprovalsCommand(Command):
         p.add_argument("--all", action="store_true", help="decided requests too, newest last")
 
     def run(self, app: Cairn, args: argparse.Namespace) -> None:
-        pending = app.judge_pending()
-        found = app.approvals(pending_only=False) if args.all else pending
+        pending = app.approvals.pending()
+        found = app.approvals.list(pending_only=False) if args.all else pending
         now = time.time()
         emit(
             args,
@@ -67,7 +67,7 @@ class ApproveCommand(Command):
         )
 
     def run(self, app: Cairn, args: argparse.Namespace) -> None:
-        a = app.approve(args.approval, remember=args.remember)
+        a = app.approvals.approve(args.approval, remember=args.remember)
         emit(
             args,
             a.to_json(),
@@ -85,7 +85,7 @@ class DenyCommand(Command):
         p.add_argument("--reason", help="said to the run with the refusal")
 
     def run(self, app: Cairn, args: argparse.Namespace) -> None:
-        a = app.deny(args.approval, reason=args.reason)
+        a = app.approvals.deny(args.approval, reason=args.reason)
         emit(args, a.to_json(), f"denied {a.id}: {a.command}")
 
 

@@ -45,7 +45,7 @@ class PromoteCommand(Command):
         if args.branch is not None:
             if args.path or args.evidence:
                 raise CairnError("--path and --evidence go with --artifact, not --branch")
-            made = app.promote_to_branch(args.task, args.branch, revision=args.revision)
+            made = app.artifacts.promote_to_branch(args.task, args.branch, revision=args.revision)
             emit(
                 args,
                 made.to_json(),
@@ -54,7 +54,7 @@ class PromoteCommand(Command):
             )
             return
         evidence, name = _read_evidence(args.evidence) if args.evidence else (None, None)
-        art = app.promote_artifact(
+        art = app.artifacts.promote(
             args.task,
             revision=args.revision,
             path=args.path,
@@ -98,12 +98,12 @@ class ExportCommand(Command):
         )
 
     def run(self, app: Cairn, args: argparse.Namespace) -> None:
-        patch = app.export_patch(args.task, revision=args.revision, since=args.since)
+        patch = app.artifacts.export_patch(args.task, revision=args.revision, since=args.since)
         if args.json:
             emit(
                 args,
                 {
-                    "task_id": app.task(args.task).id,
+                    "task_id": app.tasks.get(args.task).id,
                     "from": args.since,
                     "patch": patch.decode("utf-8", "replace"),
                 },
@@ -125,11 +125,11 @@ class ArtifactsCommand(Command):
 
     def run(self, app: Cairn, args: argparse.Namespace) -> None:
         rows: list[dict[str, Any]] = []
-        for art in app.artifacts(args.task):
+        for art in app.artifacts.all(args.task):
             row = art.to_json()
             if args.verify:
                 try:
-                    app.verify_artifact(art.id)
+                    app.artifacts.verify(art.id)
                     row["verified"] = True
                 except CairnError as exc:
                     row["verified"], row["problem"] = False, str(exc)

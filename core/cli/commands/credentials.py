@@ -58,7 +58,7 @@ class GrantCommand(Command):
         p.add_argument("--env", required=True, dest="env_var")
 
     def run(self, app: Cairn, args: argparse.Namespace) -> None:
-        task = app.task(args.task)
+        task = app.tasks.get(args.task)
         grant = app.credentials.grant(task.id, args.name, args.env_var)
         emit(
             args,
@@ -76,7 +76,7 @@ class RevokeCommand(Command):
         p.add_argument("name")
 
     def run(self, app: Cairn, args: argparse.Namespace) -> None:
-        task = app.task(args.task)
+        task = app.tasks.get(args.task)
         revoked = app.credentials.revoke(task.id, args.name)
         emit(
             args,

@@ -25,7 +25,7 @@ class ArchiveCommand(Command):
         p.add_argument("task")
 
     def run(self, app: Cairn, args: argparse.Namespace) -> None:
-        ws = app.archive_task(args.task)
+        ws = app.housekeeping.archive(args.task)
         emit(
             args,
             {"workspace_id": ws.id, "state": ws.state},
@@ -44,7 +44,7 @@ class UnarchiveCommand(Command):
         p.add_argument("task")
 
     def run(self, app: Cairn, args: argparse.Namespace) -> None:
-        ws = app.unarchive_task(args.task)
+        ws = app.housekeeping.unarchive(args.task)
         emit(
             args,
             {"workspace_id": ws.id, "state": ws.state, "root": ws.root},
@@ -67,8 +67,8 @@ class HousekeepingCommand(Command):
     def run(self, app: Cairn, args: argparse.Namespace) -> None:
         if args.yes and args.dry_run:
             raise CairnError("give --dry-run or --yes, not both")
-        plan = app.housekeeping_plan()
-        result = app.housekeeping_clean(plan) if args.yes else None
+        plan = app.housekeeping.plan()
+        result = app.housekeeping.clean(plan) if args.yes else None
 
         def text() -> str:
             u = plan.usage

@@ -47,9 +47,9 @@ class PolicyCommand(Command):
         if limits:
             changes["limits"] = limits
         if changes:
-            policy = app.set_policy(args.task, **changes)
+            policy = app.tasks.set_policy(args.task, **changes)
         else:
-            policy = app.policy_of(app.workspace_of(app.task(args.task)))
+            policy = app.tasks.policy_of(app.tasks.workspace_of(app.tasks.get(args.task)))
         emit(args, policy.to_dict(), lambda: json.dumps(policy.to_dict(), indent=2))
 
 

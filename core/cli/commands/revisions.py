@@ -11,12 +11,13 @@ import threading
 from typing import Any
 
 from core import events
-from core.app import Cairn, revision_json
+from core.app import Cairn
 from core.cli.command import Command
 from core.cli.output import emit, progress, when
 from core.diffs import diff_to_json, render_unified
 from core.events import Event
 from core.models import RevisionTrigger
+from core.views import revision_json
 
 # What a revision captured by hand may say caused it (the others are Cairn's own).
 _CAPTURE_TRIGGERS = tuple(
@@ -38,7 +39,7 @@ class RevisionsCommand(Command):
         p.add_argument("task")
 
     def run(self, app: Cairn, args: argparse.Namespace) -> None:
-        revs = [revision_json(r) for r in app.revisions(args.task)]
+        revs = [revision_json(r) for r in app.revisions.all(args.task)]
         emit(
             args,
             {"revisions": revs},
@@ -65,7 +66,7 @@ class CaptureCommand(Command):
         p.add_argument("--run", default=None, metavar="RUN", help="the run whose edits these are")
 
     def run(self, app: Cairn, args: argparse.Namespace) -> None:
-        rev, changed = app.capture(args.task, trigger=args.trigger, run_id=args.run)
+        rev, changed = app.revisions.capture(args.task, trigger=args.trigger, run_id=args.run)
         emit(
             args,
             {
@@ -107,13 +108,13 @@ class WatchCommand(Command):
         app.events.subscribe(on_event)
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
-        task = app.task(args.task)
-        app.watch(task.id)
+        task = app.tasks.get(args.task)
+        app.revisions.watch(task.id)
         if not args.json:
-            progress(f"watching {app.workspace_of(task).root} (Ctrl-C to stop)")
+            progress(f"watching {app.tasks.workspace_of(task).root} (Ctrl-C to stop)")
         while not stop.wait(0.2):
             pass
-        app.stop_watching(task.workspace_id or "")
+        app.revisions.stop_watching(task.workspace_id or "")
         if args.json:
             emit(args, {"task_id": task.id, "revisions": recorded}, "")
 
@@ -129,7 +130,7 @@ class DiffCommand(Command):
         p.add_argument("--max-bytes", type=int, default=2_000_000)
 
     def run(self, app: Cairn, args: argparse.Namespace) -> None:
-        diff = app.diff(args.task, args.rev_a, args.rev_b, max_bytes=args.max_bytes)
+        diff = app.revisions.diff(args.task, args.rev_a, args.rev_b, max_bytes=args.max_bytes)
         emit(args, diff_to_json(diff), lambda: render_unified(diff))
 
 

@@ -19,7 +19,7 @@ from core.cli.output import EXIT_FAILED, emit, progress, size, stream
 from core.errors import CairnError
 from core.humanize import duration
 from core.models import Run, RunState
-from core.resume import ON_TOP, RESTORE_INTO_NEW
+from core.runs.ladder import ON_TOP, RESTORE_INTO_NEW
 
 # A run a command started that is in one of these states is no failure of the command; any
 # other (failed, cancelled, interrupted, and waiting_approval after --detach) exits 1.
@@ -47,7 +47,7 @@ def follow(app: Cairn, args: argparse.Namespace, run_id: str) -> dict[str, Any]:
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    run = app.follow(
+    run = app.runs.follow(
         run_id, on_output=None if args.json else stream, should_stop=stop.is_set, record=True
     )
     return run_json(run)
@@ -98,7 +98,7 @@ class RunCommand(Command):
             )
         if not steps:
             raise CairnError("give the command after --, e.g. cairnctl run TASK -- make test")
-        run = app.start_run(args.task, steps)
+        run = app.runs.start(args.task, commands=steps)
         finish_run_command(app, args, run, {})
 
 
@@ -110,7 +110,7 @@ class CheckpointCommand(Command):
         p.add_argument("task")
 
     def run(self, app: Cairn, args: argparse.Namespace) -> None:
-        ck = app.checkpoint(args.task)
+        ck = app.runs.checkpoint(args.task)
         emit(
             args,
             {
@@ -134,12 +134,12 @@ class FollowCommand(Command):
         p.add_argument("task")
 
     def run(self, app: Cairn, args: argparse.Namespace) -> None:
-        task = app.task(args.task)
-        run = app.runs.latest_run(task)
+        task = app.tasks.get(args.task)
+        run = app.runs.latest(task)
         if run is None:
             raise CairnError(f"task {task.id} has no run")
         if run.state in _IN_FLIGHT:
-            app.reconcile_run(run)
+            app.runs.settle(run)
         result = follow(app, args, run.id)
         emit(args, result, lambda: f"run {result['run_id']} {result['state']}")
 
@@ -149,7 +149,7 @@ class StatusCommand(Command):
     help = "every sandbox session and snapshot: state, image, age, size"
 
     def run(self, app: Cairn, args: argparse.Namespace) -> None:
-        st = app.status()
+        st = app.views.status()
 
         def text() -> str:
             lines = []
@@ -182,7 +182,7 @@ class StopCommand(Command):
         p.add_argument("task")
 
     def run(self, app: Cairn, args: argparse.Namespace) -> None:
-        result = app.stop(args.task)
+        result = app.runs.stop(args.task)
         emit(
             args,
             result,
@@ -219,7 +219,7 @@ class ResumeCommand(Command):
 
     def run(self, app: Cairn, args: argparse.Namespace) -> None:
         choice = ON_TOP if args.on_top else RESTORE_INTO_NEW if args.restore_into_new else None
-        run, report = app.resume(
+        run, report = app.runs.resume(
             args.task, choice=choice, accept_tool_change=args.accept_tool_change
         )
         if not args.json:
@@ -242,7 +242,7 @@ class ReconcileCommand(Command):
     help = "match containers and runs with the store; list orphans (deletes nothing)"
 
     def run(self, app: Cairn, args: argparse.Namespace) -> None:
-        report = app.reconcile().to_dict()
+        report = app.runs.reconcile().to_dict()
         emit(
             args,
             report,

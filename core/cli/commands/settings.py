@@ -30,7 +30,7 @@ class ConfigCommand(Command):
         if args.action == "show":
             if args.key or args.value:
                 raise CairnError("config show takes no key")
-            data = app.settings()
+            data = app.settings.read()
             emit(
                 args,
                 data,
@@ -44,20 +44,20 @@ class ConfigCommand(Command):
         if args.action == "set":
             if args.value is None:
                 raise CairnError("config set needs a VALUE: config set KEY VALUE")
-            stored = app.set_setting(args.key, args.value)
+            stored = app.settings.set(args.key, args.value)
             emit(args, {"key": args.key, "value": stored}, f"{args.key} = {stored}")
             return
         if args.value is not None:
             raise CairnError(f"config {args.action} takes a KEY only")
         if args.action == "unset":
-            removed = app.unset_setting(args.key)
+            removed = app.settings.unset(args.key)
             emit(
                 args,
                 {"key": args.key, "removed": removed},
                 f"{args.key} removed" if removed else f"{args.key} was not set",
             )
             return
-        value = app.get_setting(args.key)
+        value = app.settings.get(args.key)
         if value is None:
             if args.json:
                 emit(args, {"key": args.key, "value": None}, "")

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import argparse
 
-from core.app import Cairn, snapshot_json
+from core.app import Cairn
 from core.cli.command import Command
 from core.cli.output import emit
+from core.views import snapshot_json
 
 
 class SnapshotCommand(Command):
@@ -20,7 +21,7 @@ class SnapshotCommand(Command):
         p.add_argument("task")
 
     def run(self, app: Cairn, args: argparse.Namespace) -> None:
-        snap = app.snapshot(args.task)
+        snap = app.snapshots.take(args.task)
         emit(
             args,
             {
@@ -45,7 +46,7 @@ class MaterializeCommand(Command):
         p.add_argument("dir")
 
     def run(self, app: Cairn, args: argparse.Namespace) -> None:
-        root, tree = app.materialize(args.snapshot, args.dir)
+        root, tree = app.snapshots.materialize(args.snapshot, args.dir)
         emit(args, {"root": str(root), "tree": tree}, f"restored into {root} (tree {tree})")
 
 

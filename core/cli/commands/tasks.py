@@ -55,7 +55,7 @@ class NewCommand(Command):
             if args.network or args.allow
             else None
         )
-        made = app.new_task(
+        made = app.tasks.new(
             args.path,
             title=args.title,
             engine=args.engine,
@@ -80,7 +80,7 @@ class NewCommand(Command):
             return
         if not args.json:
             progress(text)
-        run = app.start_run(made.task.id, prompt=args.message)
+        run = app.runs.start(made.task.id, prompt=args.message)
         finish_run_command(app, args, run, obj)
 
 
@@ -95,7 +95,7 @@ class ContinueCommand(Command):
         p.add_argument("--detach", action="store_true")
 
     def run(self, app: Cairn, args: argparse.Namespace) -> None:
-        child, run = app.continue_task(args.task, args.message, title=args.title)
+        child, run = app.tasks.continue_from(args.task, args.message, title=args.title)
         finish_run_command(
             app,
             args,
@@ -122,11 +122,11 @@ class ForkCommand(Command):
         p.add_argument("--detach", action="store_true")
 
     def run(self, app: Cairn, args: argparse.Namespace) -> None:
-        child, run = app.fork_task(
+        child, run = app.tasks.fork(
             args.task, args.message, at_revision=args.at_revision, title=args.title
         )
         assert run is not None  # a fork always starts the child's first run
-        ws = app.workspace_of(child)
+        ws = app.tasks.workspace_of(child)
         finish_run_command(
             app,
             args,
@@ -148,9 +148,9 @@ class TasksCommand(Command):
     def run(self, app: Cairn, args: argparse.Namespace) -> None:
         rows: list[dict[str, Any]] = []
         states: dict[str, str] = {}
-        for t in app.tasks():
-            ws = app.workspace_of(t) if t.workspace_id else None
-            run = app.runs.latest_run(t)
+        for t in app.tasks.all():
+            ws = app.tasks.workspace_of(t) if t.workspace_id else None
+            run = app.runs.latest(t)
             states[t.id] = run.state if run else (ws.state if ws else "-")
             rows.append(
                 {
@@ -205,7 +205,7 @@ class ShowCommand(Command):
         p.add_argument("task")
 
     def run(self, app: Cairn, args: argparse.Namespace) -> None:
-        d = app.task_details(args.task)
+        d = app.views.task_details(args.task)
 
         def text() -> str:
             lines = [
