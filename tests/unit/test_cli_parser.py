@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -56,6 +57,18 @@ HELP_ORDER = [
     "unarchive",
     "housekeeping",
 ]
+
+
+@pytest.fixture(autouse=True)
+def root_logger_as_found():
+    """main() installs log redaction on the root logger; other tests expect it as they found it."""
+    root = logging.getLogger()
+    filters = root.filters[:]
+    handler_filters = [(handler, handler.filters[:]) for handler in root.handlers]
+    yield
+    root.filters[:] = filters
+    for handler, kept in handler_filters:
+        handler.filters[:] = kept
 
 
 def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
