@@ -13,12 +13,8 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-from core.events import Event
+from core.events import RUN_OUTPUT, Event
 from gui.qt import QObject, QTimer, Signal, Slot
-
-RUN_OUTPUT = "run.output"
-APPROVAL_REQUESTED = "approval.requested"
-APPROVAL_DECIDED = "approval.decided"
 
 FLUSH_INTERVAL_MS = 40
 MAX_BATCH = 500

@@ -3,7 +3,7 @@
 Owns where work runs and how its outcome comes back; what the work does is the caller's. A job
 reads as a sentence:
 
-    ctx.jobs.job(lambda: cairn.task_details(task_id), key="task-view", what="load the task") \
+    ctx.jobs.job(lambda: cairn.views.task_details(task_id), key="task-view", what="load the task") \
         .success(self.show_details).failure(self.show_error).run()
 
 The work function runs on a pool thread and must never touch a widget. Its return value or its

@@ -66,7 +66,7 @@ from gui.task_view import EMPTY_STATE_TEXT, TaskView
 from gui.welcome import WelcomeDialog
 
 if TYPE_CHECKING:
-    from core.reconcile import ReconcileReport
+    from core.runs.reconcile import ReconcileReport
 
 log = logging.getLogger(__name__)
 
@@ -296,8 +296,8 @@ class MainWindow(QMainWindow):
         cairn = self.context.cairn
 
         def work() -> WindowDefaults:
-            engines = engine_choices(cairn.setting_keys()["engines"])
-            return WindowDefaults(engines, cairn.defaults().get("engine") or None)
+            engines = engine_choices(cairn.settings.keys()["engines"])
+            return WindowDefaults(engines, cairn.settings.defaults().get("engine") or None)
 
         self.context.jobs.job(work, key="defaults", what="read the settings", parent=self).success(
             self._defaults_loaded
@@ -310,14 +310,14 @@ class MainWindow(QMainWindow):
     def check_sandboxes(self) -> None:
         cairn = self.context.cairn
         self.context.jobs.job(
-            cairn.status, key="sandbox-status", what="check the sandboxes", parent=self
+            cairn.views.status, key="sandbox-status", what="check the sandboxes", parent=self
         ).success(lambda status: self.context.set_sandbox_problem(status.get("problem"))).run()
 
     def reconcile(self) -> None:
         """Settle runs that ended or were lost while Cairn was closed, then follow the rest."""
         cairn = self.context.cairn
         self.context.jobs.job(
-            cairn.reconcile, write=True, what="reconcile runs and sandboxes", parent=self
+            cairn.runs.reconcile, write=True, what="reconcile runs and sandboxes", parent=self
         ).success(self._reconciled).run()
 
     def _reconciled(self, report: ReconcileReport) -> None:
@@ -580,7 +580,7 @@ class MainWindow(QMainWindow):
         for request in requests:
 
             def work(r: NewTaskRequest = request):
-                made = cairn.new_task(
+                made = cairn.tasks.new(
                     r.folder, title=r.title, engine=r.engine, instructions=r.instructions
                 )
                 return task_row(cairn, made.task.id)

@@ -271,7 +271,7 @@ class WelcomeDialog(QDialog):
         self.host_button.setEnabled(False)
 
         def switch() -> str:
-            cairn.set_setting(BACKEND_SETTING, HOST_BACKEND)
+            cairn.settings.set(BACKEND_SETTING, HOST_BACKEND)
             cairn.reset_sandboxes()  # the next sandbox is made by the backend just chosen
             return HOST_BACKEND
 

@@ -56,7 +56,7 @@ def load_pending(cairn: Cairn, known_titles: Mapping[str, str | None]) -> Pendin
     and the ones read now come back with the queue."""
     found: dict[str, str | None] = {}
     pending = []
-    for approval in cairn.judge_pending():
+    for approval in cairn.approvals.pending():
         if approval.state != "pending":
             continue
         title = None
@@ -68,7 +68,7 @@ def load_pending(cairn: Cairn, known_titles: Mapping[str, str | None]) -> Pendin
                 title = found[task_id]
             else:
                 try:
-                    title = cairn.task(task_id).title
+                    title = cairn.tasks.get(task_id).title
                 except NotFound:  # a task gone meanwhile: its id is shown instead
                     title = None
                 found[task_id] = title

@@ -1,11 +1,11 @@
 """The Approvals tab: the queue of commands runs asked permission for, one card each, with
 Approve, Deny and "remember for this task".
 
-Owns showing the queue and sending decisions through the facade (`approve(id, remember=...)`,
-`deny(id)`). The queue (gui.approvals.data) is loaded again on `approval.requested` /
-`approval.decided` events and every few seconds, which also lets the judge answer what its
-rules can and apply timeouts. Notifying the user and the tab's badge belong to the main window,
-which listens to `sig_count_changed` and `sig_arrived`.
+Owns showing the queue and sending decisions through the facade's judge
+(`approvals.approve(id, remember=...)`, `approvals.deny(id)`). The queue (gui.approvals.data) is
+loaded again on `approval.requested` / `approval.decided` events and every few seconds, which
+also lets the judge answer what its rules can and apply timeouts. Notifying the user and the
+tab's badge belong to the main window, which listens to `sig_count_changed` and `sig_arrived`.
 """
 
 from __future__ import annotations
@@ -280,14 +280,16 @@ class ApprovalsPanel(QWidget):
         cairn = self.context.cairn
         self._decide(
             approval_id,
-            lambda: cairn.approve(approval_id, remember=remember),
+            lambda: cairn.approvals.approve(approval_id, remember=remember),
             "approve the command",
             "Approved" + (" (remembered for the task)" if remember else ""),
         )
 
     def deny(self, approval_id: str) -> None:
         cairn = self.context.cairn
-        self._decide(approval_id, lambda: cairn.deny(approval_id), "deny the command", "Denied")
+        self._decide(
+            approval_id, lambda: cairn.approvals.deny(approval_id), "deny the command", "Denied"
+        )
 
     def _decide(self, approval_id: str, work, what: str, done: str) -> None:
         card = self.cards.get(approval_id)

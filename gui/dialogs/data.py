@@ -20,7 +20,7 @@ DEFAULT_ENGINES = (FALLBACK_ENGINE, "claude-code", "codex")
 
 
 def engine_choices(known: Iterable[str]) -> tuple[str, ...]:
-    """The engines to offer (core's `setting_keys()["engines"]`), the shell engine first."""
+    """The engines to offer (core's `settings.keys()["engines"]`), the shell engine first."""
     names = list(dict.fromkeys(known))
     if FALLBACK_ENGINE in names:
         names.remove(FALLBACK_ENGINE)
@@ -37,7 +37,7 @@ class NewTaskRequest:
 
 
 def revision_label(revision: dict, latest: bool = False) -> str:
-    """One revision of task_details()["revisions"] in a line: number, id, trigger, files, time."""
+    """One of `views.task_details()["revisions"]` in a line: number, id, trigger, files, time."""
     when = _dt.datetime.fromtimestamp(revision.get("created_at") or 0).strftime("%Y-%m-%d %H:%M")
     changed = revision.get("files_changed")
     files = f", {changed} file{'s' if changed != 1 else ''}" if changed is not None else ""

@@ -6,6 +6,7 @@ Owns the wording and collecting the answer; acting on it is the caller's.
 
 from __future__ import annotations
 
+from core.runs.ladder import ON_TOP, RESTORE_INTO_NEW
 from gui.qt import (
     QDialog,
     QDialogButtonBox,
@@ -16,9 +17,6 @@ from gui.qt import (
     QVBoxLayout,
     QWidget,
 )
-
-RESUME_ON_TOP = "on-top"
-RESUME_RESTORE = "restore-into-new"
 
 
 def ask_resume_choice(parent: QWidget, message: str) -> str | None:
@@ -36,7 +34,7 @@ def ask_resume_choice(parent: QWidget, message: str) -> str | None:
     box.addButton(QMessageBox.StandardButton.Cancel)
     box.exec()
     clicked = box.clickedButton()
-    return RESUME_ON_TOP if clicked is on_top else RESUME_RESTORE if clicked is restore else None
+    return ON_TOP if clicked is on_top else RESTORE_INTO_NEW if clicked is restore else None
 
 
 class KeyringDialog(QDialog):

@@ -49,7 +49,7 @@ def _snapshot_freshness(snapshot_revisions: list[str], current_revision: str | N
 def pending_approvals_by_task(cairn: Cairn) -> dict[str, int]:
     """How many approvals wait for a person, per task."""
     counts: dict[str, int] = {}
-    for approval in cairn.approvals():
+    for approval in cairn.approvals.list():
         if approval.task_id and approval.state == "pending":
             counts[approval.task_id] = counts.get(approval.task_id, 0) + 1
     return counts
@@ -61,18 +61,18 @@ def live_workspaces(status: dict) -> set[str]:
 
 def load_lineage(cairn: Cairn, *, with_sessions: bool = True) -> LineageData:
     """Every task with what its row shows (run state, live session, snapshot, approvals)."""
-    tasks = cairn.tasks()
+    tasks = cairn.tasks.all()
     source_paths: dict[str, str] = {}
     for task in tasks:
         if task.source_id not in source_paths:
-            source_paths[task.source_id] = cairn.task_details(task.id)["source_path"]
+            source_paths[task.source_id] = cairn.views.task_details(task.id)["source_path"]
     snapshots: dict[str, list[str]] = {}
-    for snap in cairn.snapshots():
+    for snap in cairn.snapshots.all():
         snapshots.setdefault(snap.workspace_id, []).append(snap.revision_id)
     problem = None
     live: set[str] = set()
     if with_sessions and tasks:
-        status = cairn.status()
+        status = cairn.views.status()
         problem = status.get("problem")
         live = live_workspaces(status)
     approvals = pending_approvals_by_task(cairn)
@@ -90,8 +90,8 @@ def _row(
     live: set[str],
     approvals: dict[str, int],
 ) -> TaskRow:
-    ws = cairn.workspace_of(task) if task.workspace_id else None
-    run = cairn.latest_run(task.id)
+    ws = cairn.tasks.workspace_of(task) if task.workspace_id else None
+    run = cairn.runs.latest(task.id)
     return TaskRow(
         task_id=task.id,
         title=task.title,
@@ -115,7 +115,7 @@ def _row(
 
 def task_row(cairn: Cairn, task_id: str) -> TaskRow:
     """One task's row (after it was created, or when its state changed)."""
-    task = cairn.task(task_id)
-    details = cairn.task_details(task.id)
+    task = cairn.tasks.get(task_id)
+    details = cairn.views.task_details(task.id)
     snaps = {details["workspace_id"]: [s["revision"] for s in details["snapshots"]]}
     return _row(cairn, task, details["source_path"], snaps, set(), pending_approvals_by_task(cairn))

@@ -218,9 +218,9 @@ class LineagePanel(QWidget):
         its sandbox is live, and says so."""
         cairn = self.context.cairn
         work = (
-            (lambda: cairn.archive_task(task_id))
+            (lambda: cairn.housekeeping.archive(task_id))
             if archived
-            else (lambda: cairn.unarchive_task(task_id))
+            else (lambda: cairn.housekeeping.unarchive(task_id))
         )
         verb = "archive" if archived else "unarchive"
 
@@ -236,7 +236,7 @@ class LineagePanel(QWidget):
         """Ask which sandboxes are live (a job) and update the rows' live badges."""
         cairn = self.context.cairn
         self.context.jobs.job(
-            cairn.status, key=SESSIONS_KEY, what="check the sandboxes", parent=self
+            cairn.views.status, key=SESSIONS_KEY, what="check the sandboxes", parent=self
         ).success(self._sessions_checked).run()
 
     def _sessions_checked(self, status: dict) -> None:
@@ -312,7 +312,7 @@ class LineagePanel(QWidget):
                 self.context.followers.follow(run.id)
 
         self.context.jobs.job(
-            lambda: cairn.in_flight_run(task_id), what="find the run in flight", parent=self
+            lambda: cairn.runs.in_flight(task_id), what="find the run in flight", parent=self
         ).success(follow).run()
 
     # -- filtering and selection -----------------------------------------------------------------

@@ -64,19 +64,19 @@ class DiffResult:
 
 
 def load_timeline(cairn: Any, task_id: str) -> Timeline:
-    task = cairn.task(task_id)
+    task = cairn.tasks.get(task_id)
     entries = [
         TimelineEntry(r.id, r.seq, r.trigger, r.run_id, r.created_at, r.files_changed, r.parent_id)
-        for r in cairn.revisions(task.id)
+        for r in cairn.revisions.all(task.id)
     ]
-    tasks = cairn.tasks()
+    tasks = cairn.tasks.all()
     by_id = {t.id: t for t in tasks}
     others: list[OtherRevision] = []
     for other in tasks:
         if other.id == task.id or other.source_id != task.source_id or not other.workspace_id:
             continue
         relation = _relation(by_id, task.id, other.id)
-        for r in cairn.revisions(other.id):
+        for r in cairn.revisions.all(other.id):
             others.append(
                 OtherRevision(other.id, other.title, relation, r.id, r.seq, r.trigger, r.created_at)
             )
@@ -112,15 +112,15 @@ def revision_stats(
     cairn: Any, task_id: str, pairs: list[tuple[str | None, str]]
 ) -> dict[str, tuple[int, int, int]]:
     """(files, added, removed) of each revision against its parent, by revision id."""
-    return cairn.revision_stats(task_id, pairs)
+    return cairn.revisions.stats(task_id, pairs)
 
 
 def load_diff(
     cairn: Any, task_id: str, old_ref: str, new_ref: str, *, max_bytes: int = DIFF_MAX_BYTES
 ) -> DiffResult:
-    diff = cairn.diff(task_id, old_ref, new_ref, max_bytes=max_bytes)
+    diff = cairn.revisions.diff(task_id, old_ref, new_ref, max_bytes=max_bytes)
     sizes: dict[str, int] = {}
     shas = binary_shas(diff)
     if shas:
-        sizes = cairn.blob_sizes(task_id, shas)
+        sizes = cairn.revisions.blob_sizes(task_id, shas)
     return DiffResult(diff, sizes, old_ref, new_ref)

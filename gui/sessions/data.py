@@ -1,9 +1,10 @@
 """What the Sessions & Snapshots tab reads through the facade, as plain values, and how a resume
 report reads in words; the loading functions run inside jobs and use no Qt.
 
-Owns joining `Cairn.status()` with the tasks (a sandbox is listed under the task whose workspace
-it serves), asking for the CPU and memory figures of each running sandbox, finding each task's
-last resume report, and whether (and why not) the selected task's workspace can be snapshotted.
+Owns joining `cairn.views.status()` with the tasks (a sandbox is listed under the task whose
+workspace it serves), asking for the CPU and memory figures of each running sandbox, finding
+each task's last resume report, and whether (and why not) the selected task's workspace can be
+snapshotted.
 """
 
 from __future__ import annotations
@@ -65,8 +66,8 @@ class SessionsData:
 
 
 def load_sessions(cairn: Any) -> SessionsData:
-    status = cairn.status()
-    tasks = cairn.tasks()
+    status = cairn.views.status()
+    tasks = cairn.tasks.all()
     task_of_ws = {t.workspace_id: t for t in tasks if t.workspace_id}
     out = SessionsData(problem=status.get("problem"))
     for s in status.get("sessions", []):
@@ -89,7 +90,7 @@ def load_sessions(cairn: Any) -> SessionsData:
             row.stats_note = NOT_RUNNING_REASON
         else:
             try:
-                stats = cairn.session_stats(row.session_id)
+                stats = cairn.views.session_stats(row.session_id)
             except Exception as exc:  # noqa: BLE001 - one sandbox's figures must not hide the list
                 row.stats_note = f"figures unavailable: {exc}"
             else:
@@ -116,7 +117,7 @@ def load_sessions(cairn: Any) -> SessionsData:
     for task in tasks:
         if not any(r.task_id == task.id for r in out.sessions):
             continue
-        run = cairn.latest_run(task.id)
+        run = cairn.runs.latest(task.id)
         if run is not None and run.resume_report:
             out.resumes[task.id] = ResumeInfo(task.id, run.id, run.resume_report)
     return out
@@ -166,15 +167,15 @@ class SnapshotMade:
 
 
 def load_snapshot_target(cairn: Any, task_id: str) -> SnapshotTarget:
-    task = cairn.task(task_id)
-    ws = cairn.workspace_of(task)
+    task = cairn.tasks.get(task_id)
+    ws = cairn.tasks.workspace_of(task)
     return SnapshotTarget(task.id, task.title, ws.id, ws.state, Path(ws.root).is_dir())
 
 
 def take_snapshot(cairn: Any, task_id: str, task_title: str) -> SnapshotMade:
     """A verifying capture of the workspace, then a durable snapshot of its latest revision."""
     started = time.time()
-    snap = cairn.snapshot(task_id)
+    snap = cairn.snapshots.take(task_id)
     return SnapshotMade(
         task_id, task_title, snap.id, snap.revision_id, reused=snap.created_at < started
     )
@@ -249,30 +250,3 @@ def describe_resume(report: dict | None) -> str:
     if notes:
         text += " Why: " + "; ".join(notes) + "."
     return text
-
-
-# -- figures in words -------------------------------------------------------------------------
-
-
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "—"
-    seconds = max(0, int(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes, s = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes} min"
-    hours, m = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours} h {m} min"
-    return f"{hours // 24} days"
-
-
-def size_text(n: int | None) -> str:
-    if n is None:
-        return "—"
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"

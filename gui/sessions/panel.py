@@ -1,8 +1,9 @@
 """The Sessions & Snapshots tab: every sandbox and every snapshot, Stop / Resume / Reconcile,
 Snapshot Now, and what the last resume did, in words.
 
-Owns showing `Cairn.status()` and running those four actions as jobs (results and errors shown
-here). A sandbox on the host backend is labelled UNSAFE wherever it appears: it has no isolation.
+Owns showing `cairn.views.status()` and running those four actions as jobs (results and errors
+shown here). A sandbox on the host backend is labelled UNSAFE wherever it appears: it has no
+isolation.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from core import events as ev
+from core import humanize
 from gui.qt import (
     QAbstractItemView,
     QBrush,
@@ -32,8 +34,8 @@ from gui.sessions import data
 
 if TYPE_CHECKING:
     from core.models import Run
-    from core.reconcile import ReconcileReport
-    from core.resume import ResumeReport
+    from core.runs.ladder import ResumeReport
+    from core.runs.reconcile import ReconcileReport
     from gui.context import AppContext
 
 SESSION_COLUMNS = ("Task", "Sandbox", "Backend", "State", "Image", "Uptime", "CPU", "Memory")
@@ -89,7 +91,7 @@ class SessionsPanel(QWidget):
     """Every sandbox session and snapshot; `set_task` selects that task's sandbox."""
 
     sig_loaded = Signal()
-    """The tables show a fresh `status()`."""
+    """The tables show a fresh `views.status()`."""
 
     sig_action_done = Signal(str, bool)
     """Stop, Resume, Reconcile or Snapshot ended: (action, succeeded)."""
@@ -224,7 +226,7 @@ class SessionsPanel(QWidget):
     # -- loading ------------------------------------------------------------------------------
 
     def refresh(self) -> None:
-        """Load the tables again. One load at a time: `status()` of a large workspace takes
+        """Load the tables again. One load at a time: `views.status()` of a large workspace takes
         seconds of a job thread, and overlapping loads (timer, events, actions) would only
         compete with the GUI thread for the interpreter; a request meanwhile runs once after."""
         self._check_target()
@@ -367,15 +369,15 @@ class SessionsPanel(QWidget):
                     row,
                     S_UPTIME,
                     _item(
-                        data.duration(uptime) if s.state == "running" else "—",
-                        f"session made {data.duration(s.age_s)} ago",
+                        humanize.duration(uptime) if s.state == "running" else "—",
+                        f"session made {humanize.duration(s.age_s)} ago",
                         align_right=True,
                     ),
                 )
                 cpu = f"{s.cpu_percent:.1f} %" if s.cpu_percent is not None else "—"
-                memory = data.size_text(s.memory_bytes) if s.memory_bytes is not None else "—"
+                memory = humanize.size(s.memory_bytes) if s.memory_bytes is not None else "—"
                 if s.memory_bytes is not None and s.memory_limit_bytes:
-                    memory += f" of {data.size_text(s.memory_limit_bytes)}"
+                    memory += f" of {humanize.size(s.memory_limit_bytes)}"
                 table.setItem(row, S_CPU, _item(cpu, s.stats_note, align_right=True))
                 table.setItem(row, S_MEMORY, _item(memory, s.stats_note, align_right=True))
         finally:
@@ -391,8 +393,8 @@ class SessionsPanel(QWidget):
             table.setItem(row, P_ID, _item(p.snapshot_id, f"state {p.state}" if p.state else None))
             table.setItem(row, P_TASK, _item(p.task_title, p.workspace_id))
             table.setItem(row, P_REVISION, _item(p.revision[:12], p.revision))
-            table.setItem(row, P_AGE, _item(data.duration(p.age_s), align_right=True))
-            table.setItem(row, P_SIZE, _item(data.size_text(p.size), align_right=True))
+            table.setItem(row, P_AGE, _item(humanize.duration(p.age_s), align_right=True))
+            table.setItem(row, P_SIZE, _item(humanize.size(p.size), align_right=True))
             table.setItem(
                 row,
                 P_RESTORABLE,
@@ -462,7 +464,7 @@ class SessionsPanel(QWidget):
         self._run_action(
             "stop",
             f"Stopping the sandbox of {s.task_title}…",
-            lambda: cairn.stop(task_id),
+            lambda: cairn.runs.stop(task_id),
             self._stopped,
         )
 
@@ -474,7 +476,7 @@ class SessionsPanel(QWidget):
         self._run_action(
             "resume",
             f"Resuming {s.task_title}…",
-            lambda: (task_id, cairn.resume(task_id)),
+            lambda: (task_id, cairn.runs.resume(task_id)),
             self._resumed,
         )
 
@@ -501,7 +503,7 @@ class SessionsPanel(QWidget):
         self._run_action(
             "reconcile",
             "Reconciling sandboxes and runs…",
-            lambda: cairn.reconcile(),
+            lambda: cairn.runs.reconcile(),
             self._reconciled,
         )
 

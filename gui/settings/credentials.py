@@ -1,9 +1,9 @@
 """The Credentials page: the keyring's state, the secrets stored in it (names only), and each
 task's grants of them as environment variables.
 
-Owns showing those and sending the user's changes through the facade (`keyring_status()`,
-`secret_names()`, and `credentials` for set / delete / grant / revoke), every call in a job; the
-reads are gui.settings.data's. A value typed here goes from its password field into a write job
+Owns showing those and sending the user's changes through the facade's `credentials` (keyring
+status, secret names, set / delete / grant / revoke), every call in a job; the reads are
+gui.settings.data's. A value typed here goes from its password field into a write job
 and the field is emptied at once; no widget ever shows one. Where the page lives (a Settings
 tab, or a dialog of its own through `open_credentials_dialog`) is the caller's.
 """
@@ -287,7 +287,11 @@ class CredentialsPage(QWidget):
         if self.status is None or not self.status.usable:
             _say(self.keyring_label, CHECKING_TEXT)
         self.context.jobs.job(
-            cairn.keyring_status, key=self._keys["keyring"], what="check the keyring", parent=self
+            # `credentials` is made on first use (it opens the keyring): in the job, not here
+            lambda: cairn.credentials.keyring_status(),
+            key=self._keys["keyring"],
+            what="check the keyring",
+            parent=self,
         ).success(self._show_status).failure(self._keyring_failed).finished(
             lambda: self.retry_button.setEnabled(True)
         ).run()
@@ -296,7 +300,10 @@ class CredentialsPage(QWidget):
     def reload_names(self) -> None:
         cairn = self.context.cairn
         self.context.jobs.job(
-            cairn.secret_names, key=self._keys["names"], what="list the secrets", parent=self
+            lambda: cairn.credentials.secret_names(),
+            key=self._keys["names"],
+            what="list the secrets",
+            parent=self,
         ).success(self._show_names).failure(self._names_failed).run()
 
     def reload_tasks(self) -> None:

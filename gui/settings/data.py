@@ -34,16 +34,16 @@ class LoadedSettings:
 
 def load_settings(cairn: Cairn) -> LoadedSettings:
     """Everything the dialog shows, read through the facade (on a job's thread)."""
-    keys = cairn.setting_keys()
+    keys = cairn.settings.keys()
     engines = list(keys["engines"])
     return LoadedSettings(
-        defaults=dict(cairn.get_setting("defaults") or {}),
-        engines={e: dict(cairn.get_setting(f"engines.{e}") or {}) for e in engines},
+        defaults=dict(cairn.settings.get("defaults") or {}),
+        engines={e: dict(cairn.settings.get(f"engines.{e}") or {}) for e in engines},
         engine_keys=list(keys["engine_keys"]),
         engines_offered=list(engine_choices(engines)),
         networks=list(keys["networks"]),
         backends=list(keys["backends"]),
-        rules=cairn.risk_rules(),
+        rules=cairn.approvals.risk_rules(),
     )
 
 
@@ -66,23 +66,23 @@ def apply_changes(cairn: Cairn, changes: Changes) -> LoadedSettings:
     problems = []
     for key, value in changes.set.items():
         try:
-            cairn.check_setting(key, value)
+            cairn.settings.check(key, value)
         except CairnError as exc:
             problems.append(f"{key}: {exc}")
     if changes.rules_text is not None:
         try:
-            cairn.check_risk_rules(changes.rules_text)
+            cairn.approvals.check_risk_rules(changes.rules_text)
         except CairnError as exc:
             problems.append(f"risk rules: {exc}")
     if problems:
         raise CairnError("nothing was saved: " + "\n".join(problems))
     done: list[str] = []
     steps = [
-        (key, lambda k=key, v=value: cairn.set_setting(k, v)) for key, value in changes.set.items()
+        (key, lambda k=key, v=value: cairn.settings.set(k, v)) for key, value in changes.set.items()
     ]
-    steps += [(key, lambda k=key: cairn.unset_setting(k)) for key in changes.unset]
+    steps += [(key, lambda k=key: cairn.settings.unset(k)) for key in changes.unset]
     if changes.rules_text is not None:
-        steps.append(("risk rules", lambda: cairn.set_risk_rules(changes.rules_text)))
+        steps.append(("risk rules", lambda: cairn.approvals.set_risk_rules(changes.rules_text)))
     for name, step in steps:
         try:
             step()
@@ -128,7 +128,7 @@ def grant_rows(task_id: str, grants: list[Grant], revoked: list[str]) -> list[Gr
 
 def task_titles(cairn: Cairn) -> list[tuple[str, str]]:
     """Every task as (id, title), for choosing whose grants to show."""
-    return [(t.id, t.title) for t in cairn.tasks()]
+    return [(t.id, t.title) for t in cairn.tasks.all()]
 
 
 def task_grants(cairn: Cairn, task_id: str) -> tuple[str, list[Grant], list[str]]:
@@ -140,4 +140,4 @@ def task_grants(cairn: Cairn, task_id: str) -> tuple[str, list[Grant], list[str]
 
 def grant_holders(cairn: Cairn, secret_name: str) -> list[tuple[str, str]]:
     """The tasks with a grant of this secret, as (id, title)."""
-    return [(t.id, t.title) for t in cairn.tasks_granted(secret_name)]
+    return [(t.id, t.title) for t in cairn.credentials.tasks_granted(secret_name)]

@@ -512,7 +512,7 @@ class SettingsDialog(QDialog):
     def validate_rules(self) -> None:
         text = self.rules_edit.toPlainText()
         self.context.jobs.job(
-            lambda: self.cairn.check_risk_rules(text),
+            lambda: self.cairn.approvals.check_risk_rules(text),
             key="settings-dialog-validate",
             what="check the risk rules",
             parent=self,
@@ -531,7 +531,7 @@ class SettingsDialog(QDialog):
         text = self.rules_edit.toPlainText()
         self._set_busy(True)
         self.context.jobs.job(
-            lambda: self.cairn.set_risk_rules(text),
+            lambda: self.cairn.approvals.set_risk_rules(text),
             write=True,
             what="save the risk rules",
             parent=self,
@@ -558,8 +558,8 @@ class SettingsDialog(QDialog):
         self._set_busy(True)
 
         def work() -> dict:
-            self.cairn.reset_risk_rules()
-            return self.cairn.risk_rules()
+            self.cairn.approvals.reset_risk_rules()
+            return self.cairn.approvals.risk_rules()
 
         self.context.jobs.job(work, write=True, what="reset the risk rules", parent=self).success(
             lambda rules: self._rules_written(rules, "Cairn's own rules are in force again.")

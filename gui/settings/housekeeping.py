@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from core.housekeeping import Plan, Result, human_bytes
+from core import humanize
+from core.housekeeping import Plan, Result
 from gui.jobs import JobFailure
 from gui.qt import (
     QAbstractItemView,
@@ -113,7 +114,7 @@ class HousekeepingDialog(QDialog):
         self._set_busy(True)
         cairn = self.context.cairn
         self.context.jobs.job(
-            lambda: cairn.housekeeping_plan(),
+            lambda: cairn.housekeeping.plan(),
             key="housekeeping-plan",
             what="measure the data folder",
             parent=self,
@@ -124,15 +125,15 @@ class HousekeepingDialog(QDialog):
     def _show_plan(self, plan: Plan) -> None:
         self.plan = plan
         usage = plan.usage
-        self.usage_label.setText(f"Data folder {usage.root}: {human_bytes(usage.total)}")
+        self.usage_label.setText(f"Data folder {usage.root}: {humanize.size(usage.total)}")
         for key, label in self.part_labels.items():
-            label.setText(human_bytes(usage.parts.get(key, 0)))
+            label.setText(humanize.size(usage.parts.get(key, 0)))
         self.items_table.setRowCount(len(plan.items))
         for row, item in enumerate(plan.items):
-            size = QTableWidgetItem(human_bytes(item.bytes))
-            size.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-            size.setToolTip(f"{item.bytes:,} bytes")
-            self.items_table.setItem(row, 0, size)
+            freed = QTableWidgetItem(humanize.size(item.bytes))
+            freed.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            freed.setToolTip(f"{item.bytes:,} bytes")
+            self.items_table.setItem(row, 0, freed)
             kind = QTableWidgetItem(_KIND_LABELS.get(item.kind, item.kind))
             self.items_table.setItem(row, 1, kind)
             what = QTableWidgetItem(item.description)
@@ -141,7 +142,7 @@ class HousekeepingDialog(QDialog):
         if plan.empty:
             self.total_label.setText("Nothing to clean up")
         else:
-            self.total_label.setText(f"Will free {human_bytes(plan.total)}")
+            self.total_label.setText(f"Will free {humanize.size(plan.total)}")
         if plan.notes:
             self.total_label.setToolTip("\n".join(plan.notes))
 
@@ -153,7 +154,7 @@ class HousekeepingDialog(QDialog):
             return
         if not self.confirm(
             f"Remove {len(plan.items)} item(s) and free "
-            f"{human_bytes(plan.total)}? Archived workspaces keep their history "
+            f"{humanize.size(plan.total)}? Archived workspaces keep their history "
             "and can be restored from their snapshots."
         ):
             return
@@ -161,7 +162,7 @@ class HousekeepingDialog(QDialog):
         self.status_label.setText("Cleaning up…")
         cairn = self.context.cairn
         self.context.jobs.job(
-            lambda: cairn.housekeeping_clean(plan),
+            lambda: cairn.housekeeping.clean(plan),
             write=True,
             what="clean up the data folder",
             parent=self,
@@ -170,7 +171,7 @@ class HousekeepingDialog(QDialog):
     def _cleaned(self, result: Result) -> None:
         self.last_result = result
         self.plan = None  # done: the next figures come from the refresh that follows
-        lines = [f"Freed {human_bytes(result.freed)}"]
+        lines = [f"Freed {humanize.size(result.freed)}"]
         lines += [f"Skipped: {s.item.description} — {s.reason}" for s in result.skipped]
         lines += result.notes
         self.status_label.setText("\n".join(lines))

@@ -55,7 +55,7 @@ def button_states(
 ) -> dict[str, State]:
     """Every button's (enabled, reason) for a task.
 
-    details: the facade's task_details() of the selected task (None: nothing selected).
+    details: the facade's views.task_details() of the selected task (None: nothing selected).
     run: the task's latest run (None before its first). lineage_run: a run in flight in another
     task of the same lineage. busy: an action on this task already in progress ("stopping").
     sandbox_problem: why no sandbox can be made now (Docker down), or None.

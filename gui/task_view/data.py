@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 from core.app import Cairn
 from core.models import Run, Task
-from core.runs import output_of
 
 
 @dataclass
@@ -44,14 +43,14 @@ def lineage_members(tasks: list[Task], task_id: str) -> list[Task]:
 
 
 def task_view(cairn: Cairn, task_id: str, *, with_output: bool = True) -> TaskViewData:
-    task = cairn.task(task_id)
-    details = cairn.task_details(task.id)
-    run = cairn.latest_run(task.id)
+    task = cairn.tasks.get(task_id)
+    details = cairn.views.task_details(task.id)
+    run = cairn.runs.latest(task.id)
     lineage_run = None
-    for member in lineage_members(cairn.tasks(), task.id):
+    for member in lineage_members(cairn.tasks.all(), task.id):
         if member.id == task.id:
             continue
-        other = cairn.in_flight_run(member.id)
+        other = cairn.runs.in_flight(member.id)
         if other is not None:
             lineage_run = other
             break
@@ -61,4 +60,4 @@ def task_view(cairn: Cairn, task_id: str, *, with_output: bool = True) -> TaskVi
 
 def run_output(cairn: Cairn, run_id: str) -> str:
     """Everything recorded of a run's output so far (stdout and stderr, in order)."""
-    return output_of(cairn.store, run_id)
+    return cairn.runs.output(run_id)

@@ -1,6 +1,6 @@
 """Following runs in flight: their output reaches the GUI live, and their end is noticed.
 
-Owns one observing job per run in flight (the facade's `follow`, which tails the run's files
+Owns one observing job per run in flight (the facade's `runs.follow`, which tails the run's files
 from their saved offsets and settles the run when it ends) and the transcript of each followed
 run, kept on the GUI thread. The backlog is read on the same thread as the tail that follows
 it, so no chunk is shown twice or lost between the two. Drawing the output is the task view's.
@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import threading
 
-from core.app import RECORD_CHILD, Cairn
-from core.events import Event
+from core.app import Cairn
+from core.events import RUN_OUTPUT, Event
 from core.models import Run
-from gui.events import RUN_OUTPUT, EventBridge
+from core.runs import RECORD_CHILD
+from gui.events import EventBridge
 from gui.jobs import JobFailure, JobRunner
 from gui.qt import QObject, Signal
 from gui.task_view.data import run_output
@@ -69,7 +70,7 @@ class RunFollowers(QObject):
 
             # The workspace is recorded by a child process: a big tree's index and captures
             # would otherwise compete with the window for this process's interpreter.
-            return cairn.follow(
+            return cairn.runs.follow(
                 run_id, on_output=on_output, should_stop=stop.is_set, record=RECORD_CHILD
             )
 

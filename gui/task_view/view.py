@@ -12,12 +12,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from core.events import Event
+from core.events import RUN_OUTPUT, Event
 from core.models import Run, Task
-from core.resume import NeedsChoice
+from core.runs.ladder import NeedsChoice
 from gui.dialogs import ContinueDialog, ForkDialog, ask_resume_choice
 from gui.errors import describe_error
-from gui.events import RUN_OUTPUT
 from gui.icons import icon
 from gui.jobs import JobFailure
 from gui.qt import (
@@ -378,9 +377,9 @@ class TaskView(QWidget):
         instructions = d.get("instructions") or ""
         if d["engine"] == "shell":  # the instructions are its commands, one per line
             commands = [line for line in instructions.splitlines() if line.strip()]
-            work = lambda: cairn.start_run(task_id, commands)  # noqa: E731
+            work = lambda: cairn.runs.start(task_id, commands=commands)  # noqa: E731
         else:
-            work = lambda: cairn.start_run(task_id, prompt=instructions)  # noqa: E731
+            work = lambda: cairn.runs.start(task_id, prompt=instructions)  # noqa: E731
         self._act(
             "start the run",
             work,
@@ -403,7 +402,7 @@ class TaskView(QWidget):
             message = dialog.message()
             self._act(
                 "continue the task",
-                lambda: cairn.continue_task(task_id, message),
+                lambda: cairn.tasks.continue_from(task_id, message),
                 done=f"Continued {d['title']}",
                 busy="continuing",
                 on_success=self._created,
@@ -434,7 +433,7 @@ class TaskView(QWidget):
             revision, message = dialog.revision(), dialog.message()
             self._act(
                 "fork the task",
-                lambda: cairn.fork_task(task_id, message, at_revision=revision),
+                lambda: cairn.tasks.fork(task_id, message, at_revision=revision),
                 done=f"Forked {d['title']} from revision {str(revision)[:10]}",
                 busy="forking",
                 on_success=self._created,
@@ -454,7 +453,7 @@ class TaskView(QWidget):
         cairn, task_id, title = self.context.cairn, self.task_id, self.data.details["title"]
         self._act(
             "stop the run",
-            lambda: cairn.stop(task_id),
+            lambda: cairn.runs.stop(task_id),
             done=f"Stopped {title}",
             busy="stopping the run",
         )
@@ -482,7 +481,7 @@ class TaskView(QWidget):
             self._follow(result[0])
 
         self.context.jobs.job(
-            lambda: cairn.resume(task_id, choice=choice), write=True, what="resume the run"
+            lambda: cairn.runs.resume(task_id, choice=choice), write=True, what="resume the run"
         ).success(succeeded).failure(failed).finished(finished).run()
 
     def _promote(self) -> None:
@@ -500,7 +499,7 @@ class TaskView(QWidget):
             return
         self._act(
             "promote to a branch",
-            lambda: cairn.promote_to_branch(task_id, branch),
+            lambda: cairn.artifacts.promote_to_branch(task_id, branch),
             done=f"Promoted {title} to the branch {branch}",
             busy="promoting",
         )
@@ -514,7 +513,7 @@ class TaskView(QWidget):
             return
 
         def work() -> None:
-            patch = cairn.export_patch(task_id)
+            patch = cairn.artifacts.export_patch(task_id)
             with open(path, "wb") as out:
                 out.write(patch if isinstance(patch, bytes) else str(patch).encode("utf-8"))
 

@@ -129,10 +129,10 @@ class Scenario:
         )
 
     def tasks(self) -> list:
-        return self.w.context.cairn.tasks()
+        return self.w.context.cairn.tasks.all()
 
     def run_state(self, task_id: str) -> str | None:
-        run = self.w.context.cairn.latest_run(task_id)
+        run = self.w.context.cairn.runs.latest(task_id)
         return run.state if run else None
 
     def wait_run(self, task_id: str, states: tuple[str, ...], what: str) -> str:
@@ -271,7 +271,7 @@ class Scenario:
         cairn = w.context.cairn
 
         def timeline_complete():
-            recorded = [r.id for r in cairn.revisions(task.id)]
+            recorded = [r.id for r in cairn.revisions.all(task.id)]
             return len(recorded) >= 3 and self.timeline_ids() == recorded and recorded
 
         revisions = self.wait(timeline_complete, "the run's revisions to appear in the timeline")
@@ -313,7 +313,7 @@ class Scenario:
         self.wait_run(fork.id, ("succeeded",), "the fork's run to succeed")
         self.select_task(fork.id)
         self.wait(lambda: "succeeded" in w.task_view.state_label.text(), "the fork's state")
-        fork_ws = Path(w.context.cairn.workspace_of(fork).root)
+        fork_ws = Path(w.context.cairn.tasks.workspace_of(fork).root)
         if (fork_ws / "greeting.txt").exists() or not (fork_ws / "fork.txt").is_file():
             raise Failed("the fork's workspace is not the first revision plus its own edit")
         self.result["fork"] = fork.id
@@ -327,7 +327,7 @@ class Scenario:
         cont, card = self.continue_with(fork, APPROVE_COMMAND, "approval-waiting")
         self.click(card.approve_button)
         self.wait_run(cont.id, ("succeeded",), "the approved run to succeed")
-        cont_ws = Path(w.context.cairn.workspace_of(cont).root)
+        cont_ws = Path(w.context.cairn.tasks.workspace_of(cont).root)
         if not (cont_ws / "pushed.txt").is_file():
             raise Failed("the approved command did not run")
 
@@ -392,7 +392,7 @@ class Scenario:
         w, cairn = self.w, self.w.context.cairn
         model = w.lineage.model
         shown = {}
-        for task in cairn.tasks():
+        for task in cairn.tasks.all():
             index = model.index_of_task(task.id)
             shown[task.id] = {
                 "title": index.data() if index.isValid() else None,
@@ -404,7 +404,7 @@ class Scenario:
                     if index.isValid() and index.parent().isValid()
                     else None
                 ),
-                "revisions": len(cairn.revisions(task.id)),
+                "revisions": len(cairn.revisions.all(task.id)),
                 "run": self.run_state(task.id),
             }
         return {

@@ -29,8 +29,10 @@ class FakeApprovals:
         self.decisions = []
         self.fail_next = None
         self.lock = threading.Lock()
+        self.approvals = SimpleNamespace(pending=self.pending, approve=self.approve, deny=self.deny)
+        self.tasks = SimpleNamespace(get=self.task)
 
-    def judge_pending(self):
+    def pending(self):
         with self.lock:
             return [item for item in self.items.values() if item.state == "pending"]
 

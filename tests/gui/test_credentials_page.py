@@ -86,7 +86,7 @@ def cairn(data_dir: Path, secrets):
 @pytest.fixture
 def tasks(cairn, repo) -> dict[str, str]:
     """A task made from a folder and a child of it (continue): their ids."""
-    root = cairn.new_task(repo, title="login fix").task
+    root = cairn.tasks.new(repo, title="login fix").task
     child = Task(
         new_id("task"),
         "logout too",
@@ -99,7 +99,7 @@ def tasks(cairn, repo) -> dict[str, str]:
         None,
         time.time(),
     )
-    cairn.store.add_task(child)
+    cairn.ctx.store.add_task(child)
     return {"root": root.id, "child": child.id}
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import threading
 
-from core.events import Event, EventBus
-from gui.events import RUN_OUTPUT, EventBridge, coalesce
+from core.events import RUN_OUTPUT, Event, EventBus
+from gui.events import EventBridge, coalesce
 from gui.qt import QApplication, QThread
 
 

@@ -5,22 +5,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.housekeeping import human_bytes
+from core import humanize
 from gui.settings import HousekeepingDialog
 
 
 def _archived_task(cairn, repo: Path):
-    made = cairn.new_task(repo, title="Old experiment")
+    made = cairn.tasks.new(repo, title="Old experiment")
     (Path(made.workspace.root) / "data.bin").write_bytes(b"x" * 300_000)
-    cairn.capture(made.task.id)
-    cairn.archive_task(made.task.id)
+    cairn.revisions.capture(made.task.id)
+    cairn.housekeeping.archive(made.task.id)
     return made
 
 
 def test_dialog_shows_the_plan_and_cleans_up(qtbot, context, cairn, repo):
     made = _archived_task(cairn, repo)
-    cairn.new_task(repo, title="Live task")
-    expected = cairn.housekeeping_plan()
+    cairn.tasks.new(repo, title="Live task")
+    expected = cairn.housekeeping.plan()
     assert expected.total > 300_000
 
     dialog = HousekeepingDialog(context)
@@ -28,18 +28,18 @@ def test_dialog_shows_the_plan_and_cleans_up(qtbot, context, cairn, repo):
     qtbot.waitUntil(lambda: dialog.plan is not None and not dialog.busy, timeout=10_000)
     plan = dialog.plan
     assert plan.total == expected.total
-    assert dialog.total_label.text() == f"Will free {human_bytes(plan.total)}"
-    assert dialog.usage_label.text().endswith(human_bytes(plan.usage.total))
-    assert dialog.part_labels["workspaces"].text() == human_bytes(plan.usage.parts["workspaces"])
+    assert dialog.total_label.text() == f"Will free {humanize.size(plan.total)}"
+    assert dialog.usage_label.text().endswith(humanize.size(plan.usage.total))
+    assert dialog.part_labels["workspaces"].text() == humanize.size(plan.usage.parts["workspaces"])
     assert dialog.items_table.rowCount() == len(plan.items) == 1
-    assert dialog.items_table.item(0, 0).text() == human_bytes(plan.items[0].bytes)
+    assert dialog.items_table.item(0, 0).text() == humanize.size(plan.items[0].bytes)
     assert "Old experiment" in dialog.items_table.item(0, 2).text()
     assert dialog.clean_button.isEnabled()
 
     asked = []
     dialog.confirm = lambda text: asked.append(text) or False
     dialog.clean_button.click()
-    assert asked and "Will free" not in asked[0] and human_bytes(plan.total) in asked[0]
+    assert asked and "Will free" not in asked[0] and humanize.size(plan.total) in asked[0]
     assert Path(made.workspace.root).is_dir()  # refused: nothing done
 
     dialog.confirm = lambda text: True
@@ -49,7 +49,7 @@ def test_dialog_shows_the_plan_and_cleans_up(qtbot, context, cairn, repo):
         timeout=10_000,
     )
     assert dialog.last_result.freed == plan.total
-    assert dialog.status_label.text().startswith(f"Freed {human_bytes(plan.total)}")
+    assert dialog.status_label.text().startswith(f"Freed {humanize.size(plan.total)}")
     assert not Path(made.workspace.root).exists()
     assert dialog.plan.empty
     assert dialog.total_label.text() == "Nothing to clean up"
@@ -61,7 +61,7 @@ def test_dialog_shows_errors(qtbot, context, cairn, monkeypatch):
     def broken():
         raise OSError(13, "Permission denied", "/data")
 
-    monkeypatch.setattr(cairn, "housekeeping_plan", broken)
+    monkeypatch.setattr(cairn.housekeeping, "plan", broken)
     dialog = HousekeepingDialog(context)
     qtbot.addWidget(dialog)
     qtbot.waitUntil(lambda: bool(dialog.status_label.text()), timeout=10_000)

@@ -90,7 +90,7 @@ def test_dropping_a_folder_opens_the_dialog_and_makes_the_task(qtbot, window, re
         )
     print(f"longest event-loop stall while creating a task: {meter.longest_ms:.1f} ms")
     assert meter.longest_ms < 250, "the GUI thread waited on something"
-    [task] = cairn.tasks()
+    [task] = cairn.tasks.all()
     assert task.title == "Fix the login test" and task.instructions == "make test"
     assert window.lineage.selected_task() == task.id
     assert "Fix the login test" in window.statusBar().currentMessage()
@@ -247,7 +247,7 @@ def test_a_failed_import_is_shown_to_the_user(qtbot, window, tmp_path, data_dir)
 
 
 def test_layout_selection_and_geometry_are_restored(qtbot, context, cairn, repo, settings):
-    made = cairn.new_task(repo, title="Remember me")
+    made = cairn.tasks.new(repo, title="Remember me")
     first = MainWindow(context)
     qtbot.addWidget(first)
     first.show()
@@ -308,7 +308,7 @@ def test_docker_not_running_shows_a_banner_and_the_app_stays_usable(
     from core.app import Cairn
 
     facade = Cairn(tmp_path / "data")
-    facade.new_task(repo, title="Browse me", instructions="make test")
+    facade.tasks.new(repo, title="Browse me", instructions="make test")
     context = AppContext(facade, settings=settings, data_dir=tmp_path / "data")
     win = MainWindow(context)
     qtbot.addWidget(win)
@@ -319,7 +319,7 @@ def test_docker_not_running_shows_a_banner_and_the_app_stays_usable(
         assert "Sandboxes cannot run" in text and "Docker" in text
         # Still browsable: the task is there and can be shown; starting says why not.
         qtbot.waitUntil(lambda: len(win.lineage.model) == 1, timeout=10_000)
-        assert win.lineage.select_task(facade.tasks()[0].id)
+        assert win.lineage.select_task(facade.tasks.all()[0].id)
         qtbot.waitUntil(lambda: win.task_view.title_label.text() == "Browse me")
         start = win.task_view.buttons["start"]
         qtbot.waitUntil(lambda: "no sandbox can be started" in start.toolTip())
@@ -353,13 +353,15 @@ def test_approvals_badge_and_notification(qtbot, data_dir, settings):
         values.update(fields)
         return Approval(**values)
 
-    class CairnWithApprovals(Cairn):
+    class QueueJudge:
+        """The judge's part the window uses, over a queue the test fills."""
+
         queue = [waiting("ap_1", "git push --force", rule="force-push", reason="rewrites history")]
 
-        def approvals(self, pending_only=True):
+        def list(self, pending_only=True):
             return list(self.queue)
 
-        def judge_pending(self):
+        def pending(self):
             return list(self.queue)
 
         def approve(self, approval_id, remember=False):
@@ -368,7 +370,8 @@ def test_approvals_badge_and_notification(qtbot, data_dir, settings):
         def deny(self, approval_id, reason=None):
             self.queue = [a for a in self.queue if a.id != approval_id]
 
-    facade = CairnWithApprovals(data_dir)
+    facade = Cairn(data_dir)
+    facade.approvals = QueueJudge()
     context = AppContext(facade, settings=settings, data_dir=data_dir)
     win = MainWindow(context)
     qtbot.addWidget(win)
@@ -378,7 +381,7 @@ def test_approvals_badge_and_notification(qtbot, data_dir, settings):
         assert not win.tabs.tabIcon(win.approvals_tab).isNull()
         notified = []
         win.notify = lambda title, text: notified.append((title, text)) or "alert"
-        facade.queue = facade.queue + [waiting("ap_2", "rm -rf /x")]
+        facade.approvals.queue = facade.approvals.queue + [waiting("ap_2", "rm -rf /x")]
         facade.events.publish("approval.requested", "ap_2", task_id="t_1")
         qtbot.waitUntil(lambda: win.tabs.tabText(win.approvals_tab) == "Approvals (2)")
         if not win.isActiveWindow():
@@ -475,7 +478,7 @@ def test_cairn_shows_a_real_window_under_x(tmp_path, artifacts_dir, x_display):
 
 
 def test_settings_open_with_a_credentials_page_for_the_selected_task(qtbot, window, cairn, repo):
-    made = cairn.new_task(repo)
+    made = cairn.tasks.new(repo)
     window.lineage.reload()
     qtbot.waitUntil(lambda: window.lineage.select_task(made.task.id), timeout=10_000)
     window.settings_action.trigger()
@@ -494,7 +497,7 @@ def test_settings_open_with_a_credentials_page_for_the_selected_task(qtbot, wind
 def test_the_default_engine_setting_preselects_the_new_task_engine(
     qtbot, context, cairn, settings, repo
 ):
-    cairn.set_setting("defaults.engine", "codex")
+    cairn.settings.set("defaults.engine", "codex")
     win = MainWindow(context)
     qtbot.addWidget(win)
     qtbot.waitUntil(lambda: win._default_engine == "codex", timeout=10_000)
@@ -543,7 +546,7 @@ def test_the_data_folder_chosen_in_settings_is_used_unless_one_is_given(
 
 
 def test_a_task_is_archived_and_brought_back_from_the_tree(qtbot, window, cairn, repo):
-    made = cairn.new_task(repo)
+    made = cairn.tasks.new(repo)
     task_id = made.task.id
     window.lineage.reload()
     qtbot.waitUntil(lambda: window.lineage.model.task_node(task_id) is not None, timeout=10_000)
@@ -552,7 +555,7 @@ def test_a_task_is_archived_and_brought_back_from_the_tree(qtbot, window, cairn,
     archive.trigger()
     node = window.lineage.model.task_node(task_id)
     qtbot.waitUntil(lambda: node.task.workspace_state == "archived", timeout=10_000)
-    assert cairn.workspace_of(cairn.task(task_id)).state == "archived"
+    assert cairn.tasks.workspace_of(cairn.tasks.get(task_id)).state == "archived"
 
     menu = window.lineage.context_menu_for(task_id)
     assert [a.text() for a in menu.actions() if a.text()] == ["Unarchive Task", "Copy Task ID"]

@@ -59,14 +59,14 @@ def panel(qtbot, context) -> RevisionsPanel:
 
 
 def _task_with_revisions(cairn: Cairn, folder: Path):
-    made = cairn.new_task(folder, title="greeter")
+    made = cairn.tasks.new(folder, title="greeter")
     ws = Path(made.workspace.root)
     (ws / "main.py").write_text("def greet(name):\n    return f'hello {name}'\n")
-    first, _ = cairn.capture(made.task.id)
+    first, _ = cairn.revisions.capture(made.task.id)
     (ws / "notes.txt").write_text("one\ntwo\n")
-    second, _ = cairn.capture(made.task.id)
+    second, _ = cairn.revisions.capture(made.task.id)
     (ws / "README.md").unlink()
-    third, _ = cairn.capture(made.task.id)
+    third, _ = cairn.revisions.capture(made.task.id)
     return made.task, [made.base_revision, first.id, second.id, third.id]
 
 
@@ -120,9 +120,9 @@ def test_one_revision_shows_what_it_changed(qtbot, panel, cairn, folder):
 
 def test_a_revision_of_another_task_of_the_same_folder_can_be_compared(qtbot, panel, cairn, folder):
     task, revs = _task_with_revisions(cairn, folder)
-    other = cairn.new_task(folder, title="second try")
+    other = cairn.tasks.new(folder, title="second try")
     (Path(other.workspace.root) / "main.py").write_text("print('other')\n")
-    other_rev, _ = cairn.capture(other.task.id)
+    other_rev, _ = cairn.revisions.capture(other.task.id)
     panel.set_task(task.id)
     _wait_timeline(qtbot, panel, 4)
     qtbot.waitUntil(lambda: panel.other_picker.count() == 3, timeout=10_000)  # none + 2 revisions
@@ -165,7 +165,7 @@ def test_a_diff_for_an_old_selection_is_dropped(qtbot, panel, cairn, folder):
         panel.select_revisions(revs[3])
     shown = panel.viewer.diff
     # The answer to the earlier request finally arrives: it must not replace the current diff.
-    late = DiffResult(cairn.diff(task.id, revs[0], revs[1]), {}, revs[0], revs[1])
+    late = DiffResult(cairn.revisions.diff(task.id, revs[0], revs[1]), {}, revs[0], revs[1])
     with qtbot.assertNotEmitted(panel.sig_diff_shown):
         panel._show_diff(stale_request, late)
     assert panel.viewer.diff is shown
@@ -188,9 +188,11 @@ def test_a_new_revision_recorded_in_core_appears_in_the_timeline(qtbot, panel, c
     task, revs = _task_with_revisions(cairn, folder)
     panel.set_task(task.id)
     _wait_timeline(qtbot, panel, 4)
-    ws = Path(cairn.workspace_of(cairn.task(task.id)).root)
+    ws = Path(cairn.tasks.workspace_of(cairn.tasks.get(task.id)).root)
     (ws / "later.txt").write_text("later\n")
-    cairn.capture(task.id)  # publishes revision.recorded; the bridge brings it to the panel
+    cairn.revisions.capture(
+        task.id
+    )  # publishes revision.recorded; the bridge brings it to the panel
     _wait_timeline(qtbot, panel, 5)
 
 

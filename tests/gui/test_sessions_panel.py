@@ -79,14 +79,21 @@ class FakeReport:
 
 @dataclass
 class FakeCairn:
-    """The facade calls the panel makes, with canned answers and a record of what was asked."""
+    """The facade services the panel uses, with canned answers and a record of what was asked."""
 
     stats: dict | None = None
     fail_resume: bool = False
     calls: list = field(default_factory=list)
     events: EventBus = field(default_factory=EventBus)
 
-    def tasks(self):
+    def __post_init__(self):
+        self.tasks = SimpleNamespace(all=self.all_tasks)
+        self.views = SimpleNamespace(status=self.status, session_stats=self.session_stats)
+        self.runs = SimpleNamespace(
+            latest=self.latest_run, stop=self.stop, resume=self.resume, reconcile=self.reconcile
+        )
+
+    def all_tasks(self):
         return [
             FakeTask("task-a", "fix login", "ws-a"),
             FakeTask("task-b", "docs", "ws-b"),
@@ -248,7 +255,7 @@ def test_sessions_show_running_gone_and_unsafe_rows(qtbot, make_panel):
 def test_cpu_and_memory_come_from_the_facade_when_it_has_stats(qtbot, make_panel):
     panel = make_panel(FakeCairnWithStats())
     assert _cell(panel, 0, S_CPU) == "12.5 %"
-    assert _cell(panel, 0, S_MEMORY) == "256.0 MB of 4.0 GB"
+    assert _cell(panel, 0, S_MEMORY) == "244.1 MiB of 3.7 GiB"
     assert _cell(panel, 0, S_UPTIME) == "1 min"
 
 
@@ -257,7 +264,7 @@ def test_snapshots_list_revision_age_size_and_restorable(qtbot, make_panel):
     table = panel.snapshots
     assert table.rowCount() == 2
     row0 = [table.item(0, c).text() for c in range(table.columnCount())]
-    assert row0 == ["snap-a", "fix login", "a" * 12, "10 min", "2.5 MB", "yes"]
+    assert row0 == ["snap-a", "fix login", "a" * 12, "10 min", "2.4 MiB", "yes"]
     assert table.item(1, 5).text() == "NO" and table.item(1, 4).text() == "—"
 
 
@@ -382,19 +389,19 @@ def test_snapshot_now_needs_a_task_with_its_workspace_on_disk(
     assert not panel.snapshot_button.isEnabled()
     assert panel.snapshot_button.toolTip() == "Select a task to snapshot its workspace"
 
-    present = cairn.new_task(repo, title="present").task
+    present = cairn.tasks.new(repo, title="present").task
     _select(qtbot, panel, present.id)
     assert panel.snapshot_button.isEnabled()
     assert "present" in panel.snapshot_button.toolTip()
 
-    archived = cairn.new_task(repo, title="archived").task
-    cairn.archive_task(archived.id)
+    archived = cairn.tasks.new(repo, title="archived").task
+    cairn.housekeeping.archive(archived.id)
     _select(qtbot, panel, archived.id)
     assert not panel.snapshot_button.isEnabled()
     assert "is archived" in panel.snapshot_button.toolTip()
 
-    gone = cairn.new_task(repo, title="gone").task
-    shutil.rmtree(cairn.workspace_of(gone).root)
+    gone = cairn.tasks.new(repo, title="gone").task
+    shutil.rmtree(cairn.tasks.workspace_of(gone).root)
     _select(qtbot, panel, gone.id)
     assert not panel.snapshot_button.isEnabled()
     assert "folder of gone is missing" in panel.snapshot_button.toolTip()
@@ -407,10 +414,10 @@ def test_snapshot_now_needs_a_task_with_its_workspace_on_disk(
 
 def test_snapshot_now_makes_a_snapshot_that_appears_in_the_table(qtbot, cairn, real_panel, repo):
     panel = real_panel
-    task = cairn.new_task(repo, title="login").task
-    (Path(cairn.workspace_of(task).root) / "new.txt").write_text("unrecorded edit\n")
+    task = cairn.tasks.new(repo, title="login").task
+    (Path(cairn.tasks.workspace_of(task).root) / "new.txt").write_text("unrecorded edit\n")
     _select(qtbot, panel, task.id)
-    assert cairn.snapshots(task.id) == []
+    assert cairn.snapshots.all(task.id) == []
 
     with qtbot.waitSignal(panel.sig_action_done, timeout=30_000) as done:
         panel.snapshot_button.click()
@@ -419,8 +426,8 @@ def test_snapshot_now_makes_a_snapshot_that_appears_in_the_table(qtbot, cairn, r
         assert panel.message.text() == "Snapshotting the workspace of login…"
     assert done.args == ["snapshot", True]
 
-    [snap] = cairn.snapshots(task.id)
-    latest = cairn.revisions(task.id)[-1]
+    [snap] = cairn.snapshots.all(task.id)
+    latest = cairn.revisions.all(task.id)[-1]
     assert snap.revision_id == latest.id and latest.trigger == "checkpoint"  # the edit is in it
     assert panel.message.text() == (
         f"Snapshot {snap.id} made of revision {latest.id[:12]} (login)."
@@ -431,7 +438,7 @@ def test_snapshot_now_makes_a_snapshot_that_appears_in_the_table(qtbot, cairn, r
 
     with qtbot.waitSignal(panel.sig_action_done, timeout=30_000):
         panel.snapshot_button.click()  # nothing changed since: the same snapshot is kept
-    assert len(cairn.snapshots(task.id)) == 1
+    assert len(cairn.snapshots.all(task.id)) == 1
     assert f"already had snapshot {snap.id}" in panel.message.text()
 
 
@@ -439,10 +446,10 @@ def test_a_workspace_deleted_behind_the_panel_says_why_the_snapshot_failed(
     qtbot, cairn, real_panel, repo
 ):
     panel = real_panel
-    task = cairn.new_task(repo, title="doomed").task
+    task = cairn.tasks.new(repo, title="doomed").task
     _select(qtbot, panel, task.id)
     assert panel.snapshot_button.isEnabled()
-    root = cairn.workspace_of(task).root
+    root = cairn.tasks.workspace_of(task).root
     shutil.rmtree(root)  # after the check: the panel still offers the button
 
     with qtbot.waitSignal(panel.sig_action_done, timeout=30_000) as done:
@@ -452,6 +459,6 @@ def test_a_workspace_deleted_behind_the_panel_says_why_the_snapshot_failed(
     assert message.startswith("Snapshot failed: the workspace folder")
     assert root in message and "missing" in message
     assert panel.message.property("error") is True
-    assert cairn.snapshots(task.id) == []
+    assert cairn.snapshots.all(task.id) == []
     qtbot.waitUntil(lambda: not panel.snapshot_button.isEnabled(), timeout=10_000)
     assert "missing" in panel.snapshot_button.toolTip()

@@ -50,11 +50,11 @@ def test_the_pages_are_a_plain_tab_widget_others_can_add_to(open_dialog):
 
 
 def test_fields_show_what_the_settings_file_holds(cairn, open_dialog):
-    cairn.set_setting("defaults.engine", "codex")
-    cairn.set_setting("defaults.image", "my-sandbox:2")
-    cairn.set_setting("defaults.network", "allowlist")
-    cairn.set_setting("defaults.allow", "api.example.com:443,127.0.0.1:11434")
-    cairn.set_setting("engines.codex.model", "gpt-5.5")
+    cairn.settings.set("defaults.engine", "codex")
+    cairn.settings.set("defaults.image", "my-sandbox:2")
+    cairn.settings.set("defaults.network", "allowlist")
+    cairn.settings.set("defaults.allow", "api.example.com:443,127.0.0.1:11434")
+    cairn.settings.set("engines.codex.model", "gpt-5.5")
     dialog = open_dialog()
     assert dialog.engine_combo.currentData() == "codex"
     assert dialog.image_edit.text() == "my-sandbox:2"
@@ -84,8 +84,8 @@ def test_unset_defaults_show_the_fallbacks_and_the_allowlist_is_off(open_dialog)
 
 
 def test_apply_writes_only_the_changed_keys(qtbot, cairn, open_dialog):
-    cairn.set_setting("engines.codex.model", "old")
-    cairn.set_setting("defaults.image", "keep-me:1")
+    cairn.settings.set("engines.codex.model", "old")
+    cairn.settings.set("defaults.image", "keep-me:1")
     dialog = open_dialog()
     dialog.engine_combo.setCurrentIndex(dialog.engine_combo.findData("claude-code"))
     dialog.network_combo.setCurrentIndex(dialog.network_combo.findData("allowlist"))
@@ -122,7 +122,7 @@ def test_ok_writes_and_closes(qtbot, cairn, open_dialog):
     dialog.image_edit.setText("cairn-sandbox:2")
     dialog.ok_button.click()
     qtbot.waitUntil(lambda: not dialog.isVisible(), timeout=10_000)
-    assert cairn.get_setting("defaults.image") == "cairn-sandbox:2"
+    assert cairn.settings.get("defaults.image") == "cairn-sandbox:2"
 
 
 def test_an_invalid_allowlist_entry_is_refused_with_the_reason_and_nothing_is_written(
@@ -154,7 +154,7 @@ def test_the_host_backend_shows_the_unsafe_warning_and_is_stored(
     with qtbot.waitSignal(dialog.sig_saved, timeout=10_000):
         dialog.apply()
     settle(qtbot, dialog)
-    assert cairn.get_setting("defaults.backend") == "host"
+    assert cairn.settings.get("defaults.backend") == "host"
     from core.sandbox.host import HostBackend
 
     assert isinstance(cairn.sandboxes.backend, HostBackend)
@@ -185,7 +185,7 @@ def test_risk_rules_validate_save_and_reset_round_trip(qtbot, cairn, open_dialog
     dialog = open_dialog()
     assert "Cairn's own rules" in dialog.rules_source.text()
     bundled_rows = dialog.rules_table.rowCount()
-    assert bundled_rows == len(cairn.risk_rules()["rules"]) > 0
+    assert bundled_rows == len(cairn.approvals.risk_rules()["rules"]) > 0
     assert not dialog.reset_rules_button.isEnabled()
 
     dialog.rules_edit.setPlainText(
@@ -209,8 +209,8 @@ def test_risk_rules_validate_save_and_reset_round_trip(qtbot, cairn, open_dialog
         dialog.save_rules_button.click()
     settle(qtbot, dialog)
     assert json.loads((cairn.data.root / "risk-rules.json").read_text()) == OVERRIDE
-    assert cairn.risk_rules()["user"] is True
-    assert cairn.judge.rules.version == 3
+    assert cairn.approvals.risk_rules()["user"] is True
+    assert cairn.approvals.rules.version == 3
     assert dialog.rules_table.item(0, 0).text() == "make-deploy"
     assert "Your rules" in dialog.rules_source.text()
     assert dialog.reset_rules_button.isEnabled()
@@ -241,8 +241,8 @@ def test_rules_edited_then_ok_are_saved_with_the_settings_or_not_at_all(qtbot, c
     with qtbot.waitSignal(dialog.sig_saved, timeout=10_000):
         dialog.apply()
     settle(qtbot, dialog)
-    assert cairn.get_setting("defaults.engine") == "codex"
-    assert cairn.risk_rules()["version"] == 3
+    assert cairn.settings.get("defaults.engine") == "codex"
+    assert cairn.approvals.risk_rules()["version"] == 3
 
 
 def test_a_broken_override_is_shown_with_its_problem(qtbot, cairn, open_dialog):
@@ -269,15 +269,17 @@ def test_the_dialog_never_touches_the_disk_on_the_gui_thread(qtbot, cairn, conte
 
     main = threading.get_ident()
     calls: list[str] = []
-    for name in ("setting_keys", "get_setting", "risk_rules", "check_setting", "set_setting"):
-        original = getattr(cairn, name)
+    spied = [(cairn.settings, n) for n in ("keys", "get", "check", "set")]
+    spied.append((cairn.approvals, "risk_rules"))
+    for service, name in spied:
+        original = getattr(service, name)
 
         def spy(*args, _name=name, _original=original, **kwargs):
             if threading.get_ident() == main:
                 calls.append(_name)
             return _original(*args, **kwargs)
 
-        monkeypatch.setattr(cairn, name, spy)
+        monkeypatch.setattr(service, name, spy)
     dialog = SettingsDialog(context)
     qtbot.addWidget(dialog)
     qtbot.waitUntil(lambda: dialog.loaded is not None and not dialog.busy, timeout=10_000)
@@ -285,7 +287,7 @@ def test_the_dialog_never_touches_the_disk_on_the_gui_thread(qtbot, cairn, conte
     dialog.apply()
     settle(qtbot, dialog)
     assert calls == []
-    assert cairn.get_setting("defaults.image") == "other:1"
+    assert cairn.settings.get("defaults.image") == "other:1"
 
 
 def test_the_new_task_dialog_preselects_the_default_engine(qtbot, tmp_path):

@@ -22,8 +22,10 @@ def host_cairn(monkeypatch, data_dir, repo):
     from core.app import Cairn
 
     facade = Cairn(data_dir)
-    made = facade.new_task(repo, title="Run me", engine="shell", instructions=COMMANDS)
-    facade.set_policy(made.task.id, network="open")  # the host backend cannot close the network
+    made = facade.tasks.new(repo, title="Run me", engine="shell", instructions=COMMANDS)
+    facade.tasks.set_policy(
+        made.task.id, network="open"
+    )  # the host backend cannot close the network
     yield facade, made.task.id
     facade.close()
 
@@ -70,7 +72,7 @@ def test_a_run_shows_its_output_live_and_its_end(qtbot, shown, tmp_path, monkeyp
         qtbot.waitUntil(lambda: "first-line" in output_text(view), timeout=20_000)
         # Live: the first line is there while the run still sleeps.
         assert "second-line" not in output_text(view)
-        assert facade.in_flight_run(task_id) is not None
+        assert facade.runs.in_flight(task_id) is not None
         qtbot.waitUntil(lambda: view.buttons[STOP].isEnabled(), timeout=5_000)
         assert "stop it or wait" in view.buttons[CONTINUE].toolTip()
         qtbot.waitUntil(lambda: "second-line" in output_text(view), timeout=20_000)

@@ -13,6 +13,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -58,6 +59,7 @@ class FakeCairn:
         self.checks = checks
         self.calls: list[tuple] = []
         self.events = EventBus()
+        self.settings = SimpleNamespace(set=self.set_setting)
 
     def health_checks(self) -> list[Check]:
         self.calls.append(("health_checks",))
@@ -204,7 +206,7 @@ def test_the_host_backend_through_the_real_facade(qtbot, context, cairn, monkeyp
     qtbot.waitUntil(lambda: dialog.checked, timeout=10_000)
     with qtbot.waitSignal(dialog.sig_backend_changed, timeout=5000):
         dialog.host_button.click()
-    assert cairn.get_setting("defaults.backend") == "host"
+    assert cairn.settings.get("defaults.backend") == "host"
     assert cairn.sandboxes.backend.name == "host"  # made again from the new setting
 
 

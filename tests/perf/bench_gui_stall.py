@@ -186,7 +186,7 @@ def open_bench(files: int = FILES, folders: int = FOLDERS, *, trace: bool = Fals
 
     cairn = Cairn(root / "data", captures_in_child=True)  # as the app opens it
     started = time.perf_counter()
-    task = cairn.new_task(
+    task = cairn.tasks.new(
         tree, title=f"{files:,} files", engine="shell", instructions=INSTRUCTIONS
     ).task
     import_s = time.perf_counter() - started
