@@ -74,9 +74,6 @@ class DataDir:
     def home_path(self, session_id: str) -> Path:
         return self.homes_root / session_id
 
-    def run_path(self, run_id: str) -> Path:
-        return self.runs_root / run_id
-
     def ensure(self) -> DataDir:
         for p in (
             self.root,

@@ -38,11 +38,3 @@ def new_id(kind: str) -> str:
     ms = int(time.time() * 1000)
     rand = int.from_bytes(os.urandom(5), "big")
     return f"{prefix}_{_base36(ms, 9)}{_base36(rand, 5)}"
-
-
-def kind_of(identifier: str) -> str | None:
-    prefix = identifier.split("_", 1)[0]
-    for kind, p in PREFIXES.items():
-        if p == prefix:
-            return kind
-    return None

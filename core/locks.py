@@ -41,14 +41,6 @@ class FileLock:
         except (OSError, ValueError):
             return None
 
-    def is_held_elsewhere(self) -> bool:
-        if self._fd is not None:
-            return False
-        if self.try_acquire():
-            self.release()
-            return False
-        return True
-
     def release(self) -> None:
         if self._fd is not None:
             fcntl.flock(self._fd, fcntl.LOCK_UN)

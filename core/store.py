@@ -15,7 +15,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from core.errors import CairnError, NotFound
+from core.errors import CairnError, IllegalTransition, NotFound
 from core.models import Checkpoint, Revision, Run, SessionRecord, Snapshot, Source, Task, Workspace
 
 if TYPE_CHECKING:
@@ -469,9 +469,6 @@ class Store:
             )
         return [_row_to(Snapshot, r) for r in rows]
 
-    def update_snapshot(self, snapshot_id: str, **changes: Any) -> None:
-        self._update("snapshots", snapshot_id, **changes)
-
     # -- runs --------------------------------------------------------------------------------
 
     def add_run(self, run: Run) -> None:
@@ -501,8 +498,6 @@ class Store:
 
         The check and the write are one statement, so two processes cannot both make a move
         from the same state. Raises IllegalTransition (with the state found) otherwise."""
-        from core.errors import IllegalTransition
-
         for key in _JSON_FIELDS & changes.keys():
             changes[key] = json.dumps(changes[key], sort_keys=True)
         sets = "".join(f", {k} = :{k}" for k in changes)

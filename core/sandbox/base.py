@@ -396,10 +396,6 @@ class DetachedProcess:
     def stderr_path(self) -> Path:
         return self.run_dir / RUN_STDERR_FILE
 
-    @property
-    def exit_code_path(self) -> Path:
-        return self.run_dir / RUN_EXIT_CODE_FILE
-
     def read_exit_code(self) -> int | None:
         return read_exit_code(self.run_dir)
 

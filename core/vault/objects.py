@@ -76,10 +76,6 @@ class TreeEntry:
     name: bytes
     sha: str
 
-    @property
-    def is_tree(self) -> bool:
-        return self.mode == MODE_TREE
-
 
 @dataclass(frozen=True)
 class Commit:
