@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.credentials import SecretStore
 from core.errors import exception_chain
 from core.sandbox.docker import DEFAULT_SOCKET
 
@@ -349,8 +350,6 @@ def check_keyring(backend: Any = None) -> Check:
 
     `backend` defaults to what `keyring` picks; core.credentials decides what kind it is.
     """
-    from core.credentials import SecretStore
-
     store = SecretStore(backend=backend)
     status = store.check()
     name = _keyring_name(store.backend)

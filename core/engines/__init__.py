@@ -7,6 +7,7 @@ from core.engines.base import Engine, ToolContract
 from core.engines.claude_code import ClaudeCodeEngine
 from core.engines.codex import CodexEngine
 from core.engines.shell import ShellEngine
+from core.errors import InputError
 
 ENGINES: dict[str, type[Engine]] = {
     ShellEngine.name: ShellEngine,
@@ -16,8 +17,6 @@ ENGINES: dict[str, type[Engine]] = {
 
 
 def engine_for(name: str) -> Engine:
-    from core.errors import InputError
-
     try:
         return ENGINES[name]()
     except KeyError:
