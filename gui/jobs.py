@@ -3,10 +3,11 @@
 Owns where work runs and how its outcome comes back; what the work does is the caller's. A job
 reads as a sentence:
 
-    ctx.jobs.job(lambda: cairn.views.task_details(task_id), key="task-view", what="load the task") \
+    ctx.jobs.job(lambda: load(cairn, task_id), what="load the task", parent=self) \
         .success(self.show_details).failure(self.show_error).run()
 
-The work function runs on a pool thread and must never touch a widget. Its return value or its
+The work function runs on a pool thread and must never touch a widget: it captures, before the
+job starts, the values it needs (`cairn`, `task_id` above), never `self` or a widget's state. Its return value or its
 exception comes back to the GUI thread through a queued signal and is handed to `success` or
 `failure`. A job with a `key` is superseded by the next job with the same key: the late result for
 an old selection is dropped instead of painted (a counter per key, as git-cola does). Jobs with
@@ -75,7 +76,7 @@ class Job:
         write: bool,
         observe: bool,
         what: str,
-        parent: QObject | None,
+        parent: QObject,
     ):
         self._runner = runner
         self.work = work
@@ -173,13 +174,14 @@ class JobRunner(QObject):
         write: bool = False,
         observe: bool = False,
         what: str = "",
-        parent: QObject | None = None,
+        parent: QObject,
     ) -> Job:
         """A job to configure with success/failure and then `run()`.
 
+        `parent`: the object the outcome is for (the widget that asked); once it is destroyed
+        the outcome is moot and dropped, so a callback never reaches a deleted widget.
         `key`: a newer job with the same key makes this one's outcome stale (dropped).
         `write`: run on the single write thread. `observe`: a long loop on its own thread.
-        `parent`: an object whose destruction makes the outcome moot (dropped).
         """
         return Job(self, work, key=key, write=write, observe=observe, what=what, parent=parent)
 
@@ -234,7 +236,7 @@ class JobRunner(QObject):
         if not self.is_current(job):
             log.debug("dropped the stale outcome of %r (key %s)", job.what, job.key)
             return
-        if job.parent is not None and not is_alive(job.parent):
+        if not is_alive(job.parent):
             if not ok:
                 log.warning("%s (its window is gone)", value.sentence())
             return

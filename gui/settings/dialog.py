@@ -295,8 +295,9 @@ class SettingsDialog(QDialog):
     def reload(self) -> None:
         """Read the settings and rules again (in a job) and show them."""
         self._set_busy(True)
+        cairn = self.cairn
         self.context.jobs.job(
-            lambda: load_settings(self.cairn),
+            lambda: load_settings(cairn),
             key="settings-dialog-load",
             what="read the settings",
             parent=self,
@@ -479,8 +480,9 @@ class SettingsDialog(QDialog):
         _set_tone(self.message, "Saving…")
         self._set_busy(True)
         names = [*changes.set, *changes.unset] + (["risk rules"] if changes.rules_text else [])
+        cairn = self.cairn
         self.context.jobs.job(
-            lambda: apply_changes(self.cairn, changes),
+            lambda: apply_changes(cairn, changes),
             write=True,
             what="save the settings",
             parent=self,
@@ -510,9 +512,9 @@ class SettingsDialog(QDialog):
     # -- risk rules ------------------------------------------------------------------------------
 
     def validate_rules(self) -> None:
-        text = self.rules_edit.toPlainText()
+        text, cairn = self.rules_edit.toPlainText(), self.cairn
         self.context.jobs.job(
-            lambda: self.cairn.approvals.check_risk_rules(text),
+            lambda: cairn.approvals.check_risk_rules(text),
             key="settings-dialog-validate",
             what="check the risk rules",
             parent=self,
@@ -528,10 +530,10 @@ class SettingsDialog(QDialog):
     def save_rules(self) -> None:
         if self.busy:
             return
-        text = self.rules_edit.toPlainText()
+        text, cairn = self.rules_edit.toPlainText(), self.cairn
         self._set_busy(True)
         self.context.jobs.job(
-            lambda: self.cairn.approvals.set_risk_rules(text),
+            lambda: cairn.approvals.set_risk_rules(text),
             write=True,
             what="save the risk rules",
             parent=self,
@@ -556,10 +558,11 @@ class SettingsDialog(QDialog):
         if self.busy or not self.confirm_reset():
             return
         self._set_busy(True)
+        cairn = self.cairn
 
         def work() -> dict:
-            self.cairn.approvals.reset_risk_rules()
-            return self.cairn.approvals.risk_rules()
+            cairn.approvals.reset_risk_rules()
+            return cairn.approvals.risk_rules()
 
         self.context.jobs.job(work, write=True, what="reset the risk rules", parent=self).success(
             lambda rules: self._rules_written(rules, "Cairn's own rules are in force again.")

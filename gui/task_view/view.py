@@ -352,7 +352,7 @@ class TaskView(QWidget):
             if on_success is not None:
                 on_success(result)
 
-        self.context.jobs.job(work, write=True, what=what).success(succeeded).failure(
+        self.context.jobs.job(work, write=True, what=what, parent=self).success(succeeded).failure(
             self.report_failure
         ).finished(finished).run()
 
@@ -481,7 +481,10 @@ class TaskView(QWidget):
             self._follow(result[0])
 
         self.context.jobs.job(
-            lambda: cairn.runs.resume(task_id, choice=choice), write=True, what="resume the run"
+            lambda: cairn.runs.resume(task_id, choice=choice),
+            write=True,
+            what="resume the run",
+            parent=self,
         ).success(succeeded).failure(failed).finished(finished).run()
 
     def _promote(self) -> None:

@@ -38,7 +38,7 @@ def test_work_runs_off_the_gui_thread_and_the_result_comes_back_on_it(qtbot, run
         seen["value"] = value
         seen["callback_thread"] = QThread.currentThread()
 
-    runner.job(work).success(done).run()
+    runner.job(work, parent=runner).success(done).run()
     qtbot.waitUntil(lambda: "value" in seen)
     assert seen["value"] == 42
     assert seen["work_thread"] is not gui_thread()
@@ -52,7 +52,7 @@ def test_an_error_comes_back_as_a_value(qtbot, runner):
     def work():
         raise Conflict("run r_1 of this task's lineage is running", hint="stop it first")
 
-    runner.job(work, what="start the run").failure(failures.append).run()
+    runner.job(work, what="start the run", parent=runner).failure(failures.append).run()
     qtbot.waitUntil(lambda: bool(failures))
     failure = failures[0]
     assert isinstance(failure.error, Conflict)
@@ -64,7 +64,7 @@ def test_an_error_comes_back_as_a_value(qtbot, runner):
 
 def test_a_failure_without_a_handler_is_emitted_not_swallowed(qtbot, runner):
     with qtbot.waitSignal(runner.sig_failed, timeout=5000) as blocker:
-        runner.job(lambda: 1 / 0, what="divide").run()
+        runner.job(lambda: 1 / 0, what="divide", parent=runner).run()
     assert blocker.args[0].sentence() == "Could not divide: ZeroDivisionError: division by zero"
 
 
@@ -73,7 +73,7 @@ def test_a_broken_success_handler_is_reported_too(qtbot, runner):
         raise ValueError("bad widget state")
 
     with qtbot.waitSignal(runner.sig_failed, timeout=5000) as blocker:
-        runner.job(lambda: 1, what="load").success(broken).run()
+        runner.job(lambda: 1, what="load", parent=runner).success(broken).run()
     assert "bad widget state" in blocker.args[0].sentence()
 
 
@@ -86,10 +86,10 @@ def test_a_stale_result_for_an_old_selection_is_dropped(qtbot, runner):
         release_first.wait(5)
         return "old task"
 
-    runner.job(slow_old, key="task-view").success(shown.append).finished(
+    runner.job(slow_old, key="task-view", parent=runner).success(shown.append).finished(
         lambda: finished.append("old")
     ).run()
-    runner.job(lambda: "new task", key="task-view").success(shown.append).finished(
+    runner.job(lambda: "new task", key="task-view", parent=runner).success(shown.append).finished(
         lambda: finished.append("new")
     ).run()
     qtbot.waitUntil(lambda: shown == ["new task"])
@@ -108,7 +108,7 @@ def test_a_stale_error_is_dropped_as_well(qtbot, runner):
         release.wait(5)
         raise CairnError("old selection failed")
 
-    runner.job(fails_late, key="k").failure(errors.append).run()
+    runner.job(fails_late, key="k", parent=runner).failure(errors.append).run()
     runner.supersede("k")  # the selection was cleared
     release.set()
     qtbot.waitUntil(runner.idle)
@@ -119,8 +119,8 @@ def test_a_stale_error_is_dropped_as_well(qtbot, runner):
 
 def test_different_keys_do_not_supersede_each_other(qtbot, runner):
     got = []
-    runner.job(lambda: "a", key="one").success(got.append).run()
-    runner.job(lambda: "b", key="two").success(got.append).run()
+    runner.job(lambda: "a", key="one", parent=runner).success(got.append).run()
+    runner.job(lambda: "b", key="two", parent=runner).success(got.append).run()
     qtbot.waitUntil(lambda: sorted(got) == ["a", "b"])
 
 
@@ -141,7 +141,7 @@ def test_writes_never_overlap(qtbot, runner):
 
     done = []
     for i in range(8):
-        runner.job(lambda i=i: write(i), write=True).success(done.append).run()
+        runner.job(lambda i=i: write(i), write=True, parent=runner).success(done.append).run()
     qtbot.waitUntil(lambda: len(done) == 8, timeout=10_000)
     assert overlaps == []
     assert done == list(range(8))  # and they run in the order they were asked for
@@ -151,7 +151,7 @@ def test_reads_run_in_parallel(qtbot, runner):
     barrier = threading.Barrier(2, timeout=5)
     done = []
     for _ in range(2):
-        runner.job(lambda: barrier.wait() is not None).success(done.append).run()
+        runner.job(lambda: barrier.wait() is not None, parent=runner).success(done.append).run()
     qtbot.waitUntil(lambda: len(done) == 2)
 
 
@@ -176,7 +176,7 @@ def _alive(obj) -> bool:
 def test_busy_count_is_signalled(qtbot, runner):
     counts = []
     runner.sig_busy.connect(counts.append)
-    runner.job(lambda: None).run()
+    runner.job(lambda: None, parent=runner).run()
     qtbot.waitUntil(runner.idle)
     assert counts[0] == 1 and counts[-1] == 0
 
@@ -184,12 +184,12 @@ def test_busy_count_is_signalled(qtbot, runner):
 def test_after_shutdown_nothing_is_delivered_and_nothing_new_starts(qtbot):
     runner = JobRunner()
     got = []
-    runner.job(lambda: time.sleep(0.05) or "late").success(got.append).run()
+    runner.job(lambda: time.sleep(0.05) or "late", parent=runner).success(got.append).run()
     assert runner.shutdown()
     qtbot.wait(50)
     assert got == []
     ran = []
-    runner.job(lambda: ran.append(1)).run()  # a timer firing while the window closes
+    runner.job(lambda: ran.append(1), parent=runner).run()  # a timer firing while the window closes
     qtbot.wait(50)
     assert ran == [] and runner.idle()
 
@@ -224,7 +224,7 @@ def test_the_work_and_its_closure_are_released_on_the_gui_thread(qtbot, runner):
 
     def submit():
         held = Held()
-        runner.job(lambda: held is not None).run()
+        runner.job(lambda: held is not None, parent=runner).run()
 
     submit()
     qtbot.waitUntil(runner.idle)
@@ -237,9 +237,9 @@ def test_observers_do_not_count_as_work(qtbot, runner):
     counts = []
     runner.sig_busy.connect(counts.append)
     release = threading.Event()
-    runner.job(lambda: release.wait(5), observe=True).run()
+    runner.job(lambda: release.wait(5), observe=True, parent=runner).run()
     assert runner.pending == 1 and runner.working == 0 and counts == [0]
-    runner.job(lambda: None).run()
+    runner.job(lambda: None, parent=runner).run()
     qtbot.waitUntil(lambda: runner.pending == 1)
     assert counts[1] == 1 and counts[-1] == 0
     release.set()

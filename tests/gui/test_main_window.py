@@ -280,7 +280,7 @@ def test_an_error_in_a_job_reaches_the_status_bar(qtbot, window):
     def work():
         raise CairnError("the vault of /src is missing", hint="import the folder again")
 
-    window.context.jobs.job(work, what="load the revisions").run()
+    window.context.jobs.job(work, what="load the revisions", parent=window).run()
     qtbot.waitUntil(lambda: "the vault of /src is missing" in window.statusBar().currentMessage())
     assert window.statusBar().currentMessage() == (
         "Could not load the revisions: the vault of /src is missing (import the folder again)"
@@ -293,7 +293,7 @@ def test_a_locked_keyring_asks_the_user_to_unlock_it(qtbot, window):
     def work():
         raise KeyringLocked("Prompt dismissed")
 
-    window.context.jobs.job(work, what="read the secrets").run()
+    window.context.jobs.job(work, what="read the secrets", parent=window).run()
     qtbot.waitUntil(lambda: window.keyring_dialog is not None and window.keyring_dialog.isVisible())
     assert isinstance(window.keyring_dialog, KeyringDialog)
     assert "Prompt dismissed" in window.keyring_dialog.message_label.text()
