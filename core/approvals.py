@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import builtins
+import contextlib
 import fcntl
 import getpass
 import json
@@ -581,10 +582,8 @@ class Judge:
         ids = [r["id"] for r in rows]
         found = []
         for run_id in ids:
-            try:
+            with contextlib.suppress(NotFound):
                 found.append(self.store.get_run(run_id))
-            except NotFound:
-                pass
         return found
 
     def _poll_run(self, run: Run, now: float) -> builtins.list[Approval]:
@@ -740,13 +739,13 @@ class Judge:
                     self.ctx.events.publish(ev.APPROVAL_DECIDED, a.run_id, **self._event(decided))
                     out.append(decided)
                 continue
-            if a.timeout_at is not None and a.timeout_at <= now:
-                if self._claim(a.id, TIMED_OUT, BY_TIMEOUT, now):
-                    decided = self.get(a.id)
-                    self._write_decision_of(run, decided)
-                    self.ctx.events.publish(ev.APPROVAL_DECIDED, run.id, **self._event(decided))
-                    self._settle_state(run)
-                    out.append(decided)
+            timed_out = a.timeout_at is not None and a.timeout_at <= now
+            if timed_out and self._claim(a.id, TIMED_OUT, BY_TIMEOUT, now):
+                decided = self.get(a.id)
+                self._write_decision_of(run, decided)
+                self.ctx.events.publish(ev.APPROVAL_DECIDED, run.id, **self._event(decided))
+                self._settle_state(run)
+                out.append(decided)
         return out
 
     def _still_asked(self, run: Run, request_id: str) -> bool:

@@ -48,7 +48,6 @@ from core.safe_fs import fsync_dir
 from core.vault import Vault
 from core.vault.objects import MODE_EXEC, MODE_FILE, MODE_GITLINK, MODE_LINK, git_env, run_git
 
-
 KIND_FILE = "file"
 KIND_REVISION = "revision"
 # A whole revision is stored as an uncompressed POSIX (pax) tar whose bytes depend on the tree

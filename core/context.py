@@ -1,8 +1,9 @@
 """What every service takes: the data folder, the store, the event stream and the vaults.
 
 Owns opening and closing those shared pieces, the plain look-ups every layer needs (a task by
-reference, its workspace, a source folder's vault) and a workspace's lifecycle moves. What is done with them belongs to the
-services built on top (core.revisions, core.snapshots, core.runs, core.tasks, …).
+reference, its workspace, a source folder's vault) and a workspace's lifecycle moves. What is
+done with them belongs to the services built on top (core.revisions, core.snapshots, core.runs,
+core.tasks, …).
 """
 
 from __future__ import annotations

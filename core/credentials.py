@@ -182,7 +182,7 @@ def _why_no_secret_service() -> str | None:
         from keyring.backends import SecretService
 
         SecretService.Keyring.priority  # noqa: B018 - probes the bus and the service
-    except Exception as exc:  # whatever it is, it is the reason
+    except Exception as exc:  # noqa: BLE001 - whatever it is, it is the reason
         text = _first_line(str(exc)) or type(exc).__name__
         if isinstance(exc, OSError):
             return f"the D-Bus session at {bus} is unreachable: {text}"

@@ -44,7 +44,6 @@ from core.snapshots import Snapshots
 from core.vault import Vault, snapshot_ref
 from core.vault.objects import run_git
 
-
 # Vault objects nothing reaches are removed only once they are this old: a capture, an import
 # or a snapshot writes its objects before the ref that reaches them.
 GRACE_SECONDS = 24 * 3600

@@ -158,8 +158,7 @@ class SandboxManager:
             forwards=forwards,
         )
         probe = (
-            "import socket,sys; s=socket.create_connection(('127.0.0.1', %d), 2)"
-            % EGRESS_PROXY_PORT
+            f"import socket,sys; s=socket.create_connection(('127.0.0.1', {EGRESS_PROXY_PORT}), 2)"
         )
         return [LaunchSpec("egress-forwarder", argv, "/", ["python3", "-c", probe])]
 

@@ -359,7 +359,7 @@ class Tasks:
 def child_title(message: str, fallback: str) -> str:
     """A continuation's or fork's default title: the first line of what it was asked to do
     (shortened), so a lineage reads as the steps taken; `fallback` when the message is empty."""
-    line = next((" ".join(l.split()) for l in message.splitlines() if l.strip()), "")
+    line = next((" ".join(t.split()) for t in message.splitlines() if t.strip()), "")
     if not line:
         return fallback
     return line if len(line) <= CHILD_TITLE_MAX else line[: CHILD_TITLE_MAX - 1].rstrip() + "…"

@@ -12,13 +12,13 @@ import os
 # real X server get one from CAIRN_TEST_DISPLAY (set by scripts/setup.sh) instead.
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-import re  # noqa: E402
-import subprocess  # noqa: E402
-import threading  # noqa: E402
-import uuid  # noqa: E402
-from pathlib import Path  # noqa: E402
+import re
+import subprocess
+import threading
+import uuid
+from pathlib import Path
 
-import pytest  # noqa: E402
+import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -152,7 +152,7 @@ def secret_service():
         try:
             _keyring_round_trip(backend)
             outcome["error"] = None
-        except BaseException as exc:  # noqa: BLE001 - reported as the skip reason
+        except BaseException as exc:
             outcome["error"] = exc
 
     worker = threading.Thread(target=probe, name="keyring-probe", daemon=True)

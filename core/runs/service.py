@@ -8,6 +8,7 @@ checkpoints, liveness, reconcile, the judge (approvals asked while a run is foll
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
@@ -287,10 +288,8 @@ class Runs:
     def _know_secrets_of(self, task_id: str) -> None:
         """Let this process redact the secrets a run may print, even when another process
         started it. Best effort: without a keyring there is nothing to learn."""
-        try:
+        with contextlib.suppress(CairnError):
             self._credentials.get().resolve_env(task_id, require=False)
-        except CairnError:
-            pass
 
     def stop(self, task_ref: str, *, grace: float = 10.0) -> dict:
         """Cancel the task's run in flight (TERM, then KILL) and stop its sandbox."""

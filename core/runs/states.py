@@ -18,8 +18,6 @@ from core.models import Run
 from core.models import RunState as R
 from core.redact import redact
 from core.sandbox.base import (
-    RUN_EXIT_CODE_FILE,
-    RUN_PID_FILE,
     RUN_STDERR_FILE,
     RUN_STDOUT_FILE,
     read_exit_code,

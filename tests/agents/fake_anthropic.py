@@ -187,10 +187,11 @@ class FakeAnthropic:
     def _next_step(self, body: dict) -> tuple[Step | None, str | None]:
         """The step that answers this main request, and the tool_use id for a tool step."""
         st = self._state
-        if st.pending_tool_use is not None:
-            if st.pending_tool_use in tool_results(body.get("messages") or []):
-                st.position += 1
-                st.pending_tool_use = None
+        if st.pending_tool_use is not None and st.pending_tool_use in tool_results(
+            body.get("messages") or []
+        ):
+            st.position += 1
+            st.pending_tool_use = None
         if st.position >= len(st.steps):
             return None, None
         step = st.steps[st.position]
@@ -348,7 +349,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     fake: FakeAnthropic  # set on the subclass made per server
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's name
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
     def _record(self, body: Any, kind: str = "") -> Recorded:
@@ -371,11 +372,11 @@ class _Handler(BaseHTTPRequestHandler):
     def _json(self, status: int, data: dict) -> None:
         self._send(status, json.dumps(data).encode(), "application/json")
 
-    def do_HEAD(self) -> None:  # noqa: N802 - http.server's naming
+    def do_HEAD(self) -> None:
         self._record(None, "probe")
         self._send(200, b"", "text/plain")
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self._record(None, "other")
         self._json(
             404,
@@ -385,7 +386,7 @@ class _Handler(BaseHTTPRequestHandler):
             },
         )
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         try:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from core import approvals, mailbox
+from core import mailbox
 from core.runs import output_of
 from core.store import Store
 from tests.support import as_json, cairnctl, cairnctl_argv, cairnctl_env, wait_for

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from core.locks import held
-from tests.support import REPO, as_json, cairnctl, git  # noqa: E402
+from tests.support import REPO, as_json, cairnctl, git
 
 
 def make_repo(path: Path) -> Path:

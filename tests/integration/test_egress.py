@@ -51,7 +51,7 @@ WAIT_S = 10.0
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, so a tunnel can carry several requests
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         body = f"{self.server.name} {self.path}".encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))

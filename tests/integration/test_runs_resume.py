@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from core.runs.checkpoints import STEPS as CHECKPOINT_STEPS
 from core.models import Run
 from core.runs import output_of
+from core.runs.checkpoints import STEPS as CHECKPOINT_STEPS
 from core.store import Store
 from tests.support import as_json, cairnctl, cairnctl_argv, cairnctl_env, one_error_line, wait_for
 

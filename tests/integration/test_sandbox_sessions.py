@@ -116,7 +116,7 @@ def test_a_changed_tool_contract_is_refused_until_accepted(task, docker_client):
 
 
 class _Hello(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802 - http.server's name
+    def do_GET(self):
         body = f"hello from {self.server.server_address[1]}".encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
@@ -182,7 +182,7 @@ def test_the_host_backend_is_used_only_when_chosen_and_says_it_is_unsafe(tmp_pat
     made = as_json(cairnctl(data, "new", str(src), "--json"))
     env = cairnctl_env(CAIRN_BACKEND="host")
     line = one_error_line(
-        cairnctl(data, "run", made["task_id"], check=False, env=env, *["--", "true"])
+        cairnctl(data, "run", made["task_id"], "--", "true", check=False, env=env)
     )
     assert "network" in line  # the default policy (network none) cannot be honoured on the host
     cairnctl(data, "policy", made["task_id"], "--network", "open")

@@ -36,7 +36,7 @@ from _common import (
     disk_usage,
     full_run,
     git_copy,
-    median,  # noqa: E402
+    median,
     print_table,
     random_file_tree,
     small_file_tree,
@@ -44,9 +44,9 @@ from _common import (
     vm_hwm_mb,
 )
 
-from core.vault import Vault  # noqa: E402
-from core.vault.objects import git_env  # noqa: E402
-from core.watch import Recorder  # noqa: E402
+from core.vault import Vault
+from core.vault.objects import git_env
+from core.watch import Recorder
 
 WS = "bench"
 QUIET = 0.25

@@ -15,6 +15,7 @@ tmpfs such as /dev/shm shows the cost of the code itself, without the disk's).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import resource
 import shutil
@@ -25,12 +26,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import full_run, median, print_table, small_file_tree, verdict  # noqa: E402
+from _common import full_run, median, print_table, small_file_tree, verdict
 
-from core.vault import Vault  # noqa: E402
-from core.vault.ignore import IgnoreRules  # noqa: E402
-from core.vault.materialize import materialize  # noqa: E402
-from core.vault.tree_index import TreeIndex  # noqa: E402
+from core.vault import Vault
+from core.vault.ignore import IgnoreRules
+from core.vault.materialize import materialize
+from core.vault.tree_index import TreeIndex
 
 TARGET = 1.5
 FULL_FILES = 100_000
@@ -90,7 +91,7 @@ def run(files: int, runs: int = 3, out_dir: Path | None = None) -> float:
         for i in range(runs):
             for which in ("cp", "materialize") if i % 2 == 0 else ("materialize", "cp"):
                 out = outs / f"{which}-{i}"
-                timings[which].append(_timed(lambda: actions[which](out)))
+                timings[which].append(_timed(functools.partial(actions[which], out)))
             print(
                 f"  run {i + 1}: cp -a {timings['cp'][-1][0]:.2f} s, "
                 f"materialize {timings['materialize'][-1][0]:.2f} s",

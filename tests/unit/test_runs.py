@@ -4,11 +4,11 @@ import time
 
 import pytest
 
-from core.runs import states as runs
 from core.errors import IllegalTransition
 from core.models import Run, Source, Task
 from core.models import RunState as R
 from core.runs import OutputTail, RunFiles, output_of
+from core.runs import states as runs
 from core.store import Store
 
 

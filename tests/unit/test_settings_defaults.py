@@ -12,7 +12,7 @@ import pytest
 
 from core import approvals
 from core.app import Cairn
-from core.approvals import RULES_FILE, Judge, classify, rules_for
+from core.approvals import RULES_FILE, classify, rules_for
 from core.errors import CairnError, InputError
 from core.policy import Policy
 from core.settings import (
@@ -362,7 +362,7 @@ def test_a_hand_broken_override_is_reported_not_ignored(app):
     shown = app.approvals.risk_rules()
     assert shown["user"] is True and "not JSON" in shown["problem"] and shown["rules"] == []
     with pytest.raises(CairnError, match="risk-rules.json"):
-        app.approvals.with_options().rules
+        _ = app.approvals.with_options().rules
 
 
 def test_checking_writes_nothing(app):
