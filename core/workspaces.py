@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from core import humanize
 from core.errors import CairnError, IllegalTransition, QuotaExceeded
 from core.models import Workspace
 from core.models import WorkspaceState as S
@@ -142,8 +143,8 @@ def check_quota(ws: Workspace, *, size: int | None = None) -> int:
     used = tree_size(Path(ws.root)) if size is None else size
     if ws.quota_bytes is not None and used > ws.quota_bytes:
         raise QuotaExceeded(
-            f"workspace {ws.id} uses {human_size(used)}, over its quota of "
-            f"{human_size(ws.quota_bytes)}"
+            f"workspace {ws.id} uses {humanize.size(used)}, over its quota of "
+            f"{humanize.size(ws.quota_bytes)}"
         )
     return used
 
@@ -163,11 +164,3 @@ def require_tree(ws: Workspace) -> Path:
             "restore it from a snapshot"
         )
     return root
-
-
-def human_size(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1024 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TB"
