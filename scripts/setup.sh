@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Set up Cairn on Debian 12 and run it, its tests or its benchmarks.
+# Set up Cairn on Debian 12 and run it, its tests, its checks or its benchmarks.
 #
 #   scripts/setup.sh app   [cairn args]    install what the app needs, then launch it
 #   scripts/setup.sh test  [pytest args]   install everything the test suite needs, then run it
+#   scripts/setup.sh lint                  install ruff and mypy, then run ruff check, ruff format
+#                                          --check and mypy; fails when any of them finds something
 #   scripts/setup.sh perf  [pytest args]   install, then run the benchmarks in tests/perf
 #   scripts/setup.sh deps                  install only
 #
@@ -18,6 +20,13 @@ ARTIFACTS="$REPO_ROOT/test-artifacts"
 AGENTS_DIR="$REPO_ROOT/tests/agents"
 DOCKERD_LOG=/var/log/cairn-dockerd.log
 DOCKER_WAIT_S=60
+
+# What `lint` needs from Debian: a Python that can make the virtualenv (nothing runs the app).
+LINT_APT_PACKAGES=(python3 python3-venv)
+# The project's extras each command installs (pyproject.toml's [project.optional-dependencies]).
+APP_EXTRAS="test"
+ALL_EXTRAS="test,lint"
+LINT_EXTRAS="lint"
 
 # Debian packages. Qt's runtime libraries: the libgl1 line is what the offscreen platform needs,
 # the libxcb lines what the xcb platform (a real window, also under Xvfb) adds.
@@ -68,21 +77,24 @@ package_satisfied() {
     return 1
 }
 
+# Prints the packages among "$@" that are not installed.
 missing_packages() {
     local installed pkg
-    installed="$(dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' "${APT_PACKAGES[@]}" 2>/dev/null \
+    installed="$(dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' "$@" 2>/dev/null \
         | awk '$2 == "ii" { print $1 }' || true)"
-    for pkg in "${APT_PACKAGES[@]}"; do
+    for pkg in "$@"; do
         if ! grep -qxF "$pkg" <<<"$installed" && ! package_satisfied "$pkg"; then
             printf '%s\n' "$pkg"
         fi
     done
 }
 
+# Installs the Debian packages given (all of APT_PACKAGES by default) that are missing.
 install_system_packages() {
     command -v dpkg-query >/dev/null 2>&1 || die "this script expects Debian 12 (no dpkg-query found)"
-    local missing
-    mapfile -t missing < <(missing_packages)
+    local missing wanted=("$@")
+    [ "${#wanted[@]}" -gt 0 ] || wanted=("${APT_PACKAGES[@]}")
+    mapfile -t missing < <(missing_packages "${wanted[@]}")
     if [ "${#missing[@]}" -eq 0 ]; then
         log "Debian packages: all present"
         return
@@ -98,8 +110,24 @@ system_python() {
     if [ -x /usr/bin/python3 ]; then echo /usr/bin/python3; else command -v python3 || die "no python3 found"; fi
 }
 
+# Extras as a sorted comma list without repeats: "lint,test".
+normalize_extras() { tr ',' '\n' <<<"$*" | sed '/^$/d' | sort -u | paste -sd, -; }
+
+# True when every extra in the comma list $1 is in the comma list $2.
+extras_cover() {
+    local extra
+    for extra in ${1//,/ }; do
+        [[ ",$2," == *",$extra,"* ]] || return 1
+    done
+}
+
+# Installs Cairn in editable mode with the extras in the comma list $1 (and keeps the ones an
+# earlier run installed). The stamp's first line covers what the editable install depends on: the
+# project file, where the checkout lives, and the interpreter; its second line lists the extras
+# installed, so a command that needs one more (lint after app) installs again.
 install_python_env() {
-    local python stamp
+    local extras python base recorded_base="" recorded_extras=""
+    extras="$(normalize_extras "$1")"
     python="$(system_python)"
     if [ -x "$VENV/bin/python" ] && ! "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
         warn "$VENV is broken (its interpreter does not run); recreating it"
@@ -109,16 +137,19 @@ install_python_env() {
         log "creating the virtualenv $VENV with $python"
         "$python" -m venv "$VENV"
     fi
-    # The stamp covers what the editable install depends on: the project file, where the
-    # checkout lives, and the interpreter.
-    stamp="$(file_hash pyproject.toml) $REPO_ROOT $("$VENV/bin/python" -c 'import sys; print(sys.version.split()[0])')"
-    if [ -f "$VENV_STAMP" ] && [ "$(cat "$VENV_STAMP")" = "$stamp" ]; then
-        log "Python packages: up to date"
+    base="$(file_hash pyproject.toml) $REPO_ROOT $("$VENV/bin/python" -c 'import sys; print(sys.version.split()[0])')"
+    if [ -f "$VENV_STAMP" ]; then
+        { read -r recorded_base; read -r recorded_extras; } <"$VENV_STAMP" || true
+        recorded_extras="${recorded_extras#extras: }"
+    fi
+    if [ "$recorded_base" = "$base" ] && extras_cover "$extras" "$recorded_extras"; then
+        log "Python packages: up to date (extras: $recorded_extras)"
         return
     fi
-    log "installing Cairn and its test dependencies into $VENV"
-    "$VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off -e '.[test]'
-    printf '%s\n' "$stamp" >"$VENV_STAMP"
+    extras="$(normalize_extras "$extras,$recorded_extras")"
+    log "installing Cairn and its extras ($extras) into $VENV"
+    "$VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off -e ".[$extras]"
+    printf '%s\nextras: %s\n' "$base" "$extras" >"$VENV_STAMP"
 }
 
 # --- Agent CLIs from npm, for the tests that drive real agents ----------------------------------
@@ -145,12 +176,18 @@ install_agent_clis() {
 
 install_app_deps() {
     install_system_packages
-    install_python_env
+    install_python_env "$APP_EXTRAS"
 }
 
 install_all_deps() {
-    install_app_deps
+    install_system_packages
+    install_python_env "$ALL_EXTRAS"
     install_agent_clis
+}
+
+install_lint_deps() {
+    install_system_packages "${LINT_APT_PACKAGES[@]}"
+    install_python_env "$LINT_EXTRAS"
 }
 
 # Two set-ups of the same checkout at once (two terminals) must not run pip into one venv together.
@@ -389,6 +426,30 @@ wants_bundle() {
     [ "$named" -eq 0 ]
 }
 
+# --- Lint -----------------------------------------------------------------------------------------
+
+# Runs every check, even after one fails, so one run shows all there is to fix.
+run_lint() {
+    local failed=()
+    log "lint: ruff check ."
+    "$VENV/bin/ruff" check . || failed+=("ruff check")
+    log "lint: ruff format --check ."
+    "$VENV/bin/ruff" format --check . || failed+=("ruff format --check")
+    log "lint: mypy (the files and settings in pyproject.toml)"
+    "$VENV/bin/mypy" || failed+=("mypy")
+    if [ "${#failed[@]}" -gt 0 ]; then
+        local list hint=""
+        list="$(printf '%s, ' "${failed[@]}")"
+        case "$list" in
+            *"ruff format"*) hint="; .venv/bin/ruff format . fixes the formatting" ;;
+        esac
+        printf '%s[setup] ERROR:%s lint failed: %s found problems, listed above%s\n' \
+            "$RED" "$RESET" "${list%, }" "$hint" >&2
+        return 1
+    fi
+    log "lint: ruff and mypy found nothing"
+}
+
 # --- Commands -----------------------------------------------------------------------------------
 
 cmd_deps() {
@@ -408,6 +469,13 @@ cmd_app() {
     exec "$VENV/bin/cairn" "$@"
 }
 
+cmd_lint() {
+    [ "$#" -eq 0 ] || die "lint takes no arguments (it checks what pyproject.toml configures)"
+    with_install_lock install_lint_deps
+    run_lint
+}
+
+# Lint is not part of it: CI runs `scripts/setup.sh lint` first (.ci/run).
 cmd_test() {
     with_install_lock install_all_deps
     trap cleanup EXIT
@@ -433,8 +501,9 @@ cmd_perf() {
     run_tests ${target:+"$target"} -s -p no:cacheprovider "$@"
 }
 
+# The comment block at the top of this file.
 usage() {
-    sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "${BASH_SOURCE[0]}"
 }
 
 main() {
@@ -443,6 +512,7 @@ main() {
     case "$command" in
         app) cmd_app "$@" ;;
         test) cmd_test "$@" ;;
+        lint) cmd_lint "$@" ;;
         perf) cmd_perf "$@" ;;
         deps) cmd_deps ;;
         -h|--help|help) usage ;;
