@@ -7,11 +7,11 @@ reads as a sentence:
         .success(self.show_details).failure(self.show_error).run()
 
 The work function runs on a pool thread and must never touch a widget: it captures, before the
-job starts, the values it needs (`cairn`, `task_id` above), never `self` or a widget's state. Its return value or its
-exception comes back to the GUI thread through a queued signal and is handed to `success` or
-`failure`. A job with a `key` is superseded by the next job with the same key: the late result for
-an old selection is dropped instead of painted (a counter per key, as git-cola does). Jobs with
-`write=True` share one single-thread pool so store and vault writes never overlap; `observe=True`
+job starts, the values it needs (`cairn`, `task_id` above), never `self` or a widget's state. Its
+return value or its exception comes back to the GUI thread through a queued signal and is handed
+to `success` or `failure`. A job with a `key` is superseded by the next job with the same key:
+the late result for an old selection is dropped instead of painted (a counter per key, as git-cola
+does). Jobs with `write=True` share one single-thread pool so store and vault writes never overlap; `observe=True`
 is for long loops (following a run) that must not hold a read thread. A failure without its own
 handler is emitted as `sig_failed`, which the main window shows: nothing fails silently.
 """

@@ -9,6 +9,7 @@ tree, all in jobs). What each area shows belongs to its own widget.
 
 from __future__ import annotations
 
+import html
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -136,8 +137,9 @@ class Banner(QFrame):
 
     def show_problem(self, problem: str) -> None:
         self.text_label.setText(
-            f"<b>Sandboxes cannot run:</b> {_escape(problem)}<br>Tasks can be browsed, compared "
-            "and created; starting, continuing and resuming runs waits until this is fixed."
+            f"<b>Sandboxes cannot run:</b> {html.escape(problem)}<br>Tasks can be browsed, "
+            "compared and created; starting, continuing and resuming runs waits until this is "
+            "fixed."
         )
         self.show()
 
@@ -386,13 +388,13 @@ class MainWindow(QMainWindow):
 
     save_geometry = save_state  # the name the shell used
 
-    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt override)
+    def closeEvent(self, event: QCloseEvent) -> None:
         self.save_state()
         if self._tray is not None:
             self._tray.hide()
         event.accept()
 
-    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt override)
+    def changeEvent(self, event: QEvent) -> None:
         if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
             clear_icon_cache()
             self.lineage.refresh_icons()
@@ -540,7 +542,7 @@ class MainWindow(QMainWindow):
             "About Cairn",
             f"<b>Cairn {__version__}</b><p>Run coding agents on your repositories in isolated, "
             "recorded and resumable workspaces.</p>"
-            + (f"<p>Data: {_escape(str(data_dir))}</p>" if data_dir else ""),
+            + (f"<p>Data: {html.escape(str(data_dir))}</p>" if data_dir else ""),
         )
 
     # -- new tasks -------------------------------------------------------------------------------
@@ -596,20 +598,20 @@ class MainWindow(QMainWindow):
 
     # -- drag and drop ---------------------------------------------------------------------------
 
-    def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 (Qt override)
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
         # Any local item is accepted here so that dropping a file can explain why it is refused.
         if _local_paths(event.mimeData()):
             event.acceptProposedAction()
         else:
             event.ignore()
 
-    def dragMoveEvent(self, event: QDragMoveEvent) -> None:  # noqa: N802 (Qt override)
+    def dragMoveEvent(self, event: QDragMoveEvent) -> None:
         if _local_paths(event.mimeData()):
             event.acceptProposedAction()
         else:
             event.ignore()
 
-    def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802 (Qt override)
+    def dropEvent(self, event: QDropEvent) -> None:
         paths = _local_paths(event.mimeData())
         if not paths:
             event.ignore()
@@ -617,7 +619,3 @@ class MainWindow(QMainWindow):
         event.acceptProposedAction()
         self.show_status("Looking at what was dropped…")
         self.offer_paths(paths)
-
-
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

@@ -178,17 +178,17 @@ __all__ = [
 ]
 
 # Names used by the revisions, diff and sessions views.
-from PySide6.QtCore import (  # noqa: E402
+from PySide6.QtCore import (
     QAbstractTableModel,
     QRect,
 )
-from PySide6.QtGui import (  # noqa: E402
+from PySide6.QtGui import (
     QPaintEvent,
     QResizeEvent,
     QSyntaxHighlighter,
     QTextOption,
 )
-from PySide6.QtWidgets import (  # noqa: E402
+from PySide6.QtWidgets import (
     QButtonGroup,
     QMenu,
     QTableView,

@@ -18,16 +18,16 @@ class RowsTableModel(QAbstractTableModel):
         super().__init__(parent)
         self._rows: list[Any] = []
 
-    def rowCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802, B008
+    def rowCount(self, parent: QModelIndex = QModelIndex()) -> int:
         return 0 if parent.isValid() else len(self._rows)
 
-    def columnCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802, B008
+    def columnCount(self, parent: QModelIndex = QModelIndex()) -> int:
         return 0 if parent.isValid() else len(self.headers)
 
     def headerData(
         self,
         section: int,
-        orientation: Qt.Orientation,  # noqa: N802
+        orientation: Qt.Orientation,
         role: int = Qt.ItemDataRole.DisplayRole,
     ):
         if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:

@@ -10,6 +10,7 @@ tab's badge belong to the main window, which listens to `sig_count_changed` and 
 
 from __future__ import annotations
 
+import html
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -61,19 +62,22 @@ class ApprovalCard(QFrame):
         layout = QVBoxLayout(self)
         task = approval.task_title or approval.task_id or "a task"
         head = QLabel(
-            f"<b>{_escape(task)}</b>" + (f" · run {approval.run_id}" if approval.run_id else ""),
+            f"<b>{html.escape(task)}</b>"
+            + (f" · run {approval.run_id}" if approval.run_id else ""),
             self,
         )
         layout.addWidget(head)
         self.command_label = QLabel(approval.command, self)
         self.command_label.setObjectName("approvalCommand")
+        # The exact command, whatever it holds: never taken for rich text (`echo <b>`).
+        self.command_label.setTextFormat(Qt.TextFormat.PlainText)
         self.command_label.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         self.command_label.setWordWrap(True)
         self.command_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         layout.addWidget(self.command_label)
         why = approval.reason or "no reason given"
         rule = f"rule {approval.rule}: " if approval.rule else ""
-        self.why_label = QLabel(f"{_escape(rule)}{_escape(why)}", self)
+        self.why_label = QLabel(f"{html.escape(rule)}{html.escape(why)}", self)
         self.why_label.setWordWrap(True)
         layout.addWidget(self.why_label)
         row = QHBoxLayout()
@@ -115,7 +119,7 @@ class ApprovalCard(QFrame):
         if self.deny_button.isEnabled():
             self.sig_deny.emit(self.approval.id)
 
-    def keyPressEvent(self, event) -> None:  # noqa: N802 (Qt override)
+    def keyPressEvent(self, event) -> None:
         key = event.key()
         plain = event.modifiers() in (
             Qt.KeyboardModifier.NoModifier,
@@ -321,7 +325,3 @@ class ApprovalsPanel(QWidget):
         self.context.jobs.job(work, write=True, what=what, parent=self).success(succeeded).failure(
             failed
         ).run()
-
-
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

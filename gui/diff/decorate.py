@@ -206,7 +206,7 @@ def _runs(lines: FileLines, start: int, end: int) -> list[list[int]]:
                 if current:
                     runs.append(current)
                 current, hunk = [], lines.hunk_of[ref]
-            if kind == side or kind == ROW_CONTEXT:
+            if kind in (side, ROW_CONTEXT):
                 current.append(ref)
         if current:
             runs.append(current)

@@ -64,7 +64,7 @@ class _SpanHighlighter(QSyntaxHighlighter):
         super().__init__(view.document())
         self._view = view
 
-    def highlightBlock(self, text: str) -> None:  # noqa: N802 (Qt override)
+    def highlightBlock(self, text: str) -> None:
         view = self._view
         n = self.currentBlock().blockNumber()
         rows = view.rows
@@ -75,7 +75,7 @@ class _SpanHighlighter(QSyntaxHighlighter):
         if kind == ROW_HUNK:
             self.setFormat(0, len(text), formats.hunk)
             return
-        if kind == ROW_NOTE or kind == ROW_NO_NEWLINE:
+        if kind in (ROW_NOTE, ROW_NO_NEWLINE):
             self.setFormat(0, len(text), formats.note)
             return
         offset = view.marker_width
@@ -96,10 +96,10 @@ class _Gutter(QWidget):
         super().__init__(view)
         self._view = view
 
-    def sizeHint(self) -> QSize:  # noqa: N802 (Qt override)
+    def sizeHint(self) -> QSize:
         return QSize(self._view.gutter_width(), 0)
 
-    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802 (Qt override)
+    def paintEvent(self, event: QPaintEvent) -> None:
         self._view.paint_gutter(self, event)
 
 
@@ -222,7 +222,7 @@ class DiffTextView(QPlainTextEdit):
 
     # -- palette ----------------------------------------------------------------------------
 
-    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt override)
+    def changeEvent(self, event: QEvent) -> None:
         super().changeEvent(event)
         if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
             self.colors = colors_for(self.palette())
@@ -237,7 +237,7 @@ class DiffTextView(QPlainTextEdit):
         name = ROW_BACKGROUNDS.get(kind)
         return getattr(self.colors, name) if name else None
 
-    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802 (Qt override)
+    def paintEvent(self, event: QPaintEvent) -> None:
         kinds = self.rows.kinds
         if kinds:
             painter = QPainter(self.viewport())
@@ -278,7 +278,7 @@ class DiffTextView(QPlainTextEdit):
         else:
             self._gutter.update(0, rect.y(), self._gutter.width(), rect.height())
 
-    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt override)
+    def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
         self._update_gutter_width()
 

@@ -458,7 +458,7 @@ class DiffViewer(QWidget):
             f"color: {colors.text.name()}; padding: 4px 8px; }}"
         )
 
-    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt override)
+    def changeEvent(self, event: QEvent) -> None:
         super().changeEvent(event)
         if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
             self._style_banner()

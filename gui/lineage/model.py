@@ -377,7 +377,7 @@ class LineageModel(QAbstractItemModel):
             return self.createIndex(row, column, node.children[row])
         return QModelIndex()
 
-    def parent(self, index: QModelIndex | None = None):  # noqa: D401 (Qt override)
+    def parent(self, index: QModelIndex | None = None):
         if index is None:  # QObject.parent()
             return QObject.parent(self)
         if not index.isValid():
@@ -392,27 +392,27 @@ class LineageModel(QAbstractItemModel):
             return self.createIndex(row, column, index.internalPointer())
         return super().sibling(row, column, index)
 
-    def rowCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802
+    def rowCount(self, parent: QModelIndex = QModelIndex()) -> int:
         if parent.isValid():
             if parent.column() != 0:
                 return 0
             return len(parent.internalPointer().children)
         return len(self._root.children)
 
-    def columnCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802
+    def columnCount(self, parent: QModelIndex = QModelIndex()) -> int:
         return len(COLUMNS)
 
-    def hasChildren(self, parent: QModelIndex = QModelIndex()) -> bool:  # noqa: N802
+    def hasChildren(self, parent: QModelIndex = QModelIndex()) -> bool:
         if parent.isValid() and parent.column() != 0:
             return False
         return self.node(parent).has_children()
 
-    def canFetchMore(self, parent: QModelIndex) -> bool:  # noqa: N802
+    def canFetchMore(self, parent: QModelIndex) -> bool:
         if parent.isValid() and parent.column() != 0:
             return False
         return bool(self.node(parent).unfetched)
 
-    def fetchMore(self, parent: QModelIndex) -> None:  # noqa: N802
+    def fetchMore(self, parent: QModelIndex) -> None:
         if parent.isValid() and parent.column() != 0:
             return
         if self._announcing:
@@ -451,7 +451,7 @@ class LineageModel(QAbstractItemModel):
     def headerData(
         self,
         section: int,
-        orientation: Qt.Orientation,  # noqa: N802
+        orientation: Qt.Orientation,
         role: int = Qt.ItemDataRole.DisplayRole,
     ):
         if (
@@ -585,7 +585,7 @@ class LineageFilter(QSortFilterProxyModel):
         else:  # pragma: no cover - Qt before 6.9
             self.invalidateRowsFilter()
 
-    def filterAcceptsRow(self, source_row: int, source_parent: QModelIndex) -> bool:  # noqa: N802
+    def filterAcceptsRow(self, source_row: int, source_parent: QModelIndex) -> bool:
         if not self._needle:
             return True
         model: LineageModel = self.sourceModel()

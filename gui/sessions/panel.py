@@ -291,11 +291,11 @@ class SessionsPanel(QWidget):
         self._update_buttons()
         self.sig_target_checked.emit()
 
-    def showEvent(self, event) -> None:  # noqa: N802 (Qt override)
+    def showEvent(self, event) -> None:
         super().showEvent(event)
         self._refresh_timer.start()
 
-    def hideEvent(self, event) -> None:  # noqa: N802 (Qt override)
+    def hideEvent(self, event) -> None:
         super().hideEvent(event)
         self._refresh_timer.stop()
 

@@ -9,6 +9,7 @@ bridge and is drawn by gui.task_view.output_view.
 
 from __future__ import annotations
 
+import html
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -249,7 +250,7 @@ class TaskView(QWidget):
         note = f" — {run.note}" if run.note else ""
         style = f' style="color:{colour}"' if colour else ""
         self.state_label.setText(
-            f"Run {run.id}: <b{style}>{run_state_label(run.state)}</b>{_escape(note)}"
+            f"Run {run.id}: <b{style}>{run_state_label(run.state)}</b>{html.escape(note)}"
         )
 
     def _show_output(self, data: TaskViewData) -> None:
@@ -535,7 +536,3 @@ def output_placeholder(run: Run | None) -> str:
     if run.state in FOLLOWABLE:
         return "Waiting for the run's output…"
     return "The run printed nothing."
-
-
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
