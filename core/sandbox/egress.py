@@ -1089,23 +1089,26 @@ def ensure_running(
 ) -> int:
     """The pid of a proxy serving `socket_path` with exactly `allow`: the running one (its policy
     replaced by `allow`, as current settings always win) or a new one when the pid file is stale
-    or the socket does not answer."""
+    or the socket does not answer. Any failure is an EgressError (a CairnError)."""
     paths = EgressPaths(Path(socket_path))
-    pid = running_pid(paths.socket)
-    if pid is not None and _socket_answers(paths.socket):
-        set_allowlist(paths.socket, allow, session=session)
-        return pid
-    if pid is not None:
-        stop(paths.socket)
     try:
-        return start_detached(paths.socket, allow, log_path, session=session, python=python)
-    except EgressAlreadyRunning:
-        # Another caller won the race to start it; use that one, with this policy.
-        set_allowlist(paths.socket, allow, session=session)
         pid = running_pid(paths.socket)
-        if pid is None:
-            raise
-        return pid
+        if pid is not None and _socket_answers(paths.socket):
+            set_allowlist(paths.socket, allow, session=session)
+            return pid
+        if pid is not None:
+            stop(paths.socket)
+        try:
+            return start_detached(paths.socket, allow, log_path, session=session, python=python)
+        except EgressAlreadyRunning:
+            # Another caller won the race to start it; use that one, with this policy.
+            set_allowlist(paths.socket, allow, session=session)
+            pid = running_pid(paths.socket)
+            if pid is None:
+                raise
+            return pid
+    except OSError as exc:  # the policy file or the proxy's folder
+        raise EgressError(f"the egress proxy cannot be set up: {exc}") from None
 
 
 def set_allowlist(

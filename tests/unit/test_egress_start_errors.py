@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from core.errors import CairnError
-from core.sandbox.egress import EgressError, EgressPaths, running_pid, start_detached
+from core.sandbox.egress import (
+    EgressError,
+    EgressPaths,
+    ensure_running,
+    running_pid,
+    start_detached,
+)
 
 
 def _blocked_socket(tmp_path: Path) -> EgressPaths:
@@ -48,9 +54,10 @@ def test_a_second_failure_reports_only_its_own_output(tmp_path: Path) -> None:
     assert paths.stderr_file.read_text().count("is not a socket") == 2  # the file keeps both
 
 
-def test_a_folder_that_cannot_be_made_is_an_egress_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize("start", [start_detached, ensure_running])
+def test_a_folder_that_cannot_be_made_is_an_egress_error(tmp_path: Path, start) -> None:
     (tmp_path / "egress").write_text("a file where the egress folder belongs\n")
     socket_path = EgressPaths.for_session(tmp_path / "egress", "ses_test").socket
 
-    with pytest.raises(EgressError, match="the egress proxy cannot start: "):
-        start_detached(socket_path, [], tmp_path / "egress.log")
+    with pytest.raises(EgressError, match="the egress proxy cannot "):
+        start(socket_path, [], tmp_path / "egress.log")
