@@ -11,9 +11,10 @@ job starts, the values it needs (`cairn`, `task_id` above), never `self` or a wi
 return value or its exception comes back to the GUI thread through a queued signal and is handed
 to `success` or `failure`. A job with a `key` is superseded by the next job with the same key:
 the late result for an old selection is dropped instead of painted (a counter per key, as git-cola
-does). Jobs with `write=True` share one single-thread pool so store and vault writes never overlap; `observe=True`
-is for long loops (following a run) that must not hold a read thread. A failure without its own
-handler is emitted as `sig_failed`, which the main window shows: nothing fails silently.
+does). Jobs with `write=True` share one single-thread pool so store and vault writes never
+overlap; `observe=True` is for long loops (following a run) that must not hold a read thread. A
+failure without its own handler is emitted as `sig_failed`, which the main window shows: nothing
+fails silently.
 """
 
 from __future__ import annotations

@@ -194,7 +194,11 @@ from PySide6.QtWidgets import (
     QTableView,
 )
 
+# What Qt hands a model's overrides (data, flags, rowCount...): an index or a persistent one.
+ModelIndex = QModelIndex | QPersistentModelIndex
+
 __all__ += [
+    "ModelIndex",
     "QAbstractTableModel",
     "QButtonGroup",
     "QMenu",

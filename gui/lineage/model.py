@@ -16,10 +16,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import PurePath
+from typing import Any, overload
 
 from gui.icons import icon
 from gui.lineage.data import TaskRow
 from gui.qt import (
+    ModelIndex,
     QAbstractItemModel,
     QBrush,
     QColor,
@@ -100,6 +102,13 @@ class LineageNode:
             return self.task.title
         return PurePath(self.source_path).name or self.source_path
 
+    @property
+    def task_row(self) -> TaskRow:
+        """The row of a task node (the root and the folders have none)."""
+        if self.task is None:
+            raise TypeError(f"{self!r} is not a task")
+        return self.task
+
     def has_children(self) -> bool:
         return bool(self.children or self.unfetched)
 
@@ -151,9 +160,9 @@ def build_forest(
             source.haystack = row.source_path.lower()
             sources[row.source_id] = source
     for node in tasks.values():
-        row = node.task
+        row = node.task_row
         parent = tasks.get(row.parent_id) if row.parent_id else None
-        if parent is None or parent.task.source_id != row.source_id or parent is node:
+        if parent is None or parent.task_row.source_id != row.source_id or parent is node:
             parent = sources[row.source_id]
         node.parent = parent
         parent.unfetched.append(node)
@@ -164,9 +173,9 @@ def build_forest(
         for node in source.walk():
             reachable.add(id(node))
     for node in tasks.values():
-        if id(node) not in reachable:
+        if id(node) not in reachable and node.parent is not None:
             node.parent.unfetched.remove(node)
-            node.parent = sources[node.task.source_id]
+            node.parent = sources[node.task_row.source_id]
             node.parent.unfetched.append(node)
             for below in node.walk():
                 reachable.add(id(below))
@@ -210,7 +219,7 @@ class LineageModel(QAbstractItemModel):
             self.beginResetModel()
             self._root, self._tasks, self._sources = root, tasks, sources
             self._by_workspace = {
-                n.task.workspace_id: n for n in self._tasks.values() if n.task.workspace_id
+                n.task_row.workspace_id: n for n in self._tasks.values() if n.task_row.workspace_id
             }
             self._deferred.clear()
             self.endResetModel()
@@ -218,8 +227,17 @@ class LineageModel(QAbstractItemModel):
     def task_node(self, task_id: str) -> LineageNode | None:
         return self._tasks.get(task_id)
 
+    def task_row(self, task_id: str) -> TaskRow | None:
+        """What the tree shows of a task, or None when the task is not in it."""
+        node = self._tasks.get(task_id)
+        return node.task_row if node is not None else None
+
     def task_ids(self) -> list[str]:
         return list(self._tasks)
+
+    def task_nodes(self) -> list[LineageNode]:
+        """Every task's node, fetched or not."""
+        return list(self._tasks.values())
 
     def __len__(self) -> int:
         return len(self._tasks)
@@ -233,7 +251,7 @@ class LineageModel(QAbstractItemModel):
         if source is None:
             source = self._add_source(row.source_id, row.source_path)
         parent = self._tasks.get(row.parent_id) if row.parent_id else None
-        if parent is None or parent.task.source_id != row.source_id:
+        if parent is None or parent.task_row.source_id != row.source_id:
             parent = source
         node = LineageNode(TASK, row.task_id, parent)
         node.task = row
@@ -284,7 +302,7 @@ class LineageModel(QAbstractItemModel):
         node = self._tasks.get(row.task_id)
         if node is None:
             return
-        old_ws = node.task.workspace_id
+        old_ws = node.task_row.workspace_id
         node.task = row
         node.haystack = _task_haystack(row)
         if row.workspace_id and row.workspace_id != old_ws:
@@ -298,8 +316,8 @@ class LineageModel(QAbstractItemModel):
         if node is None:
             return False
         for name, value in changes.items():
-            setattr(node.task, name, value)
-        node.haystack = _task_haystack(node.task)
+            setattr(node.task_row, name, value)
+        node.haystack = _task_haystack(node.task_row)
         self._changed(node)
         return True
 
@@ -307,8 +325,10 @@ class LineageModel(QAbstractItemModel):
         node = self._by_workspace.get(workspace_id)
         return node.key if node else None
 
-    def _changed(self, node: LineageNode, roles: tuple = (), column: int | None = None) -> None:
-        if node.kind == ROOT or not node.exposed():
+    def _changed(
+        self, node: LineageNode, roles: tuple[int, ...] = (), column: int | None = None
+    ) -> None:
+        if node.kind == ROOT or node.row is None or not node.exposed():
             return
         first = self.createIndex(node.row, column if column is not None else 0, node)
         last = self.createIndex(node.row, column if column is not None else len(COLUMNS) - 1, node)
@@ -317,7 +337,7 @@ class LineageModel(QAbstractItemModel):
 
     # -- finding rows ----------------------------------------------------------------------------
 
-    def node(self, index: QModelIndex | QPersistentModelIndex) -> LineageNode:
+    def node(self, index: ModelIndex) -> LineageNode:
         if not index.isValid():
             return self._root
         return index.internalPointer()
@@ -330,13 +350,13 @@ class LineageModel(QAbstractItemModel):
     def expose(self, node: LineageNode) -> QModelIndex:
         """Fetch whatever is needed for this node to have an index, and return it."""
         chain = []
-        walker = node
+        walker: LineageNode | None = node
         while walker is not None and walker.kind != ROOT:
             chain.append(walker)
             walker = walker.parent
         for child in reversed(chain):
             parent = child.parent
-            while child.row is None and parent.unfetched:
+            while parent is not None and child.row is None and parent.unfetched:
                 self._fetch(parent)
         return self.index_of(node)
 
@@ -358,7 +378,7 @@ class LineageModel(QAbstractItemModel):
         hits: set[int] = set()
         for node in self._tasks.values():
             if needle in node.haystack:
-                walker = node
+                walker: LineageNode | None = node
                 while walker is not None and id(walker) not in hits:
                     hits.add(id(walker))
                     walker = walker.parent
@@ -369,7 +389,7 @@ class LineageModel(QAbstractItemModel):
 
     # -- QAbstractItemModel ----------------------------------------------------------------------
 
-    def index(self, row: int, column: int, parent: QModelIndex = QModelIndex()) -> QModelIndex:
+    def index(self, row: int, column: int, parent: ModelIndex = QModelIndex()) -> QModelIndex:
         node = parent.internalPointer() if parent.isValid() else self._root
         if parent.isValid() and parent.column() != 0:
             return QModelIndex()
@@ -377,42 +397,49 @@ class LineageModel(QAbstractItemModel):
             return self.createIndex(row, column, node.children[row])
         return QModelIndex()
 
-    def parent(self, index: QModelIndex | None = None):
-        if index is None:  # QObject.parent()
+    @overload
+    def parent(self) -> QObject | None: ...
+
+    @overload
+    def parent(self, child: ModelIndex, /) -> QModelIndex: ...
+
+    def parent(self, child: ModelIndex | None = None) -> QObject | QModelIndex | None:
+        """The model's QObject parent, or (given an index) the index of its node's parent."""
+        if child is None:  # QObject.parent()
             return QObject.parent(self)
-        if not index.isValid():
+        if not child.isValid():
             return QModelIndex()
-        up = index.internalPointer().parent
-        if up is None or up.kind == ROOT:
+        up = child.internalPointer().parent
+        if up is None or up.kind == ROOT or up.row is None:
             return QModelIndex()
         return self.createIndex(up.row, 0, up)
 
-    def sibling(self, row: int, column: int, index: QModelIndex) -> QModelIndex:
+    def sibling(self, row: int, column: int, index: ModelIndex) -> QModelIndex:
         if index.isValid() and row == index.row() and 0 <= column < len(COLUMNS):
             return self.createIndex(row, column, index.internalPointer())
         return super().sibling(row, column, index)
 
-    def rowCount(self, parent: QModelIndex = QModelIndex()) -> int:
+    def rowCount(self, parent: ModelIndex = QModelIndex()) -> int:
         if parent.isValid():
             if parent.column() != 0:
                 return 0
             return len(parent.internalPointer().children)
         return len(self._root.children)
 
-    def columnCount(self, parent: QModelIndex = QModelIndex()) -> int:
+    def columnCount(self, parent: ModelIndex = QModelIndex()) -> int:
         return len(COLUMNS)
 
-    def hasChildren(self, parent: QModelIndex = QModelIndex()) -> bool:
+    def hasChildren(self, parent: ModelIndex = QModelIndex()) -> bool:
         if parent.isValid() and parent.column() != 0:
             return False
         return self.node(parent).has_children()
 
-    def canFetchMore(self, parent: QModelIndex) -> bool:
+    def canFetchMore(self, parent: ModelIndex) -> bool:
         if parent.isValid() and parent.column() != 0:
             return False
         return bool(self.node(parent).unfetched)
 
-    def fetchMore(self, parent: QModelIndex) -> None:
+    def fetchMore(self, parent: ModelIndex) -> None:
         if parent.isValid() and parent.column() != 0:
             return
         if self._announcing:
@@ -443,7 +470,7 @@ class LineageModel(QAbstractItemModel):
             node.children.extend(take)
             self.endInsertRows()
 
-    def flags(self, index: QModelIndex) -> Qt.ItemFlag:
+    def flags(self, index: ModelIndex) -> Qt.ItemFlag:
         if not index.isValid():
             return Qt.ItemFlag.NoItemFlags
         return Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
@@ -462,14 +489,14 @@ class LineageModel(QAbstractItemModel):
             return COLUMNS[section]
         return None
 
-    def data(self, index: QModelIndex, role: int = Qt.ItemDataRole.DisplayRole):
+    def data(self, index: ModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if not index.isValid():
             return None
         node: LineageNode = index.internalPointer()
         column = index.column()
         if node.kind == SOURCE:
             return self._source_data(node, column, role)
-        return self._task_data(node, node.task, column, role)
+        return self._task_data(node, node.task_row, column, role)
 
     def _source_data(self, node: LineageNode, column: int, role: int):
         if role == Qt.ItemDataRole.DisplayRole:
@@ -578,18 +605,22 @@ class LineageFilter(QSortFilterProxyModel):
         if begin is not None:
             begin()
         self._needle = needle
-        model = self.sourceModel()
-        self._hits = model.matching(needle) if (needle and model is not None) else set()
+        self._hits = self._lineage().matching(needle) if needle else set()
         if begin is not None:
             self.endFilterChange(QSortFilterProxyModel.Direction.Rows)
         else:  # pragma: no cover - Qt before 6.9
             self.invalidateRowsFilter()
 
-    def filterAcceptsRow(self, source_row: int, source_parent: QModelIndex) -> bool:
+    def _lineage(self) -> LineageModel:
+        model = self.sourceModel()
+        if not isinstance(model, LineageModel):
+            raise TypeError(f"a LineageFilter filters a LineageModel, not {model!r}")
+        return model
+
+    def filterAcceptsRow(self, source_row: int, source_parent: ModelIndex) -> bool:
         if not self._needle:
             return True
-        model: LineageModel = self.sourceModel()
-        parent = model.node(source_parent)
+        parent = self._lineage().node(source_parent)
         if not 0 <= source_row < len(parent.children):
             return False
         node = parent.children[source_row]

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from core import events as ev
 from core.events import Event
+from core.models import Run
 from gui.lineage.data import (
     LineageData,
     TaskRow,
@@ -167,9 +168,9 @@ class LineagePanel(QWidget):
         cairn = self.context.cairn
 
         def shown(row: TaskRow) -> None:
-            known = self.model.task_node(row.task_id)
+            known = self.model.task_row(row.task_id)
             if known is not None:  # whether its sandbox is live is the sessions check's to say
-                row = replace(row, live=known.task.live)
+                row = replace(row, live=known.live)
             self.add_task_row(row)
             self._sessions_timer.start()
             if select:
@@ -183,9 +184,9 @@ class LineagePanel(QWidget):
 
     def context_menu_for(self, task_id: str) -> QMenu:
         """Archive (or bring back) the task's workspace, copy its id."""
-        node = self.model.task_node(task_id)
+        row = self.model.task_row(task_id)
         menu = QMenu(self)
-        archived = node is not None and node.task.workspace_state == "archived"
+        archived = row is not None and row.workspace_state == "archived"
         if archived:
             action = menu.addAction("Unarchive Task")
             action.setToolTip(
@@ -242,11 +243,11 @@ class LineagePanel(QWidget):
     def _sessions_checked(self, status: dict) -> None:
         self.context.set_sandbox_problem(status.get("problem"))
         live = live_workspaces(status)
-        for task_id in self.model.task_ids():
-            node = self.model.task_node(task_id)
-            is_live = node.task.workspace_id in live
-            if node.task.live != is_live:
-                self.model.set_task_fields(task_id, live=is_live)
+        for node in self.model.task_nodes():
+            row = node.task_row
+            is_live = bool(row.workspace_id) and row.workspace_id in live
+            if row.live != is_live:
+                self.model.set_task_fields(row.task_id, live=is_live)
 
     # -- events ----------------------------------------------------------------------------------
 
@@ -280,9 +281,9 @@ class LineagePanel(QWidget):
                     self.model.set_task_fields(task_id, snapshot="fresh")
             elif event.kind == ev.REVISION_RECORDED:
                 task_id = self.model.task_for_workspace(event.subject or "")
-                node = self.model.task_node(task_id) if task_id else None
-                if node is not None and node.task.snapshot == "fresh":
-                    self.model.set_task_fields(task_id, snapshot="stale")
+                row = self.model.task_row(task_id) if task_id else None
+                if row is not None and row.snapshot == "fresh":
+                    self.model.set_task_fields(row.task_id, snapshot="stale")
             elif event.kind in (ev.APPROVAL_REQUESTED, ev.APPROVAL_DECIDED):
                 self._approvals_timer.start()
         if sessions_changed:
@@ -299,15 +300,16 @@ class LineagePanel(QWidget):
         ).success(self._approvals_counted).run()
 
     def _approvals_counted(self, counts: dict[str, int]) -> None:
-        for task_id in self.model.task_ids():
-            count = counts.get(task_id, 0)
-            if self.model.task_node(task_id).task.approvals != count:
-                self.model.set_task_fields(task_id, approvals=count)
+        for node in self.model.task_nodes():
+            row = node.task_row
+            count = counts.get(row.task_id, 0)
+            if row.approvals != count:
+                self.model.set_task_fields(row.task_id, approvals=count)
 
     def _follow_latest(self, task_id: str) -> None:
         cairn = self.context.cairn
 
-        def follow(run) -> None:
+        def follow(run: Run | None) -> None:
             if run is not None and run.state in FOLLOWABLE:
                 self.context.followers.follow(run.id)
 
@@ -324,8 +326,7 @@ class LineagePanel(QWidget):
             return
         needle = text.strip().lower()
         shown = 0
-        for task_id in self.model.task_ids():
-            node = self.model.task_node(task_id)
+        for node in self.model.task_nodes():
             if needle not in node.haystack:
                 continue
             self.model.expose(node)

@@ -23,7 +23,7 @@ class DragSource(QLabel):
         self.setWindowTitle("drag source")
         self.setStyleSheet("background: #dde; border: 2px dashed #557; font-size: 14px;")
 
-    def mousePressEvent(self, event) -> None:  # noqa: N802 (Qt override)
+    def mousePressEvent(self, event) -> None:
         mime = QMimeData()
         mime.setUrls([QUrl.fromLocalFile(str(f)) for f in self.folders])
         drag = QDrag(self)

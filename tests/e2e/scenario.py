@@ -423,13 +423,13 @@ class Scenario:
         try:
             (self.first if self.args.phase == "first" else self.again)()
             self.result["ok"] = True
-        except BaseException as exc:  # noqa: BLE001 - reported in the result, then exit 1
+        except BaseException as exc:
             self.result["ok"] = False
             self.result["error"] = f"{type(exc).__name__}: {exc}"
             self.result["traceback"] = traceback.format_exc()
             try:
                 self.shot("FAILED")
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
         Path(self.args.result).write_text(json.dumps(self.result, indent=2))
         # Quit as a person does: File ▸ Quit (the window saves its state on the way out).

@@ -26,13 +26,13 @@ from pathlib import Path
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import GIT_IDENTITY, median, print_table, verdict  # noqa: E402
+from _common import GIT_IDENTITY, median, print_table, verdict
 
-from core.diffs import diff_revisions, render_unified  # noqa: E402
-from gui.diff import DiffViewer  # noqa: E402
-from gui.jobs import JobRunner  # noqa: E402
-from gui.qt import QApplication, QPlainTextEdit  # noqa: E402
-from tests.gui.support import longest_stall_while  # noqa: E402
+from core.diffs import diff_revisions, render_unified
+from gui.diff import DiffViewer
+from gui.jobs import JobRunner
+from gui.qt import QApplication, QPlainTextEdit
+from tests.gui.support import longest_stall_while
 
 RATIO_TARGET = 2.0
 SIZE = (1100, 800)
