@@ -18,7 +18,7 @@ SIZES = (16, 20, 24, 32, 48)
 
 def _text_colour() -> str:
     app = QApplication.instance()
-    if app is None:
+    if not isinstance(app, QApplication):  # no widgets (yet): a grey that reads on both
         return "#808080"
     return app.palette().color(QPalette.ColorRole.WindowText).name()
 

@@ -65,6 +65,12 @@ class JobFailure:
         return f"Could not {self.what}: {self.message}" if self.what else self.message
 
 
+# A job's outcome on its way back: (succeeded, its value or JobFailure, the work function, which
+# is released on the GUI thread).
+Outcome = tuple[bool, Any, Callable[[], Any]]
+Deliver = Callable[[int, Outcome], None]
+
+
 class Job:
     """One piece of work and what to do with its outcome; built by `JobRunner.job`."""
 
@@ -80,7 +86,7 @@ class Job:
         parent: QObject,
     ):
         self._runner = runner
-        self.work = work
+        self.work: Callable[[], Any] | None = work
         self.key = key
         self.write = write
         self.observe = observe
@@ -119,14 +125,19 @@ class _Runnable(QRunnable):
     thread, and the process crashes later in the GUI thread's event loop.
     """
 
-    def __init__(
-        self, deliver: Callable[[int, tuple], None], ident: int, what: str, work: Callable[[], Any]
-    ):
+    def __init__(self, deliver: Deliver, ident: int, what: str, work: Callable[[], Any]):
         super().__init__()
         self.setAutoDelete(True)
-        self._parts: list | None = [deliver, ident, what, work]
+        self._parts: tuple[Deliver, int, str, Callable[[], Any]] | None = (
+            deliver,
+            ident,
+            what,
+            work,
+        )
 
     def run(self) -> None:  # on a pool thread: no widgets here
+        if self._parts is None:  # run once only
+            return
         deliver, ident, what, work = self._parts
         self._parts = None
         try:
@@ -158,7 +169,7 @@ class JobRunner(QObject):
         self._observe_pool = QThreadPool(self)
         self._observe_pool.setMaxThreadCount(OBSERVE_THREADS)
         self._pending: dict[int, Job] = {}
-        self._outcomes: dict[int, tuple[bool, Any, Any]] = {}
+        self._outcomes: dict[int, Outcome] = {}
         self._generations: dict[str, int] = {}
         self._next_ident = 0
         self._lock = threading.Lock()
@@ -203,6 +214,8 @@ class JobRunner(QObject):
             if job.observe
             else self._read_pool
         )
+        if job.work is None:
+            raise RuntimeError(f"the job {job.what!r} was run already")
         pool.start(_Runnable(self._deliver, job.ident, job.what, job.work))
         job.work = None  # the runnable carries it; it comes back with the outcome
         self.sig_busy.emit(self.working)
@@ -216,7 +229,7 @@ class JobRunner(QObject):
 
     # -- outcomes --------------------------------------------------------------------------------
 
-    def _deliver(self, ident: int, outcome: tuple[bool, Any, Any]) -> None:
+    def _deliver(self, ident: int, outcome: Outcome) -> None:
         with self._lock:
             self._outcomes[ident] = outcome  # kept even after shutdown: released on this side
             if not self._closed:

@@ -22,7 +22,7 @@ from gui.errors import describe_error
 from gui.jobs import share_the_interpreter_with_the_gui
 from gui.main_window import MainWindow, app_icon
 from gui.qt import QApplication, QGuiApplication, QMessageBox, QSettings, QTimer
-from gui.settings import DATA_DIR_KEY as DATA_DIR_SETTING
+from gui.settings import next_data_dir
 from gui.welcome import should_welcome
 
 APP_NAME = "Cairn"
@@ -75,7 +75,7 @@ def chosen_data_dir(command_line: Path | None, settings: QSettings) -> tuple[Pat
     $CAIRN_DATA_DIR, else the Settings choice, else (None) the default."""
     if command_line is not None or os.environ.get(DATA_DIR_ENV_VAR):
         return command_line, False
-    chosen = settings.value(DATA_DIR_SETTING, "", type=str)
+    chosen = next_data_dir(settings)
     return (Path(chosen), True) if chosen else (None, False)
 
 
@@ -118,7 +118,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     QApplication.setOrganizationName(ORGANIZATION_NAME)
     QApplication.setOrganizationDomain(ORGANIZATION_DOMAIN)
     QGuiApplication.setDesktopFileName(DESKTOP_FILE_NAME)
-    app = QApplication.instance() or QApplication([sys.argv[0] if sys.argv else "cairn", *qt_args])
+    existing = QApplication.instance()
+    app = (
+        existing
+        if isinstance(existing, QApplication)
+        else QApplication([sys.argv[0] if sys.argv else "cairn", *qt_args])
+    )
     app.setWindowIcon(app_icon())
 
     # Opening the data folder touches the disk: done here, before the event loop runs.

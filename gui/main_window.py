@@ -14,7 +14,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gui.approvals import ApprovalsPanel
 from gui.context import AppContext
@@ -31,6 +31,7 @@ from gui.qt import (
     QApplication,
     QByteArray,
     QCloseEvent,
+    QDialog,
     QDragEnterEvent,
     QDragMoveEvent,
     QDropEvent,
@@ -155,7 +156,7 @@ class MainWindow(QMainWindow):
         self.new_task_dialog: NewTaskDialog | None = None
         self.keyring_dialog: KeyringDialog | None = None
         self.settings_dialog: SettingsDialog | None = None
-        self.credentials_dialog: Any = None
+        self.credentials_dialog: QDialog | None = None
         self.housekeeping_dialog: HousekeepingDialog | None = None
         self.system_check: WelcomeDialog | None = None
         self._engines: tuple[str, ...] = DEFAULT_ENGINES  # until the settings have been read
@@ -488,19 +489,18 @@ class MainWindow(QMainWindow):
         dialog = SettingsDialog(self.context, self)
         page = CredentialsPage(self.context, dialog)
         page.set_task(self.lineage.selected_task())
-        dialog.pages.addTab(page, "Credentials")
-        dialog.credentials_page = page
+        dialog.add_credentials_page(page)
         dialog.sig_saved.connect(self._settings_saved)
         self.settings_dialog = dialog
         dialog.open()
         return dialog
 
-    def _settings_saved(self, keys: Any) -> None:
+    def _settings_saved(self, keys: list[str]) -> None:
         self.load_defaults()
-        if any(str(k).startswith(("defaults.backend", "defaults.image")) for k in keys or ()):
+        if any(k.startswith(("defaults.backend", "defaults.image")) for k in keys):
             self.check_sandboxes()
 
-    def show_credentials(self):
+    def show_credentials(self) -> QDialog:
         """The keyring's secrets and the selected task's grants, in a window of their own."""
         if self.credentials_dialog is not None and self.credentials_dialog.isVisible():
             self.credentials_dialog.raise_()

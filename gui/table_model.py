@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gui.qt import QAbstractTableModel, QModelIndex, QObject, Qt
+from gui.qt import ModelIndex, QAbstractTableModel, QModelIndex, QObject, Qt
 
 
 class RowsTableModel(QAbstractTableModel):
@@ -18,10 +18,10 @@ class RowsTableModel(QAbstractTableModel):
         super().__init__(parent)
         self._rows: list[Any] = []
 
-    def rowCount(self, parent: QModelIndex = QModelIndex()) -> int:
+    def rowCount(self, parent: ModelIndex = QModelIndex()) -> int:
         return 0 if parent.isValid() else len(self._rows)
 
-    def columnCount(self, parent: QModelIndex = QModelIndex()) -> int:
+    def columnCount(self, parent: ModelIndex = QModelIndex()) -> int:
         return 0 if parent.isValid() else len(self.headers)
 
     def headerData(
@@ -29,7 +29,7 @@ class RowsTableModel(QAbstractTableModel):
         section: int,
         orientation: Qt.Orientation,
         role: int = Qt.ItemDataRole.DisplayRole,
-    ):
+    ) -> str | None:
         if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
             return self.headers[section]
         return None

@@ -9,9 +9,9 @@ reached through the facade in a job (the GUI thread never waits on Docker or the
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
-from core.health import summary
+from core.health import Check, summary
 from gui.icons import icon
 from gui.jobs import JobFailure
 from gui.qt import (
@@ -30,6 +30,9 @@ from gui.qt import (
     QWidget,
     Signal,
 )
+
+if TYPE_CHECKING:
+    from gui.context import AppContext
 
 WELCOMED_KEY = "app/welcomed"
 BACKEND_SETTING = "defaults.backend"
@@ -83,7 +86,7 @@ class CheckRow(QFrame):
     sig_copied = Signal(str)
     """The fix's command was copied to the clipboard."""
 
-    def __init__(self, check: Any, parent: QWidget | None = None):
+    def __init__(self, check: Check, parent: QWidget | None = None):
         super().__init__(parent)
         self.check = check
         self.setObjectName(f"check-{check.id}")
@@ -139,10 +142,10 @@ class WelcomeDialog(QDialog):
     sig_backend_changed = Signal(str)
     """The default sandbox backend was changed here (to "host"): check the sandboxes again."""
 
-    def __init__(self, context: Any, parent: QWidget | None = None):
+    def __init__(self, context: AppContext, parent: QWidget | None = None):
         super().__init__(parent)
         self.context = context
-        self.checks: list[Any] = []
+        self.checks: list[Check] = []
         self.rows: list[CheckRow] = []
         self.checked = False
         self._first_run = should_welcome(context.settings)
@@ -221,7 +224,7 @@ class WelcomeDialog(QDialog):
             self._checks_finished
         ).run()
 
-    def show_checks(self, checks: Sequence[Any]) -> None:
+    def show_checks(self, checks: Sequence[Check]) -> None:
         self.checks = list(checks)
         for row in self.rows:
             self.rows_layout.removeWidget(row)
@@ -242,6 +245,8 @@ class WelcomeDialog(QDialog):
         """Grow to the height the wrapped texts need at the current width (a dialog's own size
         does not follow its rows' height-for-width when they change after it is shown)."""
         layout = self.layout()
+        if layout is None:
+            return
         layout.activate()
         needed = layout.totalHeightForWidth(self.width())
         if needed > self.height():

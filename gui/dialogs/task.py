@@ -127,14 +127,14 @@ class ContinueDialog(QDialog):
         super().__init__(parent)
         self.setWindowTitle(f"Continue “{task_title}”")
         self.setObjectName("continueDialog")
-        layout = QVBoxLayout(self)
-        layout.addWidget(
-            QLabel(
-                "A new task continues in this task's workspace, resuming the "
-                "agent's own session. What should it do next?",
-                self,
-            )
+        self.main_layout = QVBoxLayout(self)
+        layout = self.main_layout
+        self.intro = QLabel(
+            "A new task continues in this task's workspace, resuming the "
+            "agent's own session. What should it do next?",
+            self,
         )
+        layout.addWidget(self.intro)
         self.instructions_edit = _instructions_edit(self, "Now also cover the logout path")
         layout.addWidget(self.instructions_edit)
         self.buttons = QDialogButtonBox(
@@ -172,9 +172,7 @@ class ForkDialog(ContinueDialog):
         self.setWindowTitle(f"Fork “{task_title}”")
         self.setObjectName("forkDialog")
         self.ok_button.setText("Fork")
-        layout: QVBoxLayout = self.layout()
-        intro: QLabel = layout.itemAt(0).widget()
-        intro.setText(
+        self.intro.setText(
             "A new task starts from the chosen revision in a workspace of its own; "
             "this task is not touched. What should the fork do?"
         )
@@ -191,7 +189,7 @@ class ForkDialog(ContinueDialog):
             )
         row = QFormLayout()
         row.addRow("From revision:", self.revision_combo)
-        layout.insertLayout(1, row)
+        self.main_layout.insertLayout(1, row)
         self._update_ok()
 
     def _update_ok(self) -> None:

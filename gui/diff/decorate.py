@@ -61,7 +61,7 @@ CATEGORIES = sorted({c for _t, c in _CATEGORIES})
 
 @lru_cache(maxsize=4096)
 def category_of(ttype: _TokenType) -> str:
-    t = ttype
+    t: _TokenType | None = ttype
     while t is not Token and t is not None:
         for base, category in _CATEGORIES:
             if t is base:

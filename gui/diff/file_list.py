@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from core.diffs import FileDiff
 from gui.diff.colors import GREEN, RED, blend
 from gui.diff.model import counts_text, file_label, file_summary, status_letter
-from gui.qt import QColor, QFont, QModelIndex, QPalette, Qt, QWidget
+from gui.qt import ModelIndex, QColor, QFont, QPalette, Qt, QWidget
 from gui.table_model import RowsTableModel
 
 COL_STATUS, COL_PATH, COL_COUNTS = range(3)
@@ -44,7 +46,7 @@ class FileListModel(RowsTableModel):
     def file(self, row: int) -> FileDiff:
         return self._rows[row]
 
-    def data(self, index: QModelIndex, role: int = Qt.ItemDataRole.DisplayRole):
+    def data(self, index: ModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if not index.isValid():
             return None
         f = self._rows[index.row()]

@@ -206,12 +206,12 @@ def side_by_side_rows(
             elif line.kind == ROW_ADDED:
                 added.append((ROW_ADDED, shown_text(line.text), None, line.new_no, ref))
             elif line.kind == ROW_NO_NEWLINE:
-                note = (ROW_NO_NEWLINE, "\\ " + line.text, None, None, ref)
+                marker = (ROW_NO_NEWLINE, "\\ " + line.text, None, None, ref)
                 # The marker belongs to the side of the line before it.
                 if last == ROW_REMOVED and not added:
-                    removed.append(note)
+                    removed.append(marker)
                 elif last == ROW_ADDED:
-                    added.append(note)
+                    added.append(marker)
                 else:
                     flush()
                     left.add(*note)

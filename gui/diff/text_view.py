@@ -301,6 +301,7 @@ class DiffTextView(QPlainTextEdit):
                 break
             n = block.blockNumber()
             if n < len(rows):
+                numbers: tuple[int | None, ...]
                 if self.numbers == NUMBERS_BOTH:
                     numbers = (rows.old_nos[n], rows.new_nos[n])
                 elif self.numbers == NUMBERS_OLD:

@@ -9,8 +9,8 @@ need; the widgets own showing them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
+from core.app import Cairn
 from core.diffs import Diff
 from gui.diff.model import binary_shas
 
@@ -63,7 +63,7 @@ class DiffResult:
     new_ref: str
 
 
-def load_timeline(cairn: Any, task_id: str) -> Timeline:
+def load_timeline(cairn: Cairn, task_id: str) -> Timeline:
     task = cairn.tasks.get(task_id)
     entries = [
         TimelineEntry(r.id, r.seq, r.trigger, r.run_id, r.created_at, r.files_changed, r.parent_id)
@@ -109,14 +109,14 @@ def _relation(by_id: dict, task_id: str, other_id: str) -> str:
 
 
 def revision_stats(
-    cairn: Any, task_id: str, pairs: list[tuple[str | None, str]]
+    cairn: Cairn, task_id: str, pairs: list[tuple[str | None, str]]
 ) -> dict[str, tuple[int, int, int]]:
     """(files, added, removed) of each revision against its parent, by revision id."""
     return cairn.revisions.stats(task_id, pairs)
 
 
 def load_diff(
-    cairn: Any, task_id: str, old_ref: str, new_ref: str, *, max_bytes: int = DIFF_MAX_BYTES
+    cairn: Cairn, task_id: str, old_ref: str, new_ref: str, *, max_bytes: int = DIFF_MAX_BYTES
 ) -> DiffResult:
     diff = cairn.revisions.diff(task_id, old_ref, new_ref, max_bytes=max_bytes)
     sizes: dict[str, int] = {}

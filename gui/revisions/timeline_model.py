@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
-from gui.qt import QModelIndex, QObject, Qt
+from gui.qt import ModelIndex, QObject, Qt
 from gui.revisions.data import TimelineEntry
 from gui.table_model import RowsTableModel
 
@@ -85,7 +86,7 @@ class TimelineModel(RowsTableModel):
 
     # -- Qt model ---------------------------------------------------------------------------
 
-    def data(self, index: QModelIndex, role: int = Qt.ItemDataRole.DisplayRole):
+    def data(self, index: ModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if not index.isValid():
             return None
         e = self._rows[index.row()]

@@ -12,7 +12,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from core.app import Cairn
 
 NOT_RUNNING_REASON = "only a running sandbox has CPU and memory figures"
 
@@ -65,7 +66,7 @@ class SessionsData:
     resumes: dict[str, ResumeInfo] = field(default_factory=dict)  # by task id
 
 
-def load_sessions(cairn: Any) -> SessionsData:
+def load_sessions(cairn: Cairn) -> SessionsData:
     status = cairn.views.status()
     tasks = cairn.tasks.all()
     task_of_ws = {t.workspace_id: t for t in tasks if t.workspace_id}
@@ -166,13 +167,13 @@ class SnapshotMade:
     reused: bool  # the latest revision already had a restorable snapshot, which was kept
 
 
-def load_snapshot_target(cairn: Any, task_id: str) -> SnapshotTarget:
+def load_snapshot_target(cairn: Cairn, task_id: str) -> SnapshotTarget:
     task = cairn.tasks.get(task_id)
     ws = cairn.tasks.workspace_of(task)
     return SnapshotTarget(task.id, task.title, ws.id, ws.state, Path(ws.root).is_dir())
 
 
-def take_snapshot(cairn: Any, task_id: str, task_title: str) -> SnapshotMade:
+def take_snapshot(cairn: Cairn, task_id: str, task_title: str) -> SnapshotMade:
     """A verifying capture of the workspace, then a durable snapshot of its latest revision."""
     started = time.time()
     snap = cairn.snapshots.take(task_id)

@@ -405,7 +405,9 @@ class SessionsPanel(QWidget):
             )
         if made is not None:
             table.selectRow(made)
-            table.scrollToItem(table.item(made, P_ID))
+            item = table.item(made, P_ID)
+            if item is not None:
+                table.scrollToItem(item)
             self._made_snapshot = None
 
     # -- actions ------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ and cleanup; `housekeeping`), and what they read and write (`data`, no Qt).
 """
 
 from gui.settings.credentials import CredentialsPage, open_credentials_dialog
-from gui.settings.dialog import DATA_DIR_KEY, SettingsDialog
+from gui.settings.dialog import DATA_DIR_KEY, SettingsDialog, next_data_dir
 from gui.settings.housekeeping import HousekeepingDialog
 
 __all__ = [
@@ -12,5 +12,6 @@ __all__ = [
     "CredentialsPage",
     "HousekeepingDialog",
     "SettingsDialog",
+    "next_data_dir",
     "open_credentials_dialog",
 ]

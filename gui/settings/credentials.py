@@ -234,7 +234,9 @@ class CredentialsPage(QWidget):
         self.grant_secret_combo.setObjectName("grantSecret")
         self.grant_secret_combo.setEditable(True)
         self.grant_secret_combo.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
-        self.grant_secret_combo.lineEdit().setPlaceholderText("secret name")
+        typed_name = self.grant_secret_combo.lineEdit()  # there is one: the combo is editable
+        if typed_name is not None:
+            typed_name.setPlaceholderText("secret name")
         self.grant_secret_combo.currentTextChanged.connect(self._update_buttons)
         grant_form.addWidget(self.grant_secret_combo, 1)
         grant_form.addWidget(QLabel("as", self))
@@ -461,7 +463,8 @@ class CredentialsPage(QWidget):
 
     def select_secret(self, name: str) -> bool:
         for row in range(self.secrets_table.rowCount()):
-            if self.secrets_table.item(row, 0).text() == name:
+            item = self.secrets_table.item(row, 0)
+            if item is not None and item.text() == name:
                 self.secrets_table.selectRow(row)
                 return True
         return False

@@ -7,7 +7,9 @@ Owns the settings as the dialog shows them, the changes between the form and wha
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from core.app import Cairn
@@ -77,16 +79,16 @@ def apply_changes(cairn: Cairn, changes: Changes) -> LoadedSettings:
     if problems:
         raise CairnError("nothing was saved: " + "\n".join(problems))
     done: list[str] = []
-    steps = [
-        (key, lambda k=key, v=value: cairn.settings.set(k, v)) for key, value in changes.set.items()
+    steps: list[tuple[str, Callable[[], object]]] = [
+        (key, partial(cairn.settings.set, key, value)) for key, value in changes.set.items()
     ]
-    steps += [(key, lambda k=key: cairn.settings.unset(k)) for key in changes.unset]
+    steps += [(key, partial(cairn.settings.unset, key)) for key in changes.unset]
     if changes.rules_text is not None:
-        steps.append(("risk rules", lambda: cairn.approvals.set_risk_rules(changes.rules_text)))
+        steps.append(("risk rules", partial(cairn.approvals.set_risk_rules, changes.rules_text)))
     for name, step in steps:
         try:
             step()
-        except Exception as exc:
+        except (CairnError, OSError) as exc:  # refused, or the disk failed: say what was saved
             saved = f"saved {', '.join(done)}; " if done else "nothing was saved; "
             raise CairnError(f"{saved}could not save {name}: {describe_error(exc)}") from exc
         done.append(name)

@@ -4,8 +4,8 @@ uses.
 
 Owns showing those and sending the user's changes through the facade, every call in a job (the
 reads and the all-or-nothing write are gui.settings.data's). Checking and writing are the
-facade's; what a setting does is core's. `pages` is a plain QTabWidget: other pages
-(credentials) are added by the caller with `pages.addTab`.
+facade's; what a setting does is core's. `pages` is a plain QTabWidget; the Credentials page is
+made and added by the caller (`add_credentials_page`), which knows the selected task.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from gui.qt import (
     QPlainTextEdit,
     QPushButton,
     QScrollArea,
+    QSettings,
     Qt,
     QTableWidget,
     QTableWidgetItem,
@@ -43,6 +44,7 @@ from gui.settings.data import Changes, LoadedSettings, apply_changes, load_setti
 
 if TYPE_CHECKING:
     from gui.context import AppContext
+    from gui.settings.credentials import CredentialsPage
 
 DATA_DIR_KEY = "app/data_dir"  # QSettings: the data folder gui/main.py opens at the next start
 FALLBACK_NETWORK = "none"
@@ -79,6 +81,12 @@ STYLE = (
     'QLabel[tone="warning"] { color: #b26a00; font-weight: bold; } '
     'QLabel[tone="ok"] { color: #2e7d32; }'
 )
+
+
+def next_data_dir(settings: QSettings) -> str:
+    """The data folder chosen in Settings for the next start ("" when none was)."""
+    chosen = settings.value(DATA_DIR_KEY, "", type=str)
+    return chosen if isinstance(chosen, str) else ""
 
 
 def _set_tone(label: QLabel, text: str, tone: str | None = None) -> None:
@@ -124,6 +132,7 @@ class SettingsDialog(QDialog):
         self.busy = False
         self._accept_after_write = False
         self.engine_edits: dict[tuple[str, str], QLineEdit] = {}
+        self.credentials_page: CredentialsPage | None = None
 
         layout = QVBoxLayout(self)
         self.pages = QTabWidget(self)
@@ -162,6 +171,11 @@ class SettingsDialog(QDialog):
         self.reload()
 
     # -- pages -----------------------------------------------------------------------------------
+
+    def add_credentials_page(self, page: CredentialsPage) -> None:
+        """The Credentials tab (made by the caller, who knows the selected task)."""
+        self.credentials_page = page
+        self.pages.addTab(page, "Credentials")
 
     def _general_page(self) -> QWidget:
         page = QWidget(self)
@@ -217,7 +231,7 @@ class SettingsDialog(QDialog):
     def _fill_engines_page(self, loaded: LoadedSettings) -> None:
         while self.engines_layout.count():
             item = self.engines_layout.takeAt(0)
-            widget = item.widget()
+            widget = item.widget() if item is not None else None
             if widget is not None:
                 widget.deleteLater()
         self.engine_edits.clear()
@@ -401,7 +415,7 @@ class SettingsDialog(QDialog):
     # -- the data folder (Qt settings, read by gui/main.py at the next start) ------------------
 
     def _show_next_data_dir(self) -> None:
-        chosen = self.context.settings.value(DATA_DIR_KEY, "", type=str)
+        chosen = next_data_dir(self.context.settings)
         current = self.data_dir_edit.text()
         if chosen and chosen != current:
             _set_tone(
@@ -414,7 +428,7 @@ class SettingsDialog(QDialog):
 
     def pick_folder(self) -> str:
         """Ask for a folder (a separate method, so tests can answer it)."""
-        start = self.context.settings.value(DATA_DIR_KEY, "", type=str) or self.data_dir_edit.text()
+        start = next_data_dir(self.context.settings) or self.data_dir_edit.text()
         return QFileDialog.getExistingDirectory(self, "Data Folder for Cairn", start)
 
     def choose_data_dir(self) -> None:

@@ -8,7 +8,7 @@ are core.housekeeping's, reached through the facade in jobs (the GUI thread neve
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from core import humanize
 from core.housekeeping import Plan, Result
@@ -28,6 +28,9 @@ from gui.qt import (
     QVBoxLayout,
     QWidget,
 )
+
+if TYPE_CHECKING:
+    from gui.context import AppContext
 
 _CATEGORY_LABELS = {
     "vault": "Vaults (revisions, snapshots)",
@@ -49,7 +52,7 @@ _KIND_LABELS = {
 class HousekeepingDialog(QDialog):
     """Data folder size with its breakdown, the cleanup plan item by item, and "Clean up"."""
 
-    def __init__(self, context: Any, parent: QWidget | None = None):
+    def __init__(self, context: AppContext, parent: QWidget | None = None):
         super().__init__(parent)
         self.context = context
         self.plan: Plan | None = None

@@ -40,6 +40,11 @@ def _clip(text: str, limit: int = RESULT_PREVIEW) -> str:
     return text if len(text) <= limit else f"{text[:limit]}… ({len(text) - limit} more characters)"
 
 
+def _object(value: Any) -> dict[str, Any]:
+    """A JSON object as a dict; anything else (missing, a string, a list) as an empty one."""
+    return value if isinstance(value, dict) else {}
+
+
 def _content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
@@ -102,7 +107,8 @@ def _codex(event: dict) -> list[OutputBlock] | None:
     if kind == "thread.started":
         return [OutputBlock(SESSION, f"thread {event.get('thread_id', '?')}")]
     if kind in ("turn.failed", "error"):
-        error = event.get("error") if isinstance(event.get("error"), dict) else event
+        raw = event.get("error")
+        error: dict[str, Any] = raw if isinstance(raw, dict) else event
         return [OutputBlock(ERROR, str(error.get("message", "the turn failed")))]
     if kind.startswith("item.") and isinstance(event.get("item"), dict):
         item = event["item"]
@@ -136,11 +142,11 @@ def _codex(event: dict) -> list[OutputBlock] | None:
 
 def _cairn(event: dict) -> list[OutputBlock] | None:
     kind = event.get("kind")
-    data = event.get("data") if isinstance(event.get("data"), dict) else {}
+    data = _object(event.get("data"))
     if kind == "message":
         return [OutputBlock(MESSAGE, str(data.get("text", "")).strip())]
     if kind == "tool_call":
-        return [_tool_use(str(data.get("name", "")), data.get("input") or data)]
+        return [_tool_use(str(data.get("name", "")), _object(data.get("input")) or data)]
     if kind == "tool_result":
         return [
             OutputBlock(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from core.events import RUN_OUTPUT, Event
@@ -324,9 +325,10 @@ class TaskView(QWidget):
 
     def trigger(self, name: str) -> None:
         """Run an action on the shown task (as its button does)."""
-        if self.data is None or self.task_id is None or not self.buttons[name].isEnabled():
+        data = self.data
+        if data is None or self.task_id is None or not self.buttons[name].isEnabled():
             return
-        handler = {
+        handler: Callable[[dict], None] = {
             START: self._start,
             CONTINUE: self._continue,
             FORK: self._fork,
@@ -335,11 +337,19 @@ class TaskView(QWidget):
             PROMOTE: self._promote,
             EXPORT_PATCH: self._export_patch,
         }[name]
-        handler()
+        handler(data.details)
 
-    def _act(self, what: str, work, *, done: str, on_success=None, busy: str | None = None) -> None:
+    def _act(
+        self,
+        task_id: str,
+        what: str,
+        work: Callable[[], Any],
+        *,
+        done: str,
+        on_success: Callable[[Any], None] | None = None,
+        busy: str | None = None,
+    ) -> None:
         """A facade call on the write thread; the task's buttons wait while it runs."""
-        task_id = self.task_id
         self._busy[task_id] = busy or what
         self._update_buttons()
 
@@ -372,8 +382,7 @@ class TaskView(QWidget):
             box.setDetailedText(failure.details)
         box.open()
 
-    def _start(self) -> None:
-        d = self.data.details
+    def _start(self, d: dict) -> None:
         cairn, task_id = self.context.cairn, d["task_id"]
         instructions = d.get("instructions") or ""
         if d["engine"] == "shell":  # the instructions are its commands, one per line
@@ -382,6 +391,7 @@ class TaskView(QWidget):
         else:
             work = lambda: cairn.runs.start(task_id, prompt=instructions)  # noqa: E731
         self._act(
+            task_id,
             "start the run",
             work,
             done=f"Started a run of {d['title']}",
@@ -394,14 +404,14 @@ class TaskView(QWidget):
         if run is not None and run.state in FOLLOWABLE:
             self.context.followers.follow(run.id)
 
-    def _continue(self) -> None:
-        d = self.data.details
+    def _continue(self, d: dict) -> None:
         dialog = ContinueDialog(d["title"], self)
         cairn, task_id = self.context.cairn, d["task_id"]
 
         def accepted() -> None:
             message = dialog.message()
             self._act(
+                task_id,
                 "continue the task",
                 lambda: cairn.tasks.continue_from(task_id, message),
                 done=f"Continued {d['title']}",
@@ -422,17 +432,17 @@ class TaskView(QWidget):
         if not button.isEnabled():
             self.context.sig_status.emit(f"Cannot fork now: {button.toolTip()}")
             return False
-        self._fork(at_revision=revision_id)
+        self._fork(self.data.details, at_revision=revision_id)
         return True
 
-    def _fork(self, at_revision: str | None = None) -> None:
-        d = self.data.details
+    def _fork(self, d: dict, at_revision: str | None = None) -> None:
         dialog = ForkDialog(d["title"], d.get("revisions") or [], self, at_revision=at_revision)
         cairn, task_id = self.context.cairn, d["task_id"]
 
         def accepted() -> None:
             revision, message = dialog.revision(), dialog.message()
             self._act(
+                task_id,
                 "fork the task",
                 lambda: cairn.tasks.fork(task_id, message, at_revision=revision),
                 done=f"Forked {d['title']} from revision {str(revision)[:10]}",
@@ -450,17 +460,18 @@ class TaskView(QWidget):
         self.sig_task_created.emit(task.id)
         self._follow(run)
 
-    def _stop(self) -> None:
-        cairn, task_id, title = self.context.cairn, self.task_id, self.data.details["title"]
+    def _stop(self, d: dict) -> None:
+        cairn, task_id, title = self.context.cairn, d["task_id"], d["title"]
         self._act(
+            task_id,
             "stop the run",
             lambda: cairn.runs.stop(task_id),
             done=f"Stopped {title}",
             busy="stopping the run",
         )
 
-    def _resume(self, choice: str | None = None) -> None:
-        cairn, task_id, title = self.context.cairn, self.task_id, self.data.details["title"]
+    def _resume(self, d: dict, choice: str | None = None) -> None:
+        cairn, task_id, title = self.context.cairn, d["task_id"], d["title"]
         self._busy[task_id] = "resuming"
         self._update_buttons()
 
@@ -473,7 +484,7 @@ class TaskView(QWidget):
             if isinstance(failure.error, NeedsChoice) and choice is None:
                 picked = ask_resume_choice(self, describe_error(failure.error))
                 if picked is not None:
-                    self._resume(picked)
+                    self._resume(d, picked)
                 return
             self.report_failure(failure)
 
@@ -488,9 +499,8 @@ class TaskView(QWidget):
             parent=self,
         ).success(succeeded).failure(failed).finished(finished).run()
 
-    def _promote(self) -> None:
-        d = self.data.details
-        cairn, task_id, title = self.context.cairn, self.task_id, d["title"]
+    def _promote(self, d: dict) -> None:
+        cairn, task_id, title = self.context.cairn, d["task_id"], d["title"]
         branch, ok = QInputDialog.getText(
             self,
             "Promote to branch",
@@ -502,14 +512,15 @@ class TaskView(QWidget):
         if not ok or not branch:
             return
         self._act(
+            task_id,
             "promote to a branch",
             lambda: cairn.artifacts.promote_to_branch(task_id, branch),
             done=f"Promoted {title} to the branch {branch}",
             busy="promoting",
         )
 
-    def _export_patch(self) -> None:
-        cairn, task_id, title = self.context.cairn, self.task_id, self.data.details["title"]
+    def _export_patch(self, d: dict) -> None:
+        cairn, task_id, title = self.context.cairn, d["task_id"], d["title"]
         path, _filter = QFileDialog.getSaveFileName(
             self, "Export patch", f"{title}.patch", "Patches (*.patch *.diff)"
         )
@@ -519,9 +530,10 @@ class TaskView(QWidget):
         def work() -> None:
             patch = cairn.artifacts.export_patch(task_id)
             with open(path, "wb") as out:
-                out.write(patch if isinstance(patch, bytes) else str(patch).encode("utf-8"))
+                out.write(patch)
 
         self._act(
+            task_id,
             "export the patch",
             work,
             done=f"Exported the patch of {title} to {path}",

@@ -534,7 +534,8 @@ def test_credentials_housekeeping_and_system_check_open_from_the_menus(qtbot, wi
 def test_the_data_folder_chosen_in_settings_is_used_unless_one_is_given(
     tmp_path, settings, monkeypatch
 ):
-    from gui.main import DATA_DIR_SETTING, chosen_data_dir
+    from gui.main import chosen_data_dir
+    from gui.settings import DATA_DIR_KEY as DATA_DIR_SETTING
 
     monkeypatch.delenv("CAIRN_DATA_DIR", raising=False)
     assert chosen_data_dir(None, settings) == (None, False)
