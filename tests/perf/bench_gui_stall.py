@@ -6,7 +6,7 @@
 
 The real MainWindow (offscreen) over a real Cairn on a fresh data folder. Not measured: generating
 the tree (cached under /tmp, see _common.py), importing it as a task through the facade
-(`Cairn.new_task`, shell engine, instructions `echo hi`), and selecting that task in the window.
+(`cairn.tasks.new`, shell engine, instructions `echo hi`), and selecting that task in the window.
 Measured, each with a 5 ms timer (StallMeter) whose longest gap between ticks is the stall:
 
 - snapshot: from clicking Snapshot Now in the Sessions & Snapshots tab to the new snapshot listed
