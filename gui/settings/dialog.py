@@ -213,7 +213,7 @@ class SettingsDialog(QDialog):
         self.data_dir_edit = QLineEdit(page)
         self.data_dir_edit.setObjectName("dataFolder")
         self.data_dir_edit.setReadOnly(True)
-        data_dir = getattr(self.context, "data_dir", None)
+        data_dir = self.context.data_dir
         self.data_dir_edit.setText(str(data_dir) if data_dir else "")
         folder_row.addWidget(self.data_dir_edit, 1)
         self.data_dir_button = QPushButton("Change…", page)
