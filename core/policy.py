@@ -11,15 +11,21 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
 from core.errors import InputError
-from core.sandbox.base import Limits
+from core.sandbox.base import (
+    NETWORK_ALLOWLIST,
+    NETWORK_MODES,
+    NETWORK_NONE,
+    NETWORK_OPEN,
+    Limits,
+)
 
-NETWORK_MODES = ("none", "allowlist", "open")
+__all__ = ["NETWORK_ALLOWLIST", "NETWORK_MODES", "NETWORK_NONE", "NETWORK_OPEN", "Limits", "Policy"]
 
 
 @dataclass(frozen=True)
 class Policy:
     version: int = 1
-    network: str = "none"
+    network: str = NETWORK_NONE
     allow: tuple[str, ...] = ()  # host:port pairs reachable under "allowlist"
     limits: Limits = field(default_factory=Limits)
     mounts: tuple[tuple[str, str], ...] = ()  # extra read-only (host, container) mounts
@@ -70,7 +76,7 @@ class Policy:
             return cls()
         return cls(
             version=int(data.get("version", 1)),
-            network=data.get("network", "none"),
+            network=data.get("network", NETWORK_NONE),
             allow=tuple(data.get("allow", ())),
             limits=_limits(Limits, **data.get("limits", {})),
             mounts=tuple((str(m[0]), str(m[1])) for m in data.get("mounts", ())),

@@ -21,7 +21,7 @@ from core.errors import CairnError, InputError, NotFound
 from core.ids import new_id
 from core.launch import resource_path
 from core.models import SessionRecord, Workspace
-from core.policy import Policy
+from core.policy import NETWORK_ALLOWLIST, Policy
 from core.sandbox import egress
 from core.sandbox.base import (
     CONTAINER_RUNS,
@@ -137,7 +137,9 @@ class SandboxManager:
             image=self.image,
             network=policy.network,
             egress_socket_dir=(
-                self.egress_paths(session_id).sandbox_dir if policy.network == "allowlist" else None
+                self.egress_paths(session_id).sandbox_dir
+                if policy.network == NETWORK_ALLOWLIST
+                else None
             ),
             limits=policy.limits,
             uid=policy.uid,
@@ -145,7 +147,7 @@ class SandboxManager:
         )
 
     def launch_specs(self, policy: Policy) -> list[LaunchSpec]:
-        if policy.network != "allowlist":
+        if policy.network != NETWORK_ALLOWLIST:
             return []
         forwards = {
             int(entry.rpartition(":")[2]): entry
@@ -165,7 +167,7 @@ class SandboxManager:
     def exec_environment(self, policy: Policy) -> dict[str, str]:
         """Fixed variables every exec in the sandbox gets (never secrets)."""
         env = {"CAIRN_SANDBOX": "1"}
-        if policy.network == "allowlist":
+        if policy.network == NETWORK_ALLOWLIST:
             env.update(egress.proxy_environment(EGRESS_PROXY_PORT))
         return env
 
@@ -298,8 +300,7 @@ class SandboxManager:
 
     def _start_egress(self, spec: SandboxSpec, policy: Policy) -> None:
         paths = self.egress_paths(spec.session_id)
-        if policy.network == "allowlist":
-            paths.sandbox_dir.mkdir(parents=True, exist_ok=True)
+        if policy.network == NETWORK_ALLOWLIST:
             egress.ensure_running(
                 paths.socket,
                 list(policy.allow),

@@ -26,7 +26,7 @@ from core.credentials import validate_secret_name
 from core.engines import ENGINES
 from core.engines.base import EngineSettings
 from core.errors import CairnError, InputError
-from core.policy import NETWORK_MODES, Policy
+from core.policy import NETWORK_ALLOWLIST, NETWORK_MODES, NETWORK_NONE, Policy
 from core.safe_fs import fsync_dir
 from core.sandbox.egress import Allowlist, DestinationError, parse_destination
 
@@ -202,7 +202,7 @@ def parse_allow(text: str) -> list[str]:
             entries.append(entry)
     if not entries:
         raise InputError("defaults.allow needs at least one host:port, e.g. api.example.com:443")
-    Policy(network="allowlist", allow=tuple(entries)).validate()
+    Policy(network=NETWORK_ALLOWLIST, allow=tuple(entries)).validate()
     return entries
 
 
@@ -254,7 +254,7 @@ def policy_with_endpoint(policy: Any, settings: Any) -> Any:
     from dataclasses import replace
 
     entry = endpoint_allow_entry(settings)
-    if entry is None or policy.network != "allowlist" or entry in policy.allow:
+    if entry is None or policy.network != NETWORK_ALLOWLIST or entry in policy.allow:
         return policy
     return replace(policy, allow=tuple(policy.allow) + (entry,))
 
@@ -419,7 +419,7 @@ def default_policy(defaults: dict[str, str]) -> Policy:
     """The sandbox policy a new task starts with: `defaults.network` and `defaults.allow`, or
     Policy's own defaults (no network)."""
     allow = tuple(defaults["allow"].split(",")) if defaults.get("allow") else ()
-    return Policy(network=defaults.get("network") or "none", allow=allow).validate()
+    return Policy(network=defaults.get("network") or NETWORK_NONE, allow=allow).validate()
 
 
 # The settings a sandbox manager is made from: changing one makes the next sandbox use a new one.

@@ -288,7 +288,7 @@ class Tasks:
         *,
         at_revision: str | None = None,
         title: str | None = None,
-    ) -> tuple[Task, Run | None]:
+    ) -> tuple[Task, Run]:
         """A child task with its own workspace made from any revision of the parent (default the
         latest), its own sandbox, a copy of the parent's engine home and a forked engine session.
         The parent's workspace is never touched."""

@@ -31,7 +31,10 @@ CONTAINER_EGRESS = "/cairn/egress"
 RESERVED_TARGETS = (CONTAINER_WORKSPACE, CONTAINER_HOME, CONTAINER_RUNS, CONTAINER_EGRESS)
 
 # In the order a person chooses from: the default first, the most open last.
-NETWORK_MODES = ("none", "allowlist", "open")
+NETWORK_NONE = "none"  # loopback only
+NETWORK_ALLOWLIST = "allowlist"  # loopback, plus the host-side egress proxy's allowlist
+NETWORK_OPEN = "open"  # a normal bridge
+NETWORK_MODES = (NETWORK_NONE, NETWORK_ALLOWLIST, NETWORK_OPEN)
 
 # The default image: built offline by resources/sandbox/build-image.sh (its RECIPE_VERSION is the
 # tag; a unit test keeps the two in step).

@@ -25,6 +25,7 @@ from core.sandbox.base import (
     CONTAINER_WORKSPACE,
     DETACHED_WRAPPER,
     NETWORK_MODES,
+    NETWORK_OPEN,
     Attached,
     AttachResult,
     Capabilities,
@@ -236,7 +237,7 @@ class DockerBackend(SandboxBackend):
             mem_limit=limits.memory_bytes,
             memswap_limit=limits.memory_bytes,
             nano_cpus=int(cpus * 1e9),
-            network_mode="bridge" if spec.network == "open" else "none",
+            network_mode="bridge" if spec.network == NETWORK_OPEN else "none",
             init=True,
         )
         # Only fixed, non-secret values: Docker writes the create config to disk. Secrets go into
@@ -377,7 +378,7 @@ class DockerBackend(SandboxBackend):
             reasons.append(
                 f"user differs: container runs as {actual_user!r}, the spec asks for {uid}:{gid}"
             )
-        want_network = "bridge" if spec.network == "open" else "none"
+        want_network = "bridge" if spec.network == NETWORK_OPEN else "none"
         actual_network = (info.get("HostConfig") or {}).get("NetworkMode")
         if actual_network != want_network:
             reasons.append(

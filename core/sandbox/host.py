@@ -21,6 +21,7 @@ from core.sandbox.base import (
     CONTAINER_HOME,
     CONTAINER_WORKSPACE,
     DETACHED_WRAPPER,
+    NETWORK_OPEN,
     Attached,
     AttachResult,
     Capabilities,
@@ -65,7 +66,7 @@ class HostBackend(SandboxBackend):
         reattach=True,  # a detached run is found again while its process group lives
         recreate_from_snapshot=True,
         per_exec_env=True,
-        network_modes=frozenset({"open"}),
+        network_modes=frozenset({NETWORK_OPEN}),
         isolated=False,
     )
 
