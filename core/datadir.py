@@ -23,7 +23,7 @@ def default_data_dir() -> Path:
 
 @dataclass(frozen=True)
 class DataDir:
-    """The layout of one Cairn data folder (see DESIGN.md, "Data on disk")."""
+    """The layout of one Cairn data folder (docs/architecture.md, "Data folder")."""
 
     root: Path
 

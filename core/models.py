@@ -1,4 +1,4 @@
-"""The records Cairn keeps about its objects (DESIGN.md, "The objects").
+"""The records Cairn keeps about its objects (their vocabulary: docs/architecture.md).
 
 Plain dataclasses with no behaviour beyond small derived properties; the store persists them.
 """

@@ -367,6 +367,11 @@ class Store:
             conn.execute("DELETE FROM snapshots WHERE workspace_id = ?", (workspace_id,))
             conn.execute("DELETE FROM workspaces WHERE id = ?", (workspace_id,))
 
+    def delete_source(self, source_id: str) -> None:
+        """Forget a source folder whose first import failed (nothing else refers to it yet)."""
+        with self.transaction() as conn:
+            conn.execute("DELETE FROM sources WHERE id = ?", (source_id,))
+
     # -- tasks -------------------------------------------------------------------------------
 
     def add_task(self, task: Task) -> None:

@@ -226,11 +226,11 @@ class Tasks:
             except CairnError:
                 pass
         try:
-            with self.ctx.store.transaction() as conn:
+            with self.ctx.store.transaction():
                 self.ctx.store.delete_task(task_id)
                 self.ctx.store.delete_workspace_rows(ws_id)
                 if new_source is not None:
-                    conn.execute("DELETE FROM sources WHERE id = ?", (new_source.id,))
+                    self.ctx.store.delete_source(new_source.id)
         except Exception:  # pragma: no cover - the original error matters more
             log.exception("could not undo the rows of a failed import")
         if vault_created:
