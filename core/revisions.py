@@ -101,6 +101,17 @@ class Revisions:
                 )
             )
 
+    def _announce(self, rev: Revision) -> None:
+        """Tell this process's listeners of a revision (recorded here or by another process)."""
+        self.ctx.events.publish(
+            ev.REVISION_RECORDED,
+            rev.workspace_id,
+            revision=rev.id,
+            trigger=rev.trigger,
+            files_changed=rev.files_changed,
+            run_id=rev.run_id,
+        )
+
     def _record(self, ws: Workspace, captured: CapturedRevision) -> None:
         rev = self.ctx.store.add_revision(
             Revision(
@@ -114,14 +125,7 @@ class Revisions:
                 captured.created_at,
             )
         )
-        self.ctx.events.publish(
-            ev.REVISION_RECORDED,
-            ws.id,
-            revision=rev.id,
-            trigger=rev.trigger,
-            files_changed=rev.files_changed,
-            run_id=rev.run_id,
-        )
+        self._announce(rev)
 
     def _recorder(
         self, ws: Workspace, *, on_problem: Callable[[str], None] | None = None
@@ -243,14 +247,7 @@ class Revisions:
         self.sync_rows(self.ctx.store.get_workspace(ws.id))
         rev = self.ctx.store.get_revision(ws.id, out["revision"])
         if out["changed"]:
-            self.ctx.events.publish(
-                ev.REVISION_RECORDED,
-                ws.id,
-                revision=rev.id,
-                trigger=rev.trigger,
-                files_changed=rev.files_changed,
-                run_id=rev.run_id,
-            )
+            self._announce(rev)
         self._check_quota(ws)
         return rev, bool(out["changed"])
 
@@ -307,14 +304,7 @@ class Revisions:
             for rev in self.ctx.store.list_revisions(workspace_id):
                 if rev.seq > seen[0]:
                     seen[0] = rev.seq
-                    self.ctx.events.publish(
-                        ev.REVISION_RECORDED,
-                        workspace_id,
-                        revision=rev.id,
-                        trigger=rev.trigger,
-                        files_changed=rev.files_changed,
-                        run_id=rev.run_id,
-                    )
+                    self._announce(rev)
 
         return announce
 
