@@ -104,6 +104,26 @@ class LaunchContext:
 
 
 @dataclass(frozen=True)
+class CredentialKind:
+    """One way of signing an engine in. The value lives in the OS keyring under `secret`; inside
+    the sandbox the engine's variable `env` holds only `placeholder`, and the host-side egress
+    proxy puts the real value into the `header` of each request to the model endpoint."""
+
+    kind: str  # "api-key" or "oauth-token"
+    label: str  # for people: "API key", "Claude subscription (long-lived token)"
+    secret: str  # the keyring secret's name: the usual variable name, e.g. ANTHROPIC_API_KEY
+    env: str  # the variable the engine reads it from
+    header: str  # the request header that carries it, lower case
+    template: str  # how the header's value is made from the secret: "{}" or "Bearer {}"
+    placeholder: str  # what the sandbox sees instead of the value
+    prefix: str | None = None  # the value's usual start, to catch a key pasted into the wrong kind
+    how: str = ""  # one line: where a person gets such a value
+
+    def header_value(self, value: str) -> str:
+        return self.template.format(value)
+
+
+@dataclass(frozen=True)
 class EngineEvent:
     """One thing an engine said, in Cairn's words."""
 
@@ -122,6 +142,19 @@ class Engine(abc.ABC):
     name: str = ""
     #: Whether the engine keeps a conversation of its own that Continue resumes natively.
     has_sessions: bool = False
+    #: The ways to sign the engine in, preferred first; empty for engines that need no model.
+    credential_kinds: tuple[CredentialKind, ...] = ()
+    #: The model endpoint when the settings name none (None: the engine talks to no model).
+    default_base_url: str | None = None
+
+    @property
+    def needs_model(self) -> bool:
+        """Whether the engine talks to a model endpoint (and so needs a network and a key)."""
+        return self.default_base_url is not None
+
+    def base_url(self, settings: EngineSettings) -> str | None:
+        """The model endpoint this engine's runs talk to (outside the sandbox)."""
+        return settings.base_url or self.default_base_url
 
     def validate(self, spec: dict) -> dict:
         """Check and normalise a run's spec; raise InputError with one clear line."""

@@ -41,6 +41,7 @@ from core.engines.base import (
     MODES,
     Engine,
     EngineEvent,
+    CredentialKind,
     EngineSettings,
     LaunchContext,
     ResumeCheck,
@@ -181,10 +182,40 @@ def render_settings(gate: list[str]) -> dict[str, Any]:
     return settings
 
 
+OAUTH_TOKEN_ENV = "CLAUDE_CODE_OAUTH_TOKEN"
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+CREDENTIAL_KINDS = (
+    CredentialKind(
+        "oauth-token",
+        "Claude subscription (long-lived token)",
+        secret=OAUTH_TOKEN_ENV,
+        env=OAUTH_TOKEN_ENV,
+        header="authorization",
+        template="Bearer {}",
+        placeholder="sk-ant-oat01-cairn-placeholder-not-a-token",
+        prefix="sk-ant-oat01-",
+        how="run `claude setup-token` and paste the sk-ant-oat01-… token it prints",
+    ),
+    CredentialKind(
+        "api-key",
+        "Anthropic API key",
+        secret=API_KEY_ENV,
+        env=API_KEY_ENV,
+        header="x-api-key",
+        template="{}",
+        placeholder="sk-ant-api03-cairn-placeholder-not-a-key",
+        prefix="sk-ant-api",
+        how="create a key in the Anthropic Console (console.anthropic.com ▸ API keys)",
+    ),
+)
+
+
 class ClaudeCodeEngine(Engine):
     name = "claude-code"
     has_sessions = True
     api_key_env = API_KEY_ENV
+    credential_kinds = CREDENTIAL_KINDS
+    default_base_url = DEFAULT_BASE_URL
 
     def __init__(self) -> None:
         # What the attempt's first stdout line said, so a fork that kept its parent's id is caught

@@ -22,6 +22,7 @@ from core.engines.base import (
     MODE_FORK,
     MODE_START,
     MODES,
+    CredentialKind,
     Engine,
     EngineEvent,
     EngineSettings,
@@ -46,6 +47,25 @@ DEFAULT_MODEL = "gpt-5.5"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 PROVIDER_ID = "cairn"
 API_KEY_ENV = "OPENAI_API_KEY"  # from a credential grant at each exec, never a file
+# A ChatGPT sign-in (`codex login`) keeps a refresh token in auth.json that Codex itself must use
+# and rotate: it cannot be carried into a sandbox without handing the sandbox that token.
+CHATGPT_SIGN_IN_NOTE = (
+    "Codex's ChatGPT sign-in keeps a refresh token that Codex must hold itself, so Cairn cannot "
+    "use it without putting that token into the sandbox; sign Codex in with an OpenAI API key"
+)
+CREDENTIAL_KINDS = (
+    CredentialKind(
+        "api-key",
+        "OpenAI API key",
+        secret=API_KEY_ENV,
+        env=API_KEY_ENV,
+        header="authorization",
+        template="Bearer {}",
+        placeholder="sk-cairn-placeholder-not-a-key",
+        prefix="sk-",
+        how="create a key at platform.openai.com ▸ API keys",
+    ),
+)
 
 # Codex runs the agent's commands itself. Its own sandbox and approval prompts are off: Cairn's
 # sandbox and approval gate stand in for them, and nobody could answer a prompt (stdin is
@@ -184,6 +204,8 @@ class CodexEngine(Engine):
     has_sessions = True
     #: The variable the run machinery fills from the settings' `api_key_secret` grant.
     api_key_env = API_KEY_ENV
+    credential_kinds = CREDENTIAL_KINDS
+    default_base_url = DEFAULT_BASE_URL
 
     # -- spec and files -----------------------------------------------------------------------
 
