@@ -10,6 +10,7 @@ values never go here, only their names.
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import os
@@ -23,10 +24,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from core.credentials import validate_secret_name
-from core.engines import ENGINES
+from core.engines import ENGINES, engine_for
 from core.engines.base import EngineSettings
 from core.errors import CairnError, InputError
-from core.policy import NETWORK_ALLOWLIST, NETWORK_MODES, NETWORK_NONE, Policy
+from core.policy import NETWORK_ALLOWLIST, NETWORK_MODES, NETWORK_NONE, NETWORK_OPEN, Policy
 from core.safe_fs import fsync_dir
 from core.sandbox.egress import Allowlist, DestinationError, parse_destination
 
@@ -248,15 +249,36 @@ def endpoint_allow_entry(settings: Any) -> str | None:
     return endpoint_of(base_url)
 
 
-def policy_with_endpoint(policy: Any, settings: Any) -> Any:
+def engine_endpoint(engine: str, settings: EngineSettings) -> str | None:
+    """The `host:port` of the model endpoint an engine's runs talk to (the settings' `base_url`,
+    else the engine's own default), or None for an engine that talks to no model."""
+    url = engine_for(engine).base_url(settings)
+    return endpoint_of(url) if url else None
+
+
+def reaches_endpoint(policy: Policy, endpoint: str | None) -> bool:
+    """Whether a sandbox under `policy` can reach the engine's model endpoint: `open`, or
+    `allowlist` (which admits the engine's endpoint by itself); never `none`."""
+    return endpoint is None or policy.network in (NETWORK_OPEN, NETWORK_ALLOWLIST)
+
+
+def refuse_unreachable(engine: str, policy: Policy, endpoint: str | None) -> None:
+    """InputError, with the fix, when the engine could not reach its model under `policy`."""
+    if not reaches_endpoint(policy, endpoint):
+        raise InputError(
+            f"the {engine} engine cannot reach its model at {endpoint} under the "
+            f"network policy '{policy.network}'",
+            hint="use the network policy 'allowlist' (the default for agent tasks: it admits "
+            "only the model's endpoint), e.g. `--network allowlist`, or unset defaults.network",
+        )
+
+
+def policy_with_endpoint(policy: Policy, endpoint: str | None) -> Policy:
     """The policy a sandbox should be made under: under `allowlist`, the engine's endpoint added
     to the allowed destinations. The version is kept: this is the same policy, applied."""
-    from dataclasses import replace
-
-    entry = endpoint_allow_entry(settings)
-    if entry is None or policy.network != NETWORK_ALLOWLIST or entry in policy.allow:
+    if endpoint is None or policy.network != NETWORK_ALLOWLIST or endpoint in policy.allow:
         return policy
-    return replace(policy, allow=tuple(policy.allow) + (entry,))
+    return dataclasses.replace(policy, allow=(*policy.allow, endpoint))
 
 
 # -- the file ------------------------------------------------------------------------------------
@@ -415,11 +437,15 @@ def read_defaults(path: str | os.PathLike[str]) -> dict[str, str]:
     return checked
 
 
-def default_policy(defaults: dict[str, str]) -> Policy:
-    """The sandbox policy a new task starts with: `defaults.network` and `defaults.allow`, or
-    Policy's own defaults (no network)."""
+def default_policy(defaults: dict[str, str], *, endpoint: str | None = None) -> Policy:
+    """The sandbox policy a new task starts with: `defaults.network` and `defaults.allow` when the
+    person set them; else, for an engine that talks to a model at `endpoint`, `allowlist` holding
+    exactly that endpoint, and for the others no network at all."""
     allow = tuple(defaults["allow"].split(",")) if defaults.get("allow") else ()
-    return Policy(network=defaults.get("network") or NETWORK_NONE, allow=allow).validate()
+    if defaults.get("network"):  # the person's choice, as they made it (an allowlist admits the
+        return Policy(network=defaults["network"], allow=allow).validate()  # endpoint at start)
+    network = NETWORK_ALLOWLIST if endpoint else NETWORK_NONE
+    return policy_with_endpoint(Policy(network=network, allow=allow), endpoint).validate()
 
 
 # The settings a sandbox manager is made from: changing one makes the next sandbox use a new one.
@@ -480,6 +506,12 @@ class Settings:
             "networks": list(NETWORK_MODES),
             "backends": list(BACKENDS),
         }
+
+    def default_policy_for(self, engine: str) -> Policy:
+        """The policy a new task of `engine` gets when the caller gives none."""
+        return default_policy(
+            self.defaults(), endpoint=engine_endpoint(engine, self.engine(engine))
+        )
 
     def engine(self, name: str) -> EngineSettings:
         """One engine's settings (binary, version, endpoint, model, key secret)."""

@@ -25,7 +25,7 @@ from core.models import Revision, Run, Source, Task, TaskSource, Workspace, Work
 from core.policy import Policy
 from core.revisions import Revisions
 from core.runs.service import Runs
-from core.settings import Settings, default_policy
+from core.settings import Settings, default_policy, engine_endpoint, refuse_unreachable
 from core.snapshots import Snapshots
 from core.vault import Vault, base_ref, revisions_ref
 from core.vault.importer import check_importable, import_folder
@@ -88,13 +88,17 @@ class Tasks:
         """Import a folder into its vault and give a new task a workspace made from it.
 
         Without `engine` or `policy`, the settings' defaults apply (`defaults.engine`, else the
-        shell engine; `defaults.network` and `defaults.allow`, else no network).
+        shell engine; `defaults.network` and `defaults.allow`, else `allowlist` holding just the
+        model's endpoint for an agent engine and no network for the shell engine). A policy under
+        which the engine could not reach its model is refused.
         Bad input is refused before anything is written; a failure later undoes what was made.
         """
         defaults = self.settings.defaults() if engine is None or policy is None else {}
         engine = engine or defaults.get("engine") or "shell"
         engine_for(engine)  # an unknown engine is refused before anything is made
-        policy = policy or default_policy(defaults)
+        endpoint = engine_endpoint(engine, self.settings.engine(engine))
+        policy = policy or default_policy(defaults, endpoint=endpoint)
+        refuse_unreachable(engine, policy, endpoint)
         folder = check_importable(Path(path), self.ctx.data)
         with held(
             self.ctx.data.locks_root,

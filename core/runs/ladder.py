@@ -37,7 +37,7 @@ from core.runs.checkpoints import Checkpoints, parse_workspace_ref
 from core.runs.liveness import Sandboxes
 from core.sandbox.base import CONTAINER_HOME, LiveSession
 from core.sandboxes import TOOLS_DIR_IN_SANDBOX
-from core.settings import Settings, policy_with_endpoint
+from core.settings import Settings, engine_endpoint, policy_with_endpoint
 from core.snapshots import Snapshots
 
 log = logging.getLogger(__name__)
@@ -215,7 +215,9 @@ class Ladder:
     ) -> Run:
         eng = engine_for(run.engine)
         settings = self.settings.engine(run.engine)
-        policy = policy_with_endpoint(Policy.from_dict(ws.policy), settings)
+        policy = policy_with_endpoint(
+            Policy.from_dict(ws.policy), engine_endpoint(run.engine, settings)
+        )
         workspaces.require_tree(ws)
         snapshot_id = None
         if self.store.session_for(ws.id) is None:

@@ -395,15 +395,16 @@ def test_the_allowlist_admits_the_engines_endpoint_without_a_new_version():
     from core.engines.base import EngineSettings
 
     settings = EngineSettings(base_url="https://api.example.com/v1")
+    endpoint = cfg.endpoint_allow_entry(settings)
     assert cfg.endpoint_allow_entry(EngineSettings()) is None
     assert cfg.endpoint_allow_entry(None) is None
     closed = Policy()
-    assert cfg.policy_with_endpoint(closed, settings) is closed
+    assert cfg.policy_with_endpoint(closed, endpoint) is closed
     listed = Policy().changed(network="allowlist", allow=["pypi.org:443"])
-    admitted = cfg.policy_with_endpoint(listed, settings)
+    admitted = cfg.policy_with_endpoint(listed, endpoint)
     assert admitted.allow == ("pypi.org:443", "api.example.com:443")
     assert admitted.version == listed.version
-    assert cfg.policy_with_endpoint(admitted, settings) is admitted
+    assert cfg.policy_with_endpoint(admitted, endpoint) is admitted
 
 
 def test_facade_settings_feed_engine_settings(tmp_path):

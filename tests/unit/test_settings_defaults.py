@@ -378,3 +378,36 @@ def test_checking_writes_nothing(app):
         )
     assert not settings_path(app.data.root).exists()
     assert not approvals.user_rules_path(app.data.root).exists()
+
+
+# -- the network an agent needs ----------------------------------------------------------------------
+
+
+def test_a_new_agent_task_may_reach_its_model_endpoint_and_nothing_else(app, repo):
+    made = app.tasks.new(repo, title="agent", engine="claude-code")
+    policy = app.tasks.policy_of(made.workspace)
+    assert (policy.network, policy.allow) == ("allowlist", ("api.anthropic.com:443",))
+    app.settings.set("engines.codex.base_url", "http://127.0.0.1:8123/v1")
+    codex = app.tasks.policy_of(app.tasks.new(repo, title="codex", engine="codex").workspace)
+    assert (codex.network, codex.allow) == ("allowlist", ("127.0.0.1:8123",))
+
+
+def test_a_new_shell_task_keeps_no_network(app, repo):
+    made = app.tasks.new(repo, title="shell", engine="shell")
+    assert app.tasks.policy_of(made.workspace).network == "none"
+
+
+@pytest.mark.parametrize("where", ["argument", "defaults"])
+def test_an_agent_task_that_could_not_reach_its_model_is_refused_before_anything_is_made(
+    app, repo, where
+):
+    kwargs = {}
+    if where == "argument":
+        kwargs["policy"] = Policy(network="none")
+    else:
+        app.settings.set("defaults.network", "none")
+    with pytest.raises(InputError, match="cannot reach its model at api.anthropic.com:443") as e:
+        app.tasks.new(repo, title="offline agent", engine="claude-code", **kwargs)
+    assert "allowlist" in str(e.value)
+    assert app.tasks.all() == []
+    assert app.ctx.store.query("SELECT * FROM sources") == []
