@@ -9,10 +9,14 @@ mounted at /cairn/egress/egress.sock, after a one-line header saying what the co
     --forward LOCAL=HOST:PORT         a fixed forward: 127.0.0.1:LOCAL reaches HOST:PORT (so a
                                       client without proxy support can use http://127.0.0.1:LOCAL);
                                       sends `FORWARD HOST:PORT`
+    --endpoint NAME=PORT              a model endpoint: http://127.0.0.1:PORT is the engine's base
+                                      URL; sends `ENDPOINT NAME`, and the host proxy sends each
+                                      request to that endpoint's upstream with the real credential
 
 Deciding is the host proxy's job: it allows only its allowlist, answers refused proxy requests with
-403 and closes refused forwards. This program only relays, so it needs no privileges and no
-configuration besides its arguments. Python 3.7 or later, standard library only.
+403 and closes refused forwards. This program only relays and never sees a credential, so it needs
+no privileges and no configuration besides its arguments. Python 3.7 or later, standard library
+only.
 """
 
 import argparse
@@ -27,6 +31,7 @@ DEFAULT_SOCKET = "/cairn/egress/egress.sock"
 LISTEN_HOST = "127.0.0.1"
 CHUNK = 64 * 1024
 _DESTINATION = re.compile(r"[A-Za-z0-9._\-]+:[0-9]{1,5}|\[[0-9A-Fa-f:.]+\]:[0-9]{1,5}")
+_ENDPOINT_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 
 
 def log(message):
@@ -43,6 +48,18 @@ def parse_forward(text):
     ):
         raise argparse.ArgumentTypeError(f"expected LOCAL_PORT=HOST:PORT, got {text!r}")
     return int(local), destination
+
+
+def parse_endpoint(text):
+    name, sep, port = text.rpartition("=")
+    if (
+        not sep
+        or not _ENDPOINT_NAME.fullmatch(name)
+        or not port.isdigit()
+        or not 0 < int(port) < 65536
+    ):
+        raise argparse.ArgumentTypeError(f"expected NAME=PORT, got {text!r}")
+    return name, int(port)
 
 
 def parse_port(text):
@@ -111,8 +128,15 @@ async def serve(args):
         servers.append(
             (local, f"FORWARD {destination}\n".encode("ascii"), "forward to " + destination)
         )
+    for name, local in args.endpoint:
+        servers.append((local, f"ENDPOINT {name}\n".encode("ascii"), "model endpoint " + name))
+    ports = [port for port, _, _ in servers]
+    if len(set(ports)) != len(ports):
+        raise SystemExit("egress-forward: a port is given twice")
     if not servers:
-        raise SystemExit("egress-forward: nothing to do (give --proxy and/or --forward)")
+        raise SystemExit(
+            "egress-forward: nothing to do (give --proxy, --forward and/or --endpoint)"
+        )
     if not os.path.exists(args.socket):
         log(f"{args.socket} does not exist yet; connections fail until the egress proxy serves it")
 
@@ -148,6 +172,14 @@ def main(argv=None):
         default=[],
         metavar="LOCAL=HOST:PORT",
         help="relay 127.0.0.1:LOCAL to HOST:PORT (repeatable)",
+    )
+    parser.add_argument(
+        "--endpoint",
+        type=parse_endpoint,
+        action="append",
+        default=[],
+        metavar="NAME=PORT",
+        help="serve the model endpoint NAME on 127.0.0.1:PORT (repeatable)",
     )
     args = parser.parse_args(argv)
     loop = asyncio.new_event_loop()
