@@ -1,9 +1,12 @@
 """First-run checks: is Docker installed, running and reachable, is there a real keyring, a recent
-enough git and room on the disk of the data folder; each answer with one line to fix it.
+enough git and room on the disk of the data folder, and what each agent engine has of what its
+first run needs (its binary found, signed in, its endpoint reachable under a new task's default
+policy); each answer with one line to fix it.
 
 Owns probing those and phrasing what was found; the sandbox backend, the keyring store
-(core.credentials) and the vault keep their own checks for the moment they are used. Nothing here
-raises: a probe that fails unexpectedly or hangs is itself reported as an error check.
+(core.credentials), the vault and the engines' sign-in (core.signin) keep their own checks for the
+moment they are used. Nothing here raises: a probe that fails unexpectedly or hangs is itself
+reported as an error check.
 """
 
 from __future__ import annotations
@@ -18,12 +21,16 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from core.credentials import SecretStore
+from core import signin
+from core.credentials import Credentials, SecretStore
 from core.errors import exception_chain
 from core.sandbox.docker import DEFAULT_SOCKET
+from core.settings import Settings
+from core.signin import EngineStatus, Problem
 
 OK = "ok"
 WARNING = "warning"
@@ -64,10 +71,18 @@ class Check:
     detail: str
     fix: str | None = None
     command: str | None = None
+    engine: str | None = None  # the agent engine this check is about
+    facts: tuple[str, ...] = ()  # what was found, one line each (an engine's path, version…)
+    problems: tuple[Problem, ...] = ()  # every problem with its fix (`fix` is the first one's)
+    note: str | None = None  # a plain word beside the check (why a sign-in cannot be used)
 
     @property
     def ok(self) -> bool:
         return self.state == OK
+
+    def actions(self) -> list[str]:
+        """What the GUI may offer for the problems (core.signin's ACTION_*), each once."""
+        return list(dict.fromkeys(p.action for p in self.problems if p.action))
 
 
 @dataclass(frozen=True)
@@ -93,6 +108,11 @@ def summary(checks: Sequence[Check]) -> Summary:
         )
     elif errors:
         headline = "Sandboxes can run, but some checks failed: see how to fix them below."
+    elif warnings and all(c.engine for c in checks if c.state == WARNING):
+        headline = (
+            "Sandboxes can run shell tasks; an agent engine needs a step before its first "
+            "run: see below."
+        )
     elif warnings:
         headline = "Cairn can run; some things deserve a look."
     else:
@@ -103,6 +123,18 @@ def summary(checks: Sequence[Check]) -> Summary:
 # -- running them --------------------------------------------------------------------------------
 
 TITLES = {"docker": "Docker", "keyring": "Keyring", "git": "Git", "disk": "Disk space"}
+ENGINE_TITLES = {"claude-code": "Claude Code", "codex": "Codex"}
+
+
+def engine_check_id(engine: str) -> str:
+    return f"engine-{engine}"
+
+
+def _title(check_id: str) -> str:
+    if check_id.startswith("engine-"):
+        engine = check_id[len("engine-") :]
+        return f"{ENGINE_TITLES.get(engine, engine)} engine"
+    return TITLES.get(check_id, check_id)
 
 
 def run_checks(
@@ -117,13 +149,27 @@ def run_checks(
     disk_usage: Callable[[str], Any] = shutil.disk_usage,
     docker_timeout: float = DOCKER_TIMEOUT_S,
     deadline: float = DEADLINE_S,
+    engines: Sequence[str] | None = None,
+    engine_status: Callable[[str], EngineStatus] | None = None,
 ) -> list[Check]:
-    """Every check, in a fixed order (docker, keyring, git, disk), within `deadline` seconds.
+    """Every check, in a fixed order (docker, keyring, git, disk, then one per agent engine),
+    within `deadline` seconds.
 
     `which` looks a program up on PATH; `docker_host` overrides DOCKER_HOST; `probe_socket` and
     `docker_version` replace the raw socket connect and the API call; `keyring_backend` replaces
-    `keyring.get_keyring()`; `git` is the git program; `disk_usage` is `shutil.disk_usage`'s kind.
+    `keyring.get_keyring()`; `git` is the git program; `disk_usage` is `shutil.disk_usage`'s kind;
+    `engines` the agent engines to check (all of them by default) and `engine_status` what tells
+    an engine's status (core.signin.status on the data folder's settings and the keyring).
     """
+    if engine_status is None:
+        settings = Settings(data_root)
+        # Signing in touches only the keyring, never grants: no store is needed.
+        credentials = Credentials(None, SecretStore(backend=keyring_backend))
+
+        def engine_status(name: str) -> EngineStatus:
+            return signin.status(credentials, name, settings)
+
+    status_of = engine_status
     probes: dict[str, Callable[[], Check]] = {
         "docker": lambda: check_docker(
             which=which,
@@ -136,6 +182,8 @@ def run_checks(
         "git": lambda: check_git(git),
         "disk": lambda: check_disk(data_root, disk_usage=disk_usage),
     }
+    for engine in signin.agent_engines() if engines is None else engines:
+        probes[engine_check_id(engine)] = partial(check_engine, engine, status_of)
     results: dict[str, Check] = {}
     threads = []
     for check_id, probe in probes.items():
@@ -151,14 +199,17 @@ def run_checks(
     for check_id in probes:
         found = results.get(check_id)
         if found is None:  # still waiting: a hung daemon or a keyring unlock prompt
-            fix, command = _LATE_FIX.get(check_id, (None, None))
+            late = "engine" if check_id.startswith("engine-") else check_id
+            fix, command = _LATE_FIX.get(late, (None, None))
+            title = _title(check_id)
             found = Check(
                 check_id,
-                TITLES[check_id],
+                title,
                 ERROR,
-                f"the {TITLES[check_id].lower()} check did not finish within {deadline:g} s",
+                f"the {title[:1].lower() + title[1:]} check did not finish within {deadline:g} s",
                 fix,
                 command,
+                engine=check_id[len("engine-") :] if late == "engine" else None,
             )
         out.append(found)
     return out
@@ -170,6 +221,10 @@ _LATE_FIX: dict[str, tuple[str, str | None]] = {
         "unlock your desktop keyring (it may be waiting for its password), then check again",
         None,
     ),
+    "engine": (
+        "unlock your desktop keyring if it asks for its password, then check again",
+        None,
+    ),
 }
 
 
@@ -179,7 +234,7 @@ def _run_one(check_id: str, probe: Callable[[], Check], results: dict[str, Check
     except Exception as exc:  # noqa: BLE001 - a failed probe is a finding, never a crash
         results[check_id] = Check(
             check_id,
-            TITLES.get(check_id, check_id),
+            _title(check_id),
             ERROR,
             f"the check failed: {_describe(exc)}",
             None,
@@ -194,6 +249,36 @@ def _describe(exc: BaseException) -> str:
 def _first_line(text: str) -> str:
     line = text.strip().splitlines()[0] if text.strip() else ""
     return line if len(line) <= 200 else line[:199] + "…"
+
+
+# -- agent engines -------------------------------------------------------------------------------
+
+
+def check_engine(engine: str, status_of: Callable[[str], EngineStatus]) -> Check:
+    """One agent engine: found (path, version), signed in, its endpoint reachable under a new
+    task's default policy. A problem is a warning: Cairn runs, that engine's tasks do not."""
+    st = status_of(engine)
+    facts = tuple(signin.facts(st))
+    check_id, title = engine_check_id(engine), _title(engine_check_id(engine))
+    if st.ok:
+        label = st.signed_in_label or "its credential"
+        version = f" {st.found.version}" if st.found.version else ""
+        detail = f"ready: {st.found.path or 'found'}{version}, signed in with {label}"
+        return Check(check_id, title, OK, detail, engine=engine, facts=facts, note=st.note)
+    first = st.issues[0]
+    command = first.command if first.fix and first.command and first.command in first.fix else None
+    return Check(
+        check_id,
+        title,
+        WARNING,
+        first.what,
+        first.fix,
+        command,
+        engine=engine,
+        facts=facts,
+        problems=st.issues,
+        note=st.note,
+    )
 
 
 # -- docker --------------------------------------------------------------------------------------

@@ -338,18 +338,17 @@ def _blocked(engine: str, entry: str, policy: Policy) -> Problem:
 
 
 def _not_found_problem(engine: str, found: Found) -> Problem:
-    install = INSTALL_COMMANDS.get(engine)
-    what = found.problem or f"the {engine} engine's CLI was not found"
-    if found.path is None and install:
-        # Nothing at all: installing is the fix; choosing a binary also helps.
-        return Problem(
-            what,
-            f"install it ({install}) or choose its binary "
-            f"(cairnctl config set engines.{engine}.binary PATH)",
-            install,
-            ACTION_CHOOSE_BINARY,
-        )
-    return Problem(what, None, None, ACTION_CHOOSE_BINARY)
+    """The finder's problem says its fix already; installing is the command to copy when nothing
+    was found at all, and choosing the binary by hand helps either way."""
+    install = INSTALL_COMMANDS.get(engine) if found.path is None else None
+    if found.problem:
+        return Problem(found.problem, None, install, ACTION_CHOOSE_BINARY)
+    return Problem(
+        f"the {engine} engine's CLI cannot be used",
+        f"install it ({install}) or set engines.{engine}.binary" if install else None,
+        install,
+        ACTION_CHOOSE_BINARY,
+    )
 
 
 def _keyring_problem(engine: str, exc: KeyringUnavailable) -> Problem:

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from core import health
+from core import health, signin
+from core.engines.discovery import Found
 from core.health import (
     DISK_ERROR_BYTES,
     DISK_WARNING_BYTES,
@@ -27,10 +28,19 @@ from core.health import (
     Check,
     check_disk,
     check_docker,
+    check_engine,
     check_git,
     check_keyring,
     run_checks,
     summary,
+)
+from core.signin import (
+    ACTION_CHOOSE_BINARY,
+    ACTION_SIGN_IN,
+    EngineStatus,
+    Problem,
+    SignIn,
+    kinds_of,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -401,6 +411,7 @@ def healthy(**overrides):
         ),
         git=shutil.which("git") or "git",
         disk_usage=lambda _path: Usage(100 * GIB, 0, 50 * GIB),
+        engines=(),
     )
     options.update(overrides)
     return options
@@ -460,7 +471,14 @@ def test_the_defaults_finish_in_a_few_seconds(tmp_path, monkeypatch):
     started = time.monotonic()
     checks = run_checks(tmp_path / "data")
     assert time.monotonic() - started < health.DEADLINE_S + 1
-    assert [c.id for c in checks] == ["docker", "keyring", "git", "disk"]
+    assert [c.id for c in checks] == [
+        "docker",
+        "keyring",
+        "git",
+        "disk",
+        "engine-claude-code",
+        "engine-codex",
+    ]
     assert checks[0].state == "error"
 
 
@@ -472,3 +490,114 @@ def test_the_facade_runs_them_on_its_data_folder(data_dir, monkeypatch):
     with Cairn(data_dir) as cairn:
         assert cairn.health_checks() == ["checked"]
     assert seen == [data_dir.resolve()]
+
+
+# -- agent engines -------------------------------------------------------------------------------
+
+CLAUDE = Path("/home/me/.npm-global/bin/claude")
+OAUTH_KIND = kinds_of("claude-code")[0]
+
+
+def engine_status(engine: str, *issues: Problem, found: Found | None = None) -> EngineStatus:
+    found = found or Found(
+        engine, CLAUDE, CLAUDE.with_name("claude.exe"), "2.1.197", "npm global", None
+    )
+    return EngineStatus(
+        engine,
+        found,
+        None if issues else "oauth-token",
+        tuple(issues),
+        None if issues else SignIn(OAUTH_KIND, OAUTH_KIND.secret, "keyring"),
+        "https://api.anthropic.com",
+        "api.anthropic.com:443",
+        "allowlist",
+        True,
+    )
+
+
+def test_a_ready_engine_names_its_path_version_and_sign_in():
+    check = check_engine("claude-code", lambda name: engine_status(name))
+    assert check.id == "engine-claude-code" and check.title == "Claude Code engine"
+    assert check.state == "ok" and check.engine == "claude-code"
+    assert check.detail == (
+        f"ready: {CLAUDE} 2.1.197, signed in with Claude subscription (long-lived token)"
+    )
+    assert (
+        check.facts[0]
+        == f"Found {CLAUDE} (version 2.1.197, from npm global); runs {CLAUDE.with_name('claude.exe')}"
+    )
+    assert not check.problems and check.actions() == []
+
+
+def test_an_engine_problem_is_a_warning_with_each_fix_and_its_actions():
+    not_found = Problem("no claude found: install it", None, "npm i -g x", ACTION_CHOOSE_BINARY)
+    signed_out = Problem(
+        "not signed in",
+        "sign in: cairnctl engine login claude-code",
+        "cairnctl engine login claude-code",
+        ACTION_SIGN_IN,
+    )
+    missing = Found("claude-code", None, None, None, "", "no claude found: install it")
+    check = check_engine(
+        "claude-code", lambda name: engine_status(name, not_found, signed_out, found=missing)
+    )
+    assert_one_line(check)
+    assert check.state == "warning" and check.detail == "no claude found: install it"
+    assert check.problems == (not_found, signed_out)
+    assert check.actions() == [ACTION_CHOOSE_BINARY, ACTION_SIGN_IN]
+    assert check.facts[0] == "Not found" and len(check.facts) == 2
+    result = summary([*run_checks_ok(), check])
+    assert result.warnings == 1 and "agent engine needs a step" in result.headline
+
+
+def run_checks_ok() -> list[Check]:
+    return [Check(i, i, "ok", "fine") for i in ("docker", "keyring", "git", "disk")]
+
+
+def test_the_engine_checks_run_beside_the_others_within_the_deadline(tmp_path):
+    def slow(name: str) -> EngineStatus:
+        if name == "codex":
+            time.sleep(5)
+        return engine_status(name)
+
+    started = time.monotonic()
+    checks = run_checks(
+        tmp_path, **healthy(engines=("claude-code", "codex"), engine_status=slow), deadline=0.5
+    )
+    assert time.monotonic() - started < 2
+    by_id = {c.id: c for c in checks}
+    assert list(by_id)[-2:] == ["engine-claude-code", "engine-codex"]
+    assert by_id["engine-claude-code"].state == "ok"
+    late = by_id["engine-codex"]
+    assert late.state == "error" and late.engine == "codex"
+    assert late.detail == "the codex engine check did not finish within 0.5 s"
+    assert "unlock your desktop keyring" in (late.fix or "")
+
+
+def test_a_broken_engine_status_is_an_error_check(tmp_path):
+    def broken(name: str) -> EngineStatus:
+        raise RuntimeError("probe exploded")
+
+    checks = run_checks(tmp_path, **healthy(engines=("codex",), engine_status=broken))
+    assert checks[-1].id == "engine-codex" and checks[-1].state == "error"
+    assert checks[-1].detail == "the check failed: RuntimeError: probe exploded"
+
+
+def test_by_default_the_engines_are_checked_on_the_data_folders_settings(tmp_path, monkeypatch):
+    from core.settings import Settings
+
+    Settings(tmp_path).set("defaults.network", "none")
+    monkeypatch.setattr(
+        signin,
+        "find_engine",
+        lambda name, s, **_: Found(name, CLAUDE, CLAUDE, "2.1.197", "PATH", None),
+    )
+    from keyring.backends import fail
+
+    checks = run_checks(tmp_path, **healthy(engines=None, keyring_backend=fail.Keyring()))
+    engine_checks = [c for c in checks if c.engine]
+    assert [c.engine for c in engine_checks] == ["claude-code", "codex"]
+    for check in engine_checks:
+        whats = [p.what for p in check.problems]
+        assert any(w.startswith("no usable keyring") for w in whats), whats
+        assert any("blocked by defaults.network=none" in w for w in whats), whats
