@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from gui.approvals import ApprovalsPanel
 from gui.context import AppContext
 from gui.dialogs import KeyringDialog, NewTaskDialog, NewTaskRequest, engine_choices
-from gui.dialogs.data import DEFAULT_ENGINES, SortedPaths, sort_paths
+from gui.dialogs.data import DEFAULT_ENGINES, SortedPaths, default_policies, sort_paths
 from gui.errors import describe_error, is_keyring_problem
 from gui.icons import clear_cache as clear_icon_cache
 from gui.icons import icon
@@ -95,6 +95,7 @@ class WindowDefaults:
 
     engines: tuple[str, ...]
     engine: str | None  # defaults.engine, when one is set
+    policies: dict[str, str]  # each engine's default network for a new task, in words
 
 
 def app_icon() -> QIcon:
@@ -161,6 +162,7 @@ class MainWindow(QMainWindow):
         self.system_check: WelcomeDialog | None = None
         self._engines: tuple[str, ...] = DEFAULT_ENGINES  # until the settings have been read
         self._default_engine: str | None = None
+        self._policies: dict[str, str] = {}
         self._tray: QSystemTrayIcon | None = None
         self.setWindowTitle(WINDOW_TITLE)
         self.setWindowIcon(app_icon())
@@ -300,7 +302,11 @@ class MainWindow(QMainWindow):
 
         def work() -> WindowDefaults:
             engines = engine_choices(cairn.settings.keys()["engines"])
-            return WindowDefaults(engines, cairn.settings.defaults().get("engine") or None)
+            return WindowDefaults(
+                engines,
+                cairn.settings.defaults().get("engine") or None,
+                default_policies(cairn.settings, engines),
+            )
 
         self.context.jobs.job(work, key="defaults", what="read the settings", parent=self).success(
             self._defaults_loaded
@@ -309,6 +315,7 @@ class MainWindow(QMainWindow):
     def _defaults_loaded(self, defaults: WindowDefaults) -> None:
         self._engines = defaults.engines
         self._default_engine = defaults.engine
+        self._policies = defaults.policies
 
     def check_sandboxes(self) -> None:
         cairn = self.context.cairn
@@ -571,7 +578,13 @@ class MainWindow(QMainWindow):
             self.sig_folders_dropped.emit(sorted_paths.folders)
 
     def open_new_task_dialog(self, folders: list[Path]) -> NewTaskDialog:
-        dialog = NewTaskDialog(folders, self._engines, self, default_engine=self._default_engine)
+        dialog = NewTaskDialog(
+            folders,
+            self._engines,
+            self,
+            default_engine=self._default_engine,
+            policies=self._policies,
+        )
         dialog.accepted.connect(lambda: self.create_tasks(dialog.requests()))
         self.new_task_dialog = dialog
         dialog.open()

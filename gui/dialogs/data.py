@@ -13,6 +13,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.errors import CairnError
+from core.policy import NETWORK_ALLOWLIST, NETWORK_OPEN, Policy
+from core.settings import Settings
+
 # What core runs when nothing chose an engine; offered first, and the choice until the settings
 # have been read.
 FALLBACK_ENGINE = "shell"
@@ -26,6 +30,28 @@ def engine_choices(known: Iterable[str]) -> tuple[str, ...]:
         names.remove(FALLBACK_ENGINE)
         names.insert(0, FALLBACK_ENGINE)
     return tuple(names) or DEFAULT_ENGINES
+
+
+def policy_text(policy: Policy) -> str:
+    """A sandbox policy's network in one line, for the New Task dialog."""
+    if policy.network == NETWORK_ALLOWLIST:
+        if not policy.allow:
+            return "Allowlist: no destination yet (the sandbox reaches nothing outside)"
+        return "Allowlist: only " + ", ".join(policy.allow) + " (through Cairn's proxy)"
+    if policy.network == NETWORK_OPEN:
+        return "Open: the sandbox can reach any host"
+    return "None: the sandbox has no network"
+
+
+def default_policies(settings: Settings, engines: Iterable[str]) -> dict[str, str]:
+    """Each engine's default network for a new task, in words (read in a job: it reads files)."""
+    out = {}
+    for engine in engines:
+        try:
+            out[engine] = policy_text(settings.default_policy_for(engine))
+        except CairnError as exc:
+            out[engine] = f"cannot be worked out: {exc}"
+    return out
 
 
 @dataclass(frozen=True)

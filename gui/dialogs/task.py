@@ -7,6 +7,7 @@ Dialogs are opened with `open()` (window-modal, not blocking the event loop).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from gui.dialogs.data import DEFAULT_ENGINES, NewTaskRequest, revision_label
@@ -45,7 +46,9 @@ class NewTaskDialog(QDialog):
         parent: QWidget | None = None,
         *,
         default_engine: str | None = None,
+        policies: Mapping[str, str] | None = None,
     ):
+        """`policies`: each engine's default network for a new task, in words."""
         super().__init__(parent)
         self.folders = list(folders)
         many = len(self.folders) > 1
@@ -73,6 +76,15 @@ class NewTaskDialog(QDialog):
             self.engine_combo.setCurrentText(default_engine)
         self.engine_combo.currentTextChanged.connect(self._engine_changed)
         form.addRow("Engine:", self.engine_combo)
+        self.policies = dict(policies or {})
+        self.network_label = QLabel(self)
+        self.network_label.setObjectName("newTaskNetwork")
+        self.network_label.setWordWrap(True)
+        self.network_label.setToolTip(
+            "The sandbox's network policy for the new task; change it later with "
+            "`cairnctl policy` or the defaults in Settings"
+        )
+        form.addRow("Network:", self.network_label)
         self.instructions_edit = _instructions_edit(self, AGENT_HINT)
         form.addRow("Instructions:", self.instructions_edit)
         self.hint = QLabel(self)
@@ -105,6 +117,7 @@ class NewTaskDialog(QDialog):
             "make test\ngit status" if shell else "Fix the failing login test"
         )
         self.hint.setText(SHELL_HINT if shell else AGENT_HINT)
+        self.network_label.setText(self.policies.get(engine, "the settings' default"))
 
     def _update_ok(self) -> None:
         missing = [e for e in self.title_edits if not e.text().strip()]

@@ -134,3 +134,22 @@ def test_paths_are_sorted_into_folders_and_refusals(tmp_path):
     ]
     assert result.message().startswith("Cannot start a task from these: notes.txt: it is a file")
     assert check_folder(folder) is None
+
+
+def test_new_task_dialog_shows_each_engines_network_from_the_settings(qtbot, tmp_path):
+    from core.settings import Settings
+    from gui.dialogs.data import default_policies
+
+    settings = Settings(tmp_path / "data")
+    policies = default_policies(settings, ("shell", "claude-code", "codex"))
+    assert policies["shell"].startswith("None")
+    assert policies["claude-code"] == "Allowlist: only api.anthropic.com:443 (through Cairn's proxy)"
+    dialog = NewTaskDialog([tmp_path], ("shell", "claude-code", "codex"), policies=policies)
+    qtbot.addWidget(dialog)
+    assert dialog.network_label.text().startswith("None")
+    dialog.engine_combo.setCurrentText("claude-code")
+    assert "api.anthropic.com:443" in dialog.network_label.text()
+    dialog.engine_combo.setCurrentText("codex")
+    assert "api.openai.com:443" in dialog.network_label.text()
+    settings.set("defaults.network", "open")
+    assert default_policies(settings, ("codex",))["codex"].startswith("Open")
