@@ -1078,6 +1078,9 @@ class EgressProxy:
                 self._refresh_if_changed()
                 endpoint = self._endpoints.get(name)
                 if endpoint is None:
+                    # The request is read first, so the client gets the answer, not a broken pipe.
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEADER_TIMEOUT_S)
                     raise _Refused("no such endpoint")
                 connection.endpoint = name
                 connection.destination = endpoint.destination
@@ -2058,14 +2061,14 @@ def stop(socket_path: os.PathLike | str, timeout: float = STOP_TIMEOUT_S) -> boo
     return True
 
 
-def _protocol_file(paths: EgressPaths) -> Path:
-    return paths.state_dir / f"{paths.socket.stem}.protocol"
+def _protocol_file(pid_file: Path) -> Path:
+    return pid_file.with_suffix(".protocol")
 
 
 def _protocol_of(paths: EgressPaths) -> int:
     """What the running proxy speaks (1 when it did not say: it predates the file)."""
     try:
-        text = _protocol_file(paths).read_text(encoding="ascii").strip()
+        text = _protocol_file(paths.pid_file).read_text(encoding="ascii").strip()
     except (OSError, UnicodeDecodeError):
         return 1
     return int(text) if text.isdigit() else 1
@@ -2232,9 +2235,7 @@ def main(argv: list[str] | None = None) -> int:
     def ready() -> None:
         # Said before the pid is there, so whoever finds the pid finds what this process speaks.
         with contextlib.suppress(OSError):
-            _protocol_file(EgressPaths(pid_file.with_name(f"{pid_file.stem}.sock"))).write_text(
-                f"{PROTOCOL_VERSION}\n", encoding="ascii"
-            )
+            _protocol_file(pid_file).write_text(f"{PROTOCOL_VERSION}\n", encoding="ascii")
         # The pid is written only now, so whoever finds it can signal a process that handles it.
         os.ftruncate(pid_fd, 0)
         os.pwrite(pid_fd, f"{os.getpid()}\n".encode("ascii"), 0)
