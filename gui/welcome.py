@@ -1,21 +1,26 @@
 """The welcome dialog (first run) and System Check (Help menu): what this computer has of what
-Cairn needs (Docker, a keyring, git, disk space), and how to fix each missing piece.
+Cairn needs (Docker, a keyring, git, disk space, and each agent engine: found, signed in, its
+endpoint reachable), and how to fix each missing piece.
 
-Owns showing the checks, copying a fix, remembering that the user has been welcomed, and the
-explicit, confirmed switch to the unsafe host backend; the checks themselves are core.health's,
-reached through the facade in a job (the GUI thread never waits on Docker or the disk).
+Owns showing the checks, copying a fix, the buttons that fix an engine here (Sign In…, Choose
+Binary…), remembering that the user has been welcomed, and the explicit, confirmed switch to the
+unsafe host backend; the checks themselves are core.health's, reached through the facade in a job
+(the GUI thread never waits on Docker, the keyring or the disk).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.health import Check, summary
+from core.signin import ACTION_CHOOSE_BINARY, ACTION_SIGN_IN
 from gui.icons import icon
 from gui.jobs import JobFailure
 from gui.qt import (
     QDialog,
+    QFileDialog,
     QFont,
     QFrame,
     QGuiApplication,
@@ -30,6 +35,7 @@ from gui.qt import (
     QWidget,
     Signal,
 )
+from gui.settings.signin import SignInDialog
 
 if TYPE_CHECKING:
     from gui.context import AppContext
@@ -80,11 +86,21 @@ def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:] if text else text
 
 
+def binary_setting(engine: str) -> str:
+    return f"engines.{engine}.binary"
+
+
 class CheckRow(QFrame):
     """One check: its state as an icon and a word, what was found, and the fix."""
 
     sig_copied = Signal(str)
     """The fix's command was copied to the clipboard."""
+
+    sig_sign_in = Signal(str)
+    """Sign In… was pressed on an engine's row: the engine."""
+
+    sig_choose_binary = Signal(str)
+    """Choose Binary… was pressed on an engine's row: the engine."""
 
     def __init__(self, check: Check, parent: QWidget | None = None):
         super().__init__(parent)
@@ -104,7 +120,8 @@ class CheckRow(QFrame):
         bold.setBold(True)
         self.title_label.setFont(bold)
         text.addWidget(self.title_label)
-        self.detail_label = QLabel(_sentence(check.detail), self)
+        detail = "\n".join(check.facts) if check.facts else _sentence(check.detail)
+        self.detail_label = QLabel(detail, self)
         self.detail_label.setWordWrap(True)
         self.detail_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         text.addWidget(self.detail_label)
@@ -114,22 +131,54 @@ class CheckRow(QFrame):
             Qt.TextInteractionFlag.TextSelectableByMouse
             | Qt.TextInteractionFlag.TextSelectableByKeyboard
         )
-        if check.fix:
+        if check.problems:
+            self.fix_label.setText("\n".join(self._problem_lines(check)))
+        elif check.fix:
             self.fix_label.setText(f"To fix, {check.fix}")
         else:
             self.fix_label.hide()
         text.addWidget(self.fix_label)
+        self.note_label = QLabel(check.note or "", self)
+        self.note_label.setObjectName("checkNote")
+        self.note_label.setWordWrap(True)
+        self.note_label.setVisible(bool(check.note))
+        text.addWidget(self.note_label)
         row.addLayout(text, 1)
+        buttons = QVBoxLayout()
+        self.command = check.command or next((p.command for p in check.problems if p.command), None)
         self.copy_button = QPushButton("Copy fix", self)
-        self.copy_button.setToolTip(check.command or "")
+        self.copy_button.setToolTip(self.command or "")
         self.copy_button.clicked.connect(self.copy_fix)
-        self.copy_button.setVisible(bool(check.command))
-        row.addWidget(self.copy_button, 0, Qt.AlignmentFlag.AlignTop)
+        self.copy_button.setVisible(bool(self.command))
+        buttons.addWidget(self.copy_button)
+        actions = check.actions()
+        self.sign_in_button = QPushButton("Sign In…", self)
+        self.sign_in_button.setObjectName(f"signIn-{check.engine}")
+        self.sign_in_button.clicked.connect(lambda: self.sig_sign_in.emit(check.engine or ""))
+        self.sign_in_button.setVisible(bool(check.engine) and ACTION_SIGN_IN in actions)
+        buttons.addWidget(self.sign_in_button)
+        self.choose_button = QPushButton("Choose Binary…", self)
+        self.choose_button.setObjectName(f"chooseBinary-{check.engine}")
+        self.choose_button.clicked.connect(lambda: self.sig_choose_binary.emit(check.engine or ""))
+        self.choose_button.setVisible(bool(check.engine) and ACTION_CHOOSE_BINARY in actions)
+        buttons.addWidget(self.choose_button)
+        buttons.addStretch(1)
+        row.addLayout(buttons)
+
+    @staticmethod
+    def _problem_lines(check: Check) -> list[str]:
+        lines = []
+        for p in check.problems:
+            line = f"• {_sentence(p.what)}"
+            if p.fix:
+                line += f". To fix, {p.fix}"
+            lines.append(line)
+        return lines
 
     def copy_fix(self) -> None:
-        if self.check.command:
-            QGuiApplication.clipboard().setText(self.check.command)
-            self.sig_copied.emit(self.check.command)
+        if self.command:
+            QGuiApplication.clipboard().setText(self.command)
+            self.sig_copied.emit(self.command)
 
 
 class WelcomeDialog(QDialog):
@@ -148,6 +197,7 @@ class WelcomeDialog(QDialog):
         self.checks: list[Check] = []
         self.rows: list[CheckRow] = []
         self.checked = False
+        self.sign_in_dialog: SignInDialog | None = None
         self._first_run = should_welcome(context.settings)
         self.setObjectName("welcomeDialog")
         self.setWindowTitle("Welcome to Cairn" if self._first_run else "System Check")
@@ -233,6 +283,8 @@ class WelcomeDialog(QDialog):
         for check in self.checks:
             row = CheckRow(check, self.rows_widget)
             row.sig_copied.connect(self._copied)
+            row.sig_sign_in.connect(self.open_sign_in)
+            row.sig_choose_binary.connect(self.choose_binary)
             self.rows_layout.addWidget(row)
             self.rows.append(row)
         result = summary(self.checks)
@@ -265,6 +317,38 @@ class WelcomeDialog(QDialog):
 
     def _copied(self, command: str) -> None:
         self.context.sig_status.emit(f"Copied to the clipboard: {command}")
+
+    # -- fixing an engine ----------------------------------------------------------------------
+
+    def open_sign_in(self, engine: str) -> None:
+        """The Sign In dialog for the engine; the checks run again once it is signed in."""
+        dialog = SignInDialog(self.context, engine, self)
+        dialog.sig_signed_in.connect(lambda *_: self.run_checks())
+        self.sign_in_dialog = dialog
+        dialog.open()
+
+    def pick_binary(self, engine: str) -> str:
+        """Ask for the engine's program (a separate method, so tests can answer it)."""
+        chosen, _filter = QFileDialog.getOpenFileName(
+            self, f"Choose the {engine} program", str(Path.home())
+        )
+        return chosen
+
+    def choose_binary(self, engine: str) -> None:
+        """Set `engines.<engine>.binary` to a program the person picks, then check again."""
+        chosen = self.pick_binary(engine)
+        if not chosen:
+            return
+        cairn, key = self.context.cairn, binary_setting(engine)
+        self.context.jobs.job(
+            lambda: cairn.settings.set(key, chosen),
+            write=True,
+            what=f"set {key}",
+            parent=self,
+        ).success(lambda _stored: self.run_checks()).failure(self._binary_failed).run()
+
+    def _binary_failed(self, failure: JobFailure) -> None:
+        self.status_label.setText(f"{failure.sentence()}.")
 
     # -- the host backend ----------------------------------------------------------------------
 

@@ -12,9 +12,13 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from core import signin
 from core.app import Cairn
 from core.credentials import Grant
+from core.engines import ENGINES
+from core.engines.base import CredentialKind
 from core.errors import CairnError
+from core.signin import EngineStatus
 from gui.dialogs.data import engine_choices
 from gui.errors import describe_error
 
@@ -93,6 +97,29 @@ def apply_changes(cairn: Cairn, changes: Changes) -> LoadedSettings:
             raise CairnError(f"{saved}could not save {name}: {describe_error(exc)}") from exc
         done.append(name)
     return load_settings(cairn)
+
+
+def applicable_keys(engine: str, keys: list[str]) -> list[str]:
+    """The settings keys that mean something for the engine: none for one that talks to no model
+    (the shell engine runs the task's commands itself), all of them for an agent engine."""
+    cls = ENGINES.get(engine)
+    if cls is not None and not cls().needs_model:
+        return []
+    return list(keys)
+
+
+# -- signing engines in --------------------------------------------------------------------------
+
+
+def engine_status(cairn: Cairn, engine: str) -> EngineStatus:
+    """The engine's program (found where people install it), sign-in and endpoint (on a job's
+    thread: it probes the program and reads the keyring)."""
+    return signin.status(cairn.credentials, engine, cairn.settings)
+
+
+def sign_engine_in(cairn: Cairn, engine: str, value: str, kind: str | None) -> CredentialKind:
+    """Keep the value in the keyring for the engine (on a write job's thread)."""
+    return signin.sign_in(cairn.credentials, engine, value, kind)
 
 
 # -- credentials ---------------------------------------------------------------------------------

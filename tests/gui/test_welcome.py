@@ -17,11 +17,22 @@ from types import SimpleNamespace
 
 import pytest
 
+from core.engines.codex import CHATGPT_SIGN_IN_NOTE
 from core.events import EventBus
-from core.health import Check, check_docker, check_keyring
+from core.health import Check, check_docker, check_engine, check_keyring
+from core.signin import (
+    ACTION_CHOOSE_BINARY,
+    ACTION_SIGN_IN,
+    SIGN_IN_NOTES,
+    EngineStatus,
+    Found,
+    Problem,
+    SignIn,
+    kinds_of,
+)
 from gui import welcome
 from gui.context import AppContext
-from gui.qt import QApplication, QDialog
+from gui.qt import QApplication, QDialog, Qt
 from gui.welcome import WELCOMED_KEY, WelcomeDialog, should_welcome
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -270,8 +281,128 @@ def test_with_the_real_facade(qtbot, context):
     qtbot.addWidget(dialog)
     dialog.show()
     qtbot.waitUntil(lambda: dialog.checked, timeout=15_000)
-    assert [r.check.id for r in dialog.rows] == ["docker", "keyring", "git", "disk"]
+    assert [r.check.id for r in dialog.rows] == [
+        "docker",
+        "keyring",
+        "git",
+        "disk",
+        "engine-claude-code",
+        "engine-codex",
+    ]
     assert all(r.detail_label.text() for r in dialog.rows)
+
+
+# -- agent engines -------------------------------------------------------------------------------
+
+CLAUDE = Path("/home/me/.npm-global/bin/claude")
+CLAUDE_NATIVE = Path("/home/me/.npm-global/lib/node_modules/@anthropic-ai/claude-code/bin/claude")
+
+
+def engine_check(engine: str, *issues: Problem, found: Found | None = None) -> Check:
+    kind = kinds_of(engine)[0]
+    status = EngineStatus(
+        engine,
+        found or Found(engine, CLAUDE, CLAUDE_NATIVE, "2.1.197", "npm global", None),
+        None if issues else kind.kind,
+        tuple(issues),
+        None if issues else SignIn(kind, kind.secret, "keyring"),
+        "https://api.example.com",
+        "api.example.com:443",
+        "allowlist",
+        True,
+        SIGN_IN_NOTES.get(engine),
+    )
+    return check_engine(engine, lambda _name: status)
+
+
+CODEX_MISSING = Problem(
+    "Codex was not found on PATH or where npm put it: install it with "
+    "`npm install -g @openai/codex`, or set engines.codex.binary",
+    None,
+    "npm install -g @openai/codex",
+    ACTION_CHOOSE_BINARY,
+)
+CODEX_SIGNED_OUT = Problem(
+    "the codex engine is not signed in (no OPENAI_API_KEY in the keyring)",
+    "sign in with an OpenAI API key: cairnctl engine login codex (the value on stdin)",
+    "cairnctl engine login codex",
+    ACTION_SIGN_IN,
+)
+
+
+class FakeSecrets:
+    def __init__(self) -> None:
+        self.values: dict[str, str] = {}
+
+    def set(self, name: str, value: str) -> None:
+        self.values[name] = value
+
+
+def engine_dialog(make_dialog) -> tuple[WelcomeDialog, FakeCairn]:
+    codex = engine_check(
+        "codex",
+        CODEX_MISSING,
+        CODEX_SIGNED_OUT,
+        found=Found("codex", None, None, None, "", CODEX_MISSING.what),
+    )
+    cairn = FakeCairn([DOCKER_OK, KEYRING_OK, GIT_OK, DISK_OK, engine_check("claude-code"), codex])
+    cairn.credentials = SimpleNamespace(secrets=FakeSecrets())
+    return make_dialog(cairn), cairn
+
+
+def test_a_found_engine_shows_its_path_and_version(qtbot, make_dialog):
+    dialog, _cairn = engine_dialog(make_dialog)
+    row = dialog.row("engine-claude-code")
+    assert row.title_label.text() == "Claude Code engine — OK"
+    text = row.detail_label.text()
+    assert f"Found {CLAUDE} (version 2.1.197, from npm global); runs {CLAUDE_NATIVE}" in text
+    assert "Signed in with Claude subscription (long-lived token)" in text
+    assert not row.sign_in_button.isVisible() and not row.choose_button.isVisible()
+
+
+def test_a_missing_engine_shows_each_fix_and_the_buttons_that_help(qtbot, make_dialog):
+    dialog, _cairn = engine_dialog(make_dialog)
+    row = dialog.row("engine-codex")
+    assert row.title_label.text() == "Codex engine — Warning"
+    assert row.detail_label.text().startswith("Not found")
+    fixes = row.fix_label.text()
+    assert "Codex was not found on PATH" in fixes and "npm install -g @openai/codex" in fixes
+    assert "To fix, sign in with an OpenAI API key: cairnctl engine login codex" in fixes
+    assert row.sign_in_button.isVisible() and row.choose_button.isVisible()
+    assert row.copy_button.isVisible()
+    row.copy_button.click()
+    assert QApplication.clipboard().text() == "npm install -g @openai/codex"
+    assert row.note_label.isVisible() and row.note_label.text() == CHATGPT_SIGN_IN_NOTE
+    assert "agent engine needs a step" in dialog.status_label.text()
+
+
+def test_choose_binary_sets_the_engines_binary_and_checks_again(qtbot, make_dialog, monkeypatch):
+    dialog, cairn = engine_dialog(make_dialog)
+    monkeypatch.setattr(dialog, "pick_binary", lambda engine: "/opt/codex/bin/codex")
+    with qtbot.waitSignal(dialog.sig_checked, timeout=5000):
+        dialog.row("engine-codex").choose_button.click()
+    assert ("set_setting", "engines.codex.binary", "/opt/codex/bin/codex") in cairn.calls
+    assert len([c for c in cairn.calls if c == ("health_checks",)]) == 2
+    monkeypatch.setattr(dialog, "pick_binary", lambda engine: "")  # cancelled: nothing happens
+    dialog.row("engine-codex").choose_button.click()
+    qtbot.wait(50)
+    assert len([c for c in cairn.calls if c[0] == "set_setting"]) == 1
+
+
+def test_sign_in_from_the_check_stores_the_value_and_checks_again(qtbot, make_dialog):
+    dialog, cairn = engine_dialog(make_dialog)
+    dialog.row("engine-codex").sign_in_button.click()
+    sign_in = dialog.sign_in_dialog
+    assert sign_in is not None and sign_in.isVisible() and sign_in.engine == "codex"
+    assert sign_in.note_label.isVisible() and sign_in.note_label.text() == CHATGPT_SIGN_IN_NOTE
+    assert "platform.openai.com" in sign_in.how_label.text()
+    key = "sk-proj-" + "k" * 40
+    sign_in.value_edit.setText(f" {key} ")
+    with qtbot.waitSignal(dialog.sig_checked, timeout=5000):
+        qtbot.keyClick(sign_in.value_edit, Qt.Key.Key_Return)
+        assert sign_in.value_edit.text() == ""  # emptied as soon as it is queued
+    assert cairn.credentials.secrets.values == {"OPENAI_API_KEY": key}
+    assert not sign_in.isVisible()
 
 
 # -- the app still opens -------------------------------------------------------------------------
