@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.engines.capabilities import Feature, Probe
+
 
 def json_object(line: str) -> dict[str, Any] | None:
     """One line of an engine's JSON output (or of its session files) as an object; None for
@@ -140,6 +142,14 @@ class ResumeCheck:
 
 class Engine(abc.ABC):
     name: str = ""
+    #: For people: "Claude Code".
+    label: str = ""
+    #: The command people run and the npm package that installs it (None: nothing to find).
+    command: str | None = None
+    npm_package: str | None = None
+    #: The release this module was last checked against. Any release that has every feature the
+    #: engine uses runs; one other than this only gets a note saying it is untested.
+    tested_version: str | None = None
     #: Whether the engine keeps a conversation of its own that Continue resumes natively.
     has_sessions: bool = False
     #: The ways to sign the engine in, preferred first; empty for engines that need no model.
@@ -180,9 +190,58 @@ class Engine(abc.ABC):
         """Commands whose first output line is each tool's version, keyed by tool name."""
         return {}
 
-    def check_version(self, settings: EngineSettings, found: dict[str, str]) -> str | None:
-        """Why the probed tools cannot run this engine (missing binary, wrong version), or None."""
+    def check_version(
+        self, settings: EngineSettings, found: dict[str, str], probe: Probe | None = None
+    ) -> str | None:
+        """Why the probed tools cannot run this engine (missing binary, missing features, a
+        version other than the pinned one), or None. `probe` is the host probe of the same
+        binary when the caller has it; engines with a program of their own probe it otherwise
+        (cached)."""
         return None
+
+    # -- the program, as installed ------------------------------------------------------------
+
+    def features(self) -> tuple[Feature, ...]:
+        """The flags and subcommands this engine's launches use, and how to see each one."""
+        return ()
+
+    def install_hint(self, version: str = "latest") -> str:
+        """The command that installs a usable program."""
+        return f"npm install -g {self.npm_package}@{version}" if self.npm_package else ""
+
+    def native_in_package(self, package: Path) -> Path | None:
+        """The native executable for this machine inside (or beside) the installed npm package
+        folder `package`, or None."""
+        return None
+
+    def package_problem(self, package: Path, manifest: dict[str, Any]) -> str:
+        """Why the package at `package` yields no native executable, with the fix."""
+        return (
+            f"{package} holds no native {self.label or self.name} executable for this machine: "
+            f"reinstall it with `{self.install_hint()}`"
+        )
+
+    def judge(self, probe: Probe, settings: EngineSettings) -> tuple[str | None, str | None]:
+        """(problem, note) for a probed binary: a problem names what is wrong and the fix; the
+        note says a usable version is not the tested one."""
+        what = self.label or self.name
+        if probe.error:
+            return f"{what} cannot be used: {probe.error}", None
+        version = probe.version or "(version unknown)"
+        if probe.missing:
+            return (
+                f"{what} {version} at {probe.binary} lacks {', '.join(probe.missing)}, which "
+                f"the {self.name} engine uses: install a newer one with `{self.install_hint()}`"
+            ), None
+        if settings.version and probe.version != settings.version:
+            return (
+                f"{what} {version} is installed, but the settings pin {settings.version} "
+                f"(engines.{self.name}.version): install it with "
+                f"`{self.install_hint(settings.version)}`, or unset the pin"
+            ), None
+        if self.tested_version and probe.version != self.tested_version:
+            return None, f"untested version {version}: it has every flag the engine uses"
+        return None, None
 
     def native_resume_check(self, ctx: LaunchContext) -> ResumeCheck:
         """Whether `ctx.session_id` can be resumed natively from `ctx.host_home`."""

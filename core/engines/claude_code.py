@@ -7,7 +7,7 @@ hook), its command per mode (a new session with an id chosen here, `--resume`, `
 turning its stream-json output into engine events. The API key, the network policy and judging
 commands belong to credentials, the sandbox and approvals.
 
-Facts this module relies on (Claude Code 2.1.332):
+Facts this module relies on (Claude Code 2.1.332; 2.1.197 has every flag used here too):
 - A session lives in
   `$HOME/.claude/projects/<cwd, every non-alphanumeric character as ->/<id>.jsonl`;
   `--resume ID` needs that file and the same cwd. `--fork-session` copies the history into a new
@@ -33,6 +33,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from core.engines import capabilities, native
 from core.engines.base import (
     MODE_CONTINUE,
     MODE_FALLBACK,
@@ -48,12 +49,30 @@ from core.engines.base import (
     json_object,
     object_field,
 )
+from core.engines.capabilities import Feature, Probe, choice, flag, hidden_flag
 from core.errors import InputError
 from core.safe_fs import write_file
 
-# The oldest version whose flags, files and output this module was checked against; settings may
-# pin an exact version instead (`engines.claude-code.version`).
-CLAUDE_CODE_VERSION = "2.1.332"
+# The release this module was last checked against. Any release with every feature in FEATURES
+# runs (another one with a note); settings may pin an exact version (`engines.claude-code.version`).
+TESTED_VERSION = "2.1.332"
+NPM_PACKAGE = "@anthropic-ai/claude-code"
+# What claude_argv and the launch files rely on, as the CLI's own help shows it.
+FEATURES: tuple[Feature, ...] = (
+    flag("--print"),
+    choice("--output-format", "stream-json"),
+    flag("--verbose"),
+    flag("--session-id"),
+    flag("--resume"),
+    flag("--fork-session"),
+    hidden_flag("--resume-session-at"),
+    flag("--append-system-prompt"),
+    flag("--settings"),
+    flag("--setting-sources"),
+    choice("--permission-mode", "dontAsk"),
+    flag("--dangerously-skip-permissions"),
+    flag("--model"),
+)
 
 MOUNT_POINT = "/cairn/engines"
 BINARY_IN_SANDBOX = f"{MOUNT_POINT}/claude"
@@ -98,6 +117,10 @@ _GATE_WRAPPER = (
 )
 
 _VERSION_RE = re.compile(r"(\d+)\.(\d+)\.(\d+)")
+_NOT_FOUND = (
+    "Claude Code was not found: install it with `npm install -g {package}` (or set "
+    "engines.claude-code.binary to the `claude` executable)"
+)
 
 
 # -- sessions on disk ---------------------------------------------------------------------------
@@ -212,6 +235,10 @@ CREDENTIAL_KINDS = (
 
 class ClaudeCodeEngine(Engine):
     name = "claude-code"
+    label = "Claude Code"
+    command = "claude"
+    npm_package = NPM_PACKAGE
+    tested_version = TESTED_VERSION
     has_sessions = True
     api_key_env = API_KEY_ENV
     credential_kinds = CREDENTIAL_KINDS
@@ -356,15 +383,58 @@ class ClaudeCodeEngine(Engine):
     def mounts(self, settings: EngineSettings) -> list[tuple[Path, str]]:
         if not settings.binary:
             return []  # check_version says so, with the fix
-        binary = Path(settings.binary).expanduser()
-        if not binary.is_file():
+        # The native file itself, not a link, shim or node wrapper leading to it.
+        return [(self.resolve_binary(settings.binary), BINARY_IN_SANDBOX)]
+
+    def resolve_binary(self, binary: str) -> Path:
+        """The native executable a configured binary (maybe a link or wrapper) ends in."""
+        resolved = native.resolve(Path(binary), self)
+        if resolved.binary is None:
             raise InputError(
-                f"the Claude Code binary {settings.binary} does not exist",
-                hint="set engines.claude-code.binary in settings.json to the "
-                "`claude` executable of @anthropic-ai/claude-code-linux-x64",
+                f"the Claude Code binary {binary} cannot be used: {resolved.problem}",
+                hint="set engines.claude-code.binary to the `claude` you run, or unset it to "
+                "use the one on PATH",
             )
-        # The file itself, not a link to it (node_modules/.bin/claude is one).
-        return [(binary.resolve(), BINARY_IN_SANDBOX)]
+        return resolved.binary
+
+    # -- the program ----------------------------------------------------------------------------
+
+    def features(self) -> tuple[Feature, ...]:
+        return FEATURES
+
+    def native_in_package(self, package: Path) -> Path | None:
+        """bin/claude.exe once npm's postinstall has put the native binary there; else the
+        platform package it comes from (@anthropic-ai/claude-code-linux-x64), beside or inside
+        the package (a `--ignore-scripts` install, bun, pnpm)."""
+        exe = package / "bin" / "claude.exe"
+        if native.read_elf(exe) is not None:
+            return exe
+        version = (native.read_json(package / "package.json") or {}).get("version")
+        found: list[Path] = []
+        for suffix in ("", "-musl"):
+            name = f"{NPM_PACKAGE}-linux-{native.host_arch()}{suffix}"
+            for folder in native.package_candidates(package, name):
+                binary = folder / "claude"
+                if binary.is_file():
+                    manifest = native.read_json(folder / "package.json") or {}
+                    if manifest.get("version") == version:
+                        return binary
+                    found.append(binary)
+        return found[0] if found else None
+
+    def package_problem(self, package: Path, manifest: dict[str, Any]) -> str:
+        bins = manifest.get("bin")
+        entry = bins.get("claude") if isinstance(bins, dict) else bins
+        if isinstance(entry, str) and entry.endswith(".js"):
+            return (
+                f"Claude Code {manifest.get('version')} at {package} is the Node.js build, and "
+                f"the sandbox has no Node.js: install the native build with "
+                f"`{self.install_hint()}`"
+            )
+        return (
+            f"Claude Code at {package} has no native binary for linux-{native.host_arch()} "
+            f"(its platform package is missing): reinstall it with `{self.install_hint()}`"
+        )
 
     # -- tools --------------------------------------------------------------------------------
 
@@ -375,36 +445,40 @@ class ClaudeCodeEngine(Engine):
             "bash": ["bash", "-c", 'echo "bash $BASH_VERSION"'],
         }
 
-    def check_version(self, settings: EngineSettings, found: dict[str, str]) -> str | None:
+    def check_version(
+        self, settings: EngineSettings, found: dict[str, str], probe: Probe | None = None
+    ) -> str | None:
         if not settings.binary:
-            return (
-                "the claude-code engine has no binary: set engines.claude-code.binary in "
-                "settings.json to the `claude` executable (in the @anthropic-ai/"
-                "claude-code-linux-x64 package)"
-            )
-        if not Path(settings.binary).expanduser().is_file():
-            return f"the Claude Code binary {settings.binary} does not exist"
+            return _NOT_FOUND.format(package=NPM_PACKAGE)
+        resolved = native.resolve(Path(settings.binary), self)
+        if resolved.binary is None:
+            return f"the Claude Code binary {settings.binary} cannot be used: {resolved.problem}"
         reported = found.get("claude")
         if not reported or reported == "missing":
             return (
                 f"Claude Code did not answer --version inside the sandbox (is "
-                f"{settings.binary} a Linux glibc build for this machine's architecture?)"
+                f"{resolved.binary} a Linux glibc build for this machine's architecture?)"
             )
         match = _VERSION_RE.search(reported)
         if not match:
             return f"cannot tell the Claude Code version from {reported!r}"
         version = match.group(0)
-        if settings.version:
-            if version != settings.version:
+        if probe is None:
+            probe = capabilities.probe(resolved.binary, FEATURES)
+        if probe.error is None:
+            if probe.version and probe.version != version:
                 return (
-                    f"Claude Code {version} is installed, but the settings pin "
-                    f"{settings.version} (engines.claude-code.version)"
+                    f"the sandbox ran Claude Code {version}, but {resolved.binary} is "
+                    f"{probe.version} on the host: start the run again"
                 )
-        elif _version_tuple(version) < _version_tuple(CLAUDE_CODE_VERSION):
+            problem, _ = self.judge(probe, settings)
+            if problem:
+                return problem
+        elif settings.version and version != settings.version:
+            # The host could not run it; the sandbox's answer is all there is to judge.
             return (
-                f"Claude Code {version} is older than {CLAUDE_CODE_VERSION}, the oldest the "
-                f"claude-code engine was checked against: install @anthropic-ai/claude-code@"
-                f"{CLAUDE_CODE_VERSION} or newer"
+                f"Claude Code {version} is installed, but the settings pin "
+                f"{settings.version} (engines.claude-code.version)"
             )
         if found.get("bash") in (None, "missing"):
             return "the sandbox image has no bash; Claude Code's Bash tool needs it"
@@ -507,11 +581,6 @@ class ClaudeCodeEngine(Engine):
                 )
             )
         return events
-
-
-def _version_tuple(version: str) -> tuple[int, ...]:
-    match = _VERSION_RE.search(version)
-    return tuple(int(p) for p in match.groups()) if match else (0, 0, 0)
 
 
 def _text(content: Any) -> str:

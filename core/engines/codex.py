@@ -16,6 +16,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from core.engines import capabilities, native
 from core.engines.base import (
     MODE_CONTINUE,
     MODE_FALLBACK,
@@ -31,12 +32,15 @@ from core.engines.base import (
     json_object,
     object_field,
 )
+from core.engines.capabilities import Feature, Probe, flag, subcommand
 from core.errors import InputError
 from core.safe_fs import ensure_dir, write_file
 
-# The version whose flags, files and JSONL output this module was checked against. Another version
-# is refused unless the settings pin it (`engines.codex.version`).
-CODEX_VERSION = "0.171.0"
+# The release whose flags, files and JSONL output this module was last checked against. Any
+# release with every feature in FEATURES runs (another one with a note); settings may pin an exact
+# version (`engines.codex.version`).
+TESTED_VERSION = "0.171.0"
+NPM_PACKAGE = "@openai/codex"
 
 CODEX_DIR = ".codex"  # CODEX_HOME, inside the engine home
 MOUNT_POINT = "/cairn/engines/codex"  # the Codex package (or just its binary), read-only
@@ -76,6 +80,18 @@ UNATTENDED_FLAGS = ("--json", "--skip-git-repo-check", "--dangerously-bypass-app
 # workspace is never marked trusted).
 HOOK_TRUST_FLAG = "--dangerously-bypass-hook-trust"
 HOOK_TRUST_NOTICE = "`--dangerously-bypass-hook-trust` is enabled"
+
+_EXEC_HELP = ("exec", "--help")
+# What exec_args relies on, as the CLI's own help shows it. The hook-trust flag also says the
+# release runs PreToolUse hooks from hooks.json, which the approval gate needs.
+FEATURES: tuple[Feature, ...] = (
+    subcommand(["exec"]),
+    subcommand(["exec", "resume"]),
+    subcommand(["exec", "fork"]),
+    *(flag(f, args=_EXEC_HELP) for f in UNATTENDED_FLAGS),
+    flag(HOOK_TRUST_FLAG, args=_EXEC_HELP),
+    flag("--cd", args=_EXEC_HELP),
+)
 
 # Codex calls its shell tool `Bash` in hooks. A hook that times out or exits with anything but 0
 # or 2 lets the command run, so the gate's failures are turned into a refusal (exit 2) here and the
@@ -201,6 +217,10 @@ def _write(home: Path, rel: str, text: str) -> None:
 
 class CodexEngine(Engine):
     name = "codex"
+    label = "Codex"
+    command = "codex"
+    npm_package = NPM_PACKAGE
+    tested_version = TESTED_VERSION
     has_sessions = True
     #: The variable the run machinery fills from the settings' `api_key_secret` grant.
     api_key_env = API_KEY_ENV
@@ -281,12 +301,46 @@ class CodexEngine(Engine):
     def mounts(self, settings: EngineSettings) -> list[tuple[Path, str]]:
         if not settings.binary:
             return []
-        binary = Path(settings.binary)
+        binary = self.resolve_binary(settings.binary)
         package = binary.parent.parent
         if binary.parent.name == "bin" and (package / PACKAGE_MANIFEST).is_file():
             # The whole platform folder: bin/codex finds its helpers (rg) beside it.
             return [(package, MOUNT_POINT)]
         return [(binary, BINARY_IN_SANDBOX)]
+
+    def resolve_binary(self, binary: str) -> Path:
+        """The native executable a configured binary (maybe codex.js or a link) ends in."""
+        resolved = native.resolve(Path(binary), self)
+        if resolved.binary is None:
+            raise InputError(
+                f"the Codex binary {binary} cannot be used: {resolved.problem}",
+                hint="set engines.codex.binary to the `codex` you run, or unset it to use the "
+                "one on PATH",
+            )
+        return resolved.binary
+
+    # -- the program ----------------------------------------------------------------------------
+
+    def features(self) -> tuple[Feature, ...]:
+        return FEATURES
+
+    def native_in_package(self, package: Path) -> Path | None:
+        """The static musl build for this machine: vendor/<triple>/bin/codex in the platform
+        package (@openai/codex-linux-x64, an alias of @openai/codex@<version>-linux-x64) beside
+        or inside the package, or in the package's own vendor folder (older releases)."""
+        triple = native.linux_triple()
+        places = [
+            folder / "vendor" / triple
+            for folder in native.package_candidates(
+                package, f"{NPM_PACKAGE}-linux-{native.host_arch()}"
+            )
+        ]
+        places.append(package / "vendor" / triple)
+        for place in places:
+            for rel in ("bin/codex", "codex/codex"):
+                if (place / rel).is_file():
+                    return place / rel
+        return None
 
     # -- tools --------------------------------------------------------------------------------
 
@@ -298,29 +352,43 @@ class CodexEngine(Engine):
             "git": ["git", "--version"],
         }
 
-    def check_version(self, settings: EngineSettings, found: dict[str, str]) -> str | None:
+    def check_version(
+        self, settings: EngineSettings, found: dict[str, str], probe: Probe | None = None
+    ) -> str | None:
         if not settings.binary:
             return (
-                "the codex engine has no binary: set engines.codex.binary in settings.json to "
-                "the Codex executable (bin/codex in the @openai/codex platform package)"
+                f"Codex was not found: install it with `npm install -g {NPM_PACKAGE}` (or set "
+                f"engines.codex.binary to the `codex` executable)"
             )
-        if not Path(settings.binary).is_file():
-            return f"the Codex binary {settings.binary} does not exist"
+        resolved = native.resolve(Path(settings.binary), self)
+        if resolved.binary is None:
+            return f"the Codex binary {settings.binary} cannot be used: {resolved.problem}"
         reported = found.get("codex")
         if not reported or reported == "missing":
             return (
-                f"Codex did not answer --version inside the sandbox (is {settings.binary} a "
+                f"Codex did not answer --version inside the sandbox (is {resolved.binary} a "
                 f"Linux build for this machine's architecture?)"
             )
         match = _VERSION_RE.search(reported)
-        expected = settings.version or CODEX_VERSION
         if not match:
             return f"cannot tell the Codex version from {reported!r}"
-        if match.group(1) != expected:
+        version = match.group(1)
+        if probe is None:
+            probe = capabilities.probe(resolved.binary, FEATURES)
+        if probe.error is None:
+            if probe.version and probe.version != version:
+                return (
+                    f"the sandbox ran Codex {version}, but {resolved.binary} is "
+                    f"{probe.version} on the host: start the run again"
+                )
+            problem, _ = self.judge(probe, settings)
+            if problem:
+                return problem
+        elif settings.version and version != settings.version:
+            # The host could not run it; the sandbox's answer is all there is to judge.
             return (
-                f"Codex {match.group(1)} is installed, but the codex engine expects {expected} "
-                f"(its flags and output were checked against that version): install "
-                f"@openai/codex@{expected}, or set engines.codex.version to accept another"
+                f"Codex {version} is installed, but the settings pin {settings.version} "
+                f"(engines.codex.version)"
             )
         if found.get("bash") in (None, "missing"):
             return "the sandbox image has no bash; Codex runs every command with bash -lc"

@@ -23,6 +23,7 @@ from core.engines.base import (
     EngineSettings,
     LaunchContext,
 )
+from core.engines.capabilities import Probe
 from core.engines.claude_code import (
     BINARY_IN_SANDBOX,
     HOOK_TIMEOUT_S,
@@ -34,6 +35,7 @@ from core.engines.claude_code import (
     transcript_path,
 )
 from core.errors import InputError
+from tests.unit.fake_installs import claude_outputs, native
 
 SAMPLES = Path(__file__).resolve().parents[1] / "agents" / "samples" / "claude-stream.jsonl"
 GATE = ["python3", "/cairn/tools/approval-gate.py", "--run", "/cairn/runs/r1"]
@@ -320,35 +322,43 @@ def test_environment_points_at_the_endpoint_and_the_home_without_the_key(eng, tm
 
 
 def test_the_binary_is_mounted_read_only_by_its_real_path(eng, tmp_path):
-    real = tmp_path / "pkg" / "claude"
-    real.parent.mkdir()
-    real.write_text("#!/bin/sh\n")
+    real = native(tmp_path / "pkg" / "claude", claude_outputs("2.1.332"))
     link = tmp_path / "claude-link"
     link.symlink_to(real)
     assert eng.mounts(EngineSettings(binary=str(link))) == [(real, BINARY_IN_SANDBOX)]
     assert eng.mounts(EngineSettings()) == []
     with pytest.raises(InputError, match="does not exist"):
         eng.mounts(EngineSettings(binary=str(tmp_path / "nope")))
+    script = tmp_path / "not-claude"
+    script.write_text("#!/bin/sh\necho hi\n")
+    with pytest.raises(InputError, match="runs no program"):
+        eng.mounts(EngineSettings(binary=str(script)))
     assert eng.tool_probe(EngineSettings())["claude"] == [BINARY_IN_SANDBOX, "--version"]
 
 
-def test_check_version_says_what_is_wrong(eng, tmp_path):
-    binary = tmp_path / "claude"
-    binary.write_text("")
+def test_check_version_judges_by_features_not_by_a_minimum(eng, tmp_path):
+    binary = native(tmp_path / "claude", {})
     ok = {"claude": "2.1.332 (Claude Code)", "bash": "bash 5.2.15(1)-release"}
     settings = EngineSettings(binary=str(binary))
-    assert eng.check_version(settings, ok) is None
-    assert eng.check_version(settings, {**ok, "claude": "2.2.0 (Claude Code)"}) is None
-    assert "no binary" in eng.check_version(EngineSettings(), ok)
+    has_all = Probe(binary, "2.1.332")
+    assert eng.check_version(settings, ok, has_all) is None
+    old = {**ok, "claude": "2.1.197 (Claude Code)"}
+    assert eng.check_version(settings, old, Probe(binary, "2.1.197")) is None
+    lacking = Probe(binary, "2.1.90", missing=("--fork-session",))
+    reason = eng.check_version(settings, {**ok, "claude": "2.1.90 (Claude Code)"}, lacking)
+    assert "lacks --fork-session" in reason and "@anthropic-ai/claude-code@latest" in reason
+    assert "not found" in eng.check_version(EngineSettings(), ok)
     assert "does not exist" in eng.check_version(EngineSettings(binary=str(tmp_path / "x")), ok)
-    assert "did not answer --version" in eng.check_version(settings, {**ok, "claude": "missing"})
-    assert "older than 2.1.332" in eng.check_version(
-        settings, {**ok, "claude": "1.0.3 (Claude Code)"}
-    )
+    missing = {**ok, "claude": "missing"}
+    assert "did not answer --version" in eng.check_version(settings, missing, has_all)
     pinned = replace(settings, version="2.1.300")
-    assert "pin 2.1.300" in eng.check_version(pinned, ok)
-    assert eng.check_version(replace(settings, version="2.1.332"), ok) is None
-    assert "no bash" in eng.check_version(settings, {**ok, "bash": "missing"})
+    assert "pin 2.1.300" in eng.check_version(pinned, ok, has_all)
+    assert eng.check_version(replace(settings, version="2.1.332"), ok, has_all) is None
+    assert "no bash" in eng.check_version(settings, {**ok, "bash": "missing"}, has_all)
+    # The host could not run it: the sandbox's answer and the pin are all there is.
+    unknown = Probe(binary, None, error="it could not run")
+    assert eng.check_version(settings, ok, unknown) is None
+    assert "pin 2.1.300" in eng.check_version(pinned, ok, unknown)
 
 
 # -- native resume ---------------------------------------------------------------------------------

@@ -20,17 +20,19 @@ from core.engines.base import (
     EngineSettings,
     LaunchContext,
 )
+from core.engines.capabilities import Probe
 from core.engines.codex import (
     BINARY_IN_SANDBOX,
-    CODEX_VERSION,
     HOOK_TIMEOUT_S,
     MOUNT_POINT,
+    TESTED_VERSION,
     CodexEngine,
     hook_command,
     is_thread_id,
     unwrap_shell,
 )
 from core.errors import InputError
+from tests.unit.fake_installs import native
 
 SAMPLES = Path(__file__).resolve().parents[1] / "agents" / "samples" / "codex-exec.jsonl"
 THREAD = "01a22bbc-2f53-7aa3-ad22-6f047db6bc13"
@@ -240,15 +242,13 @@ def test_a_missing_gate_refuses_and_a_decision_on_stdout_passes_through(tmp_path
 
 def test_the_codex_package_folder_is_mounted_so_its_helpers_come_along(tmp_path):
     package = tmp_path / "vendor" / "x86_64-unknown-linux-musl"
-    (package / "bin").mkdir(parents=True)
-    (package / "bin" / "codex").write_text("")
+    native(package / "bin" / "codex", {})
     (package / "codex-package.json").write_text("{}")
     engine = CodexEngine()
     assert engine.mounts(EngineSettings(binary=str(package / "bin" / "codex"))) == [
         (package, MOUNT_POINT)
     ]
-    lone = tmp_path / "codex"
-    lone.write_text("")
+    lone = native(tmp_path / "codex", {})
     assert engine.mounts(EngineSettings(binary=str(lone))) == [(lone, BINARY_IN_SANDBOX)]
     assert engine.mounts(EngineSettings()) == []
 
@@ -260,39 +260,45 @@ def test_tool_probe_asks_the_mounted_binary_for_its_version():
 
 
 def _binary(tmp_path: Path) -> str:
-    path = tmp_path / "codex"
-    path.write_text("")
-    return str(path)
+    return str(native(tmp_path / "codex", {}))
 
 
-def test_check_version_accepts_the_pinned_version(tmp_path):
-    found = {"codex": f"codex-cli {CODEX_VERSION}", "bash": "bash 5.2.15(1)-release"}
-    assert CodexEngine().check_version(EngineSettings(binary=_binary(tmp_path)), found) is None
+def _probe(settings: EngineSettings, version: str = TESTED_VERSION, **more) -> Probe:
+    return Probe(Path(settings.binary or "/x"), version, **more)
+
+
+def test_check_version_accepts_any_version_with_every_feature(tmp_path):
+    settings = EngineSettings(binary=_binary(tmp_path))
+    found = {"codex": f"codex-cli {TESTED_VERSION}", "bash": "bash 5.2.15(1)-release"}
+    assert CodexEngine().check_version(settings, found, _probe(settings)) is None
+    older = {**found, "codex": "codex-cli 0.160.0"}
+    assert CodexEngine().check_version(settings, older, _probe(settings, "0.160.0")) is None
 
 
 @pytest.mark.parametrize(
-    "settings, found, words",
+    "settings, found, missing, words",
     [
-        (EngineSettings(), {}, "engines.codex.binary"),
-        (EngineSettings(binary="/nowhere/codex"), {}, "does not exist"),
-        (None, {"codex": "missing"}, "did not answer --version"),
-        (None, {"codex": "codex-cli 0.170.2", "bash": "bash 5"}, "expects " + CODEX_VERSION),
-        (None, {"codex": "codex-cli", "bash": "bash 5"}, "cannot tell"),
-        (None, {"codex": f"codex-cli {CODEX_VERSION}", "bash": "missing"}, "no bash"),
+        (EngineSettings(), {}, (), "npm install -g @openai/codex"),
+        (EngineSettings(binary="/nowhere/codex"), {}, (), "does not exist"),
+        (None, {"codex": "missing"}, (), "did not answer --version"),
+        (None, {"codex": "codex-cli 0.170.2", "bash": "bash 5"}, (), "but"),
+        (None, {"codex": f"codex-cli {TESTED_VERSION}", "bash": "b"}, ("exec fork",), "lacks"),
+        (None, {"codex": "codex-cli", "bash": "bash 5"}, (), "cannot tell"),
+        (None, {"codex": f"codex-cli {TESTED_VERSION}", "bash": "missing"}, (), "no bash"),
     ],
 )
-def test_check_version_says_what_is_wrong(tmp_path, settings, found, words):
+def test_check_version_says_what_is_wrong(tmp_path, settings, found, missing, words):
     settings = settings or EngineSettings(binary=_binary(tmp_path))
-    reason = CodexEngine().check_version(settings, found)
+    reason = CodexEngine().check_version(settings, found, _probe(settings, missing=missing))
     assert reason and words in reason
 
 
 def test_a_version_pinned_in_settings_is_accepted(tmp_path):
     settings = EngineSettings(binary=_binary(tmp_path), version="0.172.0")
     found = {"codex": "codex-cli 0.172.0", "bash": "bash 5"}
-    assert CodexEngine().check_version(settings, found) is None
-    found["codex"] = f"codex-cli {CODEX_VERSION}"
-    assert "expects 0.172.0" in CodexEngine().check_version(settings, found)
+    assert CodexEngine().check_version(settings, found, _probe(settings, "0.172.0")) is None
+    found["codex"] = f"codex-cli {TESTED_VERSION}"
+    assert "pin 0.172.0" in CodexEngine().check_version(settings, found, _probe(settings))
 
 
 # -- native resume -----------------------------------------------------------------------------------
@@ -311,7 +317,7 @@ def write_rollout(home: Path, thread_id: str, cwd: str, day: str = "2026/11/30")
             "id": thread_id,
             "cwd": cwd,
             "originator": "codex_exec",
-            "cli_version": CODEX_VERSION,
+            "cli_version": TESTED_VERSION,
         },
     }
     path.write_text(json.dumps(meta) + "\n")
