@@ -27,6 +27,7 @@ from typing import Any
 
 from core import signin
 from core.credentials import Credentials, SecretStore
+from core.engines import ENGINES
 from core.errors import exception_chain
 from core.sandbox.docker import DEFAULT_SOCKET
 from core.settings import Settings
@@ -123,7 +124,6 @@ def summary(checks: Sequence[Check]) -> Summary:
 # -- running them --------------------------------------------------------------------------------
 
 TITLES = {"docker": "Docker", "keyring": "Keyring", "git": "Git", "disk": "Disk space"}
-ENGINE_TITLES = {"claude-code": "Claude Code", "codex": "Codex"}
 
 
 def engine_check_id(engine: str) -> str:
@@ -132,8 +132,9 @@ def engine_check_id(engine: str) -> str:
 
 def _title(check_id: str) -> str:
     if check_id.startswith("engine-"):
-        engine = check_id[len("engine-") :]
-        return f"{ENGINE_TITLES.get(engine, engine)} engine"
+        name = check_id[len("engine-") :]
+        engine = ENGINES.get(name)
+        return f"{(engine.label if engine else '') or name} engine"
     return TITLES.get(check_id, check_id)
 
 

@@ -22,46 +22,7 @@ from core.credentials import (
 from core.engines import ENGINES, engine_for
 from core.engines.base import CredentialKind, Engine, EngineSettings
 from core.engines.codex import CHATGPT_SIGN_IN_NOTE
-
-try:
-    from core.engines.discovery import Found, find_engine
-except ImportError:  # pragma: no cover - TEMPORARY until core.engines.discovery lands
-    from collections.abc import Mapping
-    from pathlib import Path
-    from shutil import which
-
-    @dataclass(frozen=True)
-    class Found:  # type: ignore[no-redef]
-        engine: str
-        path: Path | None
-        binary: Path | None
-        version: str | None
-        source: str
-        problem: str | None
-        missing: tuple[str, ...] = ()
-        note: str | None = None
-
-        @property
-        def usable(self) -> bool:
-            return self.problem is None and self.binary is not None
-
-    def find_engine(  # type: ignore[misc]
-        name: str,
-        settings: EngineSettings,
-        *,
-        env: Mapping[str, str] | None = None,
-        home: Path | None = None,
-    ) -> Found:
-        if settings.binary:
-            p = Path(settings.binary)
-            return Found(name, p, p.resolve(), settings.version, "settings", None)
-        program = {"claude-code": "claude", "codex": "codex"}.get(name, name)
-        hit = which(program)
-        if hit:
-            return Found(name, Path(hit), Path(hit).resolve(), None, "PATH", None)
-        return Found(name, None, None, None, "PATH", f"no {program} on PATH or in the usual places")
-
-
+from core.engines.discovery import Found, find_engine
 from core.errors import CairnError, InputError, NotFound
 from core.policy import Policy
 from core.settings import Settings, engine_endpoint, reaches_endpoint
@@ -75,12 +36,6 @@ SIGN_IN_NOTES: dict[str, str] = {"codex": CHATGPT_SIGN_IN_NOTE}
 
 UNLOCK_FIX = "unlock your desktop keyring (gnome-keyring / KWallet), then check again"
 INSTALL_KEYRING = "sudo apt install gnome-keyring"
-
-# Where a person gets each agent engine's CLI, for the fix of a binary that is not found.
-INSTALL_COMMANDS = {
-    "claude-code": "npm install -g @anthropic-ai/claude-code",
-    "codex": "npm install -g @openai/codex",
-}
 
 
 @dataclass(frozen=True)
@@ -340,7 +295,7 @@ def _blocked(engine: str, entry: str, policy: Policy) -> Problem:
 def _not_found_problem(engine: str, found: Found) -> Problem:
     """The finder's problem says its fix already; installing is the command to copy when nothing
     was found at all, and choosing the binary by hand helps either way."""
-    install = INSTALL_COMMANDS.get(engine) if found.path is None else None
+    install = (engine_for(engine).install_hint() or None) if found.path is None else None
     if found.problem:
         return Problem(found.problem, None, install, ACTION_CHOOSE_BINARY)
     return Problem(

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core.signin import ACTION_SIGN_IN, SIGN_IN_NOTES, EngineStatus
 from gui.dialogs.data import FALLBACK_ENGINE
 from gui.jobs import JobFailure
 from gui.qt import (
@@ -32,6 +33,7 @@ from gui.qt import (
     QPushButton,
     QScrollArea,
     QSettings,
+    QStackedWidget,
     Qt,
     QTableWidget,
     QTableWidgetItem,
@@ -40,7 +42,15 @@ from gui.qt import (
     QWidget,
     Signal,
 )
-from gui.settings.data import Changes, LoadedSettings, apply_changes, load_settings
+from gui.settings.data import (
+    Changes,
+    LoadedSettings,
+    applicable_keys,
+    apply_changes,
+    engine_status,
+    load_settings,
+)
+from gui.settings.signin import SignInDialog
 
 if TYPE_CHECKING:
     from gui.context import AppContext
@@ -76,11 +86,19 @@ ENGINE_KEY_LABELS = {
     "model": "Model",
     "api_key_secret": "API key secret (keyring name)",
 }
+SHELL_NOTE = "The shell engine runs your commands; it needs no model or key."
+FINDING_TEXT = "Looking for the program…"
+CHECKING_SIGN_IN = "Checking…"
+FIRST_ENGINE = "claude-code"  # shown first when the default engine is not set
 STYLE = (
     'QLabel[tone="error"] { color: #c62828; } '
     'QLabel[tone="warning"] { color: #b26a00; font-weight: bold; } '
     'QLabel[tone="ok"] { color: #2e7d32; }'
 )
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:] if text else text
 
 
 def next_data_dir(settings: QSettings) -> str:
@@ -132,6 +150,13 @@ class SettingsDialog(QDialog):
         self.busy = False
         self._accept_after_write = False
         self.engine_edits: dict[tuple[str, str], QLineEdit] = {}
+        self.engine_choice: QComboBox | None = None
+        self.engine_stack: QStackedWidget | None = None
+        self.engine_boxes: dict[str, QWidget] = {}
+        self.engine_found: dict[str, QLabel] = {}
+        self.engine_sign_in: dict[str, QLabel] = {}
+        self.engine_statuses: dict[str, EngineStatus] = {}
+        self.sign_in_dialog: SignInDialog | None = None
         self.credentials_page: CredentialsPage | None = None
 
         layout = QVBoxLayout(self)
@@ -229,32 +254,150 @@ class SettingsDialog(QDialog):
         return page
 
     def _fill_engines_page(self, loaded: LoadedSettings) -> None:
+        shown = self.engine_choice.currentData() if self.engine_choice is not None else None
         while self.engines_layout.count():
             item = self.engines_layout.takeAt(0)
             widget = item.widget() if item is not None else None
             if widget is not None:
                 widget.deleteLater()
         self.engine_edits.clear()
+        self.engine_found.clear()
+        self.engine_sign_in.clear()
         intro = QLabel(
             "Blank fields are not set: the engine uses its own default.", self.engines_page
         )
         intro.setWordWrap(True)
         self.engines_layout.addWidget(intro)
+        choice = QWidget(self.engines_page)  # a widget, so the next fill removes it whole
+        choice_row = QHBoxLayout(choice)
+        choice_row.setContentsMargins(0, 0, 0, 0)
+        choice_row.addWidget(QLabel("Engine:", choice))
+        self.engine_choice = QComboBox(choice)
+        self.engine_choice.setObjectName("enginesChoice")
+        choice_row.addWidget(self.engine_choice, 1)
+        self.engines_layout.addWidget(choice)
+        stack = QStackedWidget(self.engines_page)
+        stack.setObjectName("engineStack")
+        self.engine_stack = stack
+        self.engine_statuses.clear()
+        self.engine_boxes = {}
         for engine in sorted(loaded.engines):
-            box = QWidget(self.engines_page)
-            box.setObjectName(f"engine-{engine}")
-            form = QFormLayout(box)
-            heading = QLabel(f"<b>{engine}</b>", box)
-            heading.setTextFormat(Qt.TextFormat.RichText)
-            form.addRow(heading)
-            for key in loaded.engine_keys:
-                edit = QLineEdit(box)
-                edit.setObjectName(f"engines.{engine}.{key}")
-                edit.setText(str(loaded.engines[engine].get(key) or ""))
-                form.addRow(ENGINE_KEY_LABELS.get(key, key) + ":", edit)
-                self.engine_edits[(engine, key)] = edit
-            self.engines_layout.addWidget(box)
+            box = self._engine_box(engine, loaded, stack)
+            self.engine_boxes[engine] = box
+            stack.addWidget(box)
+            self.engine_choice.addItem(engine, engine)
+        self.engines_layout.addWidget(stack)
         self.engines_layout.addStretch(1)
+        self.engine_choice.currentIndexChanged.connect(self._engine_chosen)
+        first = shown or loaded.defaults.get("engine") or FIRST_ENGINE
+        index = self.engine_choice.findData(first)
+        self.engine_choice.setCurrentIndex(max(index, 0))
+        self._engine_chosen()
+
+    def _engine_box(self, engine: str, loaded: LoadedSettings, stack: QStackedWidget) -> QWidget:
+        box = QWidget(stack)
+        box.setObjectName(f"engine-{engine}")
+        form = QFormLayout(box)
+        heading = QLabel(f"<b>{engine}</b>", box)
+        heading.setTextFormat(Qt.TextFormat.RichText)
+        form.addRow(heading)
+        keys = applicable_keys(engine, loaded.engine_keys)
+        if not keys:
+            note = QLabel(SHELL_NOTE, box)
+            note.setObjectName(f"engineNote-{engine}")
+            note.setWordWrap(True)
+            form.addRow(note)
+            return box
+        found = QLabel(FINDING_TEXT, box)
+        found.setObjectName(f"engineFound-{engine}")
+        found.setWordWrap(True)
+        found.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        form.addRow("Program:", found)
+        self.engine_found[engine] = found
+        for key in keys:
+            edit = QLineEdit(box)
+            edit.setObjectName(f"engines.{engine}.{key}")
+            edit.setText(str(loaded.engines[engine].get(key) or ""))
+            form.addRow(ENGINE_KEY_LABELS.get(key, key) + ":", edit)
+            self.engine_edits[(engine, key)] = edit
+        sign_row = QHBoxLayout()
+        signed = QLabel(CHECKING_SIGN_IN, box)
+        signed.setObjectName(f"engineSignedIn-{engine}")
+        signed.setWordWrap(True)
+        signed.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        sign_row.addWidget(signed, 1)
+        button = QPushButton("Sign In…", box)
+        button.setObjectName(f"signIn-{engine}")
+        button.clicked.connect(lambda: self.open_sign_in(engine))
+        sign_row.addWidget(button, 0, Qt.AlignmentFlag.AlignTop)
+        form.addRow("Signed in:", sign_row)
+        self.engine_sign_in[engine] = signed
+        note_text = SIGN_IN_NOTES.get(engine)
+        if note_text:
+            note = QLabel(note_text, box)
+            note.setObjectName(f"engineNote-{engine}")
+            note.setWordWrap(True)
+            form.addRow("", note)
+        return box
+
+    def _engine_chosen(self, *_: object) -> None:
+        engine = self.engine_choice.currentData() if self.engine_choice is not None else None
+        box = self.engine_boxes.get(engine) if engine else None
+        if box is None or self.engine_stack is None:
+            return
+        self.engine_stack.setCurrentWidget(box)
+        if engine in self.engine_found and engine not in self.engine_statuses:
+            self.load_engine_status(engine)
+
+    def load_engine_status(self, engine: str) -> None:
+        """Find the engine's program and read its sign-in (in a job: it probes the program and
+        reads the keyring)."""
+        cairn = self.cairn
+        self.engine_statuses.pop(engine, None)
+        self.context.jobs.job(
+            lambda: engine_status(cairn, engine),
+            key=f"settings-engine-{engine}-{id(self)}",
+            what=f"look for the {engine} program",
+            parent=self,
+        ).success(self._show_engine_status).failure(
+            lambda failure: self._engine_status_failed(engine, failure)
+        ).run()
+
+    def _show_engine_status(self, st: EngineStatus) -> None:
+        self.engine_statuses[st.engine] = st
+        found, signed = self.engine_found.get(st.engine), self.engine_sign_in.get(st.engine)
+        if found is None or signed is None:
+            return  # the page was rebuilt meanwhile; its own job shows it
+        f = st.found
+        if f.path is not None and f.usable:
+            version = f"version {f.version}" if f.version else "version unknown"
+            text = f"{f.path} ({version}, from {f.source})"
+            if f.note:
+                text += f"\n{_sentence(f.note)}"
+            _set_tone(found, text, "ok")
+        else:
+            where = f"{f.path}: " if f.path is not None else ""
+            _set_tone(found, _sentence(f"{where}{f.problem or 'not found'}"), "error")
+        if st.sign_in is not None:
+            _set_tone(signed, f"{st.sign_in.kind.label} (keyring: {st.sign_in.secret})", "ok")
+        else:
+            problem = next(
+                (p for p in st.issues if p.action == ACTION_SIGN_IN or "keyring" in p.what),
+                None,
+            )
+            _set_tone(signed, _sentence(str(problem)) if problem else "Not signed in", "warning")
+
+    def _engine_status_failed(self, engine: str, failure: JobFailure) -> None:
+        label = self.engine_found.get(engine)
+        if label is not None:
+            _set_tone(label, failure.sentence(), "error")
+
+    def open_sign_in(self, engine: str) -> None:
+        """The Sign In dialog for the engine; its status is read again once it is signed in."""
+        dialog = SignInDialog(self.context, engine, self)
+        dialog.sig_signed_in.connect(lambda signed, _kind: self.load_engine_status(signed))
+        self.sign_in_dialog = dialog
+        dialog.open()
 
     def _rules_page(self) -> QWidget:
         page = QWidget(self)

@@ -5,11 +5,16 @@ warns about the host backend, edits the risk rules, and stores the next data fol
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
+from core import signin
+from core.engines.codex import CHATGPT_SIGN_IN_NOTE
 from core.settings import settings_path
-from gui.qt import QTabWidget
+from core.signin import Found
+from gui.context import AppContext
+from gui.qt import QLabel, QLineEdit, QPushButton, Qt, QTabWidget
 from gui.settings.dialog import DATA_DIR_KEY, HOST_WARNING, SettingsDialog
 
 OVERRIDE = {
@@ -300,3 +305,154 @@ def test_the_new_task_dialog_preselects_the_default_engine(qtbot, tmp_path):
     other = NewTaskDialog([tmp_path], ("shell", "codex"), default_engine="gone")
     qtbot.addWidget(other)
     assert other.engine_combo.currentText() == "shell"
+
+
+# -- Settings ▸ Engines --------------------------------------------------------------------------
+
+CLAUDE = Path("/home/me/.local/bin/claude")
+CLAUDE_NATIVE = Path("/home/me/.local/share/claude/versions/2.1.197")
+
+
+class FakeSecrets:
+    """The SecretStore methods signing in uses, on a dict."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, str] = {}
+
+    def set(self, name: str, value: str) -> None:
+        self.values[name] = value
+
+    def has(self, name: str) -> bool:
+        return name in self.values
+
+    def get(self, name: str) -> str:
+        return self.values[name]
+
+
+@pytest.fixture
+def found_claude(monkeypatch):
+    """claude-code found where the native installer puts it; codex nowhere."""
+
+    def find(name, engine_settings, **_):
+        if name == "claude-code":
+            return Found(name, CLAUDE, CLAUDE_NATIVE, "2.1.197", "native installer", None)
+        return Found(name, None, None, None, "", "Codex was not found on PATH: install it")
+
+    monkeypatch.setattr(signin, "find_engine", find)
+
+
+@pytest.fixture
+def fake_keyring_dialog(qtbot, data_dir, settings, found_claude):
+    from core.app import Cairn
+
+    secrets = FakeSecrets()
+    facade = Cairn(data_dir, secrets=secrets)  # type: ignore[arg-type]
+    ctx = AppContext(facade, settings=settings, data_dir=data_dir)
+    dialog = SettingsDialog(ctx)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    qtbot.waitUntil(lambda: dialog.loaded is not None and not dialog.busy, timeout=10_000)
+    yield dialog, secrets
+    dialog.close()
+    ctx.close()
+
+
+def choose_engine(dialog: SettingsDialog, engine: str) -> None:
+    assert dialog.engine_choice is not None
+    dialog.engine_choice.setCurrentIndex(dialog.engine_choice.findData(engine))
+
+
+def test_the_shell_engine_shows_no_endpoint_key_or_model(qtbot, open_dialog, found_claude):
+    dialog = open_dialog()
+    dialog.pages.setCurrentIndex(1)
+    choose_engine(dialog, "shell")
+    box = dialog.engine_boxes["shell"]
+    assert dialog.engine_stack is not None and dialog.engine_stack.currentWidget() is box
+    assert not [key for engine, key in dialog.engine_edits if engine == "shell"]
+    assert not box.findChildren(QLineEdit) and not box.findChildren(QPushButton)
+    note = box.findChild(QLabel, "engineNote-shell")
+    assert note.text() == "The shell engine runs your commands; it needs no model or key."
+    assert note.isVisible()
+    choose_engine(dialog, "claude-code")
+    assert not note.isVisible()
+    assert dialog.engine_edits[("claude-code", "model")].isVisible()
+
+
+def test_an_agent_engine_shows_its_found_path_and_version(qtbot, open_dialog, found_claude):
+    dialog = open_dialog()
+    dialog.pages.setCurrentIndex(1)
+    choose_engine(dialog, "claude-code")
+    found = dialog.engine_found["claude-code"]
+    qtbot.waitUntil(lambda: "claude-code" in dialog.engine_statuses, timeout=10_000)
+    assert found.text() == f"{CLAUDE} (version 2.1.197, from native installer)"
+    assert found.isVisible()
+    assert {key for engine, key in dialog.engine_edits if engine == "claude-code"} == {
+        "binary",
+        "version",
+        "base_url",
+        "model",
+        "api_key_secret",
+    }
+    assert dialog.engine_boxes["claude-code"].findChild(QPushButton, "signIn-claude-code")
+    choose_engine(dialog, "codex")
+    qtbot.waitUntil(lambda: "codex" in dialog.engine_statuses, timeout=10_000)
+    assert "Codex was not found on PATH" in dialog.engine_found["codex"].text()
+    note = dialog.engine_boxes["codex"].findChild(QLabel, "engineNote-codex")
+    assert note.text() == CHATGPT_SIGN_IN_NOTE and note.isVisible()
+
+
+def test_sign_in_stores_the_value_clears_the_field_and_shows_it(qtbot, fake_keyring_dialog):
+    dialog, secrets = fake_keyring_dialog
+    dialog.pages.setCurrentIndex(1)
+    choose_engine(dialog, "claude-code")
+    qtbot.waitUntil(lambda: "claude-code" in dialog.engine_statuses, timeout=10_000)
+    signed = dialog.engine_sign_in["claude-code"]
+    assert "not signed in" in signed.text()
+    dialog.engine_boxes["claude-code"].findChild(QPushButton, "signIn-claude-code").click()
+    sign_in = dialog.sign_in_dialog
+    assert sign_in is not None and sign_in.isVisible()
+    assert [sign_in.kind_combo.itemData(i) for i in range(sign_in.kind_combo.count())] == [
+        "oauth-token",
+        "api-key",
+    ]
+    assert "claude setup-token" in sign_in.how_label.text()
+    assert sign_in.value_edit.echoMode() == QLineEdit.EchoMode.Password
+
+    sign_in.value_edit.setText("sk-ant-api03-wrong-kind-for-a-token")  # refused: nothing stored
+    qtbot.keyClick(sign_in.value_edit, Qt.Key.Key_Return)
+    assert sign_in.value_edit.text() == ""
+    qtbot.waitUntil(
+        lambda: "looks like an Anthropic API key" in sign_in.message.text(), timeout=5000
+    )
+    assert "sk-ant-api03-wrong" not in sign_in.message.text()
+    assert secrets.values == {} and sign_in.isVisible()
+
+    token = "sk-ant-oat01-" + "t" * 40
+    sign_in.value_edit.setText(token)
+    qtbot.keyClick(sign_in.value_edit, Qt.Key.Key_Return)
+    assert sign_in.value_edit.text() == ""  # cleared once queued, before the keyring answers
+    qtbot.waitUntil(lambda: not sign_in.isVisible(), timeout=5000)
+    assert secrets.values == {"CLAUDE_CODE_OAUTH_TOKEN": token}
+    qtbot.waitUntil(lambda: signed.text().startswith("Claude subscription"), timeout=10_000)
+    assert (
+        signed.text() == "Claude subscription (long-lived token) (keyring: CLAUDE_CODE_OAUTH_TOKEN)"
+    )
+    assert token not in signed.text()
+
+
+def test_the_engine_status_is_read_in_a_job(qtbot, cairn, context, monkeypatch, found_claude):
+    import threading
+
+    main = threading.get_ident()
+    threads: list[bool] = []
+    original = signin.status
+
+    def spy(*args, **kwargs):
+        threads.append(threading.get_ident() == main)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(signin, "status", spy)
+    dialog = SettingsDialog(context)
+    qtbot.addWidget(dialog)
+    qtbot.waitUntil(lambda: "claude-code" in dialog.engine_statuses, timeout=10_000)
+    assert threads and not any(threads)

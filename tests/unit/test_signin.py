@@ -238,7 +238,7 @@ def test_a_missing_binary_offers_install_and_choose(creds, secrets, settings, mo
     (problem,) = st.issues
     assert problem.what == "no codex on PATH"
     assert problem.action == ACTION_CHOOSE_BINARY
-    assert problem.command == "npm install -g @openai/codex"
+    assert problem.command == "npm install -g @openai/codex@latest"
     assert st.to_dict()["found"] is False and st.to_dict()["path"] is None
 
 
