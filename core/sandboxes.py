@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from core.errors import CairnError, InputError, NotFound
 from core.ids import new_id
 from core.launch import resource_path
 from core.models import SessionRecord, Workspace
-from core.policy import NETWORK_ALLOWLIST, Policy
+from core.policy import NETWORK_ALLOWLIST, NETWORK_NONE, Policy
 from core.sandbox import egress
 from core.sandbox.base import (
     CONTAINER_RUNS,
@@ -35,7 +36,7 @@ from core.sandbox.base import (
     SandboxSpec,
     SessionState,
 )
-from core.settings import Settings
+from core.settings import Settings, endpoint_of
 from core.store import Store
 
 log = logging.getLogger(__name__)
@@ -118,6 +119,7 @@ class SandboxManager:
         snapshot_id: str | None,
         policy: Policy,
         engine_mounts: list[tuple[Path, str]] | tuple = (),
+        endpoints: Sequence[egress.Endpoint] = (),
     ) -> SandboxSpec:
         extra = [(RESOURCES_SANDBOX, TOOLS_DIR_IN_SANDBOX)]
         # Decisions on approvals: read-only, so an agent can never approve itself.
@@ -138,7 +140,7 @@ class SandboxManager:
             network=policy.network,
             egress_socket_dir=(
                 self.egress_paths(session_id).sandbox_dir
-                if policy.network == NETWORK_ALLOWLIST
+                if _needs_proxy(policy, endpoints)
                 else None
             ),
             limits=policy.limits,
@@ -146,22 +148,30 @@ class SandboxManager:
             gid=policy.uid,
         )
 
-    def launch_specs(self, policy: Policy) -> list[LaunchSpec]:
-        if policy.network != NETWORK_ALLOWLIST:
+    def launch_specs(
+        self, policy: Policy, endpoints: Sequence[egress.Endpoint] = ()
+    ) -> list[LaunchSpec]:
+        """The background processes the sandbox needs: the egress forwarder, under `allowlist`
+        (its proxy port and loopback forwards) and wherever a model endpoint is served."""
+        if not _needs_proxy(policy, endpoints):
             return []
+        allowlist = policy.network == NETWORK_ALLOWLIST
+        # A local model server is reached through its endpoint (which adds the key), never
+        # through a same-port forward that would reach it without one.
+        served = {endpoint_of(e.upstream) for e in endpoints}
         forwards = {
             int(entry.rpartition(":")[2]): entry
-            for entry in policy.allow
-            if _is_loopback(entry.rpartition(":")[0])
+            for entry in (policy.allow if allowlist else ())
+            if _is_loopback(entry.rpartition(":")[0]) and entry not in served
         }
         argv = egress.forwarder_argv(
             f"{TOOLS_DIR_IN_SANDBOX}/egress-forward.py",
-            proxy_port=EGRESS_PROXY_PORT,
+            proxy_port=EGRESS_PROXY_PORT if allowlist else None,
             forwards=forwards,
+            endpoints=[e.name for e in endpoints],
         )
-        probe = (
-            f"import socket,sys; s=socket.create_connection(('127.0.0.1', {EGRESS_PROXY_PORT}), 2)"
-        )
+        port = EGRESS_PROXY_PORT if allowlist else egress.endpoint_port(0)
+        probe = f"import socket,sys; s=socket.create_connection(('127.0.0.1', {port}), 2)"
         return [LaunchSpec("egress-forwarder", argv, "/", ["python3", "-c", probe])]
 
     def exec_environment(self, policy: Policy) -> dict[str, str]:
@@ -181,6 +191,7 @@ class SandboxManager:
         *,
         extra_mounts: list[tuple[Path, str]] | tuple = (),
         home_seed: Path | None = None,
+        endpoints: Sequence[egress.Endpoint] = (),
     ) -> SandboxOutcome:
         """Reattach to the workspace's sandbox when it is alive and matches the current policy;
         otherwise make the next generation carrying the persisted snapshot id (a new sandbox
@@ -192,8 +203,8 @@ class SandboxManager:
             session_id = new_id("session")
             if home_seed is not None and home_seed.is_dir():
                 shutil.copytree(home_seed, self.data.home_path(session_id), symlinks=True)
-            spec = self.spec_for(ws, session_id, snapshot_id, policy, extra_mounts)
-            self._start_egress(spec, policy)
+            spec = self.spec_for(ws, session_id, snapshot_id, policy, extra_mounts, endpoints)
+            self._start_egress(spec, policy, endpoints)
             state, live = self.backend.create(spec)
             record = SessionRecord(
                 session_id,
@@ -216,9 +227,9 @@ class SandboxManager:
         else:
             # The persisted snapshot id stays: a recreate never mints a new one.
             spec = self.spec_for(
-                ws, record.id, record.snapshot_id or snapshot_id, policy, extra_mounts
+                ws, record.id, record.snapshot_id or snapshot_id, policy, extra_mounts, endpoints
             )
-            self._start_egress(spec, policy)
+            self._start_egress(spec, policy, endpoints)
             state = _state_of(record)
             result = self.backend.attach(state, spec)
             if isinstance(result, Attached):
@@ -252,7 +263,7 @@ class SandboxManager:
         record.status = "live"
         record.policy_version = policy.version
         record.policy = policy.to_dict()
-        specs = self.launch_specs(policy)
+        specs = self.launch_specs(policy, endpoints)
         record.launch_specs = [s.to_dict() for s in specs]
         self.store.put_session(record)
         outcome.rebuilt = self.rebuild(outcome.live, specs, ws.id)
@@ -298,14 +309,17 @@ class SandboxManager:
                 )
             time.sleep(0.1)
 
-    def _start_egress(self, spec: SandboxSpec, policy: Policy) -> None:
+    def _start_egress(
+        self, spec: SandboxSpec, policy: Policy, endpoints: Sequence[egress.Endpoint] = ()
+    ) -> None:
         paths = self.egress_paths(spec.session_id)
-        if policy.network == NETWORK_ALLOWLIST:
+        if _needs_proxy(policy, endpoints):
             egress.ensure_running(
                 paths.socket,
-                list(policy.allow),
+                list(policy.allow) if policy.network == NETWORK_ALLOWLIST else [],
                 self.data.root / "egress" / spec.session_id / "egress.log",
                 session=spec.session_id,
+                endpoints=endpoints,
             )
         elif egress.running_pid(paths.socket):
             egress.stop(paths.socket)
@@ -360,6 +374,14 @@ def _state_of(record: SessionRecord) -> SessionState:
             "generation": record.generation,
             "snapshot_id": record.snapshot_id,
         }
+    )
+
+
+def _needs_proxy(policy: Policy, endpoints: Sequence[egress.Endpoint]) -> bool:
+    """Whether the sandbox needs the host's egress proxy: for its allowlist, or to reach a model
+    endpoint whose credential the proxy adds (under `open` too, so no key enters the sandbox)."""
+    return policy.network == NETWORK_ALLOWLIST or (
+        bool(endpoints) and policy.network != NETWORK_NONE
     )
 
 

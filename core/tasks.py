@@ -263,6 +263,7 @@ class Tasks:
         session natively (or, when that is impossible, a new session that says why)."""
         parent = self.ctx.task(task_ref)
         self.runs.refuse_in_flight(parent)
+        self.runs.preflight(parent)  # a child that could not run is never made
         last = self.runs.latest(parent)
         child = self._child_task(
             parent,
@@ -298,6 +299,7 @@ class Tasks:
         The parent's workspace is never touched."""
         parent = self.ctx.task(task_ref)
         self.runs.refuse_in_flight(parent)
+        self.runs.preflight(parent)  # a child that could not run is never made
         rev = self.revisions.resolve(parent, at_revision, default="latest")
         old = self.ctx.workspace_of(parent)
         child_id = new_id("task")

@@ -17,6 +17,7 @@ from core.errors import CairnError
 from core.models import Revision, Snapshot
 from core.revisions import Revisions
 from core.runs.liveness import Sandboxes
+from core.sandbox import egress
 from core.snapshots import tree_size
 from core.vault import snapshot_ref
 
@@ -41,6 +42,16 @@ class Views:
             return tree_size(self.ctx.vault_for(ws.source_id), rev.tree)
         except CairnError:
             return None
+
+    def _credential_uses(self, session_id: str) -> dict[str, Any]:
+        """How often the host's proxy signed a request for this sandbox, and when last (the
+        session's egress log records host and time, never the value)."""
+        uses = egress.credential_uses(self.ctx.data.root / "egress" / session_id / "egress.log")
+        return {
+            "credential_uses": len(uses),
+            "credential_last_used": uses[-1].get("time") if uses else None,
+            "credential_hosts": sorted({str(u.get("host")) for u in uses}),
+        }
 
     def status(self) -> dict:
         """Every sandbox session and snapshot, for `cairnctl status` and the GUI."""
@@ -75,6 +86,7 @@ class Views:
                     "age_s": time.time() - rec.created_at,
                     "policy_version": rec.policy_version,
                     "size": self._workspace_size(rec.workspace_id),
+                    **self._credential_uses(rec.id),
                 }
             )
         snaps = []

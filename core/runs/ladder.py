@@ -7,12 +7,13 @@ took and why. Each step's mechanics belong to the module named in it.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from core import approvals, lineage, workspaces
+from core import approvals, lineage, preflight, workspaces
 from core import events as ev
 from core.context import Context, Lazy
 from core.credentials import Credentials
@@ -22,7 +23,6 @@ from core.engines.base import (
     MODE_FALLBACK,
     MODE_FORK,
     MODE_START,
-    EngineSettings,
     LaunchContext,
     ToolContract,
 )
@@ -31,13 +31,15 @@ from core.ids import new_id
 from core.models import Checkpoint, Revision, Run, Task, Workspace, WorkspaceState
 from core.models import RunState as R
 from core.policy import Policy
+from core.preflight import Ready
 from core.revisions import Revisions
 from core.runs import states as runs
 from core.runs.checkpoints import Checkpoints, parse_workspace_ref
 from core.runs.liveness import Sandboxes
+from core.sandbox import egress
 from core.sandbox.base import CONTAINER_HOME, LiveSession
 from core.sandboxes import TOOLS_DIR_IN_SANDBOX
-from core.settings import Settings, engine_endpoint, policy_with_endpoint
+from core.settings import Settings, policy_with_endpoint
 from core.snapshots import Snapshots
 
 log = logging.getLogger(__name__)
@@ -162,6 +164,7 @@ class Ladder:
                 if v is not None
             }
         )
+        ready = self.preflight(task)  # before anything is made for the run
         with lineage.acquire(self.store, lineage.root_of(self.store, task.id)) as lease:
             self.refuse_in_flight(task)
             run = Run(
@@ -186,12 +189,21 @@ class Ladder:
                     lease,
                     0,
                     report,
+                    ready,
                     recorded_contract=None,
                     home_seed=home_seed,
                 )
             except CairnError as exc:
                 self._park(run.id, f"could not start: {exc}")
                 raise
+
+    def preflight(self, task: Task) -> Ready:
+        """The checks a run of the task must pass before anything is made for it (binary,
+        network, credential), under the task's current policy; CairnError with the fix."""
+        ws = self.ctx.workspace_of(task)
+        return preflight.check(
+            task.engine, Policy.from_dict(ws.policy), self.settings, self._credentials
+        )
 
     def _park(self, run_id: str, note: str) -> None:
         """An attempt that could not launch stays resumable: nothing about it is lost."""
@@ -208,23 +220,32 @@ class Ladder:
         lease: lineage.Lease,
         start_step: int,
         report: ResumeReport,
+        ready: Ready,
         *,
         recorded_contract: ToolContract | None,
         accept_tool_change: bool = False,
         home_seed: Path | None = None,
     ) -> Run:
         eng = engine_for(run.engine)
-        settings = self.settings.engine(run.engine)
-        policy = policy_with_endpoint(
-            Policy.from_dict(ws.policy), engine_endpoint(run.engine, settings)
-        )
+        settings = ready.settings
+        policy = policy_with_endpoint(Policy.from_dict(ws.policy), ready.endpoint)
+        endpoints = _model_endpoints(ready)
+        if ready.note:
+            report.add(
+                "engine", "binary " + str(ready.found.path if ready.found else ""), ready.note
+            )
         workspaces.require_tree(ws)
         snapshot_id = None
         if self.store.session_for(ws.id) is None:
             latest = self.store.list_snapshots(ws.id)
             snapshot_id = latest[-1].id if latest else self.snapshots.take(task.id).id
         outcome = self._sandboxes.get().ensure(
-            ws, policy, snapshot_id, extra_mounts=eng.mounts(settings), home_seed=home_seed
+            ws,
+            policy,
+            snapshot_id,
+            extra_mounts=eng.mounts(settings),
+            home_seed=home_seed,
+            endpoints=endpoints,
         )
         report.add("sandbox", outcome.path, "; ".join(outcome.reasons))
         if outcome.rebuilt:
@@ -248,7 +269,18 @@ class Ladder:
                 "changed, accepted" if diffs else "match the checkpoint",
                 "; ".join(diffs) or None,
             )
-        self._grant_engine_key(task, eng, settings, report)
+        sandbox_env: dict[str, str] = {}
+        if ready.credential is not None and endpoints:
+            kind = ready.credential.kind
+            # The engine talks to the in-sandbox end of the proxy and holds only a placeholder;
+            # the proxy on the host adds the real credential to each request for the model.
+            settings = dataclasses.replace(settings, base_url=egress.endpoint_url(0))
+            sandbox_env[kind.env] = kind.placeholder
+            report.add(
+                "credentials",
+                f"{kind.label} ({ready.credential.secret}) added by the host's proxy to requests "
+                f"for {ready.endpoint}; the sandbox holds a placeholder",
+            )
         resolved = self._credentials.get().resolve_env(task.id, require=True)
         secret_of = {g.env_var: g.secret_name for g in self._credentials.get().grants_for(task.id)}
         env = {k: v for k, v in resolved.env.items() if policy.allows_secret(secret_of.get(k, k))}
@@ -291,6 +323,7 @@ class Ladder:
             **self._sandboxes.get().exec_environment(policy),
             **eng.environment(ctx),
             **approvals.gate_environment(run, outcome.live),
+            **sandbox_env,
             **env,
         }
         approvals.ensure_judge(self.ctx.data)
@@ -355,25 +388,6 @@ class Ladder:
         self.store.update_run(run.id, spec=spec)
         return replace(ctx, mode=MODE_FALLBACK, spec=spec)
 
-    def _grant_engine_key(
-        self, task: Task, eng: Engine, settings: EngineSettings, report: ResumeReport
-    ) -> None:
-        """The engine's API key comes from the keyring secret its settings name, as a grant of
-        the lineage, so revoking it works like any other grant."""
-        var = getattr(eng, "api_key_env", None)
-        if not var or not settings.api_key_secret:
-            return
-        creds = self._credentials.get()
-        if any(g.env_var == var for g in creds.grants_for(task.id)):
-            return
-        if any(
-            getattr(g, "secret_name", None) == settings.api_key_secret
-            for g in creds.revoked_for(task.id)
-        ):
-            return  # revoked stays revoked
-        creds.grant(lineage.root_of(self.store, task.id), settings.api_key_secret, var)
-        report.add("credentials", f"granted {settings.api_key_secret} as {var} (engine settings)")
-
     # -- resume --------------------------------------------------------------------------------
 
     def resume(
@@ -389,6 +403,7 @@ class Ladder:
             raise Conflict(f"run {run.id} is {run.state}; only an interrupted run can be resumed")
         if choice not in (None, ON_TOP, RESTORE_INTO_NEW):
             raise InputError(f"unknown choice {choice!r}")
+        ready = self.preflight(task)  # a resume that cannot launch changes nothing
         # 1. one operation per lineage; no other run in flight.
         with lineage.acquire(self.store, lineage.root_of(self.store, task.id)) as lease:
             run = self.store.get_run(run.id)
@@ -445,6 +460,7 @@ class Ladder:
                     lease,
                     start_step,
                     report,
+                    ready,
                     recorded_contract=ToolContract.from_dict(ck.tool_contract) if ck else None,
                     accept_tool_change=accept_tool_change,
                 )
@@ -543,3 +559,19 @@ class Ladder:
             and r.run_id != run.id
             and r.trigger not in ("base", "checkpoint", "restore")
         ]
+
+
+def _model_endpoints(ready: Ready) -> list[egress.Endpoint]:
+    """The model endpoint the proxy serves in the sandbox, signed with the engine's credential."""
+    if ready.credential is None or ready.base_url is None:
+        return []
+    kind = ready.credential.kind
+    return [
+        egress.Endpoint(
+            ready.engine,  # its errors name the engine to sign in again
+            ready.base_url,
+            secret=ready.credential.secret,
+            header=kind.header,
+            template=kind.template,
+        )
+    ]

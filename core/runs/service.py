@@ -23,6 +23,7 @@ from core.engines import engine_for
 from core.engines.base import MODE_START
 from core.errors import CairnError, Conflict
 from core.models import Checkpoint, Run, RunState, Task, WorkspaceState
+from core.preflight import Ready
 from core.revisions import Revisions
 from core.runs import RECORD_CHILD
 from core.runs.checkpoints import Checkpoints
@@ -86,6 +87,11 @@ class Runs:
     def output(self, run_id: str, stream: str | None = None) -> str:
         """Everything observed of a run so far, in order (`stdout`, `stderr`, or both)."""
         return output_of(self.ctx.store, run_id, stream)
+
+    def preflight(self, task: Task | str) -> Ready:
+        """What a run of the task needs before anything is made for it (binary, network,
+        credential), checked now; CairnError naming the problem and its fix."""
+        return self.ladder.preflight(self._task(task))
 
     def checkpoint(self, task_ref: str) -> Checkpoint:
         """A checkpoint of the task's latest run now (at the step it is on)."""

@@ -258,7 +258,7 @@ class SandboxSpec:
             MountSpec(str(self.home_dir), CONTAINER_HOME, False),
             MountSpec(str(self.runs_dir), CONTAINER_RUNS, False),
         ]
-        if self.network == "allowlist" and self.egress_socket_dir is not None:
+        if self.egress_socket_dir is not None:  # the allowlist's proxy, or a model endpoint
             # Read-only: the sandbox may connect to the proxy's socket but not replace it.
             out.append(MountSpec(str(self.egress_socket_dir), CONTAINER_EGRESS, True))
         out.extend(MountSpec(str(host), target, True) for host, target in self.extra_mounts)

@@ -22,7 +22,7 @@ from core.policy import NETWORK_MODES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-# The order `cairnctl --help` has always listed the commands in.
+# The order `cairnctl --help` lists the commands in (engine sign-in after the credentials).
 HELP_ORDER = [
     "new",
     "continue",
@@ -45,6 +45,7 @@ HELP_ORDER = [
     "secret",
     "grant",
     "revoke",
+    "engine",
     "policy",
     "promote",
     "export",
