@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core import health
+from core import health, signin
 from core.approvals import Judge
 from core.artifacts import Artifacts
 from core.context import Context, Lazy
@@ -26,6 +26,7 @@ from core.runs.service import Runs
 from core.sandbox.base import SandboxBackend
 from core.sandboxes import SandboxManager, sandbox_provider
 from core.settings import Settings
+from core.signin import EngineStatus
 from core.snapshots import Snapshots
 from core.tasks import Tasks
 from core.views import Views
@@ -109,10 +110,15 @@ class Cairn:
         (backend and image); sessions and containers are not touched."""
         self._sandboxes.reset()
 
+    def engine_status(self, engine: str) -> EngineStatus:
+        """An agent engine as its first run would find it: binary, version, sign-in, endpoint,
+        and each problem with its fix. Reads the keyring: call it off the GUI thread."""
+        return signin.status(self.credentials, engine, self.settings)
+
     def health_checks(self) -> list[Check]:
-        """The first-run checks (Docker, keyring, git, disk of the data folder); never raises,
-        bounded to a few seconds."""
-        return health.run_checks(self.data.root)
+        """The first-run checks (Docker, keyring, git, disk of the data folder, each agent
+        engine); never raises, bounded to a few seconds."""
+        return health.run_checks(self.data.root, engine_status=self.engine_status)
 
     def close(self) -> None:
         self.revisions.close()

@@ -12,27 +12,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.context import Lazy
-from core.credentials import Credentials, KeyringUnavailable, SecretMissing
+from core.credentials import Credentials, KeyringUnavailable
 from core.engines import engine_for
-from core.engines.base import CredentialKind, EngineSettings
+from core.engines.base import EngineSettings
 from core.engines.discovery import Found, find_engine, settings_with
 from core.errors import CairnError
 from core.policy import Policy
 from core.settings import Settings, engine_endpoint, refuse_unreachable
+from core.signin import SignIn, signed_in_with
 
 SIGN_IN_FIX = "sign in with `cairnctl engine login {engine}` or Settings ▸ Engines ▸ Sign in"
 
 
 class NotSignedIn(CairnError):
     """No credential for an agent engine in the keyring."""
-
-
-@dataclass(frozen=True)
-class Credential:
-    """The keyring secret an engine's requests are signed with, and how."""
-
-    kind: CredentialKind
-    secret: str  # the keyring secret's name (the kind's usual name, or the settings' choice)
 
 
 @dataclass(frozen=True)
@@ -44,33 +37,11 @@ class Ready:
     found: Found | None  # None for engines without a binary of their own (shell)
     endpoint: str | None  # host:port of the model
     base_url: str | None  # the model's URL outside the sandbox
-    credential: Credential | None
+    credential: SignIn | None  # the kind and the keyring secret the requests are signed with
 
     @property
     def note(self) -> str | None:
         return self.found.note if self.found else None
-
-
-def engine_credential(
-    engine: str, settings: EngineSettings, credentials: Credentials
-) -> Credential | None:
-    """The credential the engine is signed in with: `engines.<engine>.api_key_secret` when the
-    settings name one, else the first kind whose usual secret is in the keyring. Reads the value
-    (so a locked keyring is found now, not at the first request) but keeps nothing of it."""
-    kinds = engine_for(engine).credential_kinds
-    if settings.api_key_secret:
-        api = next((k for k in kinds if k.kind == "api-key"), kinds[0] if kinds else None)
-        if api is None:
-            return None
-        credentials.secrets.get(settings.api_key_secret)  # SecretMissing, KeyringUnavailable
-        return Credential(api, settings.api_key_secret)
-    for kind in kinds:
-        try:
-            credentials.secrets.get(kind.secret)
-        except SecretMissing:
-            continue
-        return Credential(kind, kind.secret)
-    return None
 
 
 def check(engine: str, policy: Policy, settings: Settings, credentials: Lazy[Credentials]) -> Ready:
@@ -88,17 +59,17 @@ def check(engine: str, policy: Policy, settings: Settings, credentials: Lazy[Cre
     refuse_unreachable(engine, policy, endpoint)
     fix = SIGN_IN_FIX.format(engine=engine)
     try:
-        credential = engine_credential(engine, engine_settings, credentials.get())
-    except SecretMissing as exc:
-        raise NotSignedIn(
-            f"the {engine} engine is set to use the keyring secret "
-            f"{engine_settings.api_key_secret!r}, which is not in the keyring",
-            hint=f"{fix}, or unset engines.{engine}.api_key_secret",
-        ) from exc
+        credential = signed_in_with(credentials.get(), engine, engine_settings)
     except KeyringUnavailable as exc:
         raise NotSignedIn(
             f"the {engine} engine's credential cannot be read: {exc.message}"
         ) from exc
+    if credential is None and engine_settings.api_key_secret:
+        raise NotSignedIn(
+            f"the {engine} engine is set to use the keyring secret "
+            f"{engine_settings.api_key_secret!r}, which is not in the keyring",
+            hint=f"{fix}, or unset engines.{engine}.api_key_secret",
+        )
     if credential is None:
         names = " or ".join(k.secret for k in eng.credential_kinds)
         raise NotSignedIn(

@@ -143,7 +143,9 @@ def test_new_task_dialog_shows_each_engines_network_from_the_settings(qtbot, tmp
     settings = Settings(tmp_path / "data")
     policies = default_policies(settings, ("shell", "claude-code", "codex"))
     assert policies["shell"].startswith("None")
-    assert policies["claude-code"] == "Allowlist: only api.anthropic.com:443 (through Cairn's proxy)"
+    assert (
+        policies["claude-code"] == "Allowlist: only api.anthropic.com:443 (through Cairn's proxy)"
+    )
     dialog = NewTaskDialog([tmp_path], ("shell", "claude-code", "codex"), policies=policies)
     qtbot.addWidget(dialog)
     assert dialog.network_label.text().startswith("None")

@@ -486,10 +486,16 @@ def test_the_facade_runs_them_on_its_data_folder(data_dir, monkeypatch):
     from core.app import Cairn
 
     seen = []
-    monkeypatch.setattr(health, "run_checks", lambda root: seen.append(root) or ["checked"])
+
+    def run_checks(root, **kw):
+        seen.append((root, kw["engine_status"].__self__))
+        return ["checked"]
+
+    monkeypatch.setattr(health, "run_checks", run_checks)
     with Cairn(data_dir) as cairn:
         assert cairn.health_checks() == ["checked"]
-    assert seen == [data_dir.resolve()]
+    # ... with the facade's own keyring and settings behind the engine rows.
+    assert seen == [(data_dir.resolve(), cairn)]
 
 
 # -- agent engines -------------------------------------------------------------------------------
