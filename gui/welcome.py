@@ -28,6 +28,7 @@ from gui.qt import (
     QLabel,
     QMessageBox,
     QPushButton,
+    QScrollArea,
     QSettings,
     Qt,
     QTimer,
@@ -208,10 +209,18 @@ class WelcomeDialog(QDialog):
         self.intro_label.setWordWrap(True)
         layout.addWidget(self.intro_label)
 
-        self.rows_widget = QWidget(self)
+        # The rows scroll when they are taller than the screen (an engine row with its problems
+        # and fixes takes many lines), so Continue always stays in view.
+        self.rows_scroll = QScrollArea(self)
+        self.rows_scroll.setObjectName("welcomeRows")
+        self.rows_scroll.setWidgetResizable(True)
+        self.rows_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.rows_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.rows_widget = QWidget(self.rows_scroll)
         self.rows_layout = QVBoxLayout(self.rows_widget)
         self.rows_layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.rows_widget)
+        self.rows_scroll.setWidget(self.rows_widget)
+        layout.addWidget(self.rows_scroll, 1)
 
         self.status_label = QLabel("Checking this computer…", self)
         self.status_label.setObjectName("welcomeStatus")
@@ -300,9 +309,18 @@ class WelcomeDialog(QDialog):
         if layout is None:
             return
         layout.activate()
-        needed = layout.totalHeightForWidth(self.width())
+        rows = self.rows_layout.totalHeightForWidth(self.rows_scroll.viewport().width())
+        others = layout.totalHeightForWidth(self.width()) - self.rows_scroll.sizeHint().height()
+        needed = others + rows + 2 * self.rows_scroll.frameWidth()
+        screen = self.screen()
+        if screen is not None:  # never taller than the screen: the rows scroll instead
+            needed = min(needed, int(screen.availableGeometry().height() * 0.9))
         if needed > self.height():
             self.resize(self.width(), needed)
+        if screen is not None:  # grown downwards: moved up as far as it must to stay on screen
+            avail, frame = screen.availableGeometry(), self.frameGeometry()
+            if frame.bottom() > avail.bottom():
+                self.move(self.x(), max(avail.top(), avail.bottom() - frame.height()))
 
     def _checks_failed(self, failure: JobFailure) -> None:
         self.status_label.setText(f"{failure.sentence()}. You can still continue.")

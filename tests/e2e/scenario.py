@@ -231,6 +231,7 @@ class Scenario:
         )
         self.wait(lambda: welcome.checked, "the checks to finish")
         self.result["checks"] = {c.id: c.state for c in welcome.checks}
+        self.result["check_facts"] = {c.id: list(c.facts) for c in welcome.checks}
         self.shot("first-run-check")
         self.click(welcome.continue_button)
         self.wait(lambda: not welcome.isVisible(), "the system check to close")

@@ -17,6 +17,8 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 
+AGENT_BIN = REPO_ROOT / "tests" / "agents" / "node_modules" / ".bin"
+
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 PHASE_TIMEOUT_S = 420
@@ -62,9 +64,14 @@ def test_drop_run_diff_fork_continue_approve_deny_quit_and_relaunch(
         XDG_CONFIG_HOME=str(tmp_path / "config"),
         CAIRN_DATA_DIR=str(e2e_data),
         PYTHONPATH=str(REPO_ROOT),
+        # The agent CLIs the way npm puts them on a person's PATH: the first-run check finds them.
+        PATH=os.pathsep.join([str(AGENT_BIN), os.environ.get("PATH", os.defpath)]),
     )
     first = run_phase("first", env, artifacts_dir, tmp_path / "first.json", "--repo", str(repo))
     assert first["checks"]["docker"] == "ok", first["checks"]
+    if (AGENT_BIN / "claude").exists():  # found: its path and version are shown
+        facts = "\n".join(first["check_facts"]["engine-claude-code"])
+        assert str(AGENT_BIN / "claude") in facts and "2.1." in facts, facts
     assert first["drag_result"] == "dropped CopyAction"
     assert {"app.py", "greeting.txt", "notes.txt"} <= set(first["diff_files"])
     assert first["task_revisions"] >= 3
