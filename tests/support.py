@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -100,3 +103,33 @@ def release_data_dir(data_dir: Path, docker_client) -> None:
         c.remove(force=True)
     for sock in (data_dir / "egress").glob("*/sandbox/egress.sock"):
         egress.stop(sock)
+
+
+AGENTS_DIR = REPO / "tests" / "agents"
+
+
+def locked_agent_version(package: str) -> str:
+    """The version tests/agents/package-lock.json holds for an agent CLI package (or alias)."""
+    lock = json.loads((AGENTS_DIR / "package-lock.json").read_text())
+    return lock["packages"][f"node_modules/{package}"]["version"]
+
+
+def npm_install_global(prefix: Path, packages: list[str]) -> None:
+    """`npm install -g` into `prefix`, the way a person installs an agent CLI (npm's cache, filled
+    by `npm ci --prefix tests/agents`, serves the files); a skip that says why when it cannot."""
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("npm is not installed (scripts/setup.sh deps installs it)")
+    proc = subprocess.run(
+        [npm, "install", "-g", "--prefix", str(prefix), "--prefer-offline", "--no-audit",
+         "--no-fund", *packages],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        pytest.skip(f"npm could not install {', '.join(packages)}: {proc.stderr.strip()[-400:]}")
+    # npm leaves out an optional platform package it cannot fetch (global installs read full
+    # package documents, which `npm ci` does not cache) and still succeeds.
+    if not any(prefix.glob("lib/node_modules/**/*-linux-*/package.json")):
+        pytest.skip(
+            f"npm installed {', '.join(packages)} without their platform packages (offline?)"
+        )

@@ -384,18 +384,7 @@ class ClaudeCodeEngine(Engine):
         if not settings.binary:
             return []  # check_version says so, with the fix
         # The native file itself, not a link, shim or node wrapper leading to it.
-        return [(self.resolve_binary(settings.binary), BINARY_IN_SANDBOX)]
-
-    def resolve_binary(self, binary: str) -> Path:
-        """The native executable a configured binary (maybe a link or wrapper) ends in."""
-        resolved = native.resolve(Path(binary), self)
-        if resolved.binary is None:
-            raise InputError(
-                f"the Claude Code binary {binary} cannot be used: {resolved.problem}",
-                hint="set engines.claude-code.binary to the `claude` you run, or unset it to "
-                "use the one on PATH",
-            )
-        return resolved.binary
+        return [(native.resolve_binary(self, settings.binary), BINARY_IN_SANDBOX)]
 
     # -- the program ----------------------------------------------------------------------------
 

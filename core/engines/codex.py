@@ -301,23 +301,12 @@ class CodexEngine(Engine):
     def mounts(self, settings: EngineSettings) -> list[tuple[Path, str]]:
         if not settings.binary:
             return []
-        binary = self.resolve_binary(settings.binary)
+        binary = native.resolve_binary(self, settings.binary)
         package = binary.parent.parent
         if binary.parent.name == "bin" and (package / PACKAGE_MANIFEST).is_file():
             # The whole platform folder: bin/codex finds its helpers (rg) beside it.
             return [(package, MOUNT_POINT)]
         return [(binary, BINARY_IN_SANDBOX)]
-
-    def resolve_binary(self, binary: str) -> Path:
-        """The native executable a configured binary (maybe codex.js or a link) ends in."""
-        resolved = native.resolve(Path(binary), self)
-        if resolved.binary is None:
-            raise InputError(
-                f"the Codex binary {binary} cannot be used: {resolved.problem}",
-                hint="set engines.codex.binary to the `codex` you run, or unset it to use the "
-                "one on PATH",
-            )
-        return resolved.binary
 
     # -- the program ----------------------------------------------------------------------------
 

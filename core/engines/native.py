@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from core.engines.base import Engine
+from core.errors import InputError
 
 _MAX_HOPS = 8  # links and wrappers followed from one starting point
 _SCRIPT_BYTES = 64 * 1024  # how much of a wrapper script is read
@@ -206,6 +207,19 @@ def _script_targets(script: Path, text: str) -> list[Path]:
         if candidate.is_file():
             out.append(candidate)
     return out
+
+
+def resolve_binary(engine: Engine, binary: str) -> Path:
+    """The native executable a configured binary (maybe a link, shim or node wrapper) ends in;
+    InputError naming why there is none and how to point the setting elsewhere."""
+    resolved = resolve(Path(binary), engine)
+    if resolved.binary is None:
+        raise InputError(
+            f"the {engine.label} binary {binary} cannot be used: {resolved.problem}",
+            hint=f"set engines.{engine.name}.binary to the `{engine.command}` you run, or unset "
+            "it to use the one on PATH",
+        )
+    return resolved.binary
 
 
 def resolve(path: Path, engine: Engine) -> Resolved:

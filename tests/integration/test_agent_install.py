@@ -9,10 +9,7 @@ older release as the alias `claude-code-older`), serves the packages.
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import subprocess
 import time
 from pathlib import Path
 
@@ -23,6 +20,7 @@ from core.engines.base import EngineSettings
 from core.engines.claude_code import ClaudeCodeEngine
 from core.engines.codex import CodexEngine
 from core.engines.native import host_arch, linux_triple, read_elf
+from tests.support import locked_agent_version, npm_install_global
 
 pytestmark = pytest.mark.slow
 
@@ -31,43 +29,19 @@ OLDER_ALIAS = "claude-code-older"
 NONE = EngineSettings()
 
 
-def _locked_version(package: str) -> str:
-    lock = json.loads((AGENTS / "package-lock.json").read_text())
-    return lock["packages"][f"node_modules/{package}"]["version"]
-
-
-def _npm_install(prefix: Path, packages: list[str]) -> None:
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip("npm is not installed (scripts/setup.sh deps installs it)")
-    proc = subprocess.run(
-        [npm, "install", "-g", "--prefix", str(prefix), "--prefer-offline", "--no-audit",
-         "--no-fund", *packages],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    if proc.returncode != 0:
-        pytest.skip(f"npm could not install {', '.join(packages)}: {proc.stderr.strip()[-400:]}")
-    # npm leaves out an optional platform package it cannot fetch (global installs read full
-    # package documents, which `npm ci` does not cache) and still succeeds.
-    if not any(prefix.glob("lib/node_modules/**/*-linux-*/package.json")):
-        pytest.skip(
-            f"npm installed {', '.join(packages)} without their platform packages (offline?)"
-        )
-
-
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> dict[str, Path]:
     """Two global prefixes: the locked releases of both CLIs, and the older Claude Code."""
     current = tmp_path_factory.mktemp("npm-global")
-    _npm_install(
+    npm_install_global(
         current,
         [
-            f"@anthropic-ai/claude-code@{_locked_version('@anthropic-ai/claude-code')}",
-            f"@openai/codex@{_locked_version('@openai/codex')}",
+            f"@anthropic-ai/claude-code@{locked_agent_version('@anthropic-ai/claude-code')}",
+            f"@openai/codex@{locked_agent_version('@openai/codex')}",
         ],
     )
     older = tmp_path_factory.mktemp("npm-global-older")
-    _npm_install(older, [f"@anthropic-ai/claude-code@{_locked_version(OLDER_ALIAS)}"])
+    npm_install_global(older, [f"@anthropic-ai/claude-code@{locked_agent_version(OLDER_ALIAS)}"])
     return {"current": current, "older": older}
 
 
@@ -94,7 +68,7 @@ def test_both_clis_are_found_on_path_as_their_native_binaries(installed, home):
     cold = time.monotonic() - started
     assert claude.usable, claude.problem
     assert (claude.source, claude.path) == ("PATH", prefix / "bin" / "claude")
-    assert claude.version == _locked_version("@anthropic-ai/claude-code")
+    assert claude.version == locked_agent_version("@anthropic-ai/claude-code")
     assert claude.binary is not None and read_elf(claude.binary) is not None
     # npm's postinstall copies the platform binary over bin/claude.exe; without it, the
     # platform package's own binary is used.
@@ -106,7 +80,7 @@ def test_both_clis_are_found_on_path_as_their_native_binaries(installed, home):
     )  # fmt: skip
     assert found_codex.usable, found_codex.problem
     assert (found_codex.source, found_codex.path) == ("PATH", prefix / "bin" / "codex")
-    assert found_codex.version == _locked_version("@openai/codex")
+    assert found_codex.version == locked_agent_version("@openai/codex")
     assert found_codex.binary is not None
     assert found_codex.binary.parts[-4:] == ("vendor", linux_triple(), "bin", "codex")
     assert read_elf(found_codex.binary) is not None
@@ -132,7 +106,7 @@ def test_the_settings_may_name_the_wrapper_people_run(installed, home):
 
 
 def test_an_older_claude_code_with_every_flag_is_usable_with_a_note(installed, home):
-    older = _locked_version(OLDER_ALIAS)
+    older = locked_agent_version(OLDER_ALIAS)
     assert older != claude_code.TESTED_VERSION
     found = discovery.find_engine(
         "claude-code", NONE, env=_env(installed["older"], home), home=home

@@ -30,7 +30,14 @@ import pytest
 from core.sandbox import egress
 from tests.agents import fake_openai
 from tests.agents.fake_anthropic import Bash, FakeAnthropic, Reply
-from tests.support import as_json, cairnctl, cairnctl_argv, cairnctl_env
+from tests.support import (
+    as_json,
+    cairnctl,
+    cairnctl_argv,
+    cairnctl_env,
+    locked_agent_version,
+    npm_install_global,
+)
 
 pytestmark = pytest.mark.docker
 
@@ -38,30 +45,18 @@ AGENTS = Path(__file__).resolve().parents[1] / "agents"
 PREFLIGHT_LIMIT_S = 2.0
 
 
-def _locked_version(package: str) -> str:
-    lock = json.loads((AGENTS / "package-lock.json").read_text())
-    return lock["packages"][f"node_modules/{package}"]["version"]
-
-
 @pytest.fixture(scope="module")
 def npm_prefix(tmp_path_factory) -> Path:
     """Both CLIs installed with `npm install -g` into a prefix of their own (npm's cache, which
     `npm ci --prefix tests/agents` filled, serves the packages)."""
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip("npm is not installed (scripts/setup.sh test installs it)")
     prefix = tmp_path_factory.mktemp("npm-global")
-    packages = [
-        f"@anthropic-ai/claude-code@{_locked_version('@anthropic-ai/claude-code')}",
-        f"@openai/codex@{_locked_version('@openai/codex')}",
-    ]
-    proc = subprocess.run(
-        [npm, "install", "-g", "--prefix", str(prefix), "--prefer-offline", "--no-audit",
-         "--no-fund", *packages],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    if proc.returncode != 0:
-        pytest.skip(f"npm could not install the CLIs: {proc.stderr.strip()[-400:]}")
+    npm_install_global(
+        prefix,
+        [
+            f"@anthropic-ai/claude-code@{locked_agent_version('@anthropic-ai/claude-code')}",
+            f"@openai/codex@{locked_agent_version('@openai/codex')}",
+        ],
+    )
     return prefix
 
 
