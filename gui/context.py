@@ -1,6 +1,6 @@
 """The context handed to every widget: the facade, the job runner, the event bridge, the
-settings, the run followers, and the app-wide fact widgets share (whether a sandbox can be made
-now).
+settings, the run followers, the sandbox watch, and the app-wide fact widgets share (whether a
+sandbox can be made now).
 
 Owns creating those once and closing them in order; widgets never make their own.
 """
@@ -14,13 +14,15 @@ from core.app import Cairn
 from gui.events import EventBridge
 from gui.jobs import JobRunner
 from gui.qt import QObject, QSettings, Signal
+from gui.sandbox_watch import SandboxWatch
 from gui.task_view.follow import RunFollowers
 
 log = logging.getLogger(__name__)
 
 
 class AppContext(QObject):
-    """One per window: `cairn` (the facade), `jobs`, `events`, `settings`, `followers`."""
+    """One per window: `cairn` (the facade), `jobs`, `events`, `settings`, `followers`, and
+    `sandbox_watch` (Docker's word that a sandbox stopped or vanished)."""
 
     sig_sandbox_problem = Signal(object)
     """Whether sandboxes can be made changed: the problem in words, or None when they can."""
@@ -44,6 +46,7 @@ class AppContext(QObject):
         self.events = EventBridge(self)
         self.events.attach(cairn.events)
         self.followers = RunFollowers(cairn, self.jobs, self.events, self)
+        self.sandbox_watch = SandboxWatch(cairn, self.jobs, self)
         self.sandbox_problem: str | None = None
         self._closed = False
 
@@ -64,6 +67,7 @@ class AppContext(QObject):
             return
         self._closed = True
         self.followers.stop_all()
+        self.sandbox_watch.stop()
         self.events.detach()
         if not self.jobs.shutdown(timeout_ms):
             log.warning("background work still running at exit")

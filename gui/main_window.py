@@ -57,6 +57,7 @@ from gui.qt import (
 )
 from gui.resources import icon_path
 from gui.revisions import RevisionsPanel
+from gui.sandbox_watch import Settled
 from gui.sessions import SessionsPanel
 from gui.settings import (
     CredentialsPage,
@@ -274,7 +275,8 @@ class MainWindow(QMainWindow):
         ctx.jobs.sig_busy.connect(self._show_activity)
         ctx.sig_status.connect(self.show_status)
         ctx.sig_sandbox_problem.connect(self._sandbox_problem_changed)
-        ctx.followers.sig_failed.connect(lambda run_id, failure: self.show_failure(failure))
+        ctx.followers.sig_failed.connect(self._follow_failed)
+        ctx.sandbox_watch.sig_changed.connect(self._sandboxes_changed)
         self.banner.sig_retry.connect(self.check_sandboxes)
         self.lineage.sig_task_selected.connect(self._task_selected)
         self.lineage.sig_problem.connect(self._sandbox_problem_changed)
@@ -295,6 +297,7 @@ class MainWindow(QMainWindow):
         self.reconcile()
         self.lineage.reload()
         self.load_defaults()
+        self.context.sandbox_watch.start()
 
     def load_defaults(self) -> None:
         """What the window's dialogs start from: the engines and the default engine."""
@@ -351,6 +354,24 @@ class MainWindow(QMainWindow):
             self.show_status("; ".join(notes))
         if report.interrupted or report.finished:
             self.lineage.reload()
+
+    def _follow_failed(self, _run_id: str, failure: JobFailure) -> None:
+        """Following a run failed (its sandbox may be gone): say so in words, and let the
+        sandbox watch settle it, so the run does not stay 'running' with nobody watching."""
+        self.show_failure(failure)
+        self.context.sandbox_watch.notice(None)
+
+    def _sandboxes_changed(self, settled: Settled) -> None:
+        """A sandbox stopped, died or vanished (Docker said so) and its runs were settled:
+        every view reads its state again, so header, tree, buttons and tabs agree."""
+        self.lineage.refresh_sessions()
+        self.task_view.reload()
+        self.sessions_panel.refresh()
+        if settled.interrupted:
+            self.show_status(
+                f"Run {', '.join(settled.interrupted)} was interrupted: its sandbox is gone; "
+                "Resume makes a new one from the last checkpoint"
+            )
 
     def refresh(self) -> None:
         self.lineage.reload()
