@@ -90,7 +90,9 @@ class Cairn:
             runs=self.runs,
         )
         self.artifacts = Artifacts(ctx, revisions=self.revisions, credentials=self._credentials)
-        self.housekeeping = Housekeeping(ctx, revisions=self.revisions, snapshots=self.snapshots)
+        self.housekeeping = Housekeeping(
+            ctx, revisions=self.revisions, snapshots=self.snapshots, sandboxes=self._sandboxes
+        )
         self.views = Views(ctx, revisions=self.revisions, sandboxes=self._sandboxes)
 
     # -- services made on first use (so commands that need no Docker or keyring never touch them)

@@ -17,6 +17,8 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 TASK_CREATED = "task.created"
+TASK_CHANGED = "task.changed"  # renamed, or its instructions edited
+TASK_DELETED = "task.deleted"
 REVISION_RECORDED = "revision.recorded"
 SNAPSHOT_CREATED = "snapshot.created"
 WORKSPACE_STATE = "workspace.state"

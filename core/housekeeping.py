@@ -38,10 +38,12 @@ from core import workspaces
 from core.context import Context
 from core.errors import CairnError, Conflict, CorruptSnapshot, InputError, NotFound, VaultError
 from core.locks import FileLock, held, lock_path
-from core.models import Source, Workspace, WorkspaceState
+from core.models import Source, Task, Workspace, WorkspaceState
 from core.revisions import Revisions
+from core.runs.liveness import Sandboxes
+from core.sandbox import egress
 from core.snapshots import Snapshots
-from core.vault import Vault, snapshot_ref
+from core.vault import Vault, base_ref, revisions_ref, snapshot_ref
 from core.vault.objects import run_git
 
 # Vault objects nothing reaches are removed only once they are this old: a capture, an import
@@ -324,17 +326,77 @@ def _watch_lock(ctx: Context, workspace_id: str) -> FileLock | None:
     return lock if lock.try_acquire() else None
 
 
+def sharing_tasks(ctx: Context, task: Task) -> list[Task]:
+    """The other tasks whose workspace is the task's (Continue children and their parents share
+    one), oldest first."""
+    if not task.workspace_id:
+        return []
+    return [
+        t for t in ctx.store.list_tasks() if t.workspace_id == task.workspace_id and t.id != task.id
+    ]
+
+
+def _names(tasks: list[Task]) -> str:
+    return ", ".join(f"{t.id} ({t.title})" for t in tasks)
+
+
+def sandbox_up(ctx: Context, sandboxes: Sandboxes | None, ws: Workspace) -> bool | None:
+    """Whether the workspace's sandbox container exists and runs: True, False, or None when the
+    backend cannot be asked (without a backend to ask, the store's last word is taken)."""
+    record = ctx.store.session_for(ws.id)
+    if record is None:
+        return False
+    if sandboxes is None:
+        return record.status == "live"
+    try:
+        found = sandboxes.get().backend.list_sessions()
+    except CairnError:
+        return None
+    summary = next((s for s in found if s.container_id == record.container_id), None)
+    return summary is not None and summary.status in ("running", "paused", "restarting")
+
+
+def release_vanished_sandbox(ctx: Context, sandboxes: Sandboxes | None, ws: Workspace) -> Workspace:
+    """A workspace the store calls ACTIVE (its sandbox up) whose sandbox is in fact stopped or
+    gone goes back to PREPARED, so what needs a stopped sandbox (archive, delete) is not refused
+    for a sandbox nobody can stop. Anything else is left as it is."""
+    if ws.state != WorkspaceState.ACTIVE.value or _in_flight_run(ctx, ws.id):
+        return ws
+    if sandbox_up(ctx, sandboxes, ws) is False:
+        ws = ctx.set_workspace_state(ws.id, WorkspaceState.PREPARED)
+        record = ctx.store.session_for(ws.id)
+        if record is not None and record.status == "live":
+            ctx.store.update_session(record.id, status="stopped")
+    return ws
+
+
 def archive_task(
-    ctx: Context, revisions: Revisions, snapshots: Snapshots, task_ref: str
+    ctx: Context,
+    revisions: Revisions,
+    snapshots: Snapshots,
+    task_ref: str,
+    *,
+    sandboxes: Sandboxes | None = None,
+    shared_ok: bool = False,
 ) -> Workspace:
     """Move the task's workspace to ARCHIVED: its rows, revisions and snapshots stay, and its
     files go at the next cleanup. The latest files are captured into a snapshot first, so the
     workspace can be restored. Nothing running is stopped: a run in flight, a sandbox that is up
-    or a recorder at work refuses the archive."""
+    or a recorder at work refuses the archive; a sandbox that vanished does not. A workspace
+    other tasks share (Continue children) is archived for all of them, so it is refused unless
+    `shared_ok`, naming them."""
     task = ctx.task(task_ref)
     ws = ctx.workspace_of(task)
     if ws.state == WorkspaceState.ARCHIVED.value:
         return ws
+    others = sharing_tasks(ctx, task)
+    if others and not shared_ok:
+        raise Conflict(
+            f"workspace {ws.id} is shared with {_names(others)}; archiving it archives it for "
+            "every one of them — confirm to go on",
+            hint="cairnctl archive TASK --yes",
+        )
+    ws = release_vanished_sandbox(ctx, sandboxes, ws)
     _refuse_busy(ctx, ws)
     workspaces.check_transition(ws.state, WorkspaceState.ARCHIVED.value)
     lock = _watch_lock(ctx, ws.id)
@@ -372,7 +434,8 @@ def _refuse_busy(ctx: Context, ws: Workspace) -> None:
         )
     if ws.state == WorkspaceState.ACTIVE.value:
         raise Conflict(
-            f"the sandbox of workspace {ws.id} is up; stop the task first — archiving stops nothing"
+            f"the sandbox of workspace {ws.id} is up; stop the task first "
+            "(Stop, or `cairnctl stop TASK`) — archiving stops nothing"
         )
 
 
@@ -439,6 +502,190 @@ def unarchive_task(ctx: Context, revisions: Revisions, task_ref: str) -> Workspa
     if snap_tree is not None:
         revisions.capture(task.id, trigger="restore")
     return ctx.store.get_workspace(ws.id)
+
+
+# -- deleting ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Deletion:
+    """What deleting one task removes (or removed), and why it cannot be deleted now."""
+
+    task_id: str
+    title: str
+    workspace_id: str | None
+    workspace_root: str | None
+    workspace_goes: bool  # no other task shares the workspace: it goes with the task
+    shared_with: list[str]  # "id (title)" of the tasks that keep the shared workspace
+    runs: int
+    revisions: int
+    snapshots: int
+    container: str | None
+    refusal: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def what_goes(self) -> list[str]:
+        """Each thing that goes, in words (the confirmation lists exactly these)."""
+        out = [f"task {self.task_id} ({self.title}) and its {self.runs} run(s) with their output"]
+        if self.workspace_goes:
+            out.append(
+                f"workspace {self.workspace_id}: its files at {self.workspace_root}, "
+                f"{self.revisions} revision(s) and {self.snapshots} snapshot(s)"
+            )
+            if self.container:
+                out.append(f"its sandbox container {self.container} and the engine's home")
+        elif self.workspace_id:
+            out.append(
+                f"(workspace {self.workspace_id} stays: {', '.join(self.shared_with)} share it)"
+            )
+        return out
+
+
+def deletion_of(ctx: Context, sandboxes: Sandboxes | None, task: Task) -> Deletion:
+    others = sharing_tasks(ctx, task)
+    ws = ctx.store.get_workspace(task.workspace_id) if task.workspace_id else None
+    record = ctx.store.session_for(ws.id) if ws else None
+    runs = ctx.store.runs_of([task.id])
+    goes = ws is not None and not others
+    d = Deletion(
+        task_id=task.id,
+        title=task.title,
+        workspace_id=ws.id if ws else None,
+        workspace_root=ws.root if ws else None,
+        workspace_goes=goes,
+        shared_with=[f"{t.id} ({t.title})" for t in others],
+        runs=len(runs),
+        revisions=len(ctx.store.list_revisions(ws.id)) if goes and ws else 0,
+        snapshots=len(ctx.store.list_snapshots(ws.id)) if goes and ws else 0,
+        container=record.container_name if goes and record else None,
+    )
+    in_flight = next((r for r in runs if r.state in runs_mod.IN_FLIGHT), None)
+    children = [t for t in ctx.store.list_tasks() if t.parent_task_id == task.id]
+    if in_flight is not None:
+        d.refusal = (
+            f"run {in_flight.id} of task {task.id} is {in_flight.state}; stop it or wait for it "
+            "to end first"
+        )
+    elif children:
+        d.refusal = (
+            f"task {task.id} has child tasks {_names(children)}, which grew from it; "
+            "delete them first"
+        )
+    elif goes and ws is not None:
+        ws = release_vanished_sandbox(ctx, sandboxes, ws)
+        if ws.state == WorkspaceState.ACTIVE.value and sandbox_up(ctx, sandboxes, ws) is not False:
+            d.refusal = (
+                f"the sandbox of workspace {ws.id} is up; stop the task first "
+                "(Stop, or `cairnctl stop TASK`)"
+            )
+    return d
+
+
+def delete_task(ctx: Context, sandboxes: Sandboxes | None, task: Task) -> Deletion:
+    d = deletion_of(ctx, sandboxes, task)
+    if d.refusal:
+        raise Conflict(f"task {task.id} cannot be deleted: {d.refusal}")
+    ws = ctx.store.get_workspace(d.workspace_id) if d.workspace_goes and d.workspace_id else None
+    lock = _watch_lock(ctx, ws.id) if ws is not None else None
+    if ws is not None and lock is None:
+        raise Conflict(
+            f"workspace {ws.id} is being recorded (a window or `cairnctl watch` follows it); "
+            "close that first"
+        )
+    try:
+        record = ctx.store.session_for(ws.id) if ws is not None else None
+        if record is not None:
+            _remove_sandbox(ctx, sandboxes, record.id, record.container_id, d)
+        snaps = ctx.store.list_snapshots(ws.id) if ws is not None else []
+        _delete_rows(ctx, task.id, ws.id if ws is not None else None)
+        if ws is not None:
+            _delete_workspace_files(ctx, ws, record.id if record else None, snaps, d)
+    finally:
+        if lock is not None:
+            lock.release()
+    ctx.events.publish(
+        ev.TASK_DELETED, task.id, workspace_id=d.workspace_id, workspace_gone=d.workspace_goes
+    )
+    return d
+
+
+def _remove_sandbox(
+    ctx: Context,
+    sandboxes: Sandboxes | None,
+    session_id: str,
+    container_id: str | None,
+    d: Deletion,
+) -> None:
+    if sandboxes is None:
+        d.notes.append("the sandbox backend was not asked; an old container may remain")
+        return
+    manager = sandboxes.get()
+    socket = manager.egress_paths(session_id).socket
+    try:
+        if egress.running_pid(socket):
+            egress.stop(socket)
+    except (CairnError, OSError) as exc:
+        d.notes.append(f"the network proxy of the sandbox could not be stopped: {exc}")
+    if container_id:
+        try:
+            manager.backend.remove(container_id)
+        except CairnError as exc:
+            raise Conflict(
+                f"the sandbox could not be removed, so nothing was deleted: {exc}"
+            ) from exc
+
+
+def _delete_rows(ctx: Context, task_id: str, workspace_id: str | None) -> None:
+    """The task's rows, and its workspace's when it goes, in one transaction (children first:
+    the store checks its references)."""
+    # Proposed as Store.delete_task_rows(task_id, workspace_id): the store owns its SQL.
+    with ctx.store.transaction() as conn:
+        runs = "(SELECT id FROM runs WHERE task_id = ?)"
+        conn.execute(f"DELETE FROM approvals WHERE run_id IN {runs}", (task_id,))
+        conn.execute(f"DELETE FROM checkpoints WHERE run_id IN {runs}", (task_id,))
+        conn.execute("DELETE FROM runs WHERE task_id = ?", (task_id,))
+        conn.execute("DELETE FROM credential_grants WHERE task_id = ?", (task_id,))
+        conn.execute("DELETE FROM artifacts WHERE task_id = ?", (task_id,))
+        conn.execute("DELETE FROM leases WHERE lineage_id = ?", (task_id,))
+        conn.execute("DELETE FROM tasks WHERE id = ?", (task_id,))
+        if workspace_id is not None:
+            snaps = "(SELECT id FROM snapshots WHERE workspace_id = ?)"
+            conn.execute(f"DELETE FROM checkpoints WHERE snapshot_id IN {snaps}", (workspace_id,))
+            conn.execute("DELETE FROM session_states WHERE workspace_id = ?", (workspace_id,))
+            conn.execute("DELETE FROM revisions WHERE workspace_id = ?", (workspace_id,))
+            conn.execute("DELETE FROM snapshots WHERE workspace_id = ?", (workspace_id,))
+            conn.execute("DELETE FROM workspaces WHERE id = ?", (workspace_id,))
+
+
+def _delete_workspace_files(
+    ctx: Context, ws: Workspace, session_id: str | None, snaps: list, d: Deletion
+) -> None:
+    """The workspace's files, refs, run files, stat cache, approvals, engine home and proxy
+    folder. The rows are gone already: what fails here is a leftover for the note, not an error
+    (the vault's unreachable objects go at the next housekeeping)."""
+    try:
+        vault = ctx.vault_for(ws.source_id)
+        for ref in (base_ref(ws.id), revisions_ref(ws.id), *(snapshot_ref(s.id) for s in snaps)):
+            if vault.objects.read_ref(ref):
+                vault.objects.delete_ref(ref)
+    except CairnError as exc:
+        d.notes.append(f"refs of workspace {ws.id} remain in the vault: {exc}")
+    paths = [
+        Path(ws.root),
+        ctx.data.runs_root / ws.id,
+        ctx.data.root / "approvals" / ws.id,
+        _stat_cache(ctx, ws.id),
+    ]
+    if session_id:
+        paths += [ctx.data.home_path(session_id), ctx.data.root / "egress" / session_id]
+    for path in paths:
+        try:
+            remove_measured(path)
+        except OSError as exc:
+            d.notes.append(f"{path} could not be removed: {exc.strerror or exc}")
 
 
 # -- reachability ------------------------------------------------------------------------------
@@ -892,15 +1139,45 @@ class Housekeeping:
     """The data folder's disk use, archiving tasks, and the cleanup whose preview is what it
     frees."""
 
-    def __init__(self, ctx: Context, *, revisions: Revisions, snapshots: Snapshots):
+    def __init__(
+        self,
+        ctx: Context,
+        *,
+        revisions: Revisions,
+        snapshots: Snapshots,
+        sandboxes: Sandboxes | None = None,
+    ):
         self.ctx = ctx
         self.revisions = revisions
         self.snapshots = snapshots
+        self._sandboxes = sandboxes
 
-    def archive(self, task_ref: str) -> Workspace:
+    def archive(self, task_ref: str, *, shared_ok: bool = False) -> Workspace:
         """Archive the task's workspace (snapshot first; its files go at the next cleanup).
-        Refused while a run is in flight, its sandbox is up or it is being recorded."""
-        return archive_task(self.ctx, self.revisions, self.snapshots, task_ref)
+        Refused while a run is in flight, its sandbox is up or it is being recorded, and, unless
+        `shared_ok`, when other tasks share the workspace (the refusal names them)."""
+        return archive_task(
+            self.ctx,
+            self.revisions,
+            self.snapshots,
+            task_ref,
+            sandboxes=self._sandboxes,
+            shared_ok=shared_ok,
+        )
+
+    def sharing(self, task_ref: str) -> list[Task]:
+        """The other tasks that share the task's workspace (what archiving it also archives)."""
+        return sharing_tasks(self.ctx, self.ctx.task(task_ref))
+
+    def deletion(self, task_ref: str) -> Deletion:
+        """What deleting the task would remove, and why it cannot be deleted now (if so)."""
+        return deletion_of(self.ctx, self._sandboxes, self.ctx.task(task_ref))
+
+    def delete(self, task_ref: str) -> Deletion:
+        """Delete the task: its runs, checkpoints, approvals, grants and artifacts' rows, and —
+        when no other task shares it — its workspace (files, revisions, snapshots, sandbox,
+        engine home, run files). Refused while a run is in flight or it has child tasks."""
+        return delete_task(self.ctx, self._sandboxes, self.ctx.task(task_ref))
 
     def unarchive(self, task_ref: str) -> Workspace:
         """Bring an archived workspace back, restoring its files from its newest snapshot when a

@@ -18,7 +18,7 @@ from core import workspaces
 from core.context import Context
 from core.engines import engine_for
 from core.engines.base import MODE_CONTINUE, MODE_FORK
-from core.errors import CairnError
+from core.errors import CairnError, Conflict, InputError
 from core.ids import new_id
 from core.locks import held
 from core.models import Revision, Run, Source, Task, TaskSource, Workspace, WorkspaceState
@@ -93,6 +93,13 @@ class Tasks:
         which the engine could not reach its model is refused.
         Bad input is refused before anything is written; a failure later undoes what was made.
         """
+        if instructions and not instructions.strip():
+            raise InputError(
+                "the instructions are blank; give what the task should do, or none at all to "
+                "give its commands when it is run (`cairnctl run`)"
+            )
+        if title:
+            title = check_title(title)
         defaults = self.settings.defaults() if engine is None or policy is None else {}
         engine = engine or defaults.get("engine") or "shell"
         engine_for(engine)  # an unknown engine is refused before anything is made
@@ -241,6 +248,47 @@ class Tasks:
             vault.close()
             shutil.rmtree(vault.git_dir, ignore_errors=True)
 
+    # -- changing a task ------------------------------------------------------------------------
+
+    def rename(self, task_ref: str, title: str) -> Task:
+        """Give the task a new title (one line, not blank). Its branch keeps its name: it may
+        have been promoted already."""
+        task = self.ctx.task(task_ref)
+        title = check_title(title)
+        if title != task.title:
+            self.ctx.store.update_task(task.id, title=title)
+            self.ctx.events.publish(ev.TASK_CHANGED, task.id, task_id=task.id, title=title)
+        return self.ctx.task(task.id)
+
+    def edit_instructions(self, task_ref: str, instructions: str) -> Task:
+        """Replace the task's instructions; only before its first run (after it, they are what
+        the run did: continue or fork the task to give it more work)."""
+        task = self.ctx.task(task_ref)
+        refusal = self.edit_refusal(task)
+        if refusal:
+            raise Conflict(refusal)
+        text = instructions.strip("\n")
+        if not text.strip():
+            raise InputError(
+                "the instructions are blank; say what the task should do"
+                + (" (shell: one command per line)" if task.engine == "shell" else "")
+            )
+        if text != task.instructions:
+            self.ctx.store.update_task(task.id, instructions=text)
+            self.ctx.events.publish(ev.TASK_CHANGED, task.id, task_id=task.id, instructions=True)
+        return self.ctx.task(task.id)
+
+    def edit_refusal(self, task: Task | str) -> str | None:
+        """Why the task's instructions cannot be edited now, or None."""
+        task = task if isinstance(task, Task) else self.ctx.task(task)
+        run = self.runs.latest(task)
+        if run is not None:
+            return (
+                f"task {task.id} has run already (run {run.id}); its instructions are what that "
+                "run did — continue or fork it to give it more work"
+            )
+        return None
+
     # -- revisions -----------------------------------------------------------------------------
 
     def policy_of(self, ws: Workspace) -> Policy:
@@ -360,6 +408,21 @@ class Tasks:
         )
         self.ctx.store.add_task(child)
         return child
+
+
+TITLE_MAX = 200
+
+
+def check_title(title: str) -> str:
+    """A task title as stored: one line, inner whitespace as typed, not blank, not too long."""
+    text = " ".join(title.split())
+    if not text:
+        raise InputError("a task's title cannot be blank")
+    if len(text) > TITLE_MAX:
+        raise InputError(
+            f"a task's title is at most {TITLE_MAX} characters (this one has {len(text)})"
+        )
+    return text
 
 
 def child_title(message: str, fallback: str) -> str:

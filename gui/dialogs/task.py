@@ -87,6 +87,9 @@ class NewTaskDialog(QDialog):
         form.addRow("Network:", self.network_label)
         self.instructions_edit = _instructions_edit(self, AGENT_HINT)
         form.addRow("Instructions:", self.instructions_edit)
+        self.instructions_edit.textChanged.connect(
+            lambda: self._update_ok() if hasattr(self, "ok_button") else None
+        )
         self.hint = QLabel(self)
         self.hint.setWordWrap(True)
         form.addRow("", self.hint)
@@ -99,6 +102,11 @@ class NewTaskDialog(QDialog):
                     self,
                 )
             )
+        self.ok_reason = QLabel(self)
+        self.ok_reason.setObjectName("createRefusal")
+        self.ok_reason.setWordWrap(True)
+        self.ok_reason.setEnabled(False)  # the palette's quieter text
+        layout.addWidget(self.ok_reason)
         self.buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel, self
         )
@@ -118,11 +126,25 @@ class NewTaskDialog(QDialog):
         )
         self.hint.setText(SHELL_HINT if shell else AGENT_HINT)
         self.network_label.setText(self.policies.get(engine, "the settings' default"))
+        if hasattr(self, "ok_button"):
+            self._update_ok()
 
     def _update_ok(self) -> None:
-        missing = [e for e in self.title_edits if not e.text().strip()]
-        self.ok_button.setEnabled(not missing)
-        self.ok_button.setToolTip("every task needs a title" if missing else "")
+        why = self.refusal()
+        self.ok_button.setEnabled(why is None)
+        self.ok_button.setToolTip(why or "")
+        self.ok_reason.setText(why or "")
+
+    def refusal(self) -> str | None:
+        """Why Create cannot make the tasks now, or None. A task made here runs its
+        instructions when started, so none means a task that can never start."""
+        if any(not e.text().strip() for e in self.title_edits):
+            return "every task needs a title"
+        if not self.instructions_edit.toPlainText().strip():
+            if self.engine_combo.currentText() == "shell":
+                return "the shell engine runs the instructions as commands: give at least one"
+            return "say what the agent should do: the instructions are its first message"
+        return None
 
     def requests(self) -> list[NewTaskRequest]:
         engine = self.engine_combo.currentText()

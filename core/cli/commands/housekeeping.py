@@ -23,9 +23,14 @@ class ArchiveCommand(Command):
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("task")
+        p.add_argument(
+            "--yes",
+            action="store_true",
+            help="archive a workspace other tasks share too (it is archived for all of them)",
+        )
 
     def run(self, app: Cairn, args: argparse.Namespace) -> None:
-        ws = app.housekeeping.archive(args.task)
+        ws = app.housekeeping.archive(args.task, shared_ok=args.yes)
         emit(
             args,
             {"workspace_id": ws.id, "state": ws.state},

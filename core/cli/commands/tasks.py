@@ -13,6 +13,7 @@ from core.cli import arguments
 from core.cli.command import Command
 from core.cli.commands.runs import finish_run_command
 from core.cli.output import emit, progress
+from core.errors import Conflict, InputError
 from core.policy import NETWORK_MODES, Policy
 
 
@@ -48,6 +49,12 @@ class NewCommand(Command):
         )
 
     def run(self, app: Cairn, args: argparse.Namespace) -> None:
+        if args.message and not args.message.strip():
+            # -m is what the first run runs: a blank one would start a run that does nothing.
+            raise InputError(
+                "the message is blank; give the task's instructions, or leave -m out to make "
+                "a task to run later (`cairnctl run`)"
+            )
         # Without --network or --allow the settings' defaults apply (defaults.network, .allow);
         # --allow alone keeps a new policy's own network mode.
         policy = (
@@ -141,6 +148,70 @@ class ForkCommand(Command):
         )
 
 
+class RenameCommand(Command):
+    name = "rename"
+    help = "give a task a new title"
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("task")
+        p.add_argument("title")
+
+    def run(self, app: Cairn, args: argparse.Namespace) -> None:
+        task = app.tasks.rename(args.task, args.title)
+        emit(
+            args, {"task_id": task.id, "title": task.title}, f"task {task.id} is now “{task.title}”"
+        )
+
+
+class EditCommand(Command):
+    name = "edit"
+    help = "replace a task's instructions (only before its first run)"
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("task")
+        p.add_argument(
+            "-m",
+            "--message",
+            required=True,
+            help="the new instructions (shell: one command per line)",
+        )
+
+    def run(self, app: Cairn, args: argparse.Namespace) -> None:
+        task = app.tasks.edit_instructions(args.task, args.message)
+        emit(
+            args,
+            {"task_id": task.id, "instructions": task.instructions},
+            f"task {task.id} has new instructions",
+        )
+
+
+class DeleteCommand(Command):
+    name = "delete"
+    help = (
+        "delete a task with its runs, and its workspace when no other task shares it; "
+        "says what goes and asks for --yes"
+    )
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("task")
+        p.add_argument("--yes", action="store_true", help="delete without asking again")
+
+    def run(self, app: Cairn, args: argparse.Namespace) -> None:
+        plan = app.housekeeping.deletion(args.task)
+        if plan.refusal:
+            raise Conflict(f"task {plan.task_id} cannot be deleted: {plan.refusal}")
+        if not args.yes:
+            listed = "\n".join(f"  {line}" for line in plan.what_goes())
+            raise Conflict(
+                f"deleting task {plan.task_id} removes:\n{listed}\nnothing was deleted",
+                hint=f"cairnctl delete {plan.task_id} --yes",
+            )
+        done = app.housekeeping.delete(args.task)
+        lines = [f"deleted: {line}" for line in done.what_goes()]
+        lines += [f"note: {n}" for n in done.notes]
+        emit(args, {"deleted": done.to_json()}, "\n".join(lines))
+
+
 class TasksCommand(Command):
     name = "tasks"
     help = "list tasks as lineage trees"
@@ -229,4 +300,7 @@ COMMANDS: tuple[Command, ...] = (
     ForkCommand(),
     TasksCommand(),
     ShowCommand(),
+    RenameCommand(),
+    EditCommand(),
+    DeleteCommand(),
 )
