@@ -316,10 +316,45 @@ class Store:
             conn.execute(f"INSERT INTO {table} ({cols}) VALUES ({marks})", data)
 
     def _get(self, cls: type[T], table: str, ident: str, what: str) -> T:
-        row = self.query_one(f"SELECT * FROM {table} WHERE id = ?", (ident,))
+        row = (
+            self.query_one(f"SELECT * FROM {table} WHERE id = ?", (ident,))
+            if _bindable(ident)
+            else None
+        )
         if row is None:
             raise NotFound(f"no {what} with id {ident!r}")
         return _row_to(cls, row)
+
+    def find_by_ref(self, cls: type[T], table: str, ref: str, what: str) -> T:
+        """The row of `table` whose id is `ref`, or else the one row whose id begins with it.
+        `ref` is compared character for character: `_`, `%`, `*` and the rest match only
+        themselves, and an empty reference matches nothing."""
+        rows = self._rows_by_ref(table, ref)
+        exact = [r for r in rows if r["id"] == ref]
+        if exact or len(rows) == 1:
+            return _row_to(cls, (exact or rows)[0])
+        if not rows:
+            raise NotFound(f"no {what} with id {ref!r}")
+        raise NotFound(f"the id {ref!r} matches {len(rows)} {what}s; give more of it")
+
+    def find_run(self, ref: str) -> Run:
+        """A run by its id or an unambiguous prefix of it."""
+        return self.find_by_ref(Run, "runs", ref, "run")
+
+    def find_snapshot(self, ref: str) -> Snapshot:
+        """A snapshot by its id or an unambiguous prefix of it."""
+        return self.find_by_ref(Snapshot, "snapshots", ref, "snapshot")
+
+    def _rows_by_ref(
+        self, table: str, ref: str, where: str = "", params: tuple[Any, ...] = ()
+    ) -> list[sqlite3.Row]:
+        if not ref or not _bindable(ref):
+            return []
+        condition, ref_params = id_or_prefix("id", ref)
+        extra = f" AND ({where})" if where else ""
+        return self.query(
+            f"SELECT * FROM {table} WHERE {condition}{extra} ORDER BY id", ref_params + params
+        )
 
     def _update(self, table: str, ident: str, **changes: Any) -> None:
         for key in _JSON_FIELDS & changes.keys():
@@ -380,20 +415,9 @@ class Store:
     def get_task(self, task_id: str) -> Task:
         return self._get(Task, "tasks", task_id, "task")
 
-    def find_task(self, prefix: str) -> Task:
-        """A task by its id or an unambiguous prefix of it."""
-        rows = self.query(
-            "SELECT * FROM tasks WHERE id = ? OR id LIKE ? ORDER BY id",
-            (prefix, prefix.replace("%", "") + "%"),
-        )
-        exact = [r for r in rows if r["id"] == prefix]
-        if exact:
-            return _row_to(Task, exact[0])
-        if len(rows) == 1:
-            return _row_to(Task, rows[0])
-        if not rows:
-            raise NotFound(f"no task with id {prefix!r}")
-        raise NotFound(f"the id {prefix!r} matches {len(rows)} tasks; give more of it")
+    def find_task(self, ref: str) -> Task:
+        """A task by its id or an unambiguous prefix of it (literally: see id_or_prefix)."""
+        return self.find_by_ref(Task, "tasks", ref, "task")
 
     def list_tasks(self) -> list[Task]:
         return [_row_to(Task, r) for r in self.query("SELECT * FROM tasks ORDER BY created_at")]
@@ -439,12 +463,11 @@ class Store:
         return [_row_to(Revision, r) for r in rows]
 
     def get_revision(self, workspace_id: str, revision_id: str) -> Revision:
-        rows = self.query(
-            "SELECT * FROM revisions WHERE workspace_id = ? AND (id = ? OR id LIKE ?)",
-            (workspace_id, revision_id, revision_id + "%"),
-        )
-        if len(rows) == 1:
-            return _row_to(Revision, rows[0])
+        """A workspace's revision by its id or an unambiguous prefix of it (literally)."""
+        rows = self._rows_by_ref("revisions", revision_id, "workspace_id = ?", (workspace_id,))
+        exact = [r for r in rows if r["id"] == revision_id]
+        if exact or len(rows) == 1:
+            return _row_to(Revision, (exact or rows)[0])
         if not rows:
             raise NotFound(f"no revision {revision_id!r} in workspace {workspace_id}")
         raise NotFound(f"the revision id {revision_id!r} is ambiguous; give more of it")
@@ -667,6 +690,25 @@ class Store:
                 (revoked_at, task_id, secret_name),
             )
             return cur.rowcount
+
+
+def id_or_prefix(column: str, ref: str) -> tuple[str, tuple[Any, ...]]:
+    """A WHERE condition (and its parameters) that holds when `column` is `ref` or begins with it,
+    compared as plain characters (case-sensitive): no LIKE or GLOB, whose `_`, `%`, `*`, `?` and
+    `[` would match other ids. Callers refuse an empty `ref` (it begins every id)."""
+    return f"substr({column}, 1, ?) = ?", (len(ref), ref)
+
+
+def _bindable(value: str) -> bool:
+    """Whether SQLite can be handed `value` as text: an argument that is not valid UTF-8 (kept as
+    surrogates) or holds a NUL names no row, rather than failing the query."""
+    if "\0" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _split_sql(script: str) -> list[str]:
