@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from core import events as ev
 from core.events import Event
-from core.models import Run
+from core.housekeeping import Deletion
+from core.models import Run, Task
 from gui.lineage.data import (
     LineageData,
     TaskRow,
@@ -22,15 +23,20 @@ from gui.lineage.data import (
     pending_approvals_by_task,
     task_row,
 )
+from gui.lineage.dialogs import InstructionsDialog
 from gui.lineage.model import ROLE_TASK_ID, LineageFilter, LineageModel
 from gui.qt import (
     QAbstractItemView,
+    QAction,
     QGuiApplication,
     QHeaderView,
+    QInputDialog,
     QItemSelectionModel,
+    QKeySequence,
     QLabel,
     QLineEdit,
     QMenu,
+    QMessageBox,
     QModelIndex,
     QPoint,
     QStackedWidget,
@@ -41,7 +47,7 @@ from gui.qt import (
     QWidget,
     Signal,
 )
-from gui.run_state import ENDED, FOLLOWABLE
+from gui.run_state import ENDED, FOLLOWABLE, IN_FLIGHT
 
 if TYPE_CHECKING:
     from gui.context import AppContext
@@ -61,6 +67,9 @@ class LineagePanel(QWidget):
 
     sig_loaded = Signal(int)
     """The tree was (re)loaded with this many tasks."""
+
+    sig_task_changed = Signal(str)
+    """A task's title or instructions were changed here: its id."""
 
     sig_problem = Signal(str)
     """Loading found a problem worth showing (e.g. sandboxes could not be asked)."""
@@ -92,6 +101,11 @@ class LineagePanel(QWidget):
         self.tree.setIndentation(14)  # deep lineages keep room for their titles
         self.tree.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.tree.customContextMenuRequested.connect(self._show_context_menu)
+        self.rename_action = QAction("Rename Task", self.tree)
+        self.rename_action.setShortcut(QKeySequence(Qt.Key.Key_F2))
+        self.rename_action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+        self.rename_action.triggered.connect(self.rename_selected)
+        self.tree.addAction(self.rename_action)
         header = self.tree.header()
         header.setStretchLastSection(False)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
@@ -138,8 +152,29 @@ class LineagePanel(QWidget):
             lambda: load_lineage(cairn), key=LOAD_KEY, what="load the tasks", parent=self
         ).success(self._loaded_rows).run()
 
+    def expanded_keys(self) -> set[tuple[str, str]]:
+        """The (kind, key) of every folder and task row shown expanded."""
+        out = set()
+        for node in self.model.node(QModelIndex()).walk():
+            if node.row is None or not node.exposed():
+                continue
+            if self.tree.isExpanded(self.proxy.mapFromSource(self.model.index_of(node))):
+                out.add((node.kind, node.key))
+        return out
+
+    def _expand(self, keys: set[tuple[str, str]]) -> None:
+        for node in list(self.model.node(QModelIndex()).walk()):
+            if (node.kind, node.key) in keys:
+                index = self.proxy.mapFromSource(self.model.expose(node))
+                if index.isValid():
+                    self.tree.expand(index)
+
     def _loaded_rows(self, data: LineageData) -> None:
+        # A reload keeps what the user opened and selected: only the rows' values change.
+        expanded = self.expanded_keys() if self._loaded else set()
+        self._wanted_selection = self.selected_task() or self._wanted_selection
         self.model.set_rows(data.rows)
+        self._expand(expanded)
         self._loaded = True
         self._update_stack()
         if self._wanted_selection:
@@ -183,9 +218,21 @@ class LineagePanel(QWidget):
     # -- the row's context menu ------------------------------------------------------------------
 
     def context_menu_for(self, task_id: str) -> QMenu:
-        """Archive (or bring back) the task's workspace, copy its id."""
+        """Rename, edit the instructions (before the first run), archive (or bring back) the
+        task's workspace, delete the task, copy its id. What cannot be done now is disabled
+        with the reason in its tooltip."""
         row = self.model.task_row(task_id)
         menu = QMenu(self)
+        rename = menu.addAction("Rename…")
+        rename.setShortcut(QKeySequence(Qt.Key.Key_F2))
+        rename.setToolTip("Give the task a new title")
+        rename.triggered.connect(lambda: self.rename_task(task_id))
+        edit = menu.addAction("Edit Instructions…")
+        edit_refusal = _edit_refusal(row)
+        edit.setEnabled(edit_refusal is None)
+        edit.setToolTip(edit_refusal or "Change what the task's first run will do")
+        edit.triggered.connect(lambda: self.edit_instructions(task_id))
+        menu.addSeparator()
         archived = row is not None and row.workspace_state == "archived"
         if archived:
             action = menu.addAction("Unarchive Task")
@@ -201,6 +248,15 @@ class LineagePanel(QWidget):
                 "history stays browsable"
             )
             action.triggered.connect(lambda: self.set_archived(task_id, True))
+            why = _archive_refusal(row)
+            if why:
+                action.setEnabled(False)
+                action.setToolTip(why)
+        delete = menu.addAction("Delete Task…")
+        delete_refusal = _delete_refusal(row, self.model)
+        delete.setEnabled(delete_refusal is None)
+        delete.setToolTip(delete_refusal or "Delete the task (you are shown what goes first)")
+        delete.triggered.connect(lambda: self.delete_task(task_id))
         menu.setToolTipsVisible(True)
         menu.addSeparator()
         menu.addAction("Copy Task ID").triggered.connect(
@@ -214,24 +270,172 @@ class LineagePanel(QWidget):
         if task_id:
             self.context_menu_for(task_id).popup(self.tree.viewport().mapToGlobal(pos))
 
-    def set_archived(self, task_id: str, archived: bool) -> None:
+    def set_archived(self, task_id: str, archived: bool, *, shared_ok: bool = False) -> None:
         """Archive or unarchive a task's workspace (a write job); the core refuses while a run or
-        its sandbox is live, and says so."""
+        its sandbox is live, and says so. A workspace other tasks share is archived for all of
+        them: the tasks are named and the user asked first."""
         cairn = self.context.cairn
+        if archived and not shared_ok:
+            self.context.jobs.job(
+                lambda: cairn.housekeeping.sharing(task_id),
+                what=f"find the tasks sharing the workspace of {task_id}",
+                parent=self,
+            ).success(lambda others: self._confirm_shared_archive(task_id, others)).run()
+            return
         work = (
-            (lambda: cairn.housekeeping.archive(task_id))
+            (lambda: cairn.housekeeping.archive(task_id, shared_ok=shared_ok))
             if archived
             else (lambda: cairn.housekeeping.unarchive(task_id))
         )
         verb = "archive" if archived else "unarchive"
 
         def done(_ws: Any) -> None:
-            self.fetch_task(task_id)
+            for shared in self._tasks_sharing_workspace(task_id):
+                self.fetch_task(shared)
             self.context.sig_status.emit(f"Task {task_id} {verb}d")
 
         self.context.jobs.job(work, write=True, what=f"{verb} task {task_id}", parent=self).success(
             done
         ).run()
+
+    def _confirm_shared_archive(self, task_id: str, others: list[Task]) -> None:
+        if not others:
+            self.set_archived(task_id, True, shared_ok=True)
+            return
+        names = "\n".join(f"• {t.title} ({t.id})" for t in others)
+        box = QMessageBox(
+            QMessageBox.Icon.Question,
+            "Archive a shared workspace",
+            f"The workspace of this task is shared with:\n{names}\n\nArchiving it archives it "
+            "for every one of them (their history stays; Unarchive brings it back).",
+            QMessageBox.StandardButton.Cancel,
+            self,
+        )
+        box.setObjectName("confirmSharedArchive")
+        archive = box.addButton("Archive for All", QMessageBox.ButtonRole.AcceptRole)
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+        box.buttonClicked.connect(
+            lambda button: (
+                self.set_archived(task_id, True, shared_ok=True) if button is archive else None
+            )
+        )
+        self.confirm_box = box
+        box.open()
+
+    def _tasks_sharing_workspace(self, task_id: str) -> list[str]:
+        row = self.model.task_row(task_id)
+        if row is None or not row.workspace_id:
+            return [task_id]
+        return [
+            n.task_row.task_id
+            for n in self.model.task_nodes()
+            if n.task_row.workspace_id == row.workspace_id
+        ]
+
+    def rename_selected(self) -> None:
+        task_id = self.selected_task()
+        if task_id:
+            self.rename_task(task_id)
+
+    def rename_task(self, task_id: str) -> None:
+        """Ask for a new title (F2 or the context menu), then rename in a write job."""
+        row = self.model.task_row(task_id)
+        dialog = QInputDialog(self)
+        dialog.setObjectName("renameTask")
+        dialog.setWindowTitle("Rename Task")
+        dialog.setLabelText("Title:")
+        dialog.setTextValue(row.title if row else "")
+        cairn = self.context.cairn
+
+        def accepted() -> None:
+            title = dialog.textValue()
+            if not title.strip():
+                self.context.sig_status.emit("A task's title cannot be blank; it was kept")
+                return
+            self.context.jobs.job(
+                lambda: cairn.tasks.rename(task_id, title),
+                write=True,
+                what=f"rename task {task_id}",
+                parent=self,
+            ).success(
+                lambda task: self._changed_task(task, f"Task renamed to “{task.title}”")
+            ).run()
+
+        dialog.accepted.connect(accepted)
+        self.rename_dialog = dialog
+        dialog.open()
+
+    def edit_instructions(self, task_id: str) -> None:
+        """Edit the instructions of a task that has not run yet (a dialog, then a write job)."""
+        row = self.model.task_row(task_id)
+        dialog = InstructionsDialog(row.title if row else task_id, row, self)
+        cairn = self.context.cairn
+
+        def accepted() -> None:
+            text = dialog.text()
+            self.context.jobs.job(
+                lambda: cairn.tasks.edit_instructions(task_id, text),
+                write=True,
+                what=f"edit the instructions of task {task_id}",
+                parent=self,
+            ).success(lambda task: self._changed_task(task, "Instructions saved")).run()
+
+        dialog.accepted.connect(accepted)
+        self.instructions_dialog = dialog
+        dialog.open()
+
+    def _changed_task(self, task: Task, message: str) -> None:
+        self.fetch_task(task.id)
+        self.sig_task_changed.emit(task.id)
+        self.context.sig_status.emit(message)
+
+    def delete_task(self, task_id: str) -> None:
+        """Read what deleting the task removes, say it exactly and ask; then delete."""
+        cairn = self.context.cairn
+        self.context.jobs.job(
+            lambda: cairn.housekeeping.deletion(task_id),
+            what=f"find what deleting task {task_id} removes",
+            parent=self,
+        ).success(self._confirm_delete).run()
+
+    def _confirm_delete(self, plan: Deletion) -> None:
+        if plan.refusal:
+            self.context.sig_status.emit(f"Task {plan.task_id} cannot be deleted: {plan.refusal}")
+            return
+        box = QMessageBox(
+            QMessageBox.Icon.Warning,
+            "Delete Task",
+            f"Delete “{plan.title}”? This removes:\n"
+            + "\n".join(f"• {line}" for line in plan.what_goes())
+            + "\n\nThis cannot be undone.",
+            QMessageBox.StandardButton.Cancel,
+            self,
+        )
+        box.setObjectName("confirmDelete")
+        delete = box.addButton("Delete", QMessageBox.ButtonRole.DestructiveRole)
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+        cairn, task_id = self.context.cairn, plan.task_id
+
+        def clicked(button: Any) -> None:
+            if button is not delete:
+                return
+            self.context.jobs.job(
+                lambda: cairn.housekeeping.delete(task_id),
+                write=True,
+                what=f"delete task {task_id}",
+                parent=self,
+            ).success(self._deleted).run()
+
+        box.buttonClicked.connect(clicked)
+        self.confirm_box = box
+        box.open()
+
+    def _deleted(self, done: Deletion) -> None:
+        if self.selected_task() == done.task_id:
+            self.tree.setCurrentIndex(QModelIndex())
+            self._wanted_selection = None
+        self.context.sig_status.emit(f"Deleted task “{done.title}”")
+        self.reload()
 
     def refresh_sessions(self) -> None:
         """Ask which sandboxes are live (a job) and update the rows' live badges."""
@@ -271,10 +475,19 @@ class LineagePanel(QWidget):
                     self.fetch_task(task_id)
                 sessions_changed = True
             elif event.kind == ev.WORKSPACE_STATE:
-                task_id = self.model.task_for_workspace(event.subject or "")
-                if task_id:
-                    self.model.set_task_fields(task_id, workspace_state=payload.get("state"))
+                # Every task sharing the workspace (Continue children) shows its new state.
+                for node in self.model.task_nodes():
+                    if node.task_row.workspace_id == event.subject:
+                        self.model.set_task_fields(
+                            node.task_row.task_id, workspace_state=payload.get("state")
+                        )
                 sessions_changed = True
+            elif event.kind == ev.TASK_CHANGED and event.subject:
+                if self.model.task_node(event.subject) is not None:
+                    self.fetch_task(event.subject)
+            elif event.kind == ev.TASK_DELETED and event.subject:
+                if self.model.task_node(event.subject) is not None:
+                    self.reload()
             elif event.kind == ev.SNAPSHOT_CREATED:
                 task_id = self.model.task_for_workspace(event.subject or "")
                 if task_id:
@@ -378,3 +591,31 @@ class LineagePanel(QWidget):
 
     def refresh_icons(self) -> None:
         self.model.refresh_icons()
+
+
+def _edit_refusal(row: TaskRow | None) -> str | None:
+    if row is None:
+        return "the task is not loaded yet"
+    if row.run_state is not None:
+        return "the task has run already; continue or fork it to give it more work"
+    return None
+
+
+def _archive_refusal(row: TaskRow | None) -> str | None:
+    if row is None:
+        return None
+    if row.run_state in IN_FLIGHT:
+        return "a run of this task is in flight; stop it or wait for it to end first"
+    return None
+
+
+def _delete_refusal(row: TaskRow | None, model: LineageModel) -> str | None:
+    if row is None:
+        return "the task is not loaded yet"
+    if row.run_state in IN_FLIGHT:
+        return "a run of this task is in flight; stop it or wait for it to end first"
+    children = [n.task_row for n in model.task_nodes() if n.task_row.parent_id == row.task_id]
+    if children:
+        names = ", ".join(c.title for c in children[:3]) + ("…" if len(children) > 3 else "")
+        return f"the task has child tasks ({names}); delete them first"
+    return None

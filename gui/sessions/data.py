@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.app import Cairn
+from core.models import Task
 
 NOT_RUNNING_REASON = "only a running sandbox has CPU and memory figures"
 
@@ -32,6 +33,7 @@ class SessionRow:
     age_s: float
     generation: int
     snapshot_id: str | None
+    run_state: str | None = None  # the latest run of the session's task
     cpu_percent: float | None = None
     memory_bytes: int | None = None
     memory_limit_bytes: int | None = None
@@ -66,10 +68,37 @@ class SessionsData:
     resumes: dict[str, ResumeInfo] = field(default_factory=dict)  # by task id
 
 
+def resume_refusal(row: SessionRow | None) -> str | None:
+    """Why Resume cannot help the session's task now, or None when it can."""
+    if row is None or row.task_id is None:
+        return "select a sandbox of a task"
+    state = row.run_state
+    if state is None:
+        return "the task has not run yet; nothing to resume"
+    if state == "interrupted":
+        return None
+    if state in ("queued", "preparing", "running", "waiting_approval"):
+        if row.state in ("gone", "stopped"):
+            return None  # the run's sandbox is not up: Resume settles it, then resumes
+        return f"the run is {state.replace('_', ' ')}; there is nothing to resume"
+    return f"the last run {state}; only an interrupted run can be resumed"
+
+
 def load_sessions(cairn: Cairn) -> SessionsData:
     status = cairn.views.status()
     tasks = cairn.tasks.all()
+    # A sandbox is listed under the newest task of its workspace (the one Stop and Resume act
+    # on); a snapshot under the task that was newest when it was taken, so a later
+    # continuation does not relabel older snapshots with its title.
     task_of_ws = {t.workspace_id: t for t in tasks if t.workspace_id}
+
+    def task_at(workspace_id: str | None, when: float) -> Task | None:
+        found = None
+        for t in tasks:
+            if t.workspace_id == workspace_id and (found is None or t.created_at <= when):
+                found = t
+        return found
+
     out = SessionsData(problem=status.get("problem"))
     for s in status.get("sessions", []):
         task = task_of_ws.get(s.get("workspace_id"))
@@ -87,6 +116,9 @@ def load_sessions(cairn: Cairn) -> SessionsData:
             generation=int(s.get("generation") or 0),
             snapshot_id=s.get("snapshot_id"),
         )
+        if task is not None:
+            latest = cairn.runs.latest(task.id)
+            row.run_state = latest.state if latest else None
         if row.state != "running":
             row.stats_note = NOT_RUNNING_REASON
         else:
@@ -102,7 +134,7 @@ def load_sessions(cairn: Cairn) -> SessionsData:
                 row.stats_note = stats.get("note") or "from the sandbox backend"
         out.sessions.append(row)
     for snap in status.get("snapshots", []):
-        task = task_of_ws.get(snap.get("workspace_id"))
+        task = task_at(snap.get("workspace_id"), float(snap.get("created_at") or 0.0))
         out.snapshots.append(
             SnapshotRow(
                 snapshot_id=snap["snapshot_id"],

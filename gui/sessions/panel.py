@@ -202,6 +202,8 @@ class SessionsPanel(QWidget):
 
     def set_task(self, task_id: str | None) -> None:
         """Select the sandbox of this task (every sandbox stays listed)."""
+        if task_id != self._task_id and self.message.property("error"):
+            self._show_message("")  # an error about another task is not this one's
         self._task_id = task_id
         self._select_task_row()
         self._show_resume_report()
@@ -300,6 +302,9 @@ class SessionsPanel(QWidget):
         self._refresh_timer.stop()
 
     def _on_event(self, event) -> None:
+        if event.kind in (ev.RUN_STATE, ev.RUN_RESUMED) and self.message.property("error"):
+            # A run moved since the failure was shown: the red line describes the past.
+            self._show_message("")
         if event.kind == ev.RUN_RESUMED and isinstance(event.payload.get("report"), dict):
             task_id = event.payload.get("task_id")
             if task_id:
@@ -425,7 +430,13 @@ class SessionsPanel(QWidget):
         self.stop_button.setEnabled(
             idle and has_task and s is not None and s.state in ("running", "unknown")
         )
-        self.resume_button.setEnabled(idle and has_task)
+        resume_refusal = data.resume_refusal(s)
+        self.resume_button.setEnabled(idle and resume_refusal is None)
+        self.resume_button.setToolTip(
+            resume_refusal[:1].upper() + resume_refusal[1:]
+            if resume_refusal
+            else "Resume the task's interrupted run from its last checkpoint"
+        )
         self.reconcile_button.setEnabled(idle)
         can_snapshot, why = self._snapshot_state()
         self.snapshot_button.setText(

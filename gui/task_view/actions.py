@@ -165,11 +165,13 @@ def _fork(f: _Facts) -> str | None:
 
 
 def _stop(f: _Facts) -> str | None:
+    if f.in_flight:
+        return None
+    if f.details.get("state") == WorkspaceState.ACTIVE.value:
+        return None  # no run, but its sandbox is (or was last seen) up: Stop lets it go
     if f.state is None:
         return "the task has not run yet"
-    if not f.in_flight:
-        return f"no run in flight ({_ended(f.state)})"
-    return None
+    return f"no run in flight ({_ended(f.state)}) and no sandbox up"
 
 
 def _resume(f: _Facts) -> str | None:

@@ -23,13 +23,28 @@ def test_new_task_dialog_is_prefilled_from_the_folder(qtbot, tmp_path):
     assert dialog.title_edits[0].text() == "login-service"
     assert dialog.engine_combo.currentText() == "shell"
     assert any(label.text() == str(folder) for label in dialog.findChildren(QLabel))
-    assert dialog.ok_button.isEnabled()
     dialog.title_edits[0].setText("Fix the login test")
     dialog.engine_combo.setCurrentText("claude-code")
     dialog.instructions_edit.setPlainText("  make the login test pass  ")
+    assert dialog.ok_button.isEnabled()
     assert dialog.requests() == [
         NewTaskRequest(folder, "Fix the login test", "claude-code", "make the login test pass")
     ]
+
+
+def test_new_task_dialog_refuses_empty_instructions_with_the_reason(qtbot, tmp_path):
+    dialog = NewTaskDialog([tmp_path])
+    qtbot.addWidget(dialog)
+    assert not dialog.ok_button.isEnabled()
+    assert "runs the instructions as commands" in dialog.ok_button.toolTip()
+    assert dialog.ok_reason.text() == dialog.ok_button.toolTip()
+    dialog.instructions_edit.setPlainText("   \n  ")
+    assert not dialog.ok_button.isEnabled()
+    dialog.engine_combo.setCurrentText("claude-code")
+    assert "what the agent should do" in dialog.ok_button.toolTip()
+    dialog.instructions_edit.setPlainText("fix it")
+    assert dialog.ok_button.isEnabled()
+    assert dialog.ok_reason.text() == ""
 
 
 def test_new_task_dialog_needs_a_title(qtbot, tmp_path):

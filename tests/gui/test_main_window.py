@@ -108,6 +108,7 @@ def test_several_folders_make_several_tasks_from_one_dialog(qtbot, window, tmp_p
     assert send_drop(window, mime_with(*folders))
     dialog = wait_for_dialog(qtbot, window)
     assert [e.text() for e in dialog.title_edits] == ["api", "web"]
+    dialog.instructions_edit.setPlainText("make test")
     accept_dialog(qtbot, dialog)
     qtbot.waitUntil(lambda: len(window.lineage.model) == 2, timeout=20_000)
     assert tree_titles(window) == ["api", "web"]
@@ -559,7 +560,13 @@ def test_a_task_is_archived_and_brought_back_from_the_tree(qtbot, window, cairn,
     assert cairn.tasks.workspace_of(cairn.tasks.get(task_id)).state == "archived"
 
     menu = window.lineage.context_menu_for(task_id)
-    assert [a.text() for a in menu.actions() if a.text()] == ["Unarchive Task", "Copy Task ID"]
+    assert [a.text() for a in menu.actions() if a.text()] == [
+        "Rename…",
+        "Edit Instructions…",
+        "Unarchive Task",
+        "Delete Task…",
+        "Copy Task ID",
+    ]
     next(a for a in menu.actions() if a.text() == "Unarchive Task").trigger()
     qtbot.waitUntil(lambda: node.task.workspace_state != "archived", timeout=10_000)
     assert "unarchived" in window.statusBar().currentMessage()

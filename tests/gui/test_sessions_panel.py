@@ -60,6 +60,7 @@ class FakeTask:
     id: str
     title: str
     workspace_id: str
+    created_at: float = 0.0
 
 
 @dataclass
@@ -176,6 +177,8 @@ class FakeCairn:
     def latest_run(self, task_id):
         if task_id == "task-b":
             return FakeRun("run-2", resume_report=RECREATED)
+        if task_id == "task-a":
+            return FakeRun("run-task-a", state="interrupted")
         return FakeRun(f"run-{task_id}")
 
     def stop(self, task_id):
@@ -462,3 +465,26 @@ def test_a_workspace_deleted_behind_the_panel_says_why_the_snapshot_failed(
     assert cairn.snapshots.all(task.id) == []
     qtbot.waitUntil(lambda: not panel.snapshot_button.isEnabled(), timeout=10_000)
     assert "missing" in panel.snapshot_button.toolTip()
+
+
+def test_resume_is_disabled_with_the_reason_for_a_finished_run(qtbot, make_panel):
+    cairn = FakeCairn()
+    cairn.latest_run = lambda task_id: FakeRun(f"run-{task_id}", state="succeeded")  # type: ignore[method-assign]
+    cairn.runs.latest = cairn.latest_run
+    panel = make_panel(cairn)
+    panel.set_task("task-a")
+    qtbot.waitUntil(lambda: panel.selected_session() is not None, timeout=5000)
+    assert not panel.resume_button.isEnabled()
+    assert "only an interrupted run can be resumed" in panel.resume_button.toolTip()
+
+
+def test_a_red_error_line_is_cleared_when_a_run_moves_or_the_task_changes(qtbot, make_panel):
+    cairn = FakeCairn(fail_resume=True)
+    panel = make_panel(cairn)
+    panel.set_task("task-a")
+    with qtbot.waitSignal(panel.sig_action_done, timeout=5000):
+        panel.resume_selected()
+    assert panel.message.text().startswith("Resume failed")
+    cairn.events.publish("run.state", "run-9", state="running", task_id="task-a")
+    qtbot.waitUntil(lambda: panel.message.text() == "", timeout=5000)
+    assert not panel.message.property("error")

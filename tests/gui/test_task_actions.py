@@ -93,7 +93,7 @@ def test_waiting_for_approval_reads_as_words():
 def test_an_interrupted_run_can_be_resumed_or_continued():
     states = button_states(details(), FakeRun(RunState.INTERRUPTED.value))
     assert enabled(states) == {CONTINUE, FORK, RESUME, PROMOTE, EXPORT_PATCH}
-    assert states[STOP][1] == "no run in flight (the last run was interrupted)"
+    assert states[STOP][1] == "no run in flight (the last run was interrupted) and no sandbox up"
 
 
 @pytest.mark.parametrize(
@@ -108,7 +108,7 @@ def test_a_finished_run_can_be_continued_not_resumed(state, words):
     states = button_states(details(), FakeRun(state.value))
     assert enabled(states) == {CONTINUE, FORK, PROMOTE, EXPORT_PATCH}
     assert states[RESUME][1] == f"{words}; only an interrupted run can be resumed"
-    assert states[STOP][1] == f"no run in flight ({words})"
+    assert states[STOP][1] == f"no run in flight ({words}) and no sandbox up"
     assert states[START][1].startswith("the task has run already")
 
 
@@ -194,7 +194,8 @@ def test_every_combination_is_consistent(run_state, workspace, lineage_busy, san
         details(state=workspace), run, lineage_run=other, sandbox_problem=sandbox
     )
     in_flight = run_state in {s.value for s in RunState if s.in_flight}
-    assert states[STOP][0] == in_flight
+    # Stop also lets go of a sandbox that is up with no run in it.
+    assert states[STOP][0] == (in_flight or workspace == "active")
     assert states[RESUME][0] == (
         run_state == "interrupted" and not lineage_busy and sandbox is None
     )
@@ -214,3 +215,9 @@ def test_every_combination_is_consistent(run_state, workspace, lineage_busy, san
     assert states[FORK][0] == (not in_flight and not lineage_busy and sandbox is None)
     assert states[EXPORT_PATCH][0] is True
     assert states[PROMOTE][0] == (not in_flight)
+
+
+def test_stop_lets_go_of_a_sandbox_that_is_up_with_no_run():
+    states = button_states(details(state="active"), FakeRun("succeeded"))
+    assert states[STOP] == (True, "")
+    assert states[RESUME][0] is False
