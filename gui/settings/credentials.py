@@ -121,6 +121,15 @@ def confirm_removal(parent: QWidget, name: str, holders: list[tuple[str, str]]) 
     return answer == QMessageBox.StandardButton.Yes
 
 
+# Unlike an engine's sign-in (added to model requests by the proxy on this computer), a grant is
+# put into each command's environment in the sandbox: people should know what that means.
+GRANTS_VISIBILITY = (
+    "A granted secret is put into the environment of every command the task runs: it is "
+    "visible to everything in the sandbox, the agent included. An engine's sign-in is not a "
+    "grant: its key stays on this computer and is added to each model request by Cairn's proxy."
+)
+
+
 class CredentialsPage(QWidget):
     """The keyring state, the secrets (add, rotate, remove) and a task's grants (grant, revoke)."""
 
@@ -218,6 +227,10 @@ class CredentialsPage(QWidget):
         # -- grants --
         layout.addSpacing(8)
         layout.addWidget(_heading("Grants", self))
+        self.grants_visibility = QLabel(GRANTS_VISIBILITY, self)
+        self.grants_visibility.setObjectName("grantsVisibility")
+        self.grants_visibility.setWordWrap(True)
+        layout.addWidget(self.grants_visibility)
         task_row = QHBoxLayout()
         task_row.addWidget(QLabel("Task:", self))
         self.task_combo = QComboBox(self)
