@@ -325,8 +325,16 @@ class SandboxManager:
             egress.stop(paths.socket)
 
     def attach_as_made(self, record: SessionRecord, ws: Workspace) -> Attached | Gone | Mismatch:
-        """Find the sandbox as it was made (under the policy of its making), to look at its
-        processes; the current policy is applied by `ensure`, not here."""
+        """Find the sandbox as it was made (under the policy of its making), bringing it up when
+        it is stopped or paused; the current policy is applied by `ensure`, not here."""
+        return self.backend.attach(_state_of(record), self._spec_as_made(record, ws))
+
+    def look_as_made(self, record: SessionRecord, ws: Workspace) -> Attached | Gone | Mismatch:
+        """The sandbox as it is, changing nothing, to look at its processes: Gone carries the
+        evidence (absent, stopped); a CairnError means it cannot be told now."""
+        return self.backend.look(_state_of(record), self._spec_as_made(record, ws))
+
+    def _spec_as_made(self, record: SessionRecord, ws: Workspace) -> SandboxSpec:
         policy = Policy.from_dict(record.policy)
         standard = {
             TOOLS_DIR_IN_SANDBOX,
@@ -339,8 +347,7 @@ class SandboxManager:
             for m in record.mounts
             if m.get("read_only") and m["target"] not in standard
         ]
-        spec = self.spec_for(ws, record.id, record.snapshot_id, policy, engine_mounts)
-        return self.backend.attach(_state_of(record), spec)
+        return self.spec_for(ws, record.id, record.snapshot_id, policy, engine_mounts)
 
     def session_stats(self, session_id: str) -> dict[str, Any]:
         """Live figures of one sandbox: cpu_percent, memory_bytes, memory_limit_bytes, pids,
@@ -353,7 +360,10 @@ class SandboxManager:
         if record.status != "live":  # attaching would start it again: figures are not worth that
             return {"running": False, "note": f"the sandbox is {record.status}"}
         ws = self.store.get_workspace(record.workspace_id)
-        attached = self.attach_as_made(record, ws)
+        try:  # looking only: figures are not worth starting or unpausing a sandbox
+            attached = self.look_as_made(record, ws)
+        except CairnError as exc:
+            return {"running": False, "note": str(exc)}
         if isinstance(attached, Attached):
             return attached.live.stats()
         why = attached.reason if isinstance(attached, Gone) else "; ".join(attached.reasons)

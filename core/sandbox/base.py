@@ -115,6 +115,15 @@ class ImageMissing(SandboxError):
         self.image = image
 
 
+class SandboxGone(SandboxError):
+    """The sandbox an operation needed went away while it was under way."""
+
+
+class ProbeFailed(SandboxError):
+    """A look inside the sandbox could not run (no process could start there, Docker refused the
+    exec): the answer is unknown, never a death."""
+
+
 class UnsafeBackendRefused(SandboxError):
     """An unisolated backend was asked for without saying so explicitly."""
 
@@ -521,7 +530,9 @@ class LiveSession(abc.ABC):
 
     @abc.abstractmethod
     def process_alive(self, pid: int, *, run_id: str | None = None) -> bool:
-        """True while the process runs; with `run_id`, only if it is that run's wrapper."""
+        """True while the process runs; with `run_id`, only if it is that run's wrapper. False
+        only on evidence (no such process, a zombie, another command); ProbeFailed when the
+        sandbox could not be asked."""
 
     @abc.abstractmethod
     def signal_process(self, pid: int, signal_name: str = "TERM") -> bool:
@@ -567,6 +578,13 @@ class SandboxBackend(abc.ABC):
     @abc.abstractmethod
     def attach(self, state: SessionState, spec: SandboxSpec) -> AttachResult:
         """Find the sandbox `state` describes: Attached, Gone, or Mismatch with the reasons."""
+
+    def look(self, state: SessionState, spec: SandboxSpec) -> AttachResult:
+        """Find the sandbox `state` describes without changing it (never started, unpaused or
+        recreated), to look at its processes: Attached when it runs, Gone with the evidence
+        when it is absent or stopped; a SandboxError when it cannot be told now. Backends whose
+        `attach` changes nothing may leave this as it is."""
+        return self.attach(state, spec)
 
     @abc.abstractmethod
     def list_sessions(self) -> list[SessionSummary]:

@@ -9,16 +9,17 @@ others.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from core.errors import Conflict, exception_chain
+from core.errors import CairnError, Conflict, exception_chain
 from core.sandbox.base import (
     CONTAINER_HOME,
     CONTAINER_RUNS,
@@ -39,8 +40,10 @@ from core.sandbox.base import (
     Mismatch,
     MountSpec,
     OutputChunk,
+    ProbeFailed,
     SandboxBackend,
     SandboxError,
+    SandboxGone,
     SandboxSpec,
     SandboxUnavailable,
     SessionState,
@@ -80,11 +83,37 @@ CONNECT_TIMEOUT_S = 10
 API_TIMEOUT_S = 120
 DETACHED_START_TIMEOUT_S = 15
 STOP_TIMEOUT_S = 5
+REMOVAL_WAIT_S = 30
+PROBE_TIMEOUT_S = 20
 RUN_TMPFS_OPTIONS = "rw,nosuid,nodev,noexec,size=16m"
 
 
 def container_name_for(session_id: str) -> str:
     return f"cairn-{session_id}"
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def docker_call(what: str) -> Callable[[_F], _F]:
+    """Every Docker failure of the wrapped call becomes one CairnError line with its fix: an
+    unreachable or silent daemon SandboxUnavailable, a container that went away SandboxGone,
+    anything Docker refused SandboxError. Nothing from docker-py reaches a person raw."""
+
+    def wrap(fn: _F) -> _F:
+        @functools.wraps(fn)
+        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(self, *args, **kwargs)
+            except CairnError:
+                raise
+            except Exception as exc:
+                backend = self if isinstance(self, DockerBackend) else self.backend
+                raise backend.translate(exc, what) from exc
+
+        return call  # type: ignore[return-value]
+
+    return wrap
 
 
 class DockerBackend(SandboxBackend):
@@ -164,9 +193,36 @@ class DockerBackend(SandboxBackend):
             hint="check that the daemon runs: docker info",
         )
 
+    def translate(self, exc: BaseException, what: str) -> CairnError:
+        """A docker-py failure while doing `what`, as one line with a fix."""
+        import docker.errors
+        import requests.exceptions
+
+        if isinstance(exc, CairnError):
+            return exc
+        if isinstance(exc, docker.errors.NotFound):
+            return SandboxGone(
+                f"could not {what}: Docker no longer has it ({_api_message(exc)})",
+                hint="resume the task: its sandbox is made again",
+            )
+        if isinstance(exc, docker.errors.APIError):
+            code = exc.status_code or "?"
+            return SandboxError(
+                f"could not {what}: Docker refused it ({code}: {_api_message(exc)})",
+                hint="resume the task again; if it keeps failing, docker info shows the daemon",
+            )
+        if isinstance(
+            exc, (requests.exceptions.RequestException, docker.errors.DockerException, OSError)
+        ):
+            return self._unavailable(exc)
+        return SandboxError(f"could not {what}: {type(exc).__name__}: {_first_line(str(exc))}")
+
     def check(self) -> None:
+        """A bounded ping: a daemon that accepts connections but never answers is reported after
+        CONNECT_TIMEOUT_S, not waited on."""
         try:
-            self.api.ping()
+            api: Any = self.api  # docker-py's ping takes no timeout of its own
+            api._result(api._get(api._url("/_ping"), timeout=CONNECT_TIMEOUT_S))
         except SandboxUnavailable:
             raise
         except Exception as exc:
@@ -180,6 +236,7 @@ class DockerBackend(SandboxBackend):
 
     # --- create -----------------------------------------------------------------------------
 
+    @docker_call("look up the sandbox image")
     def resolve_image(self, image: str) -> dict[str, Any]:
         """The local image's inspect data; ImageMissing when it is not here (never pulls)."""
         import docker.errors
@@ -209,6 +266,7 @@ class DockerBackend(SandboxBackend):
             LABEL_DATA_DIR: self.data_dir,
         }
 
+    @docker_call("create the sandbox")
     def create(
         self, spec: SandboxSpec, *, previous: SessionState | None = None
     ) -> tuple[SessionState, LiveSession]:
@@ -292,17 +350,79 @@ class DockerBackend(SandboxBackend):
 
     # --- attach -----------------------------------------------------------------------------
 
+    @docker_call("reattach to the sandbox")
     def attach(self, state: SessionState, spec: SandboxSpec) -> AttachResult:
+        """Reattach in whatever state the container is: paused → unpaused, exited or created →
+        started; dead, being removed, or not coming up → Mismatch (removed and made again);
+        mounts bound to a folder that is no longer the live one (compared by device and inode)
+        → Mismatch."""
+        found = self._inspect(state)
+        if not isinstance(found, dict):
+            return found
+        info = found
+        reasons = self.compare(info, state, spec)
+        if reasons:
+            return Mismatch(reasons)
+        name = state.container_name or info["Id"][:12]
+        status = _status(info)
+        if status == "paused":
+            try:
+                self.api.unpause(info["Id"])
+            except Exception as exc:  # noqa: BLE001 - a container that stays paused is replaced
+                return Mismatch(
+                    [f"{name} was paused and could not be unpaused: {_api_message(exc)}"]
+                )
+            info = self.api.inspect_container(info["Id"])
+        elif status in ("exited", "created"):
+            try:
+                self.api.start(info["Id"])
+            except Exception as exc:  # noqa: BLE001 - e.g. a mount source that is gone
+                return Mismatch(
+                    [f"{name} was {status} and could not be started: {_api_message(exc)}"]
+                )
+            info = self.api.inspect_container(info["Id"])
+        elif status != "running":
+            return Mismatch([f"{name} is {status}"])
+        if _status(info) != "running":
+            why = info["State"].get("Error") or f"exit code {info['State'].get('ExitCode')}"
+            return Mismatch([f"{name} did not stay up ({_status(info)}: {why})"])
+        stale = self._stale_mounts(info, spec)
+        if stale:
+            return Mismatch(stale)
+        return Attached(DockerLiveSession(self, state, spec, info["Id"]))
+
+    @docker_call("look at the sandbox")
+    def look(self, state: SessionState, spec: SandboxSpec) -> AttachResult:
+        """The container as it is, changing nothing: a stopped or absent one is Gone (the
+        evidence), a paused one cannot be looked into (SandboxError)."""
+        if state.backend != self.name:
+            return Mismatch([f"the session state belongs to the {state.backend} backend"])
+        found = self._inspect(state)
+        if not isinstance(found, dict):
+            return found
+        name = state.container_name or found["Id"][:12]
+        status = _status(found)
+        if status == "paused":
+            raise SandboxError(
+                f"the sandbox {name} is paused: its processes cannot be looked at",
+                hint=f"docker unpause {name}, or resume the task",
+            )
+        if status != "running":
+            code = found["State"].get("ExitCode")
+            return Gone(f"container {name} is {status}" + (f" (exit code {code})" if code else ""))
+        return Attached(DockerLiveSession(self, state, spec, found["Id"]))
+
+    def _inspect(self, state: SessionState) -> dict[str, Any] | Gone | Mismatch:
+        """The container `state` names, or why it is not there."""
         import docker.errors
 
         if state.backend != self.name:
             return Mismatch([f"the session state belongs to the {state.backend} backend"])
-        api = self.api
         ref = state.container_id or state.container_name
         if not ref:
             return Gone("the session state names no container")
         try:
-            info = api.inspect_container(ref)
+            return self.api.inspect_container(ref)
         except docker.errors.NotFound:
             replaced = self._replacement(state)
             if replaced is not None:
@@ -310,16 +430,53 @@ class DockerBackend(SandboxBackend):
                 return Mismatch([f"{what} ({replaced[:12]})"])
             short_id = (state.container_id or "")[:12]
             return Gone(f"container {state.container_name or ref} ({short_id}) no longer exists")
-        reasons = self.compare(info, state, spec)
-        if reasons:
-            return Mismatch(reasons)
-        if not info["State"]["Running"]:
-            api.start(info["Id"])
-            info = api.inspect_container(info["Id"])
-            if not info["State"]["Running"]:
-                why = info["State"].get("Error") or f"exit code {info['State'].get('ExitCode')}"
-                raise SandboxError(f"{state.container_name} did not stay up after a restart: {why}")
-        return Attached(DockerLiveSession(self, state, spec, info["Id"]))
+
+    def _stale_mounts(self, info: Mapping[str, Any], spec: SandboxSpec) -> list[str]:
+        """Bind mounts whose host folder was deleted (or replaced) since the container started:
+        the path is the same, the folder it holds is not. Seen from the host through the
+        container's root (/proc/<pid>/root), or, where that is closed, by `stat` inside."""
+        pid = int((info.get("State") or {}).get("Pid") or 0)
+        mounts = [m for m in spec.mounts() if not m.read_only]
+        seen: dict[str, tuple[int, int] | None] = {}
+        for m in mounts:
+            try:
+                st = os.stat(f"/proc/{pid}/root{m.target}") if pid > 0 else None
+                seen[m.target] = (st.st_dev, st.st_ino) if st else None
+            except OSError:
+                seen[m.target] = None
+        if any(v is None for v in seen.values()):
+            seen.update(self._stat_inside(info["Id"], [t for t, v in seen.items() if v is None]))
+        reasons = []
+        for m in mounts:
+            inside = seen.get(m.target)
+            try:
+                st = os.stat(m.source)
+                host: tuple[int, int] | None = (st.st_dev, st.st_ino)
+            except OSError:
+                host = None
+            if inside is not None and host != inside:
+                reasons.append(
+                    f"mount {m.target} holds a folder that is no longer {m.source} "
+                    "(it was deleted or replaced while the sandbox ran)"
+                )
+        return reasons
+
+    def _stat_inside(self, container_id: str, targets: list[str]) -> dict[str, tuple[int, int]]:
+        if not targets:
+            return {}
+        try:
+            exec_id = self.api.exec_create(
+                container_id, ["stat", "-c", "%n %d %i", *targets], user="", workdir="/"
+            )["Id"]
+            out = self.api.exec_start(exec_id, demux=True)[0] or b""
+        except Exception:  # noqa: BLE001 - no answer means no evidence either way
+            return {}
+        found = {}
+        for line in out.decode(errors="replace").splitlines():
+            parts = line.rsplit(" ", 2)
+            if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+                found[parts[0]] = (int(parts[1]), int(parts[2]))
+        return found
 
     def _replacement(self, state: SessionState) -> str | None:
         import docker.errors
@@ -392,6 +549,7 @@ class DockerBackend(SandboxBackend):
     def _filters(self) -> dict[str, Any]:
         return {"label": [f"{LABEL_MANAGED}=1", f"{LABEL_DATA_DIR}={self.data_dir}"]}
 
+    @docker_call("list the sandboxes")
     def list_sessions(self) -> list[SessionSummary]:
         out = []
         for c in self.api.containers(all=True, filters=self._filters()):
@@ -412,7 +570,10 @@ class DockerBackend(SandboxBackend):
             )
         return sorted(out, key=lambda s: s.created)
 
+    @docker_call("remove the sandbox")
     def remove(self, container_id_or_name: str) -> bool:
+        """Remove one of this data folder's containers; one already being removed is waited
+        for (up to REMOVAL_WAIT_S), so its name is free when this returns."""
         import docker.errors
 
         try:
@@ -429,7 +590,20 @@ class DockerBackend(SandboxBackend):
             self.api.remove_container(info["Id"], force=True)
         except docker.errors.NotFound:
             return False
-        return True
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:  # 409: a removal is already in progress
+                raise
+        deadline = time.monotonic() + REMOVAL_WAIT_S
+        while time.monotonic() < deadline:
+            try:
+                self.api.inspect_container(info["Id"])
+            except docker.errors.NotFound:
+                return True
+            time.sleep(0.2)
+        raise SandboxError(
+            f"{container_id_or_name} was still being removed after {REMOVAL_WAIT_S} s",
+            hint="docker info shows whether the daemon is stuck; resume again once it is gone",
+        )
 
 
 class DockerExecStream(ExecStream):
@@ -489,6 +663,7 @@ class DockerLiveSession(LiveSession):
         )
         return created["Id"]
 
+    @docker_call("start the run in the sandbox")
     def exec_detached(
         self,
         argv: Sequence[str],
@@ -530,6 +705,7 @@ class DockerLiveSession(LiveSession):
                 )
             time.sleep(0.005)
 
+    @docker_call("run a command in the sandbox")
     def exec_stream(
         self,
         argv: Sequence[str],
@@ -539,6 +715,7 @@ class DockerLiveSession(LiveSession):
     ) -> ExecStream:
         return DockerExecStream(self._api, self._exec_create(argv, env, cwd))
 
+    @docker_call("run a command in the sandbox")
     def exec(
         self,
         argv: Sequence[str],
@@ -597,28 +774,52 @@ class DockerLiveSession(LiveSession):
         self._api.exec_start(exec_id)
         return _exec_exit_code(self._api, exec_id)
 
+    @docker_call("look at the run's process")
     def process_alive(self, pid: int, *, run_id: str | None = None) -> bool:
         if pid <= 0:
             return False
+        # The probe forks nothing (shell built-ins only), so it still answers in a sandbox at
+        # its pids limit; it says "alive" or "dead" in words, and anything else — no shell
+        # could start, Docker refused the exec — is no answer, never a death.
         # Not this check itself: in a recreated sandbox the pid namespace hands out the same
         # numbers again, so the recorded pid can be this very shell (whose arguments hold the
         # marker). Its children do not exist yet when /proc/$1/stat is read.
         script = (
-            '[ "$1" != "$$" ] || exit 1; '
-            'read -r line < "/proc/$1/stat" 2>/dev/null || exit 1; '
-            's=${line##*) }; [ "${s%% *}" != Z ] || exit 1; '
-            '[ -z "$2" ] && exit 0; '
-            'tr "\\000" " " < "/proc/$1/cmdline" | grep -qF -- "$2"'
+            '[ "$1" != "$$" ] || { echo dead; exit 0; }; '
+            'read -r line < "/proc/$1/stat" 2>/dev/null || { echo dead; exit 0; }; '
+            's=${line##*) }; [ "${s%% *}" != Z ] || { echo dead; exit 0; }; '
+            '[ -n "$2" ] || { echo alive; exit 0; }; '
+            'c=; read -r c < "/proc/$1/cmdline" 2>/dev/null; '
+            # cmdline's NULs are dropped by read: the marker must not run on into a digit
+            # (attempt 2 is not attempt 21).
+            'case "$c" in *"$2"[!0-9]*|*"$2") echo alive;; *) echo dead;; esac'
         )
         marker = f"{CONTAINER_RUNS}/{check_run_id(run_id)}" if run_id else ""
-        return self._quiet_exec(["sh", "-c", script, "sh", str(pid), marker]) == 0
+        code, out, err = self._probe(["sh", "-c", script, "sh", str(pid), marker])
+        verdict = out.strip()
+        if verdict == "alive":
+            return True
+        if verdict == "dead":
+            return False
+        raise ProbeFailed(
+            f"could not look at process {pid} in {self.state.container_name}: "
+            + _first_line(err or out or f"the probe ended with exit code {code}"),
+            hint="this is retried; the run is left as it is",
+        )
 
+    def _probe(self, argv: Sequence[str]) -> tuple[int, str, str]:
+        """A short exec as the sandbox user: (exit code, stdout, stderr); bounded."""
+        result = self.exec(argv, env={}, cwd="/", timeout=PROBE_TIMEOUT_S)
+        return result.exit_code, result.stdout, result.stderr
+
+    @docker_call("signal the run's process")
     def signal_process(self, pid: int, signal_name: str = "TERM") -> bool:
         if pid <= 0 or not signal_name.isalnum():
             raise ValueError(f"bad pid or signal: {pid} {signal_name}")
         script = 'kill -s "$1" -- "-$2" 2>/dev/null || kill -s "$1" "$2" 2>/dev/null'
         return self._quiet_exec(["sh", "-c", script, "sh", signal_name, str(pid)]) == 0
 
+    @docker_call("read the sandbox's figures")
     def stats(self) -> dict[str, Any]:
         info = self._api.inspect_container(self.container_id)
         started = _parse_docker_time(info["State"].get("StartedAt"))
@@ -659,12 +860,14 @@ class DockerLiveSession(LiveSession):
         out["pids"] = (raw.get("pids_stats") or {}).get("current")
         return out
 
+    @docker_call("stop the sandbox")
     def stop(self) -> None:
         import docker.errors
 
         with contextlib.suppress(docker.errors.NotFound):
             self._api.stop(self.container_id, timeout=STOP_TIMEOUT_S)
 
+    @docker_call("remove the sandbox")
     def destroy(self) -> None:
         import docker.errors
 
@@ -697,6 +900,18 @@ def _namespaced_pid(host_pid: int) -> int | None:
     except (OSError, ValueError):
         return None
     return None
+
+
+def _status(info: Mapping[str, Any]) -> str:
+    """The container's state in Docker's words: running, paused, exited, created, dead,
+    removing, restarting."""
+    state = info.get("State") or {}
+    status = state.get("Status")
+    if status:
+        return str(status)
+    if state.get("Paused"):
+        return "paused"
+    return "running" if state.get("Running") else "exited"
 
 
 def _image_path(image: Mapping[str, Any]) -> str:
