@@ -9,8 +9,9 @@ always an explicit user action elsewhere.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from core import lineage
@@ -20,7 +21,7 @@ from core.models import Run
 from core.models import RunState as R
 from core.revisions import Revisions
 from core.runs.liveness import Sandboxes, run_liveness
-from core.runs.states import IN_FLIGHT, run_files
+from core.runs.states import IN_FLIGHT, move, run_files
 
 # Ends a run: (run id, exit code or None for lost, note) → the run (core.runs.service's `end`).
 EndRun = Callable[..., Run]
@@ -44,17 +45,19 @@ class ReconcileReport:
 
 
 def settle_run(ctx: Context, sandboxes: Sandboxes, end_run: EndRun, run: Run) -> str:
-    """Bring one in-flight run's state in line with reality; returns what it became."""
-    if run.state in (R.QUEUED.value, R.PREPARING.value) and lineage.lease_held(
-        ctx.store, lineage.root_of(ctx.store, run.task_id)
-    ):
-        return "starting"  # another Cairn process is launching it under the lineage lease
+    """Bring one in-flight run's state in line with reality; returns what it became. A run
+    becomes interrupted only on evidence that its process is gone; when that cannot be told
+    now, CairnError and the run stays as it is."""
+    if run.state in (R.QUEUED.value, R.PREPARING.value):
+        if lineage.lease_held(ctx.store, lineage.root_of(ctx.store, run.task_id)):
+            return "starting"  # another Cairn process is launching it under the lineage lease
+        run = _adopt_launched_attempt(ctx, run)
     files = run_files(ctx.data.runs_root, run)
     code = files.exit_code
     if code is None:
         alive, why = run_liveness(ctx, sandboxes, run)
         if alive is None:
-            raise CairnError(f"run {run.id}: {why}")
+            raise CairnError(f"run {run.id}: its state is unknown, left as it is: {why}")
         if alive:
             return "running"
         code = files.exit_code  # it may have ended while we looked
@@ -63,6 +66,41 @@ def settle_run(ctx: Context, sandboxes: Sandboxes, end_run: EndRun, run: Run) ->
             return R.INTERRUPTED.value
     end_run(run.id, code)
     return ctx.store.get_run(run.id).state
+
+
+def _adopt_launched_attempt(ctx: Context, run: Run) -> Run:
+    """A launch whose Cairn stopped between starting the next attempt's process and recording
+    it: the stored run is still the previous attempt, the process already has a pid in the next
+    attempt's folder. That attempt becomes the run's, so it is followed, never launched twice."""
+    workspaces = [run.workspace_id]
+    task_ws = ctx.store.get_task(run.task_id).workspace_id
+    if task_ws not in workspaces:
+        workspaces.append(task_ws)  # a resume into a new workspace
+    for ws_id in workspaces:
+        candidate = replace(run, attempt=run.attempt + 1, workspace_id=ws_id)
+        files = run_files(ctx.data.runs_root, candidate)
+        if files.pid is None:
+            continue
+        try:
+            started = (files.folder / "pid").stat().st_mtime
+        except OSError:
+            started = time.time()
+        try:
+            return move(
+                ctx.store,
+                run.id,
+                R.RUNNING,
+                attempt=candidate.attempt,
+                workspace_id=ws_id,
+                output_offset=0,
+                stderr_offset=0,
+                exit_code=None,
+                started_at=started,
+                note="its launch was cut short after the process started; followed from here",
+            )
+        except CairnError:
+            return ctx.store.get_run(run.id)  # someone else settled it first
+    return run
 
 
 def reconcile(

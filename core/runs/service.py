@@ -128,11 +128,23 @@ class Runs:
         task = self.ctx.task(task_ref)
         run = self.latest(task)
         if run is not None and run.state in IN_FLIGHT:
+            self._wake_sandbox(task)
             self.settle(run)
             run = self.ctx.store.get_run(run.id)
             if run.state in IN_FLIGHT:
                 raise Conflict(f"run {run.id} is still {run.state}; there is nothing to resume")
         return self.ladder.resume(task.id, choice=choice, accept_tool_change=accept_tool_change)
+
+    def _wake_sandbox(self, task: Task) -> None:
+        """A paused sandbox is unpaused (a stopped one started) before its run is settled:
+        frozen, its processes can be neither seen alive nor proven gone. Best effort: when it
+        cannot be woken, settling says why."""
+        ws = self.ctx.workspace_of(task)
+        record = self.ctx.store.session_for(ws.id)
+        if record is None:
+            return
+        with contextlib.suppress(CairnError):
+            self._sandboxes.get().attach_as_made(record, ws)
 
     # -- settling with reality -----------------------------------------------------------------
 
@@ -267,6 +279,11 @@ class Runs:
             if run.state not in IN_FLIGHT:
                 tail.poll(final=True)
                 return run
+            if run.state in (RunState.QUEUED.value, RunState.PREPARING.value):
+                # Being launched: the stored attempt is still the previous one, whose files
+                # are not this attempt's.
+                time.sleep(interval)
+                continue
             files = self.files(run)
             tail.files = files
             tail.poll()
@@ -277,11 +294,10 @@ class Runs:
                 if news is not None:
                     news()
                 return self.end(run.id, code)
-            if run.state in (RunState.QUEUED.value, RunState.PREPARING.value):
-                time.sleep(interval)  # being launched: nothing to look at yet
-                continue
             if time.monotonic() - last_check > 1.0:
                 last_check = time.monotonic()
+                # Only evidence ends it: an unknown (a probe that could not start, Docker not
+                # answering) is asked again at the next check.
                 alive, why = run_liveness(self.ctx, self._sandboxes, run)
                 if alive is False and files.exit_code is None:
                     stop_recording()
