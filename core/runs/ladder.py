@@ -193,8 +193,8 @@ class Ladder:
                     recorded_contract=None,
                     home_seed=home_seed,
                 )
-            except CairnError as exc:
-                self._park(run.id, f"could not start: {exc}")
+            except BaseException as exc:
+                self._park(run.id, f"could not start: {_reason(exc)}")
                 raise
 
     def preflight(self, task: Task) -> Ready:
@@ -293,13 +293,6 @@ class Ladder:
             )
         elif resolved.env:
             report.add("credentials", "injected " + ", ".join(sorted(env)))
-        self.checkpoints.write(
-            run,
-            pending_step=str(start_step),
-            tool_contract=contract,
-            policy_version=policy.version,
-        )
-        lease.verify()
         files = runs.run_files(self.ctx.data.runs_root, run)
         ctx = LaunchContext(
             run_id=run.id,
@@ -330,7 +323,25 @@ class Ladder:
         argv = self._hide_secrets_in_output(
             eng.launch_argv(ctx), env, exec_env, outcome.live, report
         )
-        outcome.live.exec_detached(argv, env=exec_env, run_id=run.exec_id)
+        # Last before the launch, so an attempt that fails earlier leaves no checkpoint behind.
+        self.checkpoints.write(
+            run,
+            pending_step=str(start_step),
+            tool_contract=contract,
+            policy_version=policy.version,
+        )
+        lease.verify()
+        try:
+            outcome.live.exec_detached(argv, env=exec_env, run_id=run.exec_id)
+        except BaseException as exc:
+            if files.pid is None:
+                raise
+            # It started although the launch reported otherwise: this attempt is the one that
+            # runs now, and following it (not a second launch) decides how it ends.
+            log.warning("run %s started despite a launch error: %s", run.id, _reason(exc))
+            report.add("launch", "started", f"the launch reported: {_reason(exc)}")
+        # Only now does the run become this attempt: its number, its folder (whose offsets
+        # start at 0), its workspace and spec. Until here the stored run is the previous one.
         run = runs.move(
             self.store,
             run.id,
@@ -338,6 +349,12 @@ class Ladder:
             started_at=time.time(),
             resume_report=report.to_dict(),
             note=report.summary() if report.path else None,
+            attempt=run.attempt,
+            output_offset=0,
+            stderr_offset=0,
+            workspace_id=run.workspace_id,
+            exit_code=None,
+            spec=ctx.spec,
         )
         self.ctx.events.publish(
             ev.RUN_STATE, run.id, state=run.state, task_id=task.id, report=report.to_dict()
@@ -385,8 +402,7 @@ class Ladder:
             return ctx
         report.add("engine", "new session on the same files (fallback)", check.reason)
         spec = {**run.spec, "mode": MODE_FALLBACK, "fallback_reason": check.reason}
-        self.store.update_run(run.id, spec=spec)
-        return replace(ctx, mode=MODE_FALLBACK, spec=spec)
+        return replace(ctx, mode=MODE_FALLBACK, spec=spec)  # stored when the attempt launches
 
     # -- resume --------------------------------------------------------------------------------
 
@@ -439,10 +455,12 @@ class Ladder:
                     "session_id": run.engine_session_id,
                     "prompt": INTERRUPTED_PROMPT,
                 }
-            run = runs.move(
-                self.store,
-                run.id,
-                R.PREPARING,
+            # Only the state moves now: attempt, offsets, workspace and spec stay the last
+            # launched attempt's until the next one has started (`_launch`), so an attempt that
+            # fails before that changes nothing and the next resume reads the right folder.
+            run = runs.move(self.store, run.id, R.PREPARING)
+            attempt = replace(
+                run,
                 attempt=run.attempt + 1,
                 output_offset=0,
                 stderr_offset=0,
@@ -454,7 +472,7 @@ class Ladder:
                 report.add("engine", f"shell continues at step {start_step}")
             try:
                 run = self._launch(
-                    run,
+                    attempt,
                     self.store.get_task(task.id),
                     ws,
                     lease,
@@ -464,8 +482,8 @@ class Ladder:
                     recorded_contract=ToolContract.from_dict(ck.tool_contract) if ck else None,
                     accept_tool_change=accept_tool_change,
                 )
-            except CairnError as exc:
-                self._park(run.id, f"resume failed: {exc}")
+            except BaseException as exc:
+                self._park(run.id, f"resume failed: {_reason(exc)}")
                 raise
             self.ctx.events.publish(
                 ev.RUN_RESUMED, run.id, task_id=task.id, report=report.to_dict()
@@ -559,6 +577,17 @@ class Ladder:
             and r.run_id != run.id
             and r.trigger not in ("base", "checkpoint", "restore")
         ]
+
+
+def _reason(exc: BaseException) -> str:
+    """A failure in one line for the run's note: a CairnError as it reads, anything else as the
+    bug it is."""
+    if isinstance(exc, CairnError):
+        return str(exc)
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted by the user"
+    text = str(exc).strip().splitlines()
+    return f"internal error: {type(exc).__name__}" + (f": {text[0][:200]}" if text else "")
 
 
 def _model_endpoints(ready: Ready) -> list[egress.Endpoint]:
