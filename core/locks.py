@@ -80,13 +80,44 @@ def lock_path(locks_root: Path, kind: str, key: str) -> Path:
 
 
 @contextmanager
-def held(locks_root: Path, kind: str, key: str, busy_message: str) -> Iterator[FileLock]:
-    """Hold the named lock for the block, or raise Conflict(busy_message) when it is taken."""
+def held(
+    locks_root: Path, kind: str, key: str, busy_message: str, *, wait: float = 0.0
+) -> Iterator[FileLock]:
+    """Hold the named lock for the block.
+
+    With `wait` 0 a lock that is taken raises Conflict(busy_message) at once. With `wait` > 0 the
+    caller waits its turn for up to that many seconds, then gets Conflict(busy_message) naming
+    the process that still holds it and how long it waited.
+    """
     lock = FileLock(lock_path(locks_root, kind, key))
-    if not lock.try_acquire():
+    if not _acquire(lock, wait):
         pid = lock.holder_pid()
-        raise Conflict(busy_message + (f" (process {pid})" if pid else ""))
+        holder = f"process {pid}" if pid else "another process"
+        waited = f"; still held after {_seconds(wait)} of waiting" if wait > 0 else ""
+        raise Conflict(f"{busy_message} ({holder}{waited})")
     try:
         yield lock
     finally:
         lock.release()
+
+
+def _acquire(lock: FileLock, wait: float) -> bool:
+    """Take the lock, polling until `wait` seconds have passed (the kernel's flock has no timeout,
+    and a blocking flock could not be given one without signals)."""
+    deadline = time.monotonic() + max(0.0, wait)
+    pause = _FIRST_POLL_S
+    while not lock.try_acquire():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(pause, left))
+        pause = min(pause * 2, _LAST_POLL_S)
+    return True
+
+
+_FIRST_POLL_S = 0.01
+_LAST_POLL_S = 0.25
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g} s"

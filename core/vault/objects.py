@@ -12,6 +12,7 @@ import ctypes
 import hashlib
 import os
 import re
+import secrets
 import subprocess
 import threading
 import time
@@ -31,6 +32,7 @@ MODE_GITLINK = "160000"
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 _SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 _LARGE_FILE = 64 * 1024 * 1024  # above this a blob is streamed instead of read whole
+_REF_LOCK_WAIT_S = 2.0  # a ref's lock is held for one small write; longer means a crashed writer
 _DirStamp = tuple[int, int, int, int]  # mtime_ns, ctime_ns, size, inode
 
 # Git without the user's or system's configuration: a byte-exact, predictable tool.
@@ -135,6 +137,38 @@ def _syncfs(path: Path) -> None:
     except (OSError, AttributeError):
         pass
     os.sync()
+
+
+def _new_temp_object(folder: Path) -> tuple[int, Path]:
+    """A new file of our own for an object being written into `folder`: exclusive, so that two
+    processes (or a stale file of a crashed one with a recycled pid) never share it; named
+    `tmp_obj_*`, so that housekeeping knows an abandoned one."""
+    for _ in range(16):
+        tmp = folder / f"tmp_obj_{os.getpid()}_{threading.get_ident()}_{secrets.token_hex(4)}"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644), tmp
+        except FileExistsError:
+            continue
+    raise VaultError(f"cannot make a temporary object file in {folder}")
+
+
+def _take_ref_lock(name: str, lock: Path) -> int:
+    """Create the ref's `.lock` file (git's own protocol). Another writer holds it only for the
+    moment of its write, so a taken lock is waited for briefly; its folder may vanish meanwhile
+    (git prunes emptied ref folders when it deletes a ref), so it is made again."""
+    deadline = time.monotonic() + _REF_LOCK_WAIT_S
+    pause = 0.001
+    while True:
+        try:
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            return os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        except FileNotFoundError:
+            pass  # the folder went between mkdir and open: make it again
+        except FileExistsError as exc:
+            if time.monotonic() >= deadline:
+                raise VaultError(f"the ref {name} is being updated by someone else") from exc
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 class ObjectStore:
@@ -244,11 +278,21 @@ class ObjectStore:
         if folder.name not in self._known_dirs:
             folder.mkdir(exist_ok=True)
             self._known_dirs.add(folder.name)
-        tmp = folder / f"tmp_obj_{os.getpid()}_{threading.get_ident()}"
-        with open(tmp, "wb") as f:
-            f.write(compressed)
-        os.chmod(tmp, 0o444)
-        os.replace(tmp, path)
+        try:
+            fd, tmp = _new_temp_object(folder)
+        except FileNotFoundError:
+            # A cleanup in another process removed the emptied fan-out folder since it was seen.
+            folder.mkdir(exist_ok=True)
+            fd, tmp = _new_temp_object(folder)
+        try:
+            with open(fd, "wb") as f:
+                f.write(compressed)
+            os.chmod(tmp, 0o444)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
     def write_blob(self, data: bytes) -> str:
         return self.write_object("blob", data)
@@ -278,11 +322,11 @@ class ObjectStore:
                 return sha
             target = self._loose_path(sha)
             target.parent.mkdir(exist_ok=True)
-            tmp = target.parent / f"tmp_obj_{os.getpid()}_{threading.get_ident()}"
+            fd, tmp = _new_temp_object(target.parent)
             comp = zlib.compressobj(1)
             check = hashlib.sha1(f"blob {size}\0".encode())
             seen = 0
-            with open(path, "rb") as src, open(tmp, "wb") as dst:
+            with open(fd, "wb") as dst, open(path, "rb") as src:
                 dst.write(comp.compress(f"blob {size}\0".encode()))
                 for chunk in iter(lambda: src.read(1 << 20), b""):
                     seen += len(chunk)
@@ -394,12 +438,8 @@ class ObjectStore:
         if not name.startswith("refs/"):
             raise VaultError(f"refusing to write the ref {name!r}")
         path = self.git_dir / name
-        path.parent.mkdir(parents=True, exist_ok=True)
         lock = path.with_name(path.name + ".lock")
-        try:
-            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError as exc:
-            raise VaultError(f"the ref {name} is being updated by someone else") from exc
+        fd = _take_ref_lock(name, lock)
         try:
             current = self.read_ref(name)
             if old is not None and current != old:
@@ -413,13 +453,15 @@ class ObjectStore:
             os.close(fd)
             fd = -1
             os.replace(lock, path)
-            if durable:
-                fsync_dir(path.parent)
-        finally:
+        except BaseException:
             if fd >= 0:
                 os.close(fd)
-            if lock.exists():
+            # Only our own lock: once it has become the ref, a `.lock` here is the next writer's.
+            with contextlib.suppress(FileNotFoundError):
                 lock.unlink()
+            raise
+        if durable:
+            fsync_dir(path.parent)
 
     def delete_ref(self, name: str) -> None:
         run_git(["--git-dir", str(self.git_dir), "update-ref", "-d", name])
