@@ -228,7 +228,12 @@ def resume_with_a_locked_keyring(data: Path, task_id: str, tmp_path: Path) -> st
          *cairnctl_argv(data, "resume", task_id)],
         capture_output=True, text=True, env=env, cwd=REPO, timeout=120,
     )  # fmt: skip
-    return one_error_line(proc)
+    # The private bus and the prompter it cannot show write to the same stderr: Cairn's own
+    # lines are the ones that start with its name.
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("cairnctl")]
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
 
 
 @pytest.mark.keyring
