@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 
 from core.errors import Conflict
 from core.locks import FileLock, held, lock_path
-from tests.support import as_json, cairnctl, cairnctl_argv, cairnctl_env, git
+from tests.support import REPO, as_json, cairnctl, cairnctl_argv, cairnctl_env, git
 
 PARALLEL = 8
 IGNORED = {"debug.log", "build", "build/out.bin"}
@@ -213,3 +214,84 @@ def test_waiters_take_the_lock_one_after_another(tmp_path):
     for t in threads:
         t.join()
     assert most == 1 and sorted(entered) == list(range(PARALLEL))
+
+
+IMPORT_LOOP = """
+import sys
+from pathlib import Path
+from core.vault import Vault, base_ref
+from core.vault.importer import import_folder
+
+vault_dir, folder, who = sys.argv[1:4]
+vault = Vault.open_or_create(Path(vault_dir))
+for i in range(4):
+    result = import_folder(vault, Path(folder))
+    vault.objects.update_ref(base_ref(f"ws_{who}_{i}"), result.base_commit)
+    print(result.base_tree)
+vault.close()
+"""
+
+
+def test_imports_into_one_vault_from_several_processes_at_once_are_all_sound(tmp_path, busy_repo):
+    """Below the folder lock: the vault's objects and refs stand concurrent writers."""
+    vault_dir = tmp_path / "vault" / "one.git"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", IMPORT_LOOP, str(vault_dir), str(busy_repo), str(n)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=cairnctl_env(),
+            cwd=REPO,
+        )
+        for n in range(6)
+    ]
+    trees = set()
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        trees.update(out.split())
+    assert len(trees) == 1  # the same folder, the same tree, every time
+    refs = git(vault_dir, "for-each-ref", "--format=%(refname)", "refs/cairn/").split()
+    assert len(refs) == 6 * 4 and all(r.endswith("/base") for r in refs)
+    fsck = subprocess.run(
+        ["git", "--git-dir", str(vault_dir), "fsck", "--full", "--strict", "--no-dangling"],
+        capture_output=True,
+        text=True,
+    )
+    assert fsck.returncode == 0, fsck.stderr
+    assert not list(vault_dir.rglob("*.lock")) and not list(vault_dir.rglob("tmp_obj_*"))
+
+
+REF_LOOP = """
+import sys
+from pathlib import Path
+from core.vault import Vault
+
+vault = Vault(Path(sys.argv[1]))
+sha = vault.objects.write_blob(sys.argv[2].encode())
+for _ in range(200):
+    vault.objects.update_ref("refs/cairn/shared", sha)
+"""
+
+
+def test_writers_of_one_ref_take_turns_instead_of_failing(tmp_path):
+    from core.vault import Vault
+
+    vault_dir = tmp_path / "one.git"
+    Vault.open_or_create(vault_dir).close()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", REF_LOOP, str(vault_dir), f"writer {n}"],
+            stderr=subprocess.PIPE,
+            text=True,
+            env=cairnctl_env(),
+            cwd=REPO,
+        )
+        for n in range(PARALLEL)
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+    assert not list(vault_dir.rglob("*.lock"))
+    assert Vault(vault_dir).objects.read_ref("refs/cairn/shared") is not None
