@@ -481,6 +481,8 @@ class Judge:
 
     def get(self, ref: str) -> Approval:
         """An approval by its id or an unambiguous prefix of it."""
+        if not ref:
+            raise NotFound("no approval with id ''")
         rows = self.store.query(
             f"{_SELECT} WHERE substr(a.id, 1, ?) = ? ORDER BY a.id", (len(ref), ref)
         )

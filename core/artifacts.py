@@ -45,6 +45,7 @@ from core.models import Revision, Run, Task, Workspace
 from core.redact import MIN_SECRET_LENGTH, encodings_of
 from core.revisions import Revisions
 from core.safe_fs import fsync_dir
+from core.store import id_or_prefix
 from core.vault import Vault
 from core.vault.objects import MODE_EXEC, MODE_FILE, MODE_GITLINK, MODE_LINK, git_env, run_git
 
@@ -529,9 +530,11 @@ def _artifact(row: Any) -> Artifact:
 
 
 def get_artifact(ctx: Context, artifact_id: str) -> Artifact:
-    rows = ctx.store.query(
-        "SELECT * FROM artifacts WHERE id = ? OR id LIKE ? ORDER BY id LIMIT 2",
-        (artifact_id, f"{artifact_id}%"),
+    condition, params = id_or_prefix("id", artifact_id)
+    rows = (
+        ctx.store.query(f"SELECT * FROM artifacts WHERE {condition} ORDER BY id LIMIT 2", params)
+        if artifact_id
+        else []
     )
     exact = [r for r in rows if r["id"] == artifact_id]
     if exact:

@@ -8,6 +8,7 @@ workspace from any revision. A task's runs are core.runs'; its revisions core.re
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -33,6 +34,19 @@ from core.vault.importer import check_importable, import_folder
 log = logging.getLogger(__name__)
 
 CHILD_TITLE_MAX = 60
+# How long an import of a folder waits for another one of the same folder (several windows or
+# commands dropping it at once take turns); CAIRN_IMPORT_WAIT_S overrides it.
+IMPORT_WAIT_S = 120.0
+
+
+def import_wait_s() -> float:
+    text = os.environ.get("CAIRN_IMPORT_WAIT_S")
+    if not text:
+        return IMPORT_WAIT_S
+    try:
+        return max(0.0, float(text))
+    except ValueError:
+        raise InputError(f"CAIRN_IMPORT_WAIT_S must be a number of seconds, not {text!r}") from None
 
 
 @dataclass(frozen=True)
@@ -112,6 +126,7 @@ class Tasks:
             "import",
             str(folder),
             f"{folder} is already being imported by another Cairn process",
+            wait=import_wait_s(),
         ):
             return self._new_task_locked(
                 folder,

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from core.locks import held
-from tests.support import REPO, as_json, cairnctl, git
+from tests.support import REPO, as_json, cairnctl, cairnctl_env, git
 
 
 def make_repo(path: Path) -> Path:
@@ -246,7 +246,7 @@ def test_unreadable_files_are_named_and_nothing_is_created(tmp_path):
         shutil.rmtree(base, ignore_errors=True)
 
 
-def test_a_second_import_of_the_same_folder_while_the_first_runs_is_refused(tmp_path):
+def test_a_second_import_of_the_same_folder_waits_and_is_refused_when_the_wait_runs_out(tmp_path):
     data = tmp_path / "data"
     src = tmp_path / "src"
     src.mkdir()
@@ -254,9 +254,11 @@ def test_a_second_import_of_the_same_folder_while_the_first_runs_is_refused(tmp_
     cairnctl(data, "tasks")
     # Hold the import lock the way a running import does (another process holds it here).
     with held(data.resolve() / "locks", "import", str(src.resolve()), "busy"):
-        proc = cairnctl(data, "new", str(src), check=False)
+        proc = cairnctl(
+            data, "new", str(src), check=False, env=cairnctl_env(CAIRN_IMPORT_WAIT_S="1")
+        )
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
-    assert "already being imported" in proc.stderr
+    assert "already being imported" in proc.stderr and "waiting" in proc.stderr
     assert_nothing_created(data)
     # Once the first import is done, the folder can be imported again.
     assert as_json(cairnctl(data, "new", str(src), "--json"))["task_id"]
