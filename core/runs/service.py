@@ -322,7 +322,11 @@ class Runs:
         record = self.ctx.store.session_for(ws.id)
         live = None
         if record is not None:
-            attached = self._sandboxes.get().attach_as_made(record, ws)
+            sandboxes = self._sandboxes.get()
+            try:  # a stopped sandbox is not started just to be stopped again
+                attached = sandboxes.look_as_made(record, ws)
+            except CairnError:  # paused: unpaused, so its run can be signalled
+                attached = sandboxes.attach_as_made(record, ws)
             live = attached.live if isinstance(attached, Attached) else None
         if run is not None:
             files = self.files(run)
