@@ -1292,8 +1292,7 @@ class EgressProxy:
                 secret=endpoint.secret,
                 error=problem,
             )
-            # The request body is not read: the connection ends with the answer.
-            await _send_json_error(writer, 401, "authentication_error", problem, request)
+            await _refuse(reader, writer, request, 401, "authentication_error", problem)
             return False, upstream
         if upstream is not None and not upstream.reusable(endpoint):
             upstream.close()
@@ -1308,7 +1307,7 @@ class EgressProxy:
                     host=endpoint.destination.host,
                     error=failure.message,
                 )
-                await _send_json_error(writer, 502, "api_error", failure.message, request)
+                await _refuse(reader, writer, request, 502, "api_error", failure.message)
                 return False, None
         self.log.write(
             "credential",
@@ -1710,12 +1709,34 @@ def _parse_response(head: bytes, method: str) -> _HttpResponse:
     return _HttpResponse(status, reason, headers, framing, keep_alive)
 
 
+async def _refuse(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    request: _HttpRequest,
+    status: int,
+    kind: str,
+    message: str,
+) -> None:
+    """Answer a request that will not be sent upstream, ending the connection. The body the
+    client is sending is read (and dropped) first: a client still writing it when the connection
+    closed would see a broken pipe instead of the answer. A client waiting for `100 Continue`
+    sends none."""
+    if not request.expects_continue and request.framing != "close":
+        with contextlib.suppress(_BodyError):
+            await _relay_body(reader, None, request.framing, "client")
+    await _send_json_error(writer, status, kind, message, request)
+
+
 async def _relay_body(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, framing: _Framing, source: str
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter | None,
+    framing: _Framing,
+    source: str,
 ) -> int:
     """Copy one message body as it arrives (each piece written and flushed at once, so a stream of
     server-sent events flows event by event); returns the body's size. A chunked body is passed
-    on as chunks of the same sizes, without extensions or trailers."""
+    on as chunks of the same sizes, without extensions or trailers. With no `writer` the body is
+    read and dropped."""
     sink = "upstream" if source == "client" else "client"
 
     async def read(call: Any) -> bytes:
@@ -1731,6 +1752,8 @@ async def _relay_body(
             raise _BodyError(source, f"{type(exc).__name__}: {exc}") from None
 
     async def send(data: bytes) -> None:
+        if writer is None:
+            return
         try:
             writer.write(data)
             await writer.drain()
