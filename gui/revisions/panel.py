@@ -326,6 +326,7 @@ class RevisionsPanel(QWidget):
         request = self._diff_request
         refs = self.comparison_refs()
         task_id = self._task_id
+        self.status.setText("")  # the figures of the last diff describe it, not what comes next
         if refs is None or task_id is None:
             self._jobs.supersede(f"{self._key}-diff")
             selected = self.selected_revisions()

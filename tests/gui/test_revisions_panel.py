@@ -200,3 +200,15 @@ def test_no_task_shows_nothing(qtbot, panel):
     panel.set_task(None)
     assert panel.model.rowCount() == 0
     assert "Select a task" in panel.viewer.shown_text()
+
+
+def test_selecting_the_base_revision_clears_the_previous_diffs_figures(qtbot, panel, cairn, folder):
+    task, revs = _task_with_revisions(cairn, folder)
+    panel.set_task(task.id)
+    _wait_timeline(qtbot, panel, 4)
+    with qtbot.waitSignal(panel.sig_diff_shown, timeout=10_000):
+        panel.select_revisions(revs[1], revs[3])
+    assert "changed" in panel.status.text()
+    panel.select_revisions(revs[0])
+    qtbot.waitUntil(lambda: "base revision" in panel.viewer.shown_text(), timeout=10_000)
+    assert panel.status.text() == "" and panel.comparison.text() == ""
