@@ -334,7 +334,9 @@ class MainWindow(QMainWindow):
         ).success(self._reconciled).run()
 
     def _reconciled(self, report: ReconcileReport) -> None:
-        for run_id in report.still_running:
+        # A run whose liveness could not be told is still in flight: it is followed too, and
+        # its follower goes on asking until it is known to run or to have ended.
+        for run_id in [*report.still_running, *report.unknown]:
             self.context.followers.follow(run_id)
         notes = []
         if report.interrupted:

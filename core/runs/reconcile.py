@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class ReconcileReport:
     still_running: list[str] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)  # in flight, but whether alive cannot be told
     finished: list[str] = field(default_factory=list)
     interrupted: list[str] = field(default_factory=list)
     catch_up_revisions: list[str] = field(default_factory=list)
@@ -115,7 +116,8 @@ def reconcile(
     for run in ctx.store.list_runs(states=IN_FLIGHT):
         try:
             outcome = settle_run(ctx, sandboxes, end_run, run)
-        except CairnError as exc:
+        except CairnError as exc:  # not known to be gone: left in flight, and said
+            report.unknown.append(run.id)
             report.problems.append(str(exc))
             continue
         {

@@ -570,3 +570,20 @@ def test_a_task_is_archived_and_brought_back_from_the_tree(qtbot, window, cairn,
     next(a for a in menu.actions() if a.text() == "Unarchive Task").trigger()
     qtbot.waitUntil(lambda: node.task.workspace_state != "archived", timeout=10_000)
     assert "unarchived" in window.statusBar().currentMessage()
+
+
+def test_runs_whose_liveness_reconcile_could_not_tell_are_followed_not_given_up(
+    window, monkeypatch
+):
+    from core.runs.reconcile import ReconcileReport
+
+    followed: list[str] = []
+    monkeypatch.setattr(window.context.followers, "follow", followed.append)
+    report = ReconcileReport(
+        still_running=["r_alive"],
+        unknown=["r_unknown"],
+        problems=["run r_unknown: its state is unknown, left as it is: the sandbox is paused"],
+    )
+    window._reconciled(report)
+    assert followed == ["r_alive", "r_unknown"]
+    assert "unknown" in window.statusBar().currentMessage()
