@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QPoint, Qt, QTimer
+from PySide6.QtCore import QModelIndex, QPoint, Qt, QTimer
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QWidget
@@ -35,7 +35,7 @@ import gui.main as app_main
 from gui.diff.file_list import COL_PATH
 from gui.lineage.model import ROLE_TASK_ID
 from gui.main_window import MainWindow
-from gui.task_view.actions import CONTINUE, START
+from gui.task_view.actions import CONTINUE, RESUME, START
 
 STEP_TIMEOUT_S = 90
 WINDOW_RECT = (0, 0, 960, 780)
@@ -52,6 +52,7 @@ TASK_COMMANDS = [
 FORK_COMMAND = "echo 'forked from the base' > fork.txt"
 APPROVE_COMMAND = "git push --force origin main || true; echo pushed > pushed.txt"
 DENY_COMMAND = "sudo rm -f app.py"
+LONG_COMMAND = "sleep 120"
 
 
 class Failed(AssertionError):
@@ -110,8 +111,13 @@ class Scenario:
     def select_task(self, task_id: str) -> None:
         """Click the task's row in the lineage tree."""
         tree = self.w.lineage.tree
-        index = self.w.lineage.proxy.mapFromSource(self.w.lineage.model.index_of_task(task_id))
-        self.wait(index.isValid, f"task {task_id} in the tree")
+        lineage = self.w.lineage
+
+        def row() -> QModelIndex | None:  # asked again until the task's row has arrived
+            index = lineage.proxy.mapFromSource(lineage.model.index_of_task(task_id))
+            return index if index.isValid() else None
+
+        index = self.wait(row, f"task {task_id} in the tree")
         tree.scrollTo(index)
         QTest.mouseClick(
             tree.viewport(),
@@ -344,7 +350,61 @@ class Scenario:
         self.wait(lambda: "failed" in w.task_view.state_label.text(), "the denied run's state")
         self.show_tab(w.revisions_panel)
         self.shot("after-approve-and-deny")
+        self.sandbox_removed_mid_run(task)
         self.result["state"] = self.state()
+
+    def sandbox_removed_mid_run(self, task) -> None:
+        """Continue with a long command, remove its container behind Cairn's back: within
+        seconds the run shows interrupted, Resume is enabled, and no Docker text shows."""
+        w = self.w
+        self.select_task(task.id)
+        known = {t.id for t in self.tasks()}
+        before = getattr(w.task_view, "continue_dialog", None)
+        self.click_action(CONTINUE)
+        dialog = self.wait(
+            lambda: (
+                w.task_view.continue_dialog is not before
+                and w.task_view.continue_dialog.isVisible()
+                and w.task_view.continue_dialog
+            ),
+            "the Continue dialog",
+        )
+        self.type_into(dialog.instructions_edit, LONG_COMMAND)
+        self.click(dialog.ok_button)
+        child = self.wait(
+            lambda: next((t for t in self.tasks() if t.id not in known), None),
+            "the long continuation",
+        )
+        self.wait_run(child.id, ("running",), "the long run to start")
+        self.select_task(child.id)
+        self.wait(lambda: "running" in w.task_view.state_label.text(), "the running state")
+        ws = w.context.cairn.tasks.workspace_of(child)
+        found = subprocess.run(
+            ["docker", "ps", "-aq", "--filter", f"label=cairn.workspace={ws.id}"],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        containers = found.stdout.split()
+        if not containers:
+            raise Failed("the long run has no container to remove")
+        started = time.monotonic()
+        subprocess.run(["docker", "rm", "-f", *containers], capture_output=True, check=True)
+        resume = w.task_view.buttons[RESUME]
+        self.wait(
+            lambda: (
+                self.run_state(child.id) == "interrupted"
+                and "interrupted" in w.task_view.state_label.text()
+                and resume.isEnabled()
+            ),
+            "the run to show interrupted with Resume enabled",
+        )
+        self.result["noticed_removal_s"] = time.monotonic() - started
+        shown = " ".join(
+            [w.statusBar().currentMessage(), w.task_view.state_label.text(), resume.toolTip()]
+        )
+        self.result["raw_docker_text"] = any(
+            raw in shown for raw in ("docker.errors", "APIError", "NotFound: 404", "404 Client")
+        )
+        self.shot("sandbox-removed-mid-run")
 
     def continue_with(self, task, command: str, shot: str):
         """Continue the shown task with a risky command through the Continue dialog; returns

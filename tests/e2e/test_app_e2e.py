@@ -77,13 +77,18 @@ def test_drop_run_diff_fork_continue_approve_deny_quit_and_relaunch(
     assert first["task_revisions"] >= 3
     before = first["state"]
     tasks = before["tasks"]
-    assert len(tasks) == 4  # the task, its fork, the continuation, the denied continuation
+    # The task, its fork, the continuation, the denied continuation, and the continuation whose
+    # sandbox was removed mid-run (noticed within seconds, without Docker's own words).
+    assert len(tasks) == 5
     assert sorted(t["run"] for t in tasks.values()) == [
         "failed",
+        "interrupted",
         "succeeded",
         "succeeded",
         "succeeded",
     ]
+    assert first["noticed_removal_s"] < 5.0, first["noticed_removal_s"]
+    assert first["raw_docker_text"] is False
     assert all(t["tree_parent"] == t["parent"] for t in tasks.values())
     assert before["approvals_pending"] == 0
 
