@@ -1,0 +1,1226 @@
+#!/usr/bin/env python3
+"""Cairn's exec supervisor: runs inside the sandbox and holds every program start of a command's
+process tree until it is allowed.
+
+    supervisor.py [--policy FILE] [--judge] [--log FILE] [--script FILE] -- COMMAND [ARG...]
+    supervisor.py --check        exit 0 when supervision can be set up here
+
+It starts COMMAND as a traced child (ptrace of one's own child, no capability needed) with a
+seccomp filter that stops the tracee only at execve/execveat, so ordinary system calls cost
+nothing. At each such stop, before the kernel loads anything, it reads what would run: the
+resolved program, argv, cwd, the environment variables that change what a program does (GIT_*,
+LD_*, BASH_ENV...), what stdin is, and the chain of programs above it. The policy answers allow,
+deny or ask; ask writes a request into the run's mailbox (the same files as approval-gate.py) and
+holds the process until the host's decision arrives. Deny makes execve fail with EPERM: the
+process that asked goes on and sees an ordinary error, and the denied program never runs.
+
+Every successful exec is checked again at the exec event (the new image is loaded but has not run
+one instruction): the program and arguments the kernel actually copied must be the ones judged,
+or they are judged afresh and a denied one is killed there. That closes the window between reading
+the tracee's memory and the kernel copying it (another thread rewriting argv) and any exec that
+reached the kernel without a seccomp stop.
+
+Facts only: classifying (git aliases, wrappers, rule families) happens on the host
+(core/approvals_exec.py). Linux x86_64 only; elsewhere the command does not start.
+
+Exit codes: the command's own (128+N when a signal N ended it); 121 when supervision cannot be set
+up (one line on stderr says why; the command did not start); 127 when the command cannot be run.
+
+Environment (the gate's): CAIRN_RUN_ID, CAIRN_EXEC_ID, CAIRN_APPROVAL_REQUESTS,
+CAIRN_APPROVAL_DECISIONS, CAIRN_APPROVAL_TIMEOUT.
+"""
+
+# ruff: noqa: UP031 - %-formatting, like approval-gate.py: it runs on the image's python3 (3.8+)
+
+import contextlib
+import ctypes
+import errno
+import json
+import os
+import platform
+import re
+import shlex
+import signal
+import stat
+import struct
+import sys
+import time
+
+UNSUPERVISED_EXIT = 121
+NOT_FOUND_EXIT = 127
+DEFAULT_TIMEOUT_S = 3600.0
+POLL_S = 0.02
+MAX_STR = 128 * 1024  # the kernel's MAX_ARG_STRLEN
+MAX_ARGS = 8192
+MAX_ENV_VALUE = 4096
+MAX_CONFIG_BYTES = 64 * 1024
+MAX_PARENTS = 8
+_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+# What the environment tells a program to do besides its arguments: the judge needs these to see
+# `GIT_CONFIG_KEY_0=core.hooksPath git commit` or `LD_PRELOAD=... ls`.
+ENV_PREFIXES = ("GIT_", "LD_", "CAIRN_SCRIPT_", "NPM_CONFIG_", "npm_config_")
+ENV_NAMES = frozenset(
+    (
+        "HOME",
+        "PATH",
+        "XDG_CONFIG_HOME",
+        "BASH_ENV",
+        "ENV",
+        "SHELLOPTS",
+        "BASHOPTS",
+        "PYTHONPATH",
+        "PYTHONSTARTUP",
+        "PYTHONINSPECT",
+        "PERL5OPT",
+        "PERL5LIB",
+        "NODE_OPTIONS",
+        "RUBYOPT",
+    )
+)
+LINE_VAR = "CAIRN_SCRIPT_LINE"
+
+# -- ptrace, seccomp (x86_64) ----------------------------------------------------------------------
+
+PTRACE_CONT = 7
+PTRACE_KILL = 8
+PTRACE_GETREGS = 12
+PTRACE_SETREGS = 13
+PTRACE_SETOPTIONS = 0x4200
+PTRACE_GETEVENTMSG = 0x4201
+PTRACE_SEIZE = 0x4206
+PTRACE_LISTEN = 0x4208
+
+O_TRACEFORK = 0x2
+O_TRACEVFORK = 0x4
+O_TRACECLONE = 0x8
+O_TRACEEXEC = 0x10
+O_TRACESECCOMP = 0x80
+O_EXITKILL = 0x100000
+TRACE_OPTIONS = (
+    O_TRACEFORK | O_TRACEVFORK | O_TRACECLONE | O_TRACEEXEC | O_TRACESECCOMP | O_EXITKILL
+)
+
+EVENT_FORK = 1
+EVENT_VFORK = 2
+EVENT_CLONE = 3
+EVENT_EXEC = 4
+EVENT_SECCOMP = 7
+EVENT_STOP = 128
+
+WALL = 0x40000000
+
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+PR_SET_SECCOMP = 22
+PR_SET_NO_NEW_PRIVS = 38
+SECCOMP_MODE_FILTER = 2
+
+AUDIT_ARCH_X86_64 = 0xC000003E
+AUDIT_ARCH_I386 = 0x40000003
+X32_BIT = 0x40000000
+NR_EXECVE = 59
+NR_EXECVEAT = 322
+NR_PTRACE = 101
+NR_PROCESS_VM_WRITEV = 311
+NR32_EXECVE = 11
+NR32_EXECVEAT = 358
+NR32_PTRACE = 26
+NR32_PROCESS_VM_WRITEV = 348
+RET_ALLOW = 0x7FFF0000
+RET_TRACE = 0x7FF00000
+RET_EPERM = 0x00050000 | errno.EPERM
+AT_FDCWD = -100
+AT_EMPTY_PATH = 0x1000
+
+# struct user_regs_struct, in order
+REG_NAMES = (
+    *("r15", "r14", "r13", "r12", "rbp", "rbx", "r11", "r10", "r9", "r8", "rax", "rcx", "rdx"),
+    *("rsi", "rdi", "orig_rax", "rip", "cs", "eflags", "rsp", "ss", "fs_base", "gs_base"),
+    *("ds", "es", "fs", "gs"),
+)
+
+
+class Regs(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_ulonglong) for name in REG_NAMES]
+
+
+class SockFilter(ctypes.Structure):
+    _fields_ = [
+        ("code", ctypes.c_ushort),
+        ("jt", ctypes.c_ubyte),
+        ("jf", ctypes.c_ubyte),
+        ("k", ctypes.c_uint),
+    ]
+
+
+class SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
+
+
+class SetupError(Exception):
+    """Supervision cannot be set up: the command must not start."""
+
+
+_libc = None
+
+
+def libc():
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+        _libc.ptrace.restype = ctypes.c_long
+        _libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+        _libc.prctl.restype = ctypes.c_int
+        _libc.prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
+    return _libc
+
+
+def ptrace(request, pid, addr=0, data=0):
+    result = libc().ptrace(request, pid, addr, data)
+    if result == -1:
+        err = ctypes.get_errno()
+        if err:
+            raise OSError(err, os.strerror(err))
+    return result
+
+
+def prctl(option, arg2=0, arg3=0):
+    if libc().prctl(option, arg2, arg3, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def bpf_program():
+    """Stop (SECCOMP_RET_TRACE) at execve/execveat; refuse ptrace and process_vm_writev, so no
+    tracee can reach into another's memory that way; 32-bit and x32 exec entry points are refused
+    outright (they would bypass the x86_64 stop)."""
+    ld_nr = (0x20, 0, 0, 0)  # BPF_LD|BPF_W|BPF_ABS, seccomp_data.nr
+    ld_arch = (0x20, 0, 0, 4)
+
+    def jeq(k, jt, jf=0):
+        return (0x15, jt, jf, k)
+
+    def ret(k):
+        return (0x06, 0, 0, k)
+
+    prog = [
+        ld_arch,  # 0
+        jeq(AUDIT_ARCH_X86_64, 0, 9),  # 1: else -> 11
+        ld_nr,  # 2
+        (0x35, 7, 0, X32_BIT),  # 3: an x32 number (JGE) -> 11
+        jeq(NR_EXECVE, 4),  # 4 -> 9
+        jeq(NR_EXECVEAT, 3),  # 5 -> 9
+        jeq(NR_PTRACE, 3),  # 6 -> 10
+        jeq(NR_PROCESS_VM_WRITEV, 2),  # 7 -> 10
+        ret(RET_ALLOW),  # 8
+        ret(RET_TRACE),  # 9
+        ret(RET_EPERM),  # 10
+        # 11: another architecture (i386 via int 0x80) or x32: no exec, no ptrace
+        ld_nr,  # 11
+        jeq(NR32_EXECVE, 6),  # 12 -> 19
+        jeq(NR32_EXECVEAT, 5),  # 13 -> 19
+        jeq(NR32_PTRACE, 4),  # 14 -> 19
+        jeq(NR32_PROCESS_VM_WRITEV, 3),  # 15 -> 19
+        (0x35, 0, 1, X32_BIT),  # 16: x32 -> 17, else 18
+        ret(RET_EPERM),  # 17: every x32 call refused
+        ret(RET_ALLOW),  # 18
+        ret(RET_EPERM),  # 19
+    ]
+    return prog
+
+
+def install_filter():
+    prog = bpf_program()
+    arr = (SockFilter * len(prog))(*[SockFilter(c, jt, jf, k) for c, jt, jf, k in prog])
+    fprog = SockFprog(len(prog), arr)
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
+    if libc().prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, "seccomp filter: " + os.strerror(err))
+
+
+def check_arch():
+    if sys.platform != "linux":
+        raise SetupError("supervision needs Linux, this is %s" % sys.platform)
+    machine = platform.machine()
+    if machine not in ("x86_64", "amd64"):
+        raise SetupError("supervision supports x86_64 only, this machine is %s" % machine)
+    if struct.calcsize("P") != 8:
+        raise SetupError("supervision needs a 64-bit python3")
+
+
+# -- reading a stopped tracee ----------------------------------------------------------------------
+
+
+class Memory:
+    """A stopped tracee's memory through /proc/PID/mem, read a page at a time."""
+
+    PAGE = 4096
+
+    def __init__(self, tid):
+        self.fd = os.open("/proc/%d/mem" % tid, os.O_RDONLY)
+        self.pages = {}
+
+    def close(self):
+        os.close(self.fd)
+
+    def page(self, n):
+        data = self.pages.get(n)
+        if data is None:
+            data = os.pread(self.fd, self.PAGE, n * self.PAGE)
+            if not data:
+                raise OSError(errno.EFAULT, "unreadable address")
+            self.pages[n] = data
+        return data
+
+    def read(self, addr, size):
+        out = []
+        while size > 0:
+            n, off = divmod(addr, self.PAGE)
+            chunk = self.page(n)[off : off + size]
+            if not chunk:
+                raise OSError(errno.EFAULT, "unreadable address")
+            out.append(chunk)
+            addr += len(chunk)
+            size -= len(chunk)
+        return b"".join(out)
+
+    def string(self, addr, limit=MAX_STR):
+        out = []
+        total = 0
+        while total < limit:
+            n, off = divmod(addr, self.PAGE)
+            chunk = self.page(n)[off:]
+            end = chunk.find(b"\0")
+            if end >= 0:
+                out.append(chunk[:end])
+                break
+            out.append(chunk)
+            total += len(chunk)
+            addr += len(chunk)
+        return b"".join(out)[:limit]
+
+    def pointers(self, addr, limit):
+        """A NULL-terminated array of pointers; (pointers, truncated)."""
+        found = []
+        while addr and len(found) < limit:
+            (value,) = struct.unpack("<Q", self.read(addr, 8))
+            if value == 0:
+                return found, False
+            found.append(value)
+            addr += 8
+        return found, bool(addr)
+
+
+def fsdecode(raw):
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def wanted_env(name):
+    return name in ENV_NAMES or name.startswith(ENV_PREFIXES)
+
+
+def env_subset(entries):
+    """The judged subset of an environment given as `NAME=value` byte strings."""
+    out = {}
+    for entry in entries:
+        name, sep, value = entry.partition(b"=")
+        if not sep:
+            continue
+        key = fsdecode(name)
+        if wanted_env(key):
+            out[key] = fsdecode(value[:MAX_ENV_VALUE])
+    return out
+
+
+def proc_path(pid, path):
+    """`/proc/self/...` as the tracee means it (fexecve uses /proc/self/fd/N)."""
+    for alias in ("/proc/self/", "/proc/thread-self/"):
+        if path.startswith(alias):
+            return "/proc/%d/%s" % (pid, path[len(alias) :])
+    return path
+
+
+def stdin_kind(pid):
+    try:
+        target = os.readlink("/proc/%d/fd/0" % pid)
+    except OSError:
+        return "closed"
+    if target.startswith("pipe:"):
+        return "pipe"
+    if target.startswith("socket:"):
+        return "socket"
+    if target.startswith("/dev/pts/") or target in ("/dev/tty", "/dev/console"):
+        return "tty"
+    if target == "/dev/null":
+        return "null"
+    return "file"
+
+
+INTERPRETER_RE = re.compile(
+    r"^(?:(?:ba|da|z|k|mk|a|po|y)?sh|python[0-9.]*|pypy[0-9.]*|perl[0-9.]*|ruby[0-9.]*|node(?:js)?"
+    r"|php[0-9.]*|lua[0-9.]*|tclsh[0-9.]*|R|Rscript|osascript)$"
+)
+# Options after which the program comes from the argument list, not from stdin.
+PROGRAM_OPTIONS = {"sh": ("c",), "python": ("c", "m"), "perl": ("e", "E"), "ruby": ("e",)}
+PROGRAM_LONG_OPTIONS = ("--eval", "--print", "--command")
+OPTIONS_WITH_VALUE = {"sh": "oO", "python": "WXQ", "perl": "IMmdx", "ruby": "IrCEFK"}
+
+
+def interpreter_family(name):
+    if not INTERPRETER_RE.match(name):
+        return None
+    if name.endswith("sh") and not name.startswith(("python", "pypy")):
+        return "sh"
+    for family in ("python", "pypy", "perl", "ruby", "node"):
+        if name.startswith(family):
+            return "python" if family == "pypy" else family
+    return "other"
+
+
+def reads_program_from_stdin(name, argv):
+    """Whether an interpreter invoked as `argv` takes its program from stdin (`sh`, `bash -s`,
+    `python3 -`, `perl`): what `curl URL | sh` looks like once it runs. Kept identical to
+    core/approvals_exec.py (a test compares them)."""
+    family = interpreter_family(name)
+    if family is None:
+        return False
+    short = PROGRAM_OPTIONS.get(family, ("e",))
+    with_value = OPTIONS_WITH_VALUE.get(family, "")
+    args = argv[1:]
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "-":
+            return True
+        if arg == "--":
+            return i + 1 >= len(args) or args[i + 1] == "-"
+        if arg.startswith("--"):
+            if arg.split("=", 1)[0] in PROGRAM_LONG_OPTIONS:
+                return False
+            i += 1
+            continue
+        if arg.startswith(("-", "+")) and len(arg) > 1:
+            letters = arg[1:]
+            if family == "sh" and "s" in letters:
+                return True
+            for j, letter in enumerate(letters):
+                if letter in short:
+                    return False
+                if letter in with_value:
+                    if j == len(letters) - 1:
+                        i += 1  # the value is the next argument
+                    break
+            i += 1
+            continue
+        return False  # a script file
+    return True
+
+
+def shebang_of(path):
+    """The interpreter line of a script (`#!/bin/sh -e` -> ['/bin/sh', '-e']), or None."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(256)
+    except OSError:
+        return None
+    if not head.startswith(b"#!"):
+        return None
+    line = head[2:].split(b"\n", 1)[0].strip()
+    if not line:
+        return None
+    interp, _, arg = line.partition(b" ")
+    words = [fsdecode(interp)]
+    if arg.strip():
+        words.append(fsdecode(arg.strip()))
+    return words
+
+
+_realpaths = {}
+_shebangs = {}
+
+
+def realpath_cached(path):
+    """realpath, remembered for absolute paths. A stale answer cannot let anything through: the
+    exec event compares the loaded image with the file judged (by device and inode)."""
+    if not path.startswith("/") or path.startswith("/proc/"):
+        return os.path.realpath(path)
+    found = _realpaths.get(path)
+    if found is None:
+        found = os.path.realpath(path)
+        if len(_realpaths) > 4096:
+            _realpaths.clear()
+        _realpaths[path] = found
+    return found
+
+
+def shebang(path, st):
+    key = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+    if key not in _shebangs:
+        if len(_shebangs) > 4096:
+            _shebangs.clear()
+        _shebangs[key] = shebang_of(path)
+    return _shebangs[key]
+
+
+def identity(path):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+class Exec:
+    """What one program start would run, as read from the tracee (which is stopped while this is
+    in use: `stdin` is read when first asked)."""
+
+    __slots__ = (
+        "pid",
+        "path",
+        "program",
+        "argv",
+        "cwd",
+        "env",
+        "interpreter",
+        "truncated",
+        "ident",
+        "observed",
+        "_stdin",
+    )
+
+    def __init__(self, pid, path, program, argv, cwd, env, truncated, observed):
+        self.pid = pid
+        self.path = path
+        self.program = program
+        self.argv = argv
+        self.cwd = cwd
+        self.env = env
+        self.interpreter = None
+        self.truncated = truncated
+        self.ident = None
+        self.observed = observed
+        self._stdin = None
+
+    @property
+    def stdin(self):
+        if self._stdin is None:
+            self._stdin = stdin_kind(self.pid)
+        return self._stdin
+
+    def names(self):
+        return {os.path.basename(self.program), os.path.basename(self.argv[0]) if self.argv else ""}
+
+    def program_from_stdin(self):
+        """An interpreter taking its program from a pipe or socket (`curl ... | sh`)."""
+        return any(reads_program_from_stdin(n, self.argv) for n in self.names()) and (
+            self.stdin in ("pipe", "socket")
+        )
+
+
+def read_exec_stop(tid, regs):
+    """The execve/execveat a tracee is stopped at (seccomp stop), from its registers and memory."""
+    nr = regs.orig_rax
+    if nr == NR_EXECVE:
+        dirfd, path_p, argv_p, envp_p, flags = AT_FDCWD, regs.rdi, regs.rsi, regs.rdx, 0
+    else:
+        dirfd = ctypes.c_int(regs.rdi & 0xFFFFFFFF).value
+        path_p, argv_p, envp_p, flags = regs.rsi, regs.rdx, regs.r10, regs.r8
+    mem = Memory(tid)
+    try:
+        path = fsdecode(mem.string(path_p, 4096)) if path_p else ""
+        ptrs, truncated = mem.pointers(argv_p, MAX_ARGS)
+        argv = [fsdecode(mem.string(p)) for p in ptrs]
+        env_ptrs, _ = mem.pointers(envp_p, MAX_ARGS)
+        entries = [mem.string(p, 256 + MAX_ENV_VALUE) for p in env_ptrs]
+    finally:
+        mem.close()
+    cwd = os.readlink("/proc/%d/cwd" % tid)
+    if path.startswith("/"):
+        where = proc_path(tid, path)
+    elif dirfd == AT_FDCWD:
+        where = os.path.join(cwd, path)
+    else:
+        base = "/proc/%d/fd/%d" % (tid, dirfd)
+        where = base if (not path and flags & AT_EMPTY_PATH) else os.path.join(base, path)
+    program = realpath_cached(where)
+    absolute = os.path.normpath(where) if not where.startswith("/proc/") else program
+    return Exec(tid, absolute, program, argv, cwd, env_subset(entries), truncated, False)
+
+
+def read_proc_split(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    parts = b"".join(chunks).split(b"\0")
+    if parts and parts[-1] == b"":
+        parts.pop()
+    return parts
+
+
+def read_exec_event(pid, full):
+    """The program a process holds right after exec (exec event), from /proc: what the kernel
+    actually loaded and copied. `full` also reads the working folder."""
+    exe = "/proc/%d/exe" % pid
+    program = os.readlink(exe) if full else exe
+    argv = [fsdecode(a) for a in read_proc_split("/proc/%d/cmdline" % pid)]
+    env = env_subset(read_proc_split("/proc/%d/environ" % pid))
+    cwd = os.readlink("/proc/%d/cwd" % pid) if full else ""
+    found = Exec(pid, program, program, argv, cwd, env, False, True)
+    found.ident = identity(exe)
+    return found
+
+
+def same_exec(judged, loaded):
+    """Whether the image loaded at the exec event is the one judged at the seccomp stop."""
+    if judged.env != loaded.env:
+        return False
+    if judged.interpreter:
+        # `#!interp arg` runs interp [arg] PATH ARGV[1:]: the interpreter is what loaded.
+        rest = judged.argv[1:]
+        if loaded.ident != identity(judged.interpreter[0]):
+            return False
+        if len(loaded.argv) < len(rest) + 1:
+            return False
+        return loaded.argv[len(loaded.argv) - len(rest) :] == rest if rest else True
+    return loaded.ident == judged.ident and loaded.argv == judged.argv
+
+
+# -- policy ----------------------------------------------------------------------------------------
+
+ALLOW, DENY, ASK = "allow", "deny", "ask"
+ACTIONS = (ALLOW, DENY, ASK)
+
+
+class Policy:
+    """Rules tried in order: the first whose predicates all hold gives the action; otherwise the
+    default. Predicates: `programs` (basenames of the program or of argv[0]; "*" for any),
+    `args_all`, `args_any` (tokens among argv[1:]), `args_prefix` (argv[1:] starts with),
+    `argv_regex` (searched in the shell-quoted argv), `env_any` (variables present),
+    `program_from_stdin` (true: an interpreter reading its program from a pipe)."""
+
+    def __init__(self, doc):
+        if not isinstance(doc, dict):
+            raise ValueError("a policy is a JSON object")
+        self.default = doc.get("default", ASK)
+        if self.default not in ACTIONS:
+            raise ValueError("default must be one of %s" % ", ".join(ACTIONS))
+        self.rules = []
+        for i, rule in enumerate(doc.get("rules", [])):
+            if not isinstance(rule, dict) or rule.get("action") not in ACTIONS:
+                raise ValueError("rule %d needs an action among %s" % (i, ", ".join(ACTIONS)))
+            compiled = dict(rule)
+            if "argv_regex" in rule:
+                compiled["argv_regex"] = re.compile(rule["argv_regex"])
+            compiled.setdefault("id", "policy-%d" % i)
+            self.rules.append(compiled)
+
+    @classmethod
+    def load(cls, path):
+        with open(path, "rb") as f:
+            return cls(json.loads(f.read().decode("utf-8")))
+
+    def decide(self, ex):
+        names = ex.names()
+        args = ex.argv[1:]
+        for rule in self.rules:
+            programs = rule.get("programs")
+            if programs is not None and "*" not in programs and not names & set(programs):
+                continue
+            if "args_all" in rule and not all(a in args for a in rule["args_all"]):
+                continue
+            if "args_any" in rule and not any(a in args for a in rule["args_any"]):
+                continue
+            prefix = rule.get("args_prefix")
+            if prefix is not None and args[: len(prefix)] != list(prefix):
+                continue
+            regex = rule.get("argv_regex")
+            if regex is not None and not regex.search(shlex.join(ex.argv)):
+                continue
+            if "env_any" in rule and not any(n in ex.env for n in rule["env_any"]):
+                continue
+            if "program_from_stdin" in rule and (
+                bool(rule["program_from_stdin"]) != ex.program_from_stdin()
+            ):
+                continue
+            return rule["action"], rule["id"]
+        return self.default, "default"
+
+
+# -- the mailbox (approval-gate.py's format) -------------------------------------------------------
+
+
+def _base36(n, width):
+    out = []
+    for _ in range(width):
+        n, r = divmod(n, 36)
+        out.append(_ALPHABET[r])
+    return "".join(reversed(out))
+
+
+def new_request_id():
+    ms = int(time.time() * 1000)
+    return "ap_" + _base36(ms, 9) + _base36(int.from_bytes(os.urandom(5), "big"), 5)
+
+
+class Mailbox:
+    def __init__(self, environ):
+        exec_id = environ.get("CAIRN_EXEC_ID")
+        if not exec_id:
+            raise SetupError("--judge needs CAIRN_EXEC_ID (this is not a Cairn run)")
+        self.exec_id = exec_id
+        self.run_id = environ.get("CAIRN_RUN_ID", "")
+        self.requests = environ.get("CAIRN_APPROVAL_REQUESTS") or (
+            "/cairn/runs/%s/requests" % exec_id
+        )
+        self.decisions = environ.get("CAIRN_APPROVAL_DECISIONS") or (
+            "/cairn/decisions/%s" % exec_id
+        )
+        try:
+            self.timeout = float(environ.get("CAIRN_APPROVAL_TIMEOUT") or DEFAULT_TIMEOUT_S)
+        except ValueError:
+            self.timeout = DEFAULT_TIMEOUT_S
+        if self.timeout <= 0:
+            self.timeout = DEFAULT_TIMEOUT_S
+        try:
+            os.makedirs(self.requests, exist_ok=True)
+        except OSError as exc:
+            raise SetupError(
+                "cannot write requests to %s: %s" % (self.requests, exc.strerror)
+            ) from None
+
+    def send(self, request):
+        request_id = new_request_id()
+        doc = dict(request, id=request_id, run_id=self.run_id, exec_id=self.exec_id)
+        doc["created_at"] = time.time()
+        final = os.path.join(self.requests, request_id + ".json")
+        tmp = os.path.join(self.requests, "." + request_id + ".json.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.write(fd, json.dumps(doc, sort_keys=True).encode("utf-8"))
+        finally:
+            os.close(fd)
+        os.rename(tmp, final)
+        return request_id, time.monotonic() + self.timeout
+
+    def answer(self, request_id):
+        """(allowed, reason) once decided, else None."""
+        path = os.path.join(self.decisions, request_id + ".json")
+        try:
+            with open(path, "rb") as f:
+                doc = json.loads(f.read().decode("utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not isinstance(doc, dict):
+            return None
+        reason = str(doc.get("reason") or "")
+        if doc.get("decision") == "allow":
+            return True, reason or "allowed"
+        return False, reason or "denied"
+
+
+# -- the supervisor --------------------------------------------------------------------------------
+
+
+def git_config_files(ex):
+    """The git configuration files git would read for this exec, as the sandbox sees them (the
+    host resolves aliases from them): global, XDG, and the repository's own."""
+    if os.path.basename(ex.program) != "git" and not os.path.basename(
+        ex.argv[0] if ex.argv else ""
+    ).startswith("git"):
+        return {}
+    home = ex.env.get("HOME") or os.environ.get("HOME") or "/"
+    xdg = ex.env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+    candidates = [
+        ex.env.get("GIT_CONFIG_GLOBAL") or os.path.join(home, ".gitconfig"),
+        os.path.join(xdg, "git", "config"),
+    ]
+    cwd = ex.cwd
+    args = ex.argv[1:]
+    for i, arg in enumerate(args):
+        if arg == "-C" and i + 1 < len(args):
+            cwd = os.path.join(cwd, args[i + 1])
+        elif not arg.startswith("-"):
+            break
+    git_dir = ex.env.get("GIT_DIR")
+    if git_dir:
+        candidates.append(os.path.join(cwd, git_dir, "config"))
+    else:
+        here = os.path.abspath(cwd)
+        while True:
+            dot = os.path.join(here, ".git")
+            if os.path.isdir(dot):
+                candidates.append(os.path.join(dot, "config"))
+                break
+            if os.path.isfile(os.path.join(here, "config")) and os.path.isdir(
+                os.path.join(here, "objects")
+            ):
+                candidates.append(os.path.join(here, "config"))
+                break
+            parent = os.path.dirname(here)
+            if parent == here:
+                break
+            here = parent
+    out = {}
+    for path in candidates:
+        try:
+            with open(path, "rb") as f:
+                out[path] = fsdecode(f.read(MAX_CONFIG_BYTES))
+        except OSError:
+            continue
+    return out
+
+
+class Supervisor:
+    def __init__(self, policy, mailbox=None, log=None, script=None):
+        self.policy = policy
+        self.mailbox = mailbox
+        self.log = log
+        self.script_lines = None
+        if script:
+            try:
+                with open(script, "rb") as f:
+                    self.script_lines = fsdecode(f.read()).splitlines()
+            except OSError:
+                self.script_lines = None
+        self.top = None
+        self.alive = set()  # the traced tasks, to forward signals to
+        self.seen = set()  # tids whose first stop was seen
+        self.parent = {}  # pid -> parent pid (as the tracer saw the fork)
+        self.program = {}  # pid -> short description of what it runs
+        self.pending = {}  # tid -> Exec judged allowed at its seccomp stop
+        self.refused = {}  # tid -> what it was last refused (execvp retries it along PATH)
+        self.waiting = {}  # tid -> (request id, deadline, Exec, at_exec_event)
+        self.status = None
+
+    # which programs lead here, nearest first
+    def parents_of(self, pid):
+        chain = []
+        here = self.parent.get(pid)
+        while here is not None and len(chain) < MAX_PARENTS:
+            chain.append({"pid": here, "program": self.program.get(here, "")})
+            here = self.parent.get(here)
+        return chain
+
+    def script_line(self, ex):
+        raw = ex.env.get(LINE_VAR)
+        if not raw or not raw.isdigit():
+            return None
+        number = int(raw)
+        text = None
+        if self.script_lines is not None and 0 < number <= len(self.script_lines):
+            text = self.script_lines[number - 1][:4096]
+        return {"number": number, "text": text}
+
+    def request_of(self, ex, rule):
+        return {
+            "engine": "shell",
+            "tool": "exec",
+            "command": shlex.join(ex.argv) if ex.argv else ex.program,
+            "cwd": ex.cwd,
+            "program": ex.program,
+            "path": ex.path,
+            "argv": ex.argv,
+            "argv_truncated": ex.truncated,
+            "env": ex.env,
+            "pid": ex.pid,
+            "stdin": ex.stdin,
+            "interpreter": ex.interpreter,
+            "parents": self.parents_of(ex.pid),
+            "script_line": self.script_line(ex),
+            "git_config": git_config_files(ex),
+            "observed_after_exec": ex.observed,
+            "policy_rule": rule,
+        }
+
+    def record(self, ex, verdict, rule, reason, request_id=None):
+        if self.log is None:
+            return
+        entry = {
+            "pid": ex.pid,
+            "program": ex.program,
+            "argv": ex.argv,
+            "cwd": ex.cwd,
+            "env": ex.env,
+            "stdin": ex.stdin,
+            "verdict": verdict,
+            "rule": rule,
+            "reason": reason,
+            "observed_after_exec": ex.observed,
+        }
+        if request_id:
+            entry["request"] = request_id
+        self.log.write(json.dumps(entry, sort_keys=True) + "\n")
+        self.log.flush()
+
+    # -- verdicts --
+
+    def judge(self, tid, ex, at_exec):
+        """Decide now, or park the tracee on a mailbox request (it stays stopped)."""
+        action, rule = self.policy.decide(ex)
+        if action == ASK and self.mailbox is None:
+            action = DENY
+            rule = rule + " (ask, with nobody to ask)"
+        if action == ASK:
+            try:
+                request_id, deadline = self.mailbox.send(self.request_of(ex, rule))
+            except OSError as exc:
+                self.finish(tid, ex, at_exec, False, rule, "cannot ask: %s" % exc)
+                return
+            self.waiting[tid] = (request_id, deadline, ex, at_exec, rule)
+            return
+        self.finish(tid, ex, at_exec, action == ALLOW, rule, "policy")
+
+    def finish(self, tid, ex, at_exec, allowed, rule, reason, request_id=None):
+        self.record(ex, ALLOW if allowed else DENY, rule, reason, request_id)
+        if at_exec:
+            if allowed:
+                self.program[tid] = shlex.join(ex.argv)[:256]
+                self.cont(tid)
+            else:
+                # The new image is loaded but has not run: it never will.
+                os.kill(tid, signal.SIGKILL)
+                self.cont(tid)
+            return
+        if allowed:
+            self.pending[tid] = ex
+            self.cont(tid)
+            return
+        self.refused[tid] = (ex.program, tuple(ex.argv), tuple(sorted(ex.env.items())))
+        self.fail_syscall(tid, errno.EPERM)
+        self.say("cairn: denied %s (%s)" % (shlex.join(ex.argv)[:300], reason))
+
+    def check_waiting(self):
+        now = time.monotonic()
+        for tid, (request_id, deadline, ex, at_exec, rule) in list(self.waiting.items()):
+            answer = self.mailbox.answer(request_id)
+            if answer is None and now < deadline:
+                continue
+            del self.waiting[tid]
+            if answer is None:
+                answer = (False, "no decision within %g s" % self.mailbox.timeout)
+            try:
+                self.finish(tid, ex, at_exec, answer[0], rule, answer[1], request_id)
+            except OSError as exc:
+                if exc.errno != errno.ESRCH:
+                    raise
+
+    # -- ptrace plumbing --
+
+    @staticmethod
+    def cont(tid, sig=0):
+        try:
+            ptrace(PTRACE_CONT, tid, 0, sig)
+        except OSError as exc:
+            if exc.errno != errno.ESRCH:
+                raise
+
+    def fail_syscall(self, tid, err):
+        regs = Regs()
+        ptrace(PTRACE_GETREGS, tid, 0, ctypes.addressof(regs))
+        regs.orig_rax = 0xFFFFFFFFFFFFFFFF  # skip the system call...
+        regs.rax = (-err) & 0xFFFFFFFFFFFFFFFF  # ...which returns -err
+        ptrace(PTRACE_SETREGS, tid, 0, ctypes.addressof(regs))
+        self.cont(tid)
+
+    @staticmethod
+    def say(line):
+        with contextlib.suppress(OSError):
+            os.write(2, (line + "\n").encode("utf-8", "replace"))
+
+    def on_seccomp(self, tid):
+        regs = Regs()
+        ptrace(PTRACE_GETREGS, tid, 0, ctypes.addressof(regs))
+        if regs.orig_rax not in (NR_EXECVE, NR_EXECVEAT):
+            self.cont(tid)
+            return
+        try:
+            ex = read_exec_stop(tid, regs)
+        except OSError as exc:
+            # What cannot be read cannot be judged: the exec fails.
+            self.say("cairn: denied an exec of pid %d: cannot read it (%s)" % (tid, exc))
+            self.fail_syscall(tid, errno.EPERM)
+            return
+        try:
+            st = os.stat(ex.program)
+        except OSError:
+            st = None
+        if st is None or not stat.S_ISREG(st.st_mode) or not st.st_mode & 0o111:
+            # The kernel will refuse it (ENOENT, EACCES): execvp walking PATH is not a person's
+            # question. Should the file appear meanwhile, the exec event judges it.
+            self.cont(tid)
+            return
+        ex.ident = (st.st_dev, st.st_ino)
+        ex.interpreter = shebang(ex.program, st)
+        key = (ex.program, tuple(ex.argv), tuple(sorted(ex.env.items())))
+        if self.refused.get(tid) == key:
+            # The same program again (a shell trying the next PATH folder that leads to it):
+            # one question, one answer.
+            self.fail_syscall(tid, errno.EPERM)
+            return
+        self.judge(tid, ex, False)
+
+    def on_exec(self, pid):
+        try:
+            former = ctypes.c_ulong()
+            ptrace(PTRACE_GETEVENTMSG, pid, 0, ctypes.addressof(former))
+            judged = self.pending.pop(former.value, None)
+            self.refused.pop(former.value, None)
+            if former.value != pid:
+                self.pending.pop(pid, None)
+            loaded = read_exec_event(pid, judged is None)
+        except OSError as exc:
+            if exc.errno == errno.ESRCH:
+                return
+            self.say("cairn: killed pid %d: its new program cannot be read (%s)" % (pid, exc))
+            os.kill(pid, signal.SIGKILL)
+            self.cont(pid)
+            return
+        if judged is not None and same_exec(judged, loaded):
+            self.program[pid] = shlex.join(judged.argv)[:256]
+            self.cont(pid)
+            return
+        if judged is not None:
+            loaded = read_exec_event(pid, True)
+        # Not what was judged (rewritten in between, or an exec the filter did not stop).
+        self.judge(pid, loaded, True)
+
+    def on_new_child(self, pid):
+        child = ctypes.c_ulong()
+        ptrace(PTRACE_GETEVENTMSG, pid, 0, ctypes.addressof(child))
+        self.alive.add(child.value)
+        self.parent[child.value] = pid
+        self.program.setdefault(child.value, self.program.get(pid, ""))
+        self.cont(pid)
+
+    def forward(self, signum, _frame):
+        """A signal to the supervisor goes to the whole supervised tree."""
+        for pid in list(self.alive):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signum)
+
+    def step(self, pid, status):
+        if os.WIFEXITED(status) or os.WIFSIGNALED(status):
+            self.seen.discard(pid)
+            self.alive.discard(pid)
+            self.pending.pop(pid, None)
+            self.refused.pop(pid, None)
+            self.waiting.pop(pid, None)
+            self.program.pop(pid, None)
+            if pid == self.top:
+                if os.WIFEXITED(status):
+                    self.status = os.WEXITSTATUS(status)
+                else:
+                    self.status = 128 + os.WTERMSIG(status)
+            return
+        if not os.WIFSTOPPED(status):
+            return
+        sig = os.WSTOPSIG(status)
+        event = status >> 16
+        first = pid not in self.seen
+        self.seen.add(pid)
+        if event == EVENT_SECCOMP:
+            self.on_seccomp(pid)
+        elif event == EVENT_EXEC:
+            self.on_exec(pid)
+        elif event in (EVENT_FORK, EVENT_VFORK, EVENT_CLONE):
+            self.on_new_child(pid)
+        elif event == EVENT_STOP:
+            if first:
+                self.cont(pid)  # an auto-attached child's first stop
+            else:
+                try:
+                    ptrace(PTRACE_LISTEN, pid, 0, 0)  # group-stop: stay stopped until SIGCONT
+                except OSError as exc:
+                    if exc.errno != errno.ESRCH:
+                        raise
+        elif sig == signal.SIGTRAP and event:
+            self.cont(pid)
+        else:
+            self.cont(pid, sig)  # a signal for the tracee: deliver it
+
+    def loop(self):
+        while self.status is None:
+            flags = WALL
+            if self.waiting:
+                flags |= os.WNOHANG
+            try:
+                pid, status = os.waitpid(-1, flags)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                self.check_waiting()
+                time.sleep(POLL_S)
+                continue
+            try:
+                self.step(pid, status)
+            except OSError as exc:
+                if exc.errno != errno.ESRCH:
+                    raise
+            if self.waiting:
+                self.check_waiting()
+        return self.status if self.status is not None else 0
+
+
+def resolve_command(argv, environ):
+    name = argv[0]
+    if "/" in name:
+        return name
+    for folder in (environ.get("PATH") or os.defpath).split(os.pathsep):
+        candidate = os.path.join(folder or ".", name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def start(argv, supervisor):
+    """Fork the command's first process, trace it, then let it install the filter and exec."""
+    check_arch()
+    libc()
+    program = resolve_command(argv, os.environ)
+    if program is None:
+        sys.stderr.write("cairn: %s: command not found\n" % argv[0])
+        return NOT_FOUND_EXIT
+    go_r, go_w = os.pipe()
+    ok_r, ok_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(go_w)
+        os.close(ok_r)
+        try:
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            prctl(PR_SET_DUMPABLE, 1)  # traceable (the supervisor itself is not)
+            os.write(ok_w, b"r")
+            os.read(go_r, 1)
+            os.close(go_r)
+            install_filter()
+            os.write(ok_w, b"ok\n")
+            os.close(ok_w)
+        except BaseException as exc:  # noqa: BLE001 - the child must never return into the parent
+            try:
+                os.write(ok_w, ("%s\n" % exc).encode("utf-8", "replace"))
+            finally:
+                os._exit(UNSUPERVISED_EXIT)
+        code = NOT_FOUND_EXIT
+        try:
+            os.execv(program, argv)
+        except OSError as exc:
+            os.write(2, ("cairn: cannot run %s: %s\n" % (argv[0], exc.strerror)).encode())
+            code = NOT_FOUND_EXIT if exc.errno == errno.ENOENT else 126
+        os._exit(code)
+    os.close(go_r)
+    os.close(ok_w)
+    supervisor.top = pid
+    supervisor.alive.add(pid)
+    try:
+        if os.read(ok_r, 1) != b"r":
+            raise OSError(errno.ESRCH, "the first process died")
+        ptrace(PTRACE_SEIZE, pid, 0, TRACE_OPTIONS)
+    except OSError as exc:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise SetupError("cannot trace the command (ptrace: %s)" % exc.strerror) from None
+    os.write(go_w, b"g")
+    os.close(go_w)
+    said = b""
+    while not said.endswith(b"\n"):
+        chunk = os.read(ok_r, 512)
+        if not chunk:
+            break
+        said += chunk
+    os.close(ok_r)
+    if said.strip() != b"ok":
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, WALL)
+        why = said.decode("utf-8", "replace").strip() or "the first process died"
+        raise SetupError("cannot install the exec filter (%s)" % why)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(signum, supervisor.forward)
+    return supervisor.loop()
+
+
+def check():
+    """Set up supervision of `true` and see it judged: exit 0 when this sandbox allows it."""
+    seen = []
+
+    class Always:
+        def decide(self, ex):
+            seen.append(ex.program)
+            return ALLOW, "check"
+
+    sup = Supervisor(Always())
+    status = start(["true"], sup)
+    if status != 0 or not seen:
+        raise SetupError("a supervised `true` did not run as expected")
+    sys.stdout.write("ok\n")
+    return 0
+
+
+USAGE = (
+    "usage: supervisor.py [--policy FILE] [--judge] [--log FILE] [--script FILE] -- CMD [ARG...]"
+    "\n       supervisor.py --check\n"
+)
+
+
+def main(argv):
+    policy_file = log_file = script = None
+    use_judge = False
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            i += 1
+            break
+        if arg in ("--policy", "--log", "--script") and i + 1 < len(argv):
+            value = argv[i + 1]
+            if arg == "--policy":
+                policy_file = value
+            elif arg == "--log":
+                log_file = value
+            else:
+                script = value
+            i += 2
+            continue
+        if arg == "--judge":
+            use_judge = True
+            i += 1
+            continue
+        if arg == "--check" and len(argv) == 1:
+            try:
+                return check()
+            except (SetupError, OSError) as exc:
+                sys.stderr.write("cairn: supervision is unavailable: %s\n" % exc)
+                return UNSUPERVISED_EXIT
+        if arg.startswith("-"):
+            sys.stderr.write(USAGE)
+            return 2
+        break
+    command = argv[i:]
+    if not command:
+        sys.stderr.write(USAGE)
+        return 2
+    try:
+        if policy_file:
+            policy = Policy.load(policy_file)
+        else:
+            policy = Policy({"default": ASK if use_judge else ALLOW})
+        mailbox = Mailbox(os.environ) if use_judge else None
+        log = open(log_file, "a", encoding="utf-8") if log_file else None  # noqa: SIM115 - for the whole run
+        # Other processes of the sandbox's user must not read or write this one's memory.
+        prctl(PR_SET_DUMPABLE, 0)
+        return start(command, Supervisor(policy, mailbox, log, script))
+    except (SetupError, OSError, ValueError) as exc:
+        sys.stderr.write("cairn: supervision is unavailable, the command did not start: %s\n" % exc)
+        return UNSUPERVISED_EXIT
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
