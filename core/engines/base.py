@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from core.engines.capabilities import Feature, Probe
+from core.engines.capabilities import probe as capabilities_probe
 
 
 def json_object(line: str) -> dict[str, Any] | None:
@@ -242,6 +243,30 @@ class Engine(abc.ABC):
         if self.tested_version and probe.version != self.tested_version:
             return None, f"untested version {version}: it has every flag the engine uses"
         return None, None
+
+    def judge_sandbox_version(
+        self, version: str, binary: Path, probe: Probe | None, settings: EngineSettings
+    ) -> str | None:
+        """Why the version the sandbox reported cannot run the engine, or None: the host's probe
+        of the same binary (made now when not given) must agree with it and have what the engine
+        uses; when the host cannot run the binary, only the settings' pin can be checked."""
+        if probe is None:
+            probe = capabilities_probe(binary, self.features())
+        if probe.error is None:
+            if probe.version and probe.version != version:
+                return (
+                    f"the sandbox ran {self.label} {version}, but {binary} is {probe.version} on "
+                    "the host: start the run again"
+                )
+            problem, _ = self.judge(probe, settings)
+            return problem
+        if settings.version and version != settings.version:
+            # The host could not run it; the sandbox's answer is all there is to judge.
+            return (
+                f"{self.label} {version} is installed, but the settings pin {settings.version} "
+                f"(engines.{self.name}.version)"
+            )
+        return None
 
     def native_resume_check(self, ctx: LaunchContext) -> ResumeCheck:
         """Whether `ctx.session_id` can be resumed natively from `ctx.host_home`."""

@@ -33,7 +33,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from core.engines import capabilities, native
+from core.engines import native
 from core.engines.base import (
     MODE_CONTINUE,
     MODE_FALLBACK,
@@ -452,23 +452,9 @@ class ClaudeCodeEngine(Engine):
         if not match:
             return f"cannot tell the Claude Code version from {reported!r}"
         version = match.group(0)
-        if probe is None:
-            probe = capabilities.probe(resolved.binary, FEATURES)
-        if probe.error is None:
-            if probe.version and probe.version != version:
-                return (
-                    f"the sandbox ran Claude Code {version}, but {resolved.binary} is "
-                    f"{probe.version} on the host: start the run again"
-                )
-            problem, _ = self.judge(probe, settings)
-            if problem:
-                return problem
-        elif settings.version and version != settings.version:
-            # The host could not run it; the sandbox's answer is all there is to judge.
-            return (
-                f"Claude Code {version} is installed, but the settings pin "
-                f"{settings.version} (engines.claude-code.version)"
-            )
+        problem = self.judge_sandbox_version(version, resolved.binary, probe, settings)
+        if problem:
+            return problem
         if found.get("bash") in (None, "missing"):
             return "the sandbox image has no bash; Claude Code's Bash tool needs it"
         return None

@@ -16,7 +16,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from core.engines import capabilities, native
+from core.engines import native
 from core.engines.base import (
     MODE_CONTINUE,
     MODE_FALLBACK,
@@ -362,23 +362,9 @@ class CodexEngine(Engine):
         if not match:
             return f"cannot tell the Codex version from {reported!r}"
         version = match.group(1)
-        if probe is None:
-            probe = capabilities.probe(resolved.binary, FEATURES)
-        if probe.error is None:
-            if probe.version and probe.version != version:
-                return (
-                    f"the sandbox ran Codex {version}, but {resolved.binary} is "
-                    f"{probe.version} on the host: start the run again"
-                )
-            problem, _ = self.judge(probe, settings)
-            if problem:
-                return problem
-        elif settings.version and version != settings.version:
-            # The host could not run it; the sandbox's answer is all there is to judge.
-            return (
-                f"Codex {version} is installed, but the settings pin {settings.version} "
-                f"(engines.codex.version)"
-            )
+        problem = self.judge_sandbox_version(version, resolved.binary, probe, settings)
+        if problem:
+            return problem
         if found.get("bash") in (None, "missing"):
             return "the sandbox image has no bash; Codex runs every command with bash -lc"
         return None
