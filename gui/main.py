@@ -31,11 +31,53 @@ ORGANIZATION_DOMAIN = "cairn.io"
 DESKTOP_FILE_NAME = "io.cairn.Cairn"
 
 
+# Qt's own command-line options (QGuiApplication and QApplication), with and without a value.
+QT_OPTIONS_WITH_VALUE = frozenset(
+    {
+        "platform", "platformpluginpath", "platformtheme", "plugin", "qmljsdebugger", "style",
+        "stylesheet", "session", "display", "geometry", "title", "name", "qwindowgeometry",
+        "qwindowicon", "qwindowtitle", "dialogs", "fontengine", "graphicssystem",
+    }
+)  # fmt: skip
+QT_FLAGS = frozenset({"reverse", "widgetcount", "nograb", "dograb", "sync", "testability"})
+
+
+def split_qt_arguments(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(Cairn's arguments, Qt's arguments): Qt's options, written `-platform xcb`,
+    `-platform=xcb` or with two dashes, go to Qt with their values (in the form Qt reads), so a
+    value is never taken for a folder; everything after `--` is Cairn's."""
+    ours: list[str] = []
+    qt: list[str] = []
+    items = list(argv)
+    i = 0
+    while i < len(items):
+        arg = items[i]
+        if arg == "--":
+            ours.extend(items[i:])
+            break
+        name, has_value, value = arg.lstrip("-").partition("=")
+        if arg.startswith("-") and name in QT_OPTIONS_WITH_VALUE:
+            if has_value:  # Qt itself reads only the spaced form
+                qt += ["-" + name, value]
+            elif i + 1 < len(items):
+                qt += ["-" + name, items[i + 1]]
+                i += 1
+            else:
+                qt.append("-" + name)  # Qt says what is missing
+        elif arg.startswith("-") and not has_value and name in QT_FLAGS:
+            qt.append("-" + name)
+        else:
+            ours.append(arg)
+        i += 1
+    return ours, qt
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cairn",
         description="Run coding agents on your repositories in isolated, resumable workspaces.",
-        epilog="Other arguments (for example -platform offscreen) are passed on to Qt.",
+        epilog="Qt's own options (for example -platform offscreen, -style Fusion) are passed "
+        "on to Qt.",
     )
     parser.add_argument(
         "paths",
@@ -106,7 +148,8 @@ def _open_context(command_line: Path | None) -> AppContext | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args, qt_args = build_parser().parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    ours, qt_args = split_qt_arguments(list(sys.argv[1:] if argv is None else argv))
+    args = build_parser().parse_args(ours)
     if args.data_dir is not None and args.data_dir.exists() and not args.data_dir.is_dir():
         build_parser().error(f"--data-dir {args.data_dir} exists and is not a folder")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
