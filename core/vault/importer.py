@@ -52,6 +52,13 @@ def check_importable(folder: Path, data_dir: DataDir) -> Path:
         raise InputError(
             f"{path} contains Cairn's data folder ({data_root}); choose a folder that does not"
         )
+    git_dir = next((p for p in (path, *path.parents) if p.name == ".git"), None)
+    if git_dir is not None:
+        raise InputError(
+            f"{path} is {'inside ' if git_dir != path else ''}the git folder of the repository "
+            f"{git_dir.parent}, not a project folder",
+            hint=f"drop {git_dir.parent} itself",
+        )
     return path
 
 

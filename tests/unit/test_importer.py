@@ -553,3 +553,15 @@ def test_file_bytes_are_recorded_without_filters(vault, tmp_path):
     files, _ = base_entries(vault, result.base_tree)
     assert files["lines.txt"] == (MODE_FILE, b"one\r\ntwo\r\n")
     assert files["data.dat"] == (MODE_FILE, b"lower\n")
+
+
+def test_a_repositorys_git_folder_is_refused_naming_the_repository_to_drop(tmp_path):
+    data = DataDir(tmp_path / "data").ensure()
+    repo = tmp_path / "project"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    for inside in (repo / ".git", repo / ".git" / "refs"):
+        with pytest.raises(InputError) as exc:
+            check_importable(inside, data)
+        assert_one_line(exc, "the git folder of the repository", str(repo), f"drop {repo}")
+    assert check_importable(repo, data) == repo.resolve()
