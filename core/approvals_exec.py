@@ -1,0 +1,771 @@
+"""Program-level approval rules: what one program start (an execve seen by the in-sandbox
+supervisor, resources/sandbox/supervisor.py) really runs, and which rule family it falls in.
+
+Owns normalising an exec (wrapper prefixes such as `env`/`nice`/`timeout`/`xargs`/`find -exec`,
+git's global options, `-c` and `GIT_CONFIG_*` settings, aliases and dashed helpers) and
+classifying it (force push, deletion outside the workspace, credential reads, privilege
+escalation, publishing, an interpreter reading its program from a pipe). The supervisor only
+collects facts and asks; the judge (core/approvals.py) owns the mailbox, rows and decisions.
+Pure functions, no I/O: git configuration arrives as text in the request.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+import shlex
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+ALLOW = "allow"
+ASK = "ask"
+DENY = "deny"
+
+WORKSPACE = "/workspace"
+WRITABLE_ROOTS = ("/workspace", "/tmp")
+DEFAULT_HOME = "/home/agent"
+
+
+@dataclass(frozen=True)
+class ExecFacts:
+    """One program start as the supervisor saw it, before it ran."""
+
+    program: str  # the resolved executable
+    argv: tuple[str, ...]
+    cwd: str = WORKSPACE
+    env: Mapping[str, str] = field(default_factory=dict)
+    stdin: str = "null"  # pipe, socket, tty, file, null, closed
+    git_config: Mapping[str, str] = field(default_factory=dict)  # path -> text
+    pid: int = 0
+    parents: tuple[str, ...] = ()
+    script_line: int | None = None
+
+    @property
+    def home(self) -> str:
+        return self.env.get("HOME") or DEFAULT_HOME
+
+    @classmethod
+    def from_request(cls, doc: Mapping[str, Any]) -> ExecFacts:
+        """The facts of a supervisor's request (its JSON document); BadFacts when unusable."""
+        argv = doc.get("argv")
+        program = doc.get("program")
+        if not isinstance(program, str) or not isinstance(argv, list):
+            raise BadFacts("program and argv are required")
+        if not all(isinstance(a, str) for a in argv):
+            raise BadFacts("argv must be strings")
+        env = doc.get("env") or {}
+        config = doc.get("git_config") or {}
+        if not isinstance(env, dict) or not isinstance(config, dict):
+            raise BadFacts("env and git_config must be objects")
+        line = doc.get("script_line")
+        number = line.get("number") if isinstance(line, dict) else None
+        parents = doc.get("parents") or []
+        return cls(
+            program=program,
+            argv=tuple(argv),
+            cwd=str(doc.get("cwd") or WORKSPACE),
+            env={str(k): str(v) for k, v in env.items()},
+            stdin=str(doc.get("stdin") or "null"),
+            git_config={str(k): str(v) for k, v in config.items()},
+            pid=int(doc.get("pid") or 0),
+            parents=tuple(str(p.get("program", "")) for p in parents if isinstance(p, dict)),
+            script_line=number if isinstance(number, int) else None,
+        )
+
+
+class BadFacts(ValueError):
+    """A request whose facts cannot be judged."""
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """A program and its arguments as rules match them: `name` is the command's identity
+    (`git`, `rm`, `sh`), `args` what follows it, `cwd` where relative paths point."""
+
+    name: str
+    args: tuple[str, ...]
+    cwd: str
+    via: str = ""  # the wrapper that starts it (`env`, `xargs`, `find -exec`), "" when direct
+    args_from_stdin: bool = False  # xargs: more arguments come from its input
+
+    def text(self) -> str:
+        return shlex.join([self.name, *self.args])
+
+
+@dataclass(frozen=True)
+class GitCommand:
+    subcommand: str  # after aliases; "!..." for a shell alias; "" when none
+    args: tuple[str, ...]
+    config: Mapping[str, str]  # lower-cased section.key (subsection kept) -> last value
+    cwd: str
+    alias_chain: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ExecVerdict:
+    action: str  # allow, ask, deny
+    rule: str | None = None
+    reason: str = ""
+    what: str = ""  # the normalised command the rule matched
+
+    @property
+    def needs_approval(self) -> bool:
+        return self.action != ALLOW
+
+
+# -- names -----------------------------------------------------------------------------------------
+
+SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "posh", "yash"})
+_VERSIONED = re.compile(r"^(python|pypy|perl|ruby|php|lua|tclsh)[0-9.]*$")
+MULTICALL = frozenset({"busybox", "toybox"})
+
+
+def command_name(path_or_name: str) -> str:
+    """`/usr/bin/python3.11` -> `python3`'s family name `python`; `/bin/dash` -> `sh`."""
+    base = posixpath.basename(path_or_name)
+    if base in SHELLS:
+        return "sh" if base in ("dash", "ash", "posh") else base
+    m = _VERSIONED.match(base)
+    if m:
+        return "python" if m.group(1) == "pypy" else m.group(1)
+    if base in ("nodejs",):
+        return "node"
+    return base
+
+
+def identity_of(facts: ExecFacts) -> tuple[str, tuple[str, ...]]:
+    """The command name and arguments, minding multi-call binaries and git's dashed helpers,
+    which act on argv[0] (`/usr/lib/git-core/git-push` is `git push`)."""
+    argv0 = posixpath.basename(facts.argv[0]) if facts.argv else ""
+    real = posixpath.basename(facts.program)
+    args = tuple(facts.argv[1:])
+    if real in MULTICALL and argv0 and argv0 not in MULTICALL:
+        return command_name(argv0), args
+    if real in MULTICALL and args:
+        return command_name(args[0]), args[1:]
+    if real == "git" or argv0.startswith("git-") or real.startswith("git-"):
+        for name in (argv0, real):
+            if name.startswith("git-") and name not in ("git-shell",):
+                return "git", (name[4:], *args)
+        return "git", args
+    return command_name(facts.program), args
+
+
+# -- wrappers --------------------------------------------------------------------------------------
+
+# (options taking a value, long options taking a value when not written with '=')
+_WRAPPER_VALUES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "env": ("uCS", ("--unset", "--chdir", "--split-string", "--argv0")),
+    "nice": ("n", ("--adjustment",)),
+    "timeout": ("sk", ("--signal", "--kill-after")),
+    "stdbuf": ("ioe", ("--input", "--output", "--error")),
+    "nohup": ("", ()),
+    "setsid": ("", ()),
+    "ionice": ("cnp", ("--class", "--classdata", "--pid")),
+    "chrt": ("", ()),
+    "time": ("fo", ("--format", "--output")),
+    "command": ("", ()),
+    "exec": ("a", ()),
+    "xargs": ("adEeIiLlnPs", ("--arg-file", "--delimiter", "--max-args", "--max-procs")),
+    "sudo": ("CDghpRTUu", ("--user", "--group", "--chdir", "--prompt", "--host")),
+    "doas": ("Cu", ()),
+    "flock": ("wEc", ("--timeout", "--conflict-exit-code", "--command")),
+    "unshare": ("", ()),
+    "chroot": ("", ()),
+    "watch": ("nd", ("--interval",)),
+}
+WRAPPERS = frozenset(_WRAPPER_VALUES)
+
+
+def _after_options(name: str, args: Sequence[str]) -> tuple[int, str | None, list[str]]:
+    """Where a wrapper's command starts in `args`; also env's `-C DIR` and `-S STRING`."""
+    short_values, long_values = _WRAPPER_VALUES[name]
+    chdir: str | None = None
+    split: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            return i + 1, chdir, split
+        if name == "env" and "=" in arg and not arg.startswith("-"):
+            i += 1  # NAME=value
+            continue
+        if arg.startswith("--") and len(arg) > 2:
+            key, eq, value = arg.partition("=")
+            if key in long_values and not eq:
+                value = args[i + 1] if i + 1 < len(args) else ""
+                i += 1
+            if name == "env" and key == "--chdir":
+                chdir = value
+            if name == "env" and key == "--split-string":
+                split = shlex.split(value)
+            i += 1
+            continue
+        if arg.startswith("-") and len(arg) > 1 and not arg[1:].isdigit():
+            letters = arg[1:]
+            for j, letter in enumerate(letters):
+                if letter in short_values:
+                    value = letters[j + 1 :]
+                    if not value:
+                        value = args[i + 1] if i + 1 < len(args) else ""
+                        i += 1
+                    if name == "env" and letter == "C":
+                        chdir = value
+                    if name == "env" and letter == "S":
+                        split = shlex.split(value)
+                    break
+            i += 1
+            continue
+        if name == "nice" and re.match(r"^-\d+$", arg):
+            i += 1
+            continue
+        if name in ("timeout",):
+            return i + 1, chdir, split  # the duration
+        if name == "chrt" and arg.isdigit():
+            return i + 1, chdir, split
+        if name == "flock":
+            return i + 1, chdir, split  # the lock file
+        if name == "chroot":
+            return i + 1, chdir, split  # the new root
+        return i, chdir, split
+    return i, chdir, split
+
+
+def _find_execs(args: Sequence[str], cwd: str) -> list[Invocation]:
+    """The commands `find ... -exec CMD {} ;` (and -execdir, -ok, -okdir) would start."""
+    found = []
+    starts = []
+    for arg in args:
+        if arg.startswith(("-", "(", "!")) and arg != "-":
+            break
+        starts.append(arg)
+    starts = starts or ["."]
+    i = 0
+    while i < len(args):
+        if args[i] in ("-exec", "-execdir", "-ok", "-okdir"):
+            j = i + 1
+            while j < len(args) and args[j] not in (";", "+"):
+                j += 1
+            command: list[str] = []
+            for word in args[i + 1 : j]:
+                # `{}` is each file found: under the start points (a deletion there is judged).
+                command.extend(starts if word == "{}" else [word])
+            if command:
+                found.append(
+                    Invocation(command_name(command[0]), tuple(command[1:]), cwd, via="find -exec")
+                )
+            i = j
+        i += 1
+    return found
+
+
+def unwrap(facts: ExecFacts) -> list[Invocation]:
+    """Every program this exec starts or stands for, outermost first: `env X=1 nice git push` is
+    env, nice and git; `find / -exec rm {} ;` is find and rm. Each is judged."""
+    name, args = identity_of(facts)
+    chain = [Invocation(name, args, facts.cwd)]
+    cwd = facts.cwd
+    seen = 0
+    while chain[-1].name in WRAPPERS and seen < 16:
+        seen += 1
+        outer = chain[-1]
+        start, chdir, split = _after_options(outer.name, outer.args)
+        if chdir:
+            cwd = posixpath.normpath(posixpath.join(cwd, chdir))
+        rest = [*split, *outer.args[start:]]
+        if not rest:
+            break
+        inner_name = command_name(rest[0])
+        inner_args = tuple(rest[1:])
+        if inner_name == "git" or posixpath.basename(rest[0]).startswith("git-"):
+            base = posixpath.basename(rest[0])
+            if base.startswith("git-"):
+                inner_args = (base[4:], *inner_args)
+                inner_name = "git"
+        chain.append(
+            Invocation(
+                inner_name, inner_args, cwd, via=outer.name, args_from_stdin=outer.name == "xargs"
+            )
+        )
+    for inv in list(chain):
+        if inv.name == "find":
+            chain.extend(_find_execs(inv.args, inv.cwd))
+    return chain
+
+
+# -- git -------------------------------------------------------------------------------------------
+
+_SECTION = re.compile(r'^\s*\[\s*([A-Za-z0-9.-]+)(?:\s+"((?:[^"\\]|\\.)*)")?\s*\]\s*(.*)$')
+_ENTRY = re.compile(r"^\s*([A-Za-z][A-Za-z0-9-]*)\s*(?:=\s*(.*))?$")
+
+
+def _config_value(raw: str) -> str:
+    out = []
+    quoted = False
+    i = 0
+    while i < len(raw):
+        c = raw[i]
+        if c == '"':
+            quoted = not quoted
+        elif c == "\\" and i + 1 < len(raw):
+            i += 1
+            out.append({"n": "\n", "t": "\t", "b": "\b"}.get(raw[i], raw[i]))
+        elif c in "#;" and not quoted:
+            break
+        else:
+            out.append(c)
+        i += 1
+    return "".join(out).strip()
+
+
+def config_key(key: str) -> str:
+    """git's key identity: section and name case-insensitive, a subsection kept as written."""
+    section, _, rest = key.partition(".")
+    if "." in rest:
+        sub, _, name = rest.rpartition(".")
+        return f"{section.lower()}.{sub}.{name.lower()}"
+    return f"{section.lower()}.{rest.lower()}"
+
+
+def parse_git_config(text: str) -> dict[str, str]:
+    """`[section "sub"] key = value` lines as {section.sub.key: value} (last one wins)."""
+    out: dict[str, str] = {}
+    section = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#;":
+            continue
+        m = _SECTION.match(line)
+        if m:
+            name, sub, rest = m.group(1), m.group(2), m.group(3)
+            section = name.lower() + (f".{sub}" if sub is not None else "")
+            if "." in name and sub is None:  # [section.sub] (deprecated form)
+                head, _, tail = name.partition(".")
+                section = f"{head.lower()}.{tail.lower()}"
+            line = rest.strip()
+            if not line:
+                continue
+        e = _ENTRY.match(line)
+        if e and section:
+            value = "true" if e.group(2) is None else _config_value(e.group(2))
+            out[f"{section}.{e.group(1).lower()}"] = value
+    return out
+
+
+def _env_config(env: Mapping[str, str]) -> dict[str, str]:
+    """Settings from the environment: GIT_CONFIG_COUNT/KEY_n/VALUE_n and GIT_CONFIG_PARAMETERS."""
+    out: dict[str, str] = {}
+    params = env.get("GIT_CONFIG_PARAMETERS", "")
+    if params:
+        try:
+            words = shlex.split(params)
+        except ValueError:
+            words = []
+        for word in words:
+            key, _, value = word.partition("=")
+            if key:
+                out[config_key(key)] = value
+    try:
+        count = int(env.get("GIT_CONFIG_COUNT", "0") or 0)
+    except ValueError:
+        count = 0
+    for n in range(min(max(count, 0), 1000)):
+        name = env.get(f"GIT_CONFIG_KEY_{n}")
+        if name:
+            out[config_key(name)] = env.get(f"GIT_CONFIG_VALUE_{n}", "")
+    return out
+
+
+GIT_VALUE_OPTIONS: tuple[str, ...] = (
+    *("-C", "-c", "--git-dir", "--work-tree", "--namespace", "--exec-path", "--config-env"),
+    *("--super-prefix", "--list-cmds", "--attr-source"),
+)
+
+
+def parse_git(facts: ExecFacts, args: Sequence[str], cwd: str | None = None) -> GitCommand:
+    """git's global options, settings (files, environment, `-c`), and aliases resolved."""
+    config: dict[str, str] = {}
+    for _path, text in facts.git_config.items():
+        config.update(parse_git_config(text))
+    config.update(_env_config(facts.env))
+    here = cwd or facts.cwd
+    rest = list(args)
+    i = 0
+    while i < len(rest):
+        arg = rest[i]
+        if not arg.startswith("-") or arg == "-":
+            break
+        if arg == "--":
+            i += 1
+            break
+        key, eq, value = arg.partition("=")
+        if key in GIT_VALUE_OPTIONS:
+            if not eq:
+                value = rest[i + 1] if i + 1 < len(rest) else ""
+                i += 1
+            if key == "-C" and value:
+                here = posixpath.normpath(posixpath.join(here, value))
+            elif key == "-c":
+                k, _, v = value.partition("=")
+                config[config_key(k)] = v if "=" in value else "true"
+            elif key == "--config-env":
+                k, _, var = value.partition("=")
+                config[config_key(k)] = facts.env.get(var, "")
+        i += 1
+    sub = rest[i] if i < len(rest) else ""
+    sub_args = tuple(rest[i + 1 :])
+    chain: list[str] = []
+    while sub and f"alias.{sub}" in config and len(chain) < 10 and sub not in chain:
+        chain.append(sub)
+        expansion = config[f"alias.{sub}"]
+        if expansion.startswith("!"):
+            return GitCommand(expansion, sub_args, config, here, tuple(chain))
+        try:
+            words = shlex.split(expansion)
+        except ValueError:
+            words = expansion.split()
+        if not words:
+            break
+        # An alias may itself carry global options (`alias.p = -c x=y push`).
+        inner = parse_git(
+            ExecFacts(facts.program, ("git",), here, facts.env, facts.stdin, {}),
+            [*words],
+            here,
+        )
+        for k, v in inner.config.items():
+            config.setdefault(k, v)
+        sub, sub_args = inner.subcommand, (*inner.args, *sub_args)
+        if inner.subcommand == words[0] and f"alias.{sub}" not in config:
+            break
+    return GitCommand(sub, sub_args, config, here, tuple(chain))
+
+
+def _short_flags(args: Sequence[str]) -> str:
+    return "".join(a[1:] for a in args if a.startswith("-") and not a.startswith("--"))
+
+
+def is_force_push(git: GitCommand) -> bool:
+    if git.subcommand != "push":
+        return False
+    for arg in git.args:
+        if arg.split("=", 1)[0] in (
+            "--force",
+            "--force-with-lease",
+            "--force-if-includes",
+            "--mirror",
+            "--delete",
+            "--prune",
+        ):
+            return True
+        if not arg.startswith("-") and (arg.startswith("+") or ":+" in arg):
+            return True
+        if arg.startswith(":") and len(arg) > 1:
+            return True  # `:branch` deletes it
+    letters = _short_flags(git.args)
+    return "f" in letters or "d" in letters
+
+
+HOOK_KEYS = ("core.hookspath", "core.fsmonitor", "core.sshcommand")
+
+
+def git_hook_settings(git: GitCommand, facts: ExecFacts) -> list[str]:
+    """Settings that make git run a program of the run's choosing (hooks path, fsmonitor, ssh
+    command, templates): set for this command (`-c`, GIT_CONFIG_*, an alias) or written by it."""
+    files: dict[str, str] = {}
+    for text in facts.git_config.values():
+        files.update(parse_git_config(text))
+    found = [k for k in HOOK_KEYS if k in git.config and git.config[k] != files.get(k)]
+    if git.subcommand == "config":
+        found += [config_key(a) for a in git.args if config_key(a) in HOOK_KEYS][:1]
+    if git.subcommand in ("init", "clone") and (
+        "GIT_TEMPLATE_DIR" in facts.env
+        or any(a == "--template" or a.startswith("--template=") for a in git.args)
+    ):
+        found.append("init.templatedir")
+    return found
+
+
+# -- paths -----------------------------------------------------------------------------------------
+
+
+def resolve(path: str, cwd: str, home: str) -> str:
+    if path == "~" or path.startswith("~/"):
+        path = home + path[1:]
+    return posixpath.normpath(posixpath.join(cwd, path))
+
+
+def _operands(args: Sequence[str]) -> list[str]:
+    out = []
+    ended = False
+    for arg in args:
+        if not ended and arg == "--":
+            ended = True
+            continue
+        if not ended and arg.startswith("-") and arg != "-":
+            if "=" in arg:
+                out.append(arg.split("=", 1)[1])
+            continue
+        out.append(arg)
+    return out
+
+
+def _under(path: str, roots: Sequence[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+CREDENTIAL_DIRS: tuple[str, ...] = (
+    *(".ssh", ".aws", ".gnupg", ".kube", ".azure", ".docker", ".config/gh", ".config/gcloud"),
+    *(".password-store",),
+)
+CREDENTIAL_FILES = frozenset(
+    {".netrc", ".git-credentials", ".npmrc", ".pypirc", ".pgpass", ".my.cnf", ".vault-token"}
+)
+CREDENTIAL_NAMES = re.compile(
+    r"^(?:id_(?:rsa|dsa|ecdsa|ed25519)(?:_sk)?|.*\.pem|.*\.key|credentials(?:\.json)?|shadow)$"
+)
+
+
+def is_credential_path(path: str, home: str) -> bool:
+    base = posixpath.basename(path)
+    if base in CREDENTIAL_FILES or CREDENTIAL_NAMES.match(base):
+        return True
+    if path in ("/etc/shadow", "/etc/gshadow", "/etc/sudoers"):
+        return True
+    for folder in CREDENTIAL_DIRS:
+        for root in {home, DEFAULT_HOME, "/root"}:
+            target = posixpath.join(root, folder)
+            if path == target or path.startswith(target + "/"):
+                return True
+        if f"/{folder}/" in path + "/":
+            return True
+    return False
+
+
+def _path_args(inv: Invocation, home: str) -> list[str]:
+    """Operands and option values as paths; `@FILE` (curl's "read this file") included."""
+    words = [a for a in _operands(inv.args) if a and a != "-"]
+    words += [a[1:] for a in words if a.startswith("@") and len(a) > 1]
+    return [resolve(a, inv.cwd, home) for a in words]
+
+
+# -- rule families ---------------------------------------------------------------------------------
+
+DELETERS = frozenset({"rm", "rmdir", "unlink", "shred", "srm", "wipe"})
+ESCALATORS = frozenset({"sudo", "su", "doas", "pkexec", "runuser", "setpriv", "run0", "calife"})
+PUBLISHERS: dict[str, tuple[str, ...]] = {
+    "npm": ("publish",),
+    "pnpm": ("publish",),
+    "yarn": ("publish", "npm"),
+    "bun": ("publish",),
+    "cargo": ("publish",),
+    "twine": ("upload",),
+    "gem": ("push",),
+    "poetry": ("publish",),
+    "flit": ("publish",),
+    "hatch": ("publish",),
+    "uv": ("publish",),
+    "pdm": ("publish",),
+    "docker": ("push",),
+    "podman": ("push",),
+    "nuget": ("push",),
+    "dotnet": ("nuget",),
+    "gh": ("release",),
+}
+READERS_SAFE_FOR_CREDENTIALS = frozenset({"ls", "stat", "test", "[", "true", "false"})
+
+
+def reads_program_from_stdin(name: str, argv: Sequence[str]) -> bool:
+    """Whether an interpreter invoked as `argv` takes its program from stdin (`sh`, `bash -s`,
+    `python3 -`, `perl`). Kept identical to the supervisor's own copy (a test compares them)."""
+    family = _interpreter_family(name)
+    if family is None:
+        return False
+    short = _PROGRAM_OPTIONS.get(family, ("e",))
+    with_value = _OPTIONS_WITH_VALUE.get(family, "")
+    args = list(argv[1:])
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "-":
+            return True
+        if arg == "--":
+            return i + 1 >= len(args) or args[i + 1] == "-"
+        if arg.startswith("--"):
+            if arg.split("=", 1)[0] in _PROGRAM_LONG_OPTIONS:
+                return False
+            i += 1
+            continue
+        if arg.startswith(("-", "+")) and len(arg) > 1:
+            letters = arg[1:]
+            if family == "sh" and "s" in letters:
+                return True
+            for j, letter in enumerate(letters):
+                if letter in short:
+                    return False
+                if letter in with_value:
+                    if j == len(letters) - 1:
+                        i += 1
+                    break
+            i += 1
+            continue
+        return False
+    return True
+
+
+_INTERPRETER_RE = re.compile(
+    r"^(?:(?:ba|da|z|k|mk|a|po|y)?sh|python[0-9.]*|pypy[0-9.]*|perl[0-9.]*|ruby[0-9.]*|node(?:js)?"
+    r"|php[0-9.]*|lua[0-9.]*|tclsh[0-9.]*|R|Rscript|osascript)$"
+)
+_PROGRAM_OPTIONS = {"sh": ("c",), "python": ("c", "m"), "perl": ("e", "E"), "ruby": ("e",)}
+_PROGRAM_LONG_OPTIONS = ("--eval", "--print", "--command")
+_OPTIONS_WITH_VALUE = {"sh": "oO", "python": "WXQ", "perl": "IMmdx", "ruby": "IrCEFK"}
+
+
+def _interpreter_family(name: str) -> str | None:
+    if not _INTERPRETER_RE.match(name):
+        return None
+    if name.endswith("sh") and not name.startswith(("python", "pypy")):
+        return "sh"
+    for family in ("python", "pypy", "perl", "ruby", "node"):
+        if name.startswith(family):
+            return "python" if family == "pypy" else family
+    return "other"
+
+
+@dataclass(frozen=True)
+class ExecRule:
+    """One rule family: a predicate over an invocation (with the whole exec's facts)."""
+
+    id: str
+    action: str
+    reason: str
+    matches: Callable[[Invocation, ExecFacts], bool]
+
+
+def _git(inv: Invocation, facts: ExecFacts) -> GitCommand | None:
+    if inv.name != "git":
+        return None
+    return parse_git(facts, inv.args, inv.cwd)
+
+
+def _force_push(inv: Invocation, facts: ExecFacts) -> bool:
+    git = _git(inv, facts)
+    return git is not None and is_force_push(git)
+
+
+def _push(inv: Invocation, facts: ExecFacts) -> bool:
+    git = _git(inv, facts)
+    return git is not None and git.subcommand in ("push", "send-pack")
+
+
+def _git_hooks(inv: Invocation, facts: ExecFacts) -> bool:
+    git = _git(inv, facts)
+    return git is not None and bool(git_hook_settings(git, facts))
+
+
+def _git_shell_alias(inv: Invocation, facts: ExecFacts) -> bool:
+    git = _git(inv, facts)
+    return git is not None and git.subcommand.startswith("!")
+
+
+def _rm_outside(inv: Invocation, facts: ExecFacts) -> bool:
+    if inv.name == "find" and "-delete" in inv.args:
+        starts = [a for a in inv.args if not a.startswith(("-", "(", ")", "!"))][:1] or ["."]
+        paths = [resolve(starts[0], inv.cwd, facts.home)]
+        return any(not _under(p, WRITABLE_ROOTS) for p in paths)  # contents, not the root
+    elif inv.name in DELETERS:
+        paths = _path_args(inv, facts.home)
+        if inv.args_from_stdin:
+            return True  # `... | xargs rm`: which paths is not known yet
+    else:
+        return False
+    return any(not _under(p, WRITABLE_ROOTS) or p in WRITABLE_ROOTS for p in paths)
+
+
+def _credential_read(inv: Invocation, facts: ExecFacts) -> bool:
+    if inv.name in READERS_SAFE_FOR_CREDENTIALS:
+        return False
+    return any(is_credential_path(p, facts.home) for p in _path_args(inv, facts.home))
+
+
+def _escalation(inv: Invocation, _facts: ExecFacts) -> bool:
+    return inv.name in ESCALATORS
+
+
+def _publish(inv: Invocation, _facts: ExecFacts) -> bool:
+    verbs = PUBLISHERS.get(inv.name)
+    if verbs is None:
+        if inv.name == "python" and "twine" in inv.args:
+            return "upload" in inv.args
+        return False
+    words = [a for a in inv.args if not a.startswith("-")]
+    if inv.name == "gh":
+        return words[:2] in (["release", "create"], ["release", "upload"])
+    if inv.name == "dotnet":
+        return words[:2] == ["nuget", "push"]
+    return any(w in verbs for w in words[:3]) and (inv.name != "yarn" or "publish" in words)
+
+
+def _stdin_program(inv: Invocation, facts: ExecFacts) -> bool:
+    if facts.stdin not in ("pipe", "socket"):
+        return False
+    return reads_program_from_stdin(inv.name, (inv.name, *inv.args))
+
+
+def _preload(inv: Invocation, facts: ExecFacts) -> bool:
+    return any(k in facts.env for k in ("LD_PRELOAD", "LD_AUDIT")) and inv.via == ""
+
+
+RULES: tuple[ExecRule, ...] = (
+    ExecRule("privilege-escalation", ASK, "runs a command as another user", _escalation),
+    ExecRule("git-force-push", ASK, "force-pushes: rewrites history on a remote", _force_push),
+    ExecRule("git-push", ASK, "pushes commits to a remote repository", _push),
+    ExecRule(
+        "git-hooks-config",
+        ASK,
+        "sets what git runs later (hooks path, fsmonitor, ssh command, templates)",
+        _git_hooks,
+    ),
+    ExecRule("git-shell-alias", ASK, "runs a git alias that starts a shell", _git_shell_alias),
+    ExecRule(
+        "rm-outside-workspace",
+        ASK,
+        "deletes outside /workspace and /tmp (or all of them)",
+        _rm_outside,
+    ),
+    ExecRule("credential-read", ASK, "touches a credential file", _credential_read),
+    ExecRule("package-publish", ASK, "publishes a package or release", _publish),
+    ExecRule(
+        "pipe-to-interpreter",
+        ASK,
+        "an interpreter reading a program from a pipe (a download piped to a shell?)",
+        _stdin_program,
+    ),
+    ExecRule("preload", ASK, "loads a library into the program (LD_PRELOAD/LD_AUDIT)", _preload),
+)
+
+
+def classify_exec(facts: ExecFacts, rules: Sequence[ExecRule] = RULES) -> ExecVerdict:
+    """The first rule any layer of the exec matches (rules in order, layers outermost first);
+    allow when none does."""
+    layers = unwrap(facts)
+    for rule in rules:
+        for inv in layers:
+            if rule.matches(inv, facts):
+                what = inv.text()
+                git = _git(inv, facts)
+                if git is not None and git.subcommand:
+                    what = shlex.join(["git", git.subcommand, *git.args])
+                return ExecVerdict(rule.action, rule.id, rule.reason, what)
+    return ExecVerdict(ALLOW, None, "", unwrap(facts)[-1].text())
+
+
+def describe(facts: ExecFacts) -> str:
+    """One line for a card: the program, its arguments, where."""
+    where = facts.cwd if facts.cwd != WORKSPACE else ""
+    text = shlex.join(list(facts.argv)) if facts.argv else facts.program
+    if facts.argv and os.path.basename(facts.program) != os.path.basename(facts.argv[0]):
+        text = f"{text}  ({facts.program})"
+    return f"{text}  in {where}" if where else text

@@ -1,0 +1,429 @@
+"""Program-level rules: every disguise of a risky action, once the shell has done its quoting,
+expansion, functions and aliases, is an execve of the real program; normalising that execve and
+classifying it is what these tests pin down (core/approvals_exec.py), plus the supervisor's own
+pure helpers (resources/sandbox/supervisor.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import platform
+from pathlib import Path
+
+import pytest
+
+from core.approvals_exec import (
+    ALLOW,
+    ASK,
+    BadFacts,
+    ExecFacts,
+    classify_exec,
+    identity_of,
+    parse_git,
+    parse_git_config,
+    reads_program_from_stdin,
+    unwrap,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+HOME = "/home/agent"
+
+
+def _load_supervisor():
+    spec = importlib.util.spec_from_file_location(
+        "cairn_supervisor", ROOT / "resources/sandbox/supervisor.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+supervisor = _load_supervisor()
+
+
+def ex(program: str, *argv: str, **kw) -> ExecFacts:
+    kw.setdefault("env", {"HOME": HOME, "PATH": "/usr/bin:/bin"})
+    return ExecFacts(program=program, argv=tuple(argv), **kw)
+
+
+def rule_of(facts: ExecFacts) -> str | None:
+    return classify_exec(facts).rule
+
+
+GIT = "/usr/bin/git"
+
+# (the disguise as written in a script, the execve the supervisor sees once it runs)
+PUSH_DISGUISES = [
+    ("g''it pu''sh -f", ex(GIT, "git", "push", "-f")),
+    ('"git" "push" "--force"', ex(GIT, "git", "push", "--force")),
+    ("c=git; $c push --force", ex(GIT, "git", "push", "--force")),
+    ("git${IFS}push${IFS}-f", ex(GIT, "git", "push", "-f")),
+    ("git \\\n push \\\n --force", ex(GIT, "git", "push", "--force")),
+    ('eval "g""it pu""sh -f"', ex(GIT, "git", "push", "-f")),
+    ('g(){ git "$@"; }; g push -f', ex(GIT, "git", "push", "-f")),
+    ("alias g=git; g push -f", ex(GIT, "git", "push", "-f")),
+    ("if true; then git push -f; fi", ex(GIT, "git", "push", "-f")),
+    ("\\git push origin +main", ex(GIT, "git", "push", "origin", "+main")),
+    ("/usr/lib/git-core/git-push -f", ex(GIT, "/usr/lib/git-core/git-push", "-f")),
+    ("echo push -f | xargs git", ex(GIT, "git", "push", "-f")),
+    ("git -c alias.p=push p -f", ex(GIT, "git", "-c", "alias.p=push", "p", "-f")),
+    (
+        "git --work-tree /workspace push -f",
+        ex(GIT, "git", "--work-tree", "/workspace", "push", "-f"),
+    ),
+    (
+        "git -C /workspace push --force-with-lease",
+        ex(GIT, "git", "-C", "/workspace", "push", "--force-with-lease"),
+    ),
+    ('python3 -c \'os.system("gi"+"t push -f")\'', ex(GIT, "git", "push", "-f")),
+    ('perl -e \'system("git","push","-f")\'', ex(GIT, "git", "push", "-f")),
+    ("echo Z2l0IHB1c2ggLWY= | base64 -d | sh", ex(GIT, "git", "push", "-f")),
+    ("printf '\\147\\151\\164 push -f' > s; sh s", ex(GIT, "git", "push", "-f")),
+    ("env git push -f", ex("/usr/bin/env", "env", "git", "push", "-f")),
+    (
+        "nice -n 5 timeout 10 git push -f",
+        ex("/usr/bin/nice", "nice", "-n", "5", "timeout", "10", "git", "push", "-f"),
+    ),
+    (
+        "stdbuf -oL git push --mirror",
+        ex("/usr/bin/stdbuf", "stdbuf", "-oL", "git", "push", "--mirror"),
+    ),
+]
+
+
+@pytest.mark.parametrize(("script", "facts"), PUSH_DISGUISES, ids=[s for s, _ in PUSH_DISGUISES])
+def test_every_push_disguise_is_a_judged_force_push(script, facts):
+    verdict = classify_exec(facts)
+    assert verdict.action == ASK
+    assert verdict.rule == "git-force-push", (script, verdict)
+    assert verdict.what.startswith("git push")
+
+
+def test_aliases_from_the_config_files_the_sandbox_sees():
+    config = {
+        f"{HOME}/.gitconfig": '[alias]\n\tp = push --force\n[Alias "x"]\n',
+        "/workspace/.git/config": "[alias]\n  q = p\n",
+    }
+    assert rule_of(ex(GIT, "git", "q", "origin", git_config=config)) == "git-force-push"
+    assert rule_of(ex(GIT, "git", "p", git_config=config)) == "git-force-push"
+
+
+def test_alias_from_environment_settings():
+    env = {
+        "HOME": HOME,
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "alias.ship",
+        "GIT_CONFIG_VALUE_0": "push -f",
+    }
+    assert rule_of(ex(GIT, "git", "ship", env=env)) == "git-force-push"
+    params = {"HOME": HOME, "GIT_CONFIG_PARAMETERS": "'alias.ship'='push --force'"}
+    assert rule_of(ex(GIT, "git", "ship", env=params)) == "git-force-push"
+
+
+def test_alias_loops_end():
+    assert rule_of(ex(GIT, "git", "-c", "alias.a=b", "-c", "alias.b=a", "a")) is None
+
+
+def test_shell_alias_is_asked():
+    assert rule_of(ex(GIT, "git", "-c", "alias.x=!sh -c id", "x")) == "git-shell-alias"
+
+
+def test_plain_push_asks_and_ordinary_git_passes():
+    assert rule_of(ex(GIT, "git", "push", "origin", "main")) == "git-push"
+    assert classify_exec(ex(GIT, "git", "status")).action == ALLOW
+    assert classify_exec(ex(GIT, "git", "-C", "/workspace", "log", "--oneline")).action == ALLOW
+    assert classify_exec(ex(GIT, "git", "commit", "-m", "push -f")).action == ALLOW
+
+
+@pytest.mark.parametrize(
+    "facts",
+    [
+        ex(GIT, "git", "-c", "core.hookspath=/tmp/h", "commit", "-m", "x"),
+        ex(GIT, "git", "-c", "Core.HooksPath=/tmp/h", "commit"),
+        ex(
+            GIT,
+            "git",
+            "commit",
+            env={
+                "HOME": HOME,
+                "GIT_CONFIG_COUNT": "1",
+                "GIT_CONFIG_KEY_0": "core.hooksPath",
+                "GIT_CONFIG_VALUE_0": "/tmp/h",
+            },
+        ),
+        ex(GIT, "git", "config", "core.hooksPath", "/tmp/h"),
+        ex(GIT, "git", "init", "--template=/tmp/t", "x"),
+        ex(GIT, "git", "-c", "core.fsmonitor=/tmp/x", "status"),
+    ],
+)
+def test_settings_that_run_programs_later_are_asked(facts):
+    assert rule_of(facts) == "git-hooks-config"
+
+
+def test_identity_of_dashed_helpers_and_multicall():
+    assert identity_of(ex(GIT, "/usr/lib/git-core/git-push", "-f")) == ("git", ("push", "-f"))
+    assert identity_of(ex("/usr/lib/git-core/git-push", "git-push")) == ("git", ("push",))
+    assert identity_of(ex("/bin/busybox", "rm", "-rf", "/x")) == ("rm", ("-rf", "/x"))
+    assert identity_of(ex("/usr/bin/python3.11", "python3", "-c", "1")) == ("python", ("-c", "1"))
+    assert identity_of(ex("/usr/bin/dash", "sh", "-c", "x")) == ("sh", ("-c", "x"))
+
+
+def test_unwrap_wrappers():
+    layers = unwrap(
+        ex(
+            "/usr/bin/env",
+            "env",
+            "-i",
+            "A=1",
+            "-C",
+            "/tmp",
+            "nice",
+            "-10",
+            "timeout",
+            "-s",
+            "KILL",
+            "5",
+            "stdbuf",
+            "-o",
+            "L",
+            "git",
+            "push",
+        )
+    )
+    assert [i.name for i in layers] == ["env", "nice", "timeout", "stdbuf", "git"]
+    assert layers[-1].cwd == "/tmp"
+    assert layers[-1].args == ("push",)
+    split = unwrap(ex("/usr/bin/env", "env", "-S", "git push -f"))
+    assert split[-1].name == "git" and split[-1].args == ("push", "-f")
+    assert unwrap(ex("/usr/bin/xargs", "xargs", "-n", "1", "rm"))[-1].args_from_stdin
+
+
+RM_OUTSIDE = [
+    ex("/usr/bin/rm", "rm", "-rf", f"{HOME}/x"),
+    ex("/usr/bin/rm", "rm", "-rf", "../home/agent/x", cwd="/workspace"),
+    ex("/usr/bin/rm", "rm", "-r", "--", "/etc/x"),
+    ex("/usr/bin/rm", "rm", "-rf", "/workspace"),
+    ex("/usr/bin/find", "find", f"{HOME}/x", "-exec", "rm", "-rf", "{}", ";"),
+    ex("/usr/bin/find", "find", HOME, "-name", "x", "-delete"),
+    ex("/usr/bin/xargs", "xargs", "rm", "-rf"),
+    ex("/usr/bin/env", "env", "rm", "-rf", f"{HOME}/x"),
+    ex("/usr/bin/rmdir", "rmdir", f"{HOME}/x"),
+]
+
+
+@pytest.mark.parametrize("facts", RM_OUTSIDE, ids=[" ".join(f.argv) for f in RM_OUTSIDE])
+def test_deleting_outside_the_workspace_is_asked(facts):
+    assert rule_of(facts) == "rm-outside-workspace"
+
+
+@pytest.mark.parametrize(
+    "facts",
+    [
+        ex("/usr/bin/rm", "rm", "-rf", "/workspace/build"),
+        ex("/usr/bin/rm", "rm", "-f", "app.py", cwd="/workspace/src"),
+        ex("/usr/bin/rm", "rm", "-rf", "/tmp/x"),
+        ex("/usr/bin/find", "find", ".", "-name", "*.pyc", "-delete"),
+    ],
+)
+def test_deleting_inside_passes(facts):
+    assert classify_exec(facts).action == ALLOW
+
+
+CREDENTIAL_READS = [
+    ex("/usr/bin/cat", "cat", f"{HOME}/.ssh/id_rsa"),
+    ex("/usr/bin/cat", "cat", f"{HOME}/.ssh/id_ed25519"),  # `~/.ss?/id_?sa` after globbing
+    ex("/usr/bin/cp", "cp", "-r", f"{HOME}/.aws", "/workspace/x"),
+    ex("/usr/bin/base64", "base64", f"{HOME}/.netrc"),
+    ex("/usr/bin/python3.11", "python3", f"{HOME}/.git-credentials"),
+    ex("/usr/bin/tar", "tar", "czf", "/tmp/k.tgz", "../home/agent/.ssh", cwd="/workspace"),
+    ex("/usr/bin/curl", "curl", "--data-binary", f"@{HOME}/.ssh/id_rsa"),
+    ex("/usr/bin/cat", "cat", "--", "/root/.aws/credentials"),
+]
+
+
+@pytest.mark.parametrize(
+    "facts", CREDENTIAL_READS, ids=[" ".join(f.argv) for f in CREDENTIAL_READS]
+)
+def test_credential_reads_are_asked(facts):
+    assert rule_of(facts) == "credential-read"
+
+
+@pytest.mark.parametrize(
+    "facts",
+    [
+        ex("/usr/bin/sudo", "sudo", "id"),
+        ex("/usr/bin/su", "su", "-c", "id"),
+        ex("/usr/bin/doas", "doas", "sh"),
+        ex("/usr/bin/env", "env", "sudo", "id"),
+    ],
+)
+def test_privilege_escalation_is_asked(facts):
+    assert rule_of(facts) == "privilege-escalation"
+
+
+@pytest.mark.parametrize(
+    "facts",
+    [
+        ex("/usr/bin/npm", "npm", "publish"),
+        ex("/usr/bin/npm", "npm", "--registry", "http://x", "publish"),
+        ex("/usr/bin/cargo", "cargo", "publish", "--allow-dirty"),
+        ex("/usr/bin/twine", "twine", "upload", "dist/*"),
+        ex("/usr/bin/python3", "python3", "-m", "twine", "upload", "dist/x.whl"),
+        ex("/usr/bin/gh", "gh", "release", "create", "v1"),
+    ],
+)
+def test_publishing_is_asked(facts):
+    assert rule_of(facts) == "package-publish"
+
+
+def test_npm_install_passes():
+    assert classify_exec(ex("/usr/bin/npm", "npm", "install")).action == ALLOW
+
+
+@pytest.mark.parametrize(
+    ("argv", "stdin", "asked"),
+    [
+        (("sh",), "pipe", True),  # curl URL | sh
+        (("bash", "-s", "--", "x"), "pipe", True),
+        (("python3", "-"), "pipe", True),
+        (("perl",), "socket", True),
+        (("sh", "-c", "echo hi"), "pipe", False),
+        (("sh", "script.sh"), "pipe", False),
+        (("python3", "-c", "print(1)"), "pipe", False),
+        (("python3", "-m", "json.tool"), "pipe", False),
+        (("sh",), "tty", False),
+        (("sh",), "file", False),
+        (("bash", "-o", "pipefail"), "pipe", True),
+    ],
+)
+def test_interpreter_reading_a_program_from_a_pipe(argv, stdin, asked):
+    facts = ex(f"/usr/bin/{argv[0]}", *argv, stdin=stdin)
+    assert (rule_of(facts) == "pipe-to-interpreter") is asked
+
+
+def test_the_supervisor_and_the_host_agree_on_programs_from_stdin():
+    cases = [
+        ("sh", ["sh"]),
+        ("bash", ["bash", "-s"]),
+        ("bash", ["bash", "-x", "script"]),
+        ("dash", ["sh", "-ec", "x"]),
+        ("python3", ["python3"]),
+        ("python3.11", ["python3", "-W", "ignore", "-"]),
+        ("python3", ["python3", "-Wignore", "s.py"]),
+        ("perl", ["perl", "-e", "1"]),
+        ("perl", ["perl", "-I", "lib"]),
+        ("node", ["node", "--eval", "1"]),
+        ("node", ["node"]),
+        ("ls", ["ls"]),
+        ("zsh", ["zsh", "--", "-"]),
+    ]
+    for name, argv in cases:
+        assert supervisor.reads_program_from_stdin(name, argv) == reads_program_from_stdin(
+            name, argv
+        ), (name, argv)
+
+
+def test_ordinary_commands_pass():
+    for facts in [
+        ex("/usr/bin/ls", "ls", "-la"),
+        ex("/usr/bin/python3.11", "python3", "-c", "print(1)"),
+        ex("/usr/bin/dash", "sh", "-c", "make test"),
+        ex("/usr/bin/cat", "cat", "/workspace/README"),
+        ex("/usr/bin/ls", "ls", f"{HOME}/.ssh"),
+    ]:
+        assert classify_exec(facts).action == ALLOW, facts.argv
+
+
+def test_preload_is_asked():
+    facts = ex("/usr/bin/ls", "ls", env={"HOME": HOME, "LD_PRELOAD": "/tmp/x.so"})
+    assert rule_of(facts) == "preload"
+
+
+def test_git_config_parser():
+    text = '[core]\n\thooksPath = "/tmp/h" ; comment\n[alias]\n\tP = push -f\n[remote "Origin"]\n\turl = x\n[bare]\n\tflag\n'
+    parsed = parse_git_config(text)
+    assert parsed["core.hookspath"] == "/tmp/h"
+    assert parsed["alias.p"] == "push -f"
+    assert parsed["remote.Origin.url"] == "x"
+    assert parsed["bare.flag"] == "true"
+
+
+def test_parse_git_reads_global_options():
+    git = parse_git(
+        ex(GIT, "git"),
+        ["-C", "sub", "--git-dir=/x/.git", "-c", "a.b=c", "--no-pager", "log", "-1"],
+        "/workspace",
+    )
+    assert git.subcommand == "log" and git.args == ("-1",)
+    assert git.cwd == "/workspace/sub"
+    assert git.config["a.b"] == "c"
+
+
+def test_facts_from_a_supervisor_request():
+    doc = {
+        "program": GIT,
+        "argv": ["git", "push"],
+        "cwd": "/workspace",
+        "env": {"HOME": HOME},
+        "stdin": "pipe",
+        "pid": 42,
+        "parents": [{"pid": 1, "program": "bash x.sh"}],
+        "script_line": {"number": 3, "text": "git push"},
+        "git_config": {},
+    }
+    facts = ExecFacts.from_request(doc)
+    assert facts.argv == ("git", "push") and facts.script_line == 3
+    assert facts.parents == ("bash x.sh",)
+    with pytest.raises(BadFacts):
+        ExecFacts.from_request({"program": GIT, "argv": "git push"})
+
+
+# -- the supervisor's own pure parts -----------------------------------------------------------
+
+
+def test_supervisor_policy_first_match_and_default():
+    policy = supervisor.Policy(
+        {
+            "default": "ask",
+            "rules": [
+                {"programs": ["git"], "args_any": ["push"], "action": "deny"},
+                {"programs": ["sh", "bash"], "program_from_stdin": True, "action": "ask"},
+                {"programs": ["git"], "args_prefix": ["status"], "action": "allow"},
+                {"programs": ["true", "ls", "sh", "bash"], "action": "allow"},
+            ],
+        }
+    )
+
+    def facts(program, *argv, stdin="null"):
+        made = supervisor.Exec(1, program, program, list(argv), "/workspace", {}, False, False)
+        made._stdin = stdin
+        return made
+
+    assert policy.decide(facts(GIT, "git", "push"))[0] == "deny"
+    assert policy.decide(facts(GIT, "git", "status"))[0] == "allow"
+    assert policy.decide(facts(GIT, "git", "log"))[0] == "ask"
+    assert policy.decide(facts("/usr/bin/dash", "sh", stdin="pipe"))[0] == "ask"
+    assert policy.decide(facts("/usr/bin/dash", "sh", "-c", "x", stdin="pipe"))[0] == "allow"
+    with pytest.raises(ValueError):
+        supervisor.Policy({"rules": [{"programs": ["x"], "action": "maybe"}]})
+
+
+def test_supervisor_refuses_other_architectures(monkeypatch):
+    monkeypatch.setattr(platform, "machine", lambda: "aarch64")
+    with pytest.raises(supervisor.SetupError, match="x86_64 only"):
+        supervisor.check_arch()
+
+
+def test_supervisor_filter_jumps_stay_inside_the_program():
+    prog = supervisor.bpf_program()
+    for i, (code, jt, jf, _k) in enumerate(prog):
+        if code & 0x07 == 0x05:  # BPF_JMP
+            assert i + 1 + jt < len(prog) and i + 1 + jf < len(prog)
+    assert prog[-1][0] == 0x06  # ends in a return
+
+
+def test_supervisor_env_subset_keeps_what_changes_programs():
+    kept = supervisor.env_subset(
+        [b"GIT_DIR=/x", b"LD_PRELOAD=/y.so", b"SECRET=1", b"PATH=/bin", b"junk"]
+    )
+    assert kept == {"GIT_DIR": "/x", "LD_PRELOAD": "/y.so", "PATH": "/bin"}
