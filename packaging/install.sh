@@ -85,8 +85,18 @@ make_dir() {
         parent="$(dirname "$parent")"
     done
     [ -d "$parent" ] || die "$parent is in the way (not a folder)"
+    local made=()
     for parent in "${missing[@]}"; do
-        mkdir "$parent"
+        if ! mkdir "$parent"; then
+            # Nothing is recorded yet: take back the folders made so far, newest first.
+            for ((i = ${#made[@]} - 1; i >= 0; i--)); do rmdir "${made[i]}" 2>/dev/null || true; done
+            die "cannot create $parent"
+        fi
+        made+=("$parent")
+    done
+    # Recorded once all exist: the manifest itself may live in the last of them (a brand-new
+    # home has no ~/.local/share yet).
+    for parent in "${made[@]}"; do
         record dir "$parent"
     done
 }

@@ -179,3 +179,28 @@ def test_uninstall_keeps_folders_that_hold_other_files_and_says_when_nothing_is_
 
     again = uninstall(home)
     assert again.returncode != 0 and "not installed" in again.stderr
+
+
+def test_a_brand_new_home_gets_every_folder_it_needs_and_uninstall_leaves_it_as_it_was(
+    bundle, tmp_path
+):
+    home = tmp_path / "new user"
+    home.mkdir()  # nothing in it: no ~/.local at all
+    result = install(bundle, home)
+    assert result.returncode == 0, result.stderr
+    assert (home / ".local" / "share" / APP_ID / "app" / "cairn").is_file()
+    assert (home / ".local" / "bin" / "cairn").is_symlink()
+    removed = uninstall(home)
+    assert removed.returncode == 0, removed.stderr
+    assert tree(home) == []  # ~/.local and everything under it were the install's: all gone
+
+
+def test_a_failed_install_in_a_brand_new_home_leaves_it_empty(bundle, tmp_path):
+    home = tmp_path / "new user"
+    home.mkdir()
+    (home / ".local").mkdir()
+    (home / ".local" / "share").write_text("in the way")  # a file where a folder must go
+    before = tree(home)
+    result = install(bundle, home)
+    assert result.returncode != 0
+    assert tree(home) == before
