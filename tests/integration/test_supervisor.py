@@ -1,0 +1,303 @@
+"""The exec supervisor in the real hardened sandbox: disguised risky actions end in a judged
+program start that is refused (the action does not happen) or approved (it does), ordinary
+commands run unchanged, and signals reach the supervised tree.
+
+A small judge in the test reads the supervisor's requests from the mailbox (the same files the
+host judge reads), classifies them with core.approvals_exec and writes the decision."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from core.approvals_exec import ExecFacts, classify_exec
+
+pytestmark = pytest.mark.docker
+
+ROOT = Path(__file__).resolve().parents[2]
+SUPERVISOR = ROOT / "resources/sandbox/supervisor.py"
+HARDENED = [
+    "--user",
+    "1000:1000",
+    "--cap-drop",
+    "ALL",
+    "--security-opt",
+    "no-new-privileges",
+    "--read-only",
+    "--tmpfs",
+    "/tmp",
+    "--tmpfs",
+    "/home/agent:uid=1000,gid=1000",
+    "--network",
+    "none",
+]
+# The fast path: programs allowed without asking; everything else goes to the judge.
+POLICY = {
+    "default": "ask",
+    "rules": [
+        {"programs": ["sh", "bash", "dash"], "program_from_stdin": True, "action": "ask"},
+        {"programs": ["true", "echo", "sh", "bash", "dash", "printf", "sleep"], "action": "allow"},
+    ],
+}
+SECRET = "SECRETKEY-5c1d2e"
+
+SETUP = f"""
+set -e
+mkdir -p /home/agent/.ssh /home/agent/x
+echo {SECRET} > /home/agent/.ssh/id_rsa
+echo keep > /home/agent/x/file
+G="git -c user.name=t -c user.email=t@t -c init.defaultBranch=main"
+$G init -q --bare /tmp/remote.git
+cd /workspace
+$G init -q .
+echo one > a && $G add a && $G commit -qm one
+git remote add origin /tmp/remote.git
+git push -q origin main 2>/dev/null
+$G commit -q --amend -m rewritten
+git -C /tmp/remote.git rev-parse main > /tmp/before
+"""
+
+CHECK = """
+echo "REMOTE_SAME=$(test "$(git -C /tmp/remote.git rev-parse main)" = "$(cat /tmp/before)" && echo yes || echo no)"
+echo "X_EXISTS=$(test -e /home/agent/x/file && echo yes || echo no)"
+"""
+
+DISGUISED = r"""
+g''it pu''sh -f origin main
+c=git; $c push --force origin main
+git${IFS}push${IFS}-f origin main
+/usr/lib/git-core/git-push -f origin main
+echo push -f origin main | xargs git
+git -c alias.p=push p -f origin main
+python3 -c 'import os; os.system("gi"+"t push -f origin main")'
+perl -e 'system("git","push","-f","origin","main")'
+echo Z2l0IHB1c2ggLWYgb3JpZ2luIG1haW4= | base64 -d | sh
+r''m -rf /home/agent/x
+find /home/agent/x -exec rm -rf {} +
+python3 -c 'import subprocess; subprocess.run(["rm","-rf","/home/agent/x"])'
+f=/home/agent/; \rm -rf ${f%/}/x
+c''at ~/.ssh/id_rsa
+cat ~/.ss?/id_?sa
+python3 -c 'import os; os.system("cat /home/agent/.ssh/id_rsa")'
+base64 ~/.ssh/id_rsa
+echo done
+"""
+
+
+class MiniJudge:
+    """Answers the supervisor's requests: what core.approvals_exec flags gets `risky`, the rest
+    is allowed. Keeps every request with its verdict."""
+
+    def __init__(self, requests: Path, decisions: Path, risky: str):
+        self.requests, self.decisions, self.risky = requests, decisions, risky
+        self.seen: list[tuple[dict, str, str | None]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        done: set[str] = set()
+        while not self.stop.is_set():
+            for path in sorted(self.requests.glob("ap_*.json")):
+                if path.name in done:
+                    continue
+                done.add(path.name)
+                doc = json.loads(path.read_text())
+                verdict = classify_exec(ExecFacts.from_request(doc))
+                decision = self.risky if verdict.needs_approval else "allow"
+                self.seen.append((doc, decision, verdict.rule))
+                tmp = self.decisions / f".{path.name}.tmp"
+                tmp.write_text(json.dumps({"id": doc["id"], "decision": decision, "reason": "t"}))
+                tmp.chmod(0o644)
+                tmp.rename(self.decisions / path.name)
+            time.sleep(0.01)
+
+    def __enter__(self) -> MiniJudge:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(5)
+
+    def asked(self, decision: str) -> list[dict]:
+        return [doc for doc, d, _rule in self.seen if d == decision]
+
+
+@pytest.fixture
+def box(tmp_path, sandbox_image, docker_client):
+    """Run a shell script in a fresh hardened container with the supervisor mounted; yields
+    run(script, risky=...) -> (CompletedProcess, judge)."""
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    shutil.copy(SUPERVISOR, tools / "supervisor.py")
+    (tools / "policy.json").write_text(json.dumps(POLICY))
+    names: list[str] = []
+
+    def run(script: str, risky: str = "deny", timeout: float = 120):
+        case = tmp_path / uuid.uuid4().hex[:8]
+        workspace, requests, decisions = case / "ws", case / "requests", case / "decisions"
+        for folder in (workspace, requests, decisions):
+            folder.mkdir(parents=True)
+        for folder in (workspace, requests):
+            os.chown(folder, 1000, 1000)
+        (case / "script.sh").write_text(script)
+        name = f"cairn-test-supervisor-{uuid.uuid4().hex[:10]}"
+        names.append(name)
+        argv = [
+            "docker",
+            "run",
+            "--rm",
+            "--name",
+            name,
+            "--label",
+            "test.cairn.suite=supervisor",
+            *HARDENED,
+            "-v",
+            f"{tools}:/cairn/tools:ro",
+            "-v",
+            f"{case / 'script.sh'}:/cairn/script.sh:ro",
+            "-v",
+            f"{workspace}:/workspace",
+            "-v",
+            f"{requests}:/cairn/runs/exec1/requests",
+            "-v",
+            f"{decisions}:/cairn/decisions/exec1:ro",
+            "-e",
+            "CAIRN_EXEC_ID=exec1",
+            "-e",
+            "CAIRN_RUN_ID=run1",
+            "-e",
+            "CAIRN_APPROVAL_TIMEOUT=60",
+            "-w",
+            "/workspace",
+            sandbox_image,
+            "bash",
+            "/cairn/script.sh",
+        ]
+        with MiniJudge(requests, decisions, risky) as judge:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        return done, judge
+
+    yield run
+    for name in names:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+
+
+def supervised(body: str, *extra: str) -> str:
+    """A container script: set up, run BODY under the supervisor, then report the evidence."""
+    return (
+        SETUP
+        + "set +e\ncat > /tmp/attack.sh <<'ATTACK'\n"
+        + body
+        + "\nATTACK\n"
+        + "python3 /cairn/tools/supervisor.py --judge --policy /cairn/tools/policy.json "
+        + " ".join(extra)
+        + " -- bash /tmp/attack.sh\necho SUPERVISOR_EXIT=$?\n"
+        + CHECK
+    )
+
+
+def test_disguised_risky_actions_are_denied_and_named(box):
+    done, judge = box(supervised(DISGUISED))
+    out = done.stdout + done.stderr
+    assert "SUPERVISOR_EXIT=0" in done.stdout, out  # `echo done` ran last
+    assert "done" in done.stdout
+    assert "REMOTE_SAME=yes" in done.stdout, out
+    assert "X_EXISTS=yes" in done.stdout, out
+    assert SECRET not in out
+    assert "U0VDUkVUS0VZ" not in out  # the key in base64
+    denied = judge.asked("deny")
+    pushes = [
+        d for d in denied if os.path.basename(d["program"]) == "git" and "push" in d["command"]
+    ]
+    rms = [d for d in denied if "/home/agent/x" in d["command"]]
+    reads = [d for d in denied if "/home/agent/.ssh/id_rsa" in d["command"]]
+    assert len(pushes) >= 6, [d["argv"] for d in denied]
+    assert any(d["argv"][:2] == ["/usr/lib/git-core/git-push", "-f"] for d in pushes)
+    assert any(d["argv"][:3] == ["git", "-c", "alias.p=push"] for d in pushes)
+    assert any(d["argv"] == ["sh"] and d["stdin"] == "pipe" for d in denied)  # base64 | sh
+    assert len(rms) >= 4, [d["argv"] for d in denied]
+    assert any(d["argv"][0] == "rm" and d["program"] == "/usr/bin/rm" for d in rms)
+    assert len(reads) >= 4, [d["argv"] for d in denied]
+    for doc in denied:
+        assert doc["cwd"] and doc["pid"] > 0 and doc["parents"], doc
+        assert doc["tool"] == "exec" and doc["exec_id"] == "exec1"
+
+
+def test_the_same_actions_happen_when_approved(box):
+    body = (
+        "c=git; $c push --force origin main\n"
+        "python3 -c 'import os; os.system(\"cat /home/agent/.ssh/id_rsa\")'\n"
+        "f=/home/agent/; \\rm -rf ${f%/}/x\n"
+    )
+    done, judge = box(supervised(body), risky="allow")
+    assert "REMOTE_SAME=no" in done.stdout, done.stdout + done.stderr
+    assert "X_EXISTS=no" in done.stdout
+    assert SECRET in done.stdout
+    rules = {rule for _doc, _d, rule in judge.seen}
+    assert {"git-force-push", "credential-read", "rm-outside-workspace"} <= rules
+
+
+def test_ordinary_commands_pass_through_unchanged(box):
+    body = (
+        "ls /cairn/tools\ngit status --short\npython3 -c 'print(1)'\n"
+        "echo to-stderr >&2\nprintf 'no newline'\nexit 3\n"
+    )
+    script = (
+        SETUP
+        + "set +e\ncat > /tmp/ordinary.sh <<'X'\n"
+        + body
+        + "X\n"
+        + "bash /tmp/ordinary.sh > /tmp/o1 2> /tmp/e1; echo plain=$?\n"
+        + "python3 /cairn/tools/supervisor.py --judge --policy /cairn/tools/policy.json "
+        + "-- bash /tmp/ordinary.sh > /tmp/o2 2> /tmp/e2; echo supervised=$?\n"
+        + "cmp /tmp/o1 /tmp/o2 && echo SAME_OUT; cmp /tmp/e1 /tmp/e2 && echo SAME_ERR\n"
+        + "cat /tmp/o2\n"
+    )
+    done, judge = box(script)
+    assert "plain=3" in done.stdout and "supervised=3" in done.stdout, done.stdout + done.stderr
+    assert "SAME_OUT" in done.stdout and "SAME_ERR" in done.stdout, done.stdout
+    assert "policy.json" in done.stdout and "no newline" in done.stdout
+    assert not judge.asked("deny")
+
+
+def test_sigterm_reaches_the_tree_and_the_exit_code_is_the_commands(box):
+    script = r"""
+cat > /tmp/t.sh <<'X'
+trap 'echo got-term; exit 9' TERM
+sleep 30 &
+wait
+X
+python3 /cairn/tools/supervisor.py --policy /cairn/tools/policy.json -- bash /tmp/t.sh &
+sup=$!
+sleep 1.5
+kill -TERM $sup
+wait $sup
+echo SUPERVISOR_EXIT=$?
+sleep 0.5
+echo SLEEPERS=$(ps -eo comm | grep -c '^sleep$' || true)
+"""
+    started = time.monotonic()
+    done, _judge = box(script)
+    assert "got-term" in done.stdout, done.stdout + done.stderr
+    assert "SUPERVISOR_EXIT=9" in done.stdout
+    assert "SLEEPERS=0" in done.stdout
+    assert time.monotonic() - started < 25
+
+
+def test_no_supervision_means_no_command(box):
+    script = (
+        "env -u CAIRN_EXEC_ID python3 /cairn/tools/supervisor.py --judge -- "
+        "touch /tmp/ran; echo EXIT=$?; test -e /tmp/ran && echo RAN || echo NOT_RAN\n"
+    )
+    done, _judge = box(script)
+    assert "EXIT=121" in done.stdout and "NOT_RAN" in done.stdout, done.stdout
+    assert done.stderr.count("\n") == 1 and "did not start" in done.stderr
