@@ -802,12 +802,29 @@ class Supervisor:
         self.status = None
 
     # which programs lead here, nearest first
+    def parent_of(self, pid):
+        """The parent as the fork event told, or as /proc tells when the child's exec is seen
+        before its parent's fork event."""
+        found = self.parent.get(pid)
+        if found is None and pid != self.top:
+            try:
+                with open("/proc/%d/status" % pid, "rb") as f:
+                    for line in f:
+                        if line.startswith(b"PPid:"):
+                            found = int(line.split()[1])
+                            break
+            except (OSError, ValueError):
+                return None
+            if found is not None and found not in self.alive:
+                return None  # outside the supervised tree
+        return found
+
     def parents_of(self, pid):
         chain = []
-        here = self.parent.get(pid)
+        here = self.parent_of(pid)
         while here is not None and len(chain) < MAX_PARENTS:
             chain.append({"pid": here, "program": self.program.get(here, "")})
-            here = self.parent.get(here)
+            here = self.parent_of(here)
         return chain
 
     def script_line(self, ex):
