@@ -1,0 +1,129 @@
+"""What the exec supervisor costs a build-like script, inside the hardened sandbox.
+
+    .venv/bin/python tests/perf/bench_supervisor.py [--runs 3] [--image cairn-sandbox:1]
+    pytest tests/perf -s -k supervisor
+
+Two workloads, each timed with and without the supervisor in the same container: 2000 `/bin/true`
+from a shell loop (nothing but process starts: the worst case), and a build-like script (the image
+has no make: two parallel shell jobs, 600 short tool runs each — sed, grep, sort, wc, cat in
+pipelines over generated files). The supervisor runs with a fast-path policy that allows these
+programs without asking. Target: at most 1.3x. The ratios are printed, not asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SUPERVISOR = ROOT / "resources/sandbox/supervisor.py"
+TARGET = 1.3
+
+TRUE_LOOP = "i=0; while [ $i -lt 2000 ]; do /bin/true; i=$((i+1)); done\n"
+
+BUILD = r"""
+job() {
+  mkdir -p /tmp/b/$1 && cd /tmp/b/$1
+  i=0
+  while [ $i -lt 120 ]; do
+    printf 'int f%d(void) { return %d; }\n// TODO %d\n' $i $i $i > src$i.c
+    sed 's/int/long/' src$i.c > obj$i.o
+    grep -c TODO src$i.c > /dev/null
+    cat obj$i.o | sort | wc -l > /dev/null
+    i=$((i+1))
+  done
+}
+rm -rf /tmp/b
+job a & job b & wait
+"""
+
+TIMER = r"""
+import json, subprocess, sys, time
+runs, cases = int(sys.argv[1]), json.loads(sys.argv[2])
+sup = ["python3", "/bench/supervisor.py", "--policy", "/bench/policy.json", "--"]
+out = {}
+for name, script in cases.items():
+    plain, watched = [], []
+    for _ in range(runs):
+        for argv, into in (([], plain), (sup, watched)):
+            t = time.perf_counter()
+            subprocess.run(argv + ["sh", "-c", script], check=True)
+            into.append(time.perf_counter() - t)
+    out[name] = {"plain": plain, "supervised": watched}
+print(json.dumps(out))
+"""
+
+POLICY = {
+    "default": "ask",
+    "rules": [
+        {"programs": ["sh", "bash", "dash"], "program_from_stdin": True, "action": "ask"},
+        {
+            "programs": ["true", "sh", "dash", "sed", "grep", "sort", "wc", "cat", "mkdir", "rm"],
+            "action": "allow",
+        },
+    ],
+}
+
+
+def measure(image: str, runs: int) -> dict[str, dict[str, list[float]]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        (folder / "supervisor.py").write_text(SUPERVISOR.read_text())
+        (folder / "policy.json").write_text(json.dumps(POLICY))
+        (folder / "timer.py").write_text(TIMER)
+        folder.chmod(0o755)
+        name = f"cairn-bench-supervisor-{uuid.uuid4().hex[:10]}"
+        cases = json.dumps({"2000 x /bin/true": TRUE_LOOP, "build-like (2 jobs)": BUILD})
+        try:
+            done = subprocess.run(
+                [
+                    *("docker", "run", "--rm", "--name", name, "--user", "1000:1000"),
+                    *("--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--read-only"),
+                    *("--tmpfs", "/tmp", "--network", "none", "--cpus", "2"),
+                    *("-v", f"{folder}:/bench:ro", image),
+                    *("python3", "/bench/timer.py", str(runs), cases),
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
+        finally:
+            subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def report(results: dict[str, dict[str, list[float]]]) -> dict[str, float]:
+    ratios = {}
+    print(
+        f"\n{'workload':<24}{'plain s':>10}{'supervised s':>15}{'ratio':>8}  (target <= {TARGET}x)"
+    )
+    for name, times in results.items():
+        plain = statistics.median(times["plain"])
+        watched = statistics.median(times["supervised"])
+        ratios[name] = watched / plain
+        print(f"{name:<24}{plain:>10.3f}{watched:>15.3f}{ratios[name]:>7.2f}x")
+    return ratios
+
+
+def test_supervisor_overhead(sandbox_image):
+    report(measure(sandbox_image, 3))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--image", default="cairn-sandbox:1")
+    args = parser.parse_args()
+    report(measure(args.image, args.runs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
