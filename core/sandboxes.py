@@ -23,10 +23,16 @@ from core.ids import new_id
 from core.launch import resource_path
 from core.models import SessionRecord, Workspace
 from core.policy import NETWORK_ALLOWLIST, NETWORK_NONE, Policy
+from core.safe_fs import write_file
 from core.sandbox import egress
 from core.sandbox.base import (
+    CONTAINER_GIT_DIR,
+    CONTAINER_GIT_SETTINGS,
+    CONTAINER_HOME,
     CONTAINER_RUNS,
+    CONTAINER_WORKSPACE,
     DEFAULT_IMAGE,
+    PROTECTED_GIT_TARGETS,
     RESERVED_TARGETS,
     Attached,
     Gone,
@@ -44,6 +50,89 @@ log = logging.getLogger(__name__)
 TOOLS_DIR_IN_SANDBOX = "/cairn/tools"
 RESOURCES_SANDBOX = resource_path("sandbox")
 EGRESS_PROXY_PORT = 3128  # inside the sandbox, on its own loopback
+
+# The git config every git in a sandbox reads as its global one (GIT_CONFIG_GLOBAL), read-only
+# there. The same keys are also set at command level in each exec's environment (see
+# core.sandbox.base.GIT_PROTECTION_ENV); this file holds them for a command that drops those.
+SANDBOX_GITCONFIG = """\
+# Cairn's git settings for every git in this sandbox. Read-only: Cairn writes it on the host.
+[core]
+\thooksPath = /dev/null
+\tfsmonitor = false
+[safe]
+\tbareRepository = explicit
+[user]
+\tname = Cairn
+\temail = cairn@localhost
+"""
+
+BY_CONSTRUCTION = "construction"
+BY_APPROVAL = "approval"
+
+
+@dataclass(frozen=True)
+class Protection:
+    """One thing a sandbox keeps from happening, and how: refused by the sandbox's construction
+    (nothing to ask, no spelling gets around it) or asked of a person before it runs."""
+
+    what: str
+    how: str  # BY_CONSTRUCTION | BY_APPROVAL
+    detail: str
+
+
+# Where a run in a Docker sandbox can write; everything else is read-only.
+WRITABLE_PATHS = (
+    (CONTAINER_WORKSPACE, "the workspace: recorded as revisions, restorable from a snapshot"),
+    (f"{CONTAINER_GIT_DIR}/…", "what git writes (index, objects, refs, logs, HEAD, messages)"),
+    (CONTAINER_HOME, "the agent's home: the engine's conversation files, kept across sandboxes"),
+    ("/tmp", "scratch space in memory, gone with the sandbox"),
+    (CONTAINER_RUNS, "the run's own output files"),
+)
+
+PROTECTIONS = (
+    Protection(
+        "Git hooks and the workspace's git config",
+        BY_CONSTRUCTION,
+        "/workspace/.git/hooks, .git/config and .git/commondir are read-only in the sandbox and "
+        ".git cannot be moved or replaced, so no hook or config change can be planted to run on "
+        "a later git command; Cairn changes them on the host",
+    ),
+    Protection(
+        "Git settings from the home or the image",
+        BY_CONSTRUCTION,
+        "every git in the sandbox reads Cairn's read-only settings instead of ~/.gitconfig or "
+        "/etc/gitconfig, with hooks and fsmonitor off in every repository",
+    ),
+    Protection(
+        "Files outside the workspace, the home and /tmp",
+        BY_CONSTRUCTION,
+        "the root filesystem is read-only; a stray rm reaches only /workspace (restorable), "
+        "/tmp and the agent's home",
+    ),
+    Protection(
+        "Your own credentials",
+        BY_CONSTRUCTION,
+        "nothing from your home (~/.ssh, ~/.aws, ~/.config/gh, ~/.netrc) is put in a sandbox; "
+        "model keys are added by Cairn's proxy on the host",
+    ),
+    Protection(
+        "Root and extra privileges",
+        BY_CONSTRUCTION,
+        "a non-root user with every capability dropped and no new privileges",
+    ),
+    Protection(
+        "Network",
+        BY_CONSTRUCTION,
+        "none, the task's allowlist through Cairn's proxy, or open, as the task's policy says",
+    ),
+    Protection(
+        "Risky commands",
+        BY_APPROVAL,
+        "push, publish, recursive deletes outside the workspace, credential reads, downloads "
+        "piped to a shell, and settings given to one command (git -c …, GIT_CONFIG_* …) wait for "
+        "a person",
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -109,6 +198,19 @@ class SandboxManager:
         """Only this workspace's runs are mounted into its sandbox."""
         return self.data.runs_root / workspace_id
 
+    def git_settings_dir(self) -> Path:
+        """The folder holding the sandboxes' git config (SANDBOX_GITCONFIG), written when it
+        differs; mounted read-only at /cairn/git."""
+        folder = self.data.root / "sandbox" / "git"
+        path = folder / "config"
+        try:
+            current = path.read_text() if not path.is_symlink() else None
+        except OSError:
+            current = None
+        if current != SANDBOX_GITCONFIG:
+            write_file(folder, "config", SANDBOX_GITCONFIG)
+        return folder
+
     def egress_paths(self, session_id: str) -> egress.EgressPaths:
         return egress.EgressPaths.for_session(self.data.root / "egress", session_id)
 
@@ -120,7 +222,11 @@ class SandboxManager:
         policy: Policy,
         engine_mounts: list[tuple[Path, str]] | tuple = (),
         endpoints: Sequence[egress.Endpoint] = (),
+        *,
+        protect_git: bool = True,
     ) -> SandboxSpec:
+        """The sandbox the current code makes; `protect_git=False` only describes one made
+        before the workspace's .git was protected (to find it as it was made)."""
         extra = [(RESOURCES_SANDBOX, TOOLS_DIR_IN_SANDBOX)]
         # Decisions on approvals: read-only, so an agent can never approve itself.
         extra += [
@@ -146,6 +252,7 @@ class SandboxManager:
             limits=policy.limits,
             uid=policy.uid,
             gid=policy.uid,
+            git_settings_dir=self.git_settings_dir() if protect_git else None,
         )
 
     def launch_specs(
@@ -341,13 +448,20 @@ class SandboxManager:
             mailbox.DECISIONS_IN_SANDBOX,
             *(c for _, c in policy.mounts),
             *RESERVED_TARGETS,
+            CONTAINER_GIT_DIR,
+            *PROTECTED_GIT_TARGETS,
         }
         engine_mounts = [
             (Path(m["source"]), m["target"])
             for m in record.mounts
             if m.get("read_only") and m["target"] not in standard
         ]
-        return self.spec_for(ws, record.id, record.snapshot_id, policy, engine_mounts)
+        # A sandbox made before the workspace's .git was protected is found as it was made; the
+        # next `ensure` sees the difference and makes it again, protected.
+        protected = any(m["target"] == CONTAINER_GIT_SETTINGS for m in record.mounts)
+        return self.spec_for(
+            ws, record.id, record.snapshot_id, policy, engine_mounts, protect_git=protected
+        )
 
     def session_stats(self, session_id: str) -> dict[str, Any]:
         """Live figures of one sandbox: cpu_percent, memory_bytes, memory_limit_bytes, pids,

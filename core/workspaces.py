@@ -1,15 +1,19 @@
 """Workspaces: the tree a task works in, its own `.git`, and its lifecycle.
 
-Owns creating a workspace tree from a vault revision, the lifecycle transition table, quota and
-expiry checks. Recording revisions is the recorder's job; rows are the store's.
+Owns creating a workspace tree from a vault revision, the parts of its `.git` a sandbox may only
+read (hooks, config, commondir: written here, on the host), the lifecycle transition table, quota
+and expiry checks. Recording revisions is the recorder's job; rows are the store's; mounting the
+protected parts read-only is the sandbox backend's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import shutil
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +22,7 @@ from core import humanize
 from core.errors import CairnError, IllegalTransition, QuotaExceeded
 from core.models import Workspace
 from core.models import WorkspaceState as S
+from core.safe_fs import write_file
 from core.vault import Vault
 from core.vault.materialize import materialize
 from core.vault.objects import git_env, run_git
@@ -35,6 +40,34 @@ TRANSITIONS: dict[S, frozenset[S]] = {
 
 # States whose tree is on disk and may change.
 LIVE_STATES = (S.PREPARED.value, S.ACTIVE.value)
+
+log = logging.getLogger(__name__)
+
+# The parts of a workspace's `.git` through which a later git command runs code: hooks, and the
+# config (hooksPath, fsmonitor, filters, textconv, sshCommand, includes...). `commondir` would
+# move both elsewhere (git reads config and hooks from the common dir), so it is pinned to the
+# `.git` folder itself. A sandbox sees these read-only; only Cairn writes them, on the host.
+GIT_HOOKS = "hooks"
+GIT_CONFIG = "config"
+GIT_COMMONDIR = "commondir"
+COMMONDIR_SELF = ".\n"  # "the common dir is this folder": what git assumes without the file
+PROTECTED_GIT_PATHS = (GIT_HOOKS, GIT_CONFIG, GIT_COMMONDIR)
+
+# Keys a workspace's local config may hold: what `git init` and Cairn write, and plain branch and
+# remote bookkeeping. Anything else (a command, a filter, a hooks path, an include) was planted
+# before the config was protected and is dropped the next time Cairn prepares the sandbox.
+_SAFE_CONFIG_KEY = re.compile(
+    r"^(?:core\.(?:repositoryformatversion|filemode|bare|logallrefupdates|ignorecase|"
+    r"precomposeunicode|symlinks|autocrlf|eol|safecrlf)"
+    r"|user\.(?:name|email)"
+    r"|extensions\.(?:objectformat)"
+    r"|branch\.[^\n]+\.(?:remote|merge|rebase|description)"
+    r"|remote\.[^\n]+\.(?:url|pushurl|fetch|push|tagopt|mirror|prune))$"
+)
+_DEFAULT_CONFIG = (
+    "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n"
+    "\tlogallrefupdates = true\n[user]\n\tname = Cairn\n\temail = cairn@localhost\n"
+)
 
 
 def check_transition(current: str, target: str) -> None:
@@ -82,6 +115,156 @@ def _init_git(vault: Vault, root: Path, *, branch: str, commit: str) -> None:
     run_git(["config", "user.email", "cairn@localhost"], env=env)
     run_git(["read-tree", commit], env=env)
     run_git(["update-index", "-q", "--refresh"], env=env, check=False)
+    protect_git(root)
+
+
+def protect_git(root: Path) -> list[str]:
+    """Make the workspace's `.git` ready to be mounted with its hooks, config and commondir
+    read-only, and return what had to be repaired (in words).
+
+    Runs on the host before a sandbox is made, when nothing in a sandbox can change these paths:
+    `.git` must be a real folder (never a link a bind mount would follow); the hooks folder a
+    real folder holding no hooks (any found were written before it was protected and are moved
+    to `.git/hooks.disabled/`); the config a regular file of its own (a link, or a hard link
+    shared with a writable file, is replaced by a copy) holding only plain keys; `commondir`
+    naming `.git` itself. A workspace whose `.git` is missing gets a new, empty repository.
+    """
+    root = Path(root)
+    git_dir = root / ".git"
+    notes: list[str] = []
+    try:
+        st = os.lstat(git_dir)
+    except FileNotFoundError:
+        run_git(["init", "--quiet", str(root)])
+        _clear_samples(git_dir / GIT_HOOKS)
+        notes.append(".git was missing: a new, empty repository was made")
+        st = os.lstat(git_dir)
+    if not stat.S_ISDIR(st.st_mode):
+        raise CairnError(
+            f"{git_dir} is not a folder (a link or a file was put there); Cairn will not mount it",
+            hint="move it away, then restore the workspace from a snapshot",
+        )
+    if not os.path.lexists(git_dir / "HEAD"):
+        # Emptied from inside (its protected paths stay): the sandbox cannot `git init` there
+        # any more, so Cairn does, keeping whatever is left.
+        run_git(["init", "--quiet", str(root)])
+        _clear_samples(git_dir / GIT_HOOKS)
+        notes.append(".git had no HEAD: it was initialised again")
+    notes += _protect_hooks(git_dir)
+    notes += _protect_config(git_dir)
+    notes += _protect_commondir(git_dir)
+    for note in notes:
+        log.warning("workspace %s: %s", root.name, note)
+    return notes
+
+
+def _clear_samples(hooks: Path) -> None:
+    for hook in hooks.glob("*"):
+        if hook.name.endswith(".sample") and not hook.is_symlink() and hook.is_file():
+            hook.unlink()
+
+
+def _protect_hooks(git_dir: Path) -> list[str]:
+    hooks = git_dir / GIT_HOOKS
+    notes: list[str] = []
+    try:
+        st = os.lstat(hooks)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        _move_aside(hooks, git_dir / f"{GIT_HOOKS}.disabled")
+        notes.append(f".git/{GIT_HOOKS} was not a folder: moved to .git/{GIT_HOOKS}.disabled/")
+        st = None
+    if st is None:
+        hooks.mkdir(mode=0o755)
+        return notes
+    found = sorted(e.name for e in os.scandir(hooks) if not e.name.endswith(".sample"))
+    for name in found:
+        _move_aside(hooks / name, git_dir / f"{GIT_HOOKS}.disabled")
+    if found:
+        notes.append(f"hooks {', '.join(found)} were moved to .git/{GIT_HOOKS}.disabled/")
+    return notes
+
+
+def _move_aside(path: Path, folder: Path) -> None:
+    folder.mkdir(mode=0o700, exist_ok=True)
+    os.rename(path, folder / f"{path.name}.{time.time_ns()}")
+
+
+def _protect_config(git_dir: Path) -> list[str]:
+    path = git_dir / GIT_CONFIG
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        write_file(git_dir, GIT_CONFIG, _DEFAULT_CONFIG)
+        return [".git/config was missing: Cairn's default was written"]
+    if not stat.S_ISREG(st.st_mode):
+        _move_aside(path, git_dir / "config.disabled")
+        write_file(git_dir, GIT_CONFIG, _DEFAULT_CONFIG)
+        return [".git/config was not a file: moved to .git/config.disabled/, default written"]
+    listed = run_git(["config", "--file", str(path), "--list", "--null"], check=False)
+    if listed.returncode != 0:
+        _move_aside(path, git_dir / "config.disabled")
+        write_file(git_dir, GIT_CONFIG, _DEFAULT_CONFIG)
+        return [".git/config could not be read: moved to .git/config.disabled/, default written"]
+    entries = [
+        tuple(item.split("\n", 1)) if "\n" in item else (item, None)
+        for item in listed.stdout.decode(errors="surrogateescape").split("\0")
+        if item
+    ]
+    dropped = sorted({key for key, _ in entries if not _SAFE_CONFIG_KEY.match(key)})
+    if not dropped and st.st_nlink == 1:
+        return []
+    # A fresh file (a new inode) with the plain keys only, in their order.
+    fresh = git_dir / f".config.{time.time_ns()}.tmp"
+    try:
+        fresh.write_text("")
+        for key, value in entries:
+            if key in dropped:
+                continue
+            args = ["config", "--file", str(fresh), "--add", key]
+            run_git(args + ([value] if value is not None else ["true"]))
+        os.replace(fresh, path)
+    finally:
+        fresh.unlink(missing_ok=True)
+    notes = []
+    if dropped:
+        notes.append(f".git/config held {', '.join(dropped)}: dropped")
+    if st.st_nlink != 1:
+        notes.append(".git/config shared its file with another name: replaced by a copy")
+    return notes
+
+
+def _protect_commondir(git_dir: Path) -> list[str]:
+    path = git_dir / GIT_COMMONDIR
+    try:
+        st = os.lstat(path)
+        current = path.read_text() if stat.S_ISREG(st.st_mode) and st.st_nlink == 1 else None
+    except (FileNotFoundError, UnicodeDecodeError):
+        st, current = None, None
+    if current == COMMONDIR_SELF:
+        return []
+    write_file(git_dir, GIT_COMMONDIR, COMMONDIR_SELF)
+    return [] if st is None else [".git/commondir pointed elsewhere: it names .git again"]
+
+
+def set_git_config(root: Path, key: str, value: str) -> None:
+    """Change one key of a workspace's local git config: the way Cairn changes it, since a
+    sandbox only reads it. Written in place (the same file), so a running sandbox, whose read-only
+    mount holds that file, sees the change."""
+    path = Path(root) / ".git" / GIT_CONFIG
+    scratch = path.parent / f".config.{time.time_ns()}.tmp"
+    try:
+        shutil.copyfile(path, scratch, follow_symlinks=False)
+        run_git(["config", "--file", str(scratch), key, value])
+        data = scratch.read_bytes()
+    finally:
+        scratch.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
 
 
 def _link_objects(src: Path, dst: Path) -> None:

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 from core.errors import CairnError, Conflict, NotFound
 from core.safe_fs import ensure_dir
+from core.workspaces import PROTECTED_GIT_PATHS, protect_git
 
 # Where things live inside every sandbox. The engine contract depends on `/workspace` staying put:
 # a native engine resume needs the same workspace path as the session it continues.
@@ -28,7 +29,42 @@ CONTAINER_WORKSPACE = "/workspace"
 CONTAINER_HOME = "/home/agent"
 CONTAINER_RUNS = "/cairn/runs"
 CONTAINER_EGRESS = "/cairn/egress"
-RESERVED_TARGETS = (CONTAINER_WORKSPACE, CONTAINER_HOME, CONTAINER_RUNS, CONTAINER_EGRESS)
+
+# The workspace's `.git` is a mount of its own (so it cannot be renamed, removed or replaced from
+# inside), and the parts through which a later git command runs code are mounted read-only over
+# it: hooks, config, and commondir (which would move both elsewhere). Everything git itself writes
+# (index, objects, refs, logs, HEAD, ORIG_HEAD, COMMIT_EDITMSG, lock files) stays writable.
+CONTAINER_GIT_DIR = f"{CONTAINER_WORKSPACE}/.git"
+PROTECTED_GIT_TARGETS = tuple(f"{CONTAINER_GIT_DIR}/{name}" for name in PROTECTED_GIT_PATHS)
+# Cairn's git config for every git in the sandbox (read-only): GIT_CONFIG_GLOBAL names it, so a
+# ~/.gitconfig written into the writable home is never read.
+CONTAINER_GIT_SETTINGS = "/cairn/git"
+SANDBOX_GIT_CONFIG = f"{CONTAINER_GIT_SETTINGS}/config"
+RESERVED_TARGETS = (
+    CONTAINER_WORKSPACE,
+    CONTAINER_HOME,
+    CONTAINER_RUNS,
+    CONTAINER_EGRESS,
+    CONTAINER_GIT_SETTINGS,
+)
+
+# The git settings every exec in a protected sandbox starts with. GIT_CONFIG_GLOBAL and NOSYSTEM:
+# only Cairn's read-only file, never one in the home or the image. The GIT_CONFIG_COUNT entries
+# are command-level config, which outranks every repository's own config: no hooks and no
+# fsmonitor in any repository (also ones the run makes itself), and no bare repository found
+# by walking up from a folder. A command can still set its own environment; that is a program
+# start the supervisor judges, not something planted for later.
+GIT_PROTECTION_ENV = {
+    "GIT_CONFIG_GLOBAL": SANDBOX_GIT_CONFIG,
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_COUNT": "3",
+    "GIT_CONFIG_KEY_0": "core.hooksPath",
+    "GIT_CONFIG_VALUE_0": "/dev/null",
+    "GIT_CONFIG_KEY_1": "core.fsmonitor",
+    "GIT_CONFIG_VALUE_1": "false",
+    "GIT_CONFIG_KEY_2": "safe.bareRepository",
+    "GIT_CONFIG_VALUE_2": "explicit",
+}
 
 # In the order a person chooses from: the default first, the most open last.
 NETWORK_NONE = "none"  # loopback only
@@ -225,6 +261,10 @@ class SandboxSpec:
     uid: int | None = None
     gid: int | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    # Cairn's git settings folder (holding `config`), mounted read-only at /cairn/git. When set,
+    # the workspace's .git is mounted with its hooks, config and commondir read-only, and every
+    # exec starts with GIT_PROTECTION_ENV.
+    git_settings_dir: Path | None = None
 
     def __post_init__(self) -> None:
         for name in ("workspace_id", "session_id"):
@@ -240,6 +280,8 @@ class SandboxSpec:
         object.__setattr__(self, "runs_dir", _abs(self.runs_dir))
         if self.egress_socket_dir is not None:
             object.__setattr__(self, "egress_socket_dir", _abs(self.egress_socket_dir))
+        if self.git_settings_dir is not None:
+            object.__setattr__(self, "git_settings_dir", _abs(self.git_settings_dir))
         extra = tuple((_abs(host), str(target)) for host, target in self.extra_mounts)
         for _, target in extra:
             if not target.startswith("/") or target == "/":
@@ -260,18 +302,37 @@ class SandboxSpec:
             return self.uid, self.gid
         return default_sandbox_user()
 
+    @property
+    def protects_git(self) -> bool:
+        return self.git_settings_dir is not None
+
     def mounts(self) -> list[MountSpec]:
-        """The bind mounts in a fixed order: workspace, home, runs, egress, then the extra ones."""
-        out = [
-            MountSpec(str(self.workspace_root), CONTAINER_WORKSPACE, False),
+        """The bind mounts in a fixed order: workspace (with its protected .git), home, runs,
+        egress, Cairn's git settings, then the extra ones. Each folder's mount comes before the
+        mounts inside it."""
+        out = [MountSpec(str(self.workspace_root), CONTAINER_WORKSPACE, False)]
+        if self.protects_git:
+            git_dir = self.workspace_root / ".git"
+            out.append(MountSpec(str(git_dir), CONTAINER_GIT_DIR, False))
+            out.extend(
+                MountSpec(str(git_dir / name), target, True)
+                for name, target in zip(PROTECTED_GIT_PATHS, PROTECTED_GIT_TARGETS, strict=True)
+            )
+        out += [
             MountSpec(str(self.home_dir), CONTAINER_HOME, False),
             MountSpec(str(self.runs_dir), CONTAINER_RUNS, False),
         ]
         if self.egress_socket_dir is not None:  # the allowlist's proxy, or a model endpoint
             # Read-only: the sandbox may connect to the proxy's socket but not replace it.
             out.append(MountSpec(str(self.egress_socket_dir), CONTAINER_EGRESS, True))
+        if self.git_settings_dir is not None:
+            out.append(MountSpec(str(self.git_settings_dir), CONTAINER_GIT_SETTINGS, True))
         out.extend(MountSpec(str(host), target, True) for host, target in self.extra_mounts)
         return out
+
+    def environment(self) -> dict[str, str]:
+        """Fixed variables every exec in this sandbox starts with (never secrets)."""
+        return dict(GIT_PROTECTION_ENV) if self.protects_git else {}
 
     def run_dir(self, run_id: str) -> Path:
         check_run_id(run_id)
@@ -626,6 +687,9 @@ def prepare_host_dirs(spec: SandboxSpec, *, hand_over: bool = True) -> None:
     """
     if not spec.workspace_root.is_dir():
         raise NotFound(f"workspace folder {spec.workspace_root} does not exist")
+    if spec.protects_git:
+        # Before the sandbox exists: nothing inside can change these paths while they are checked.
+        protect_git(spec.workspace_root)
     spec.home_dir.mkdir(parents=True, exist_ok=True)
     spec.runs_dir.mkdir(parents=True, exist_ok=True)
     uid, gid = spec.user

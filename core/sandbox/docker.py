@@ -27,6 +27,7 @@ from core.sandbox.base import (
     DETACHED_WRAPPER,
     NETWORK_MODES,
     NETWORK_OPEN,
+    PROTECTED_GIT_TARGETS,
     Attached,
     AttachResult,
     Capabilities,
@@ -300,7 +301,12 @@ class DockerBackend(SandboxBackend):
         )
         # Only fixed, non-secret values: Docker writes the create config to disk. Secrets go into
         # each exec's environment.
-        environment = {"HOME": CONTAINER_HOME, "PATH": _image_path(image), "LANG": "C.UTF-8"}
+        environment = {
+            "HOME": CONTAINER_HOME,
+            "PATH": _image_path(image),
+            "LANG": "C.UTF-8",
+            **spec.environment(),
+        }
         name = container_name_for(spec.session_id)
         try:
             created = api.create_container(
@@ -436,7 +442,9 @@ class DockerBackend(SandboxBackend):
         the path is the same, the folder it holds is not. Seen from the host through the
         container's root (/proc/<pid>/root), or, where that is closed, by `stat` inside."""
         pid = int((info.get("State") or {}).get("Pid") or 0)
-        mounts = [m for m in spec.mounts() if not m.read_only]
+        # The writable folders, and the workspace's protected git paths: a config Cairn rewrote
+        # on the host as a new file is not the one the container's mount still holds.
+        mounts = [m for m in spec.mounts() if not m.read_only or m.target in PROTECTED_GIT_TARGETS]
         seen: dict[str, tuple[int, int] | None] = {}
         for m in mounts:
             try:
@@ -456,7 +464,8 @@ class DockerBackend(SandboxBackend):
                 host = None
             if inside is not None and host != inside:
                 reasons.append(
-                    f"mount {m.target} holds a folder that is no longer {m.source} "
+                    f"mount {m.target} holds a {'folder' if os.path.isdir(m.source) else 'file'} "
+                    f"that is no longer {m.source} "
                     "(it was deleted or replaced while the sandbox ran)"
                 )
         return reasons
@@ -529,6 +538,15 @@ class DockerBackend(SandboxBackend):
                     f"mount {m.source} -> {m.target} ({'ro' if m.read_only else 'rw'}) "
                     f"on the container is not in the {label}"
                 )
+        actual_env = set((info.get("Config") or {}).get("Env") or [])
+        missing_env = sorted(
+            k for k, v in spec.environment().items() if f"{k}={v}" not in actual_env
+        )
+        if missing_env:
+            reasons.append(
+                "the sandbox's protective settings differ: "
+                f"{', '.join(missing_env)} not as the spec asks"
+            )
         uid, gid = spec.user
         actual_user = (info.get("Config") or {}).get("User")
         if actual_user != f"{uid}:{gid}":
