@@ -50,6 +50,7 @@ from gui.settings.data import (
     engine_status,
     load_settings,
 )
+from gui.settings.protections import ProtectionsLabel
 from gui.settings.signin import SignInDialog
 
 if TYPE_CHECKING:
@@ -402,6 +403,7 @@ class SettingsDialog(QDialog):
     def _rules_page(self) -> QWidget:
         page = QWidget(self)
         layout = QVBoxLayout(page)
+        layout.addWidget(ProtectionsLabel(page))
         self.rules_source = QLabel(page)
         self.rules_source.setObjectName("rulesSource")
         self.rules_source.setWordWrap(True)
