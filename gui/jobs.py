@@ -27,10 +27,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from core.errors import Conflict, InputError, NotFound
 from gui.errors import describe_error
 from gui.qt import QObject, QRunnable, QThreadPool, Signal, Slot, is_alive
 
 log = logging.getLogger(__name__)
+
+# Refusals a person caused and is told about (a bad input, a clash, something not there): one
+# line in the log at INFO, not a traceback at WARNING.
+EXPECTED_REFUSALS = (InputError, Conflict, NotFound)
 
 READ_THREADS = 4
 OBSERVE_THREADS = 32
@@ -259,7 +264,10 @@ class JobRunner(QObject):
                 if job.on_success is not None:
                     job.on_success(value)
             else:
-                log.warning("%s\n%s", value.sentence(), value.details)
+                if isinstance(value.error, EXPECTED_REFUSALS):  # said to the person; no trace
+                    log.info("%s", value.sentence())
+                else:
+                    log.warning("%s\n%s", value.sentence(), value.details)
                 if job.on_failure is not None:
                     job.on_failure(value)
                 else:

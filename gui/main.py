@@ -20,6 +20,7 @@ from gui.collector import GuiThreadCollector
 from gui.context import AppContext
 from gui.errors import describe_error
 from gui.jobs import share_the_interpreter_with_the_gui
+from gui.logs import install_file_log
 from gui.main_window import MainWindow, app_icon
 from gui.qt import QApplication, QGuiApplication, QMessageBox, QSettings, QTimer
 from gui.settings import next_data_dir
@@ -171,6 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # Opening the data folder touches the disk: done here, before the event loop runs.
     context = _open_context(args.data_dir)
+    if context is not None and context.data_dir is not None:
+        install_file_log(context.data_dir)
     if context is None:
         return 2
 

@@ -26,11 +26,13 @@ from gui.icons import icon
 from gui.jobs import JobFailure
 from gui.lineage import LineagePanel
 from gui.lineage.data import task_row
+from gui.logs import diagnostics, log_path
 from gui.qt import (
     QAction,
     QApplication,
     QByteArray,
     QCloseEvent,
+    QDesktopServices,
     QDialog,
     QDragEnterEvent,
     QDragMoveEvent,
@@ -38,6 +40,7 @@ from gui.qt import (
     QEvent,
     QFileDialog,
     QFrame,
+    QGuiApplication,
     QHBoxLayout,
     QIcon,
     QKeySequence,
@@ -51,9 +54,11 @@ from gui.qt import (
     Qt,
     QTabWidget,
     QTimer,
+    QUrl,
     QVBoxLayout,
     QWidget,
     Signal,
+    qVersion,
 )
 from gui.resources import icon_path
 from gui.revisions import RevisionsPanel
@@ -264,6 +269,16 @@ class MainWindow(QMainWindow):
         self.system_check_action = QAction("&System Check…", self)
         self.system_check_action.triggered.connect(self.show_system_check)
         help_menu.addAction(self.system_check_action)
+        self.show_log_action = QAction("Show &Log", self)
+        self.show_log_action.setToolTip("open the app's log file (in the data folder's logs/)")
+        self.show_log_action.triggered.connect(self.show_log)
+        help_menu.addAction(self.show_log_action)
+        self.copy_diagnostics_action = QAction("&Copy Diagnostics", self)
+        self.copy_diagnostics_action.setToolTip(
+            "versions, settings (secret names only) and the log's last lines, for a bug report"
+        )
+        self.copy_diagnostics_action.triggered.connect(self.copy_diagnostics)
+        help_menu.addAction(self.copy_diagnostics_action)
         self.about_action = QAction("&About Cairn", self)
         self.about_action.setMenuRole(QAction.MenuRole.AboutRole)
         self.about_action.triggered.connect(self.show_about)
@@ -562,6 +577,39 @@ class MainWindow(QMainWindow):
         self.system_check = dialog
         dialog.open()
         return dialog
+
+    def show_log(self) -> bool:
+        """Help ▸ Show Log: the log file in the desktop's viewer (False, said, when it cannot)."""
+        data_dir = self.context.data_dir
+        path = log_path(data_dir) if data_dir else None
+        if path is None or not path.is_file():
+            self.show_status("there is no log file yet")
+            return False
+        if not QDesktopServices.openUrl(QUrl.fromLocalFile(str(path))):
+            self.show_status(f"no program to open {path}; it is a text file")
+            return False
+        return True
+
+    def copy_diagnostics(self) -> None:
+        """Help ▸ Copy Diagnostics: gathered in a job, then put on the clipboard."""
+        data_dir = self.context.data_dir
+        if data_dir is None:
+            return
+        settings = self.context.cairn.settings.read
+        qt_version = qVersion()
+
+        def work() -> str:
+            return diagnostics(data_dir, settings, qt_version=qt_version)
+
+        self.context.jobs.job(work, what="gather diagnostics", parent=self).success(
+            self._diagnostics_ready
+        ).run()
+
+    def _diagnostics_ready(self, text: str) -> None:
+        clipboard = QGuiApplication.clipboard()
+        if clipboard is not None:
+            clipboard.setText(text)
+        self.show_status("diagnostics copied: paste them into your bug report")
 
     def show_about(self) -> None:
         from core import __version__
