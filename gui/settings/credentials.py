@@ -32,6 +32,7 @@ from gui.qt import (
     QDialogButtonBox,
     QHBoxLayout,
     QHeaderView,
+    QKeyEvent,
     QLabel,
     QLineEdit,
     QMessageBox,
@@ -130,6 +131,16 @@ GRANTS_VISIBILITY = (
 )
 
 
+class FieldEdit(QLineEdit):
+    """A line edit whose Enter does its own action (returnPressed) and nothing else: in a dialog,
+    Enter would also press the default button and close it."""
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        super().keyPressEvent(event)
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            event.accept()  # handled here: the dialog must not see it
+
+
 class CredentialsPage(QWidget):
     """The keyring state, the secrets (add, rotate, remove) and a task's grants (grant, revoke)."""
 
@@ -193,7 +204,7 @@ class CredentialsPage(QWidget):
         self.name_edit.setPlaceholderText("name, e.g. github-token")
         self.name_edit.textChanged.connect(self._update_buttons)
         form.addWidget(self.name_edit, 1)
-        self.value_edit = QLineEdit(self)
+        self.value_edit = FieldEdit(self)
         self.value_edit.setObjectName("secretValue")
         self.value_edit.setEchoMode(QLineEdit.EchoMode.Password)
         self.value_edit.setPlaceholderText("value (hidden)")
@@ -253,7 +264,7 @@ class CredentialsPage(QWidget):
         self.grant_secret_combo.currentTextChanged.connect(self._update_buttons)
         grant_form.addWidget(self.grant_secret_combo, 1)
         grant_form.addWidget(QLabel("as", self))
-        self.env_var_edit = QLineEdit(self)
+        self.env_var_edit = FieldEdit(self)
         self.env_var_edit.setObjectName("grantEnvVar")
         self.env_var_edit.setPlaceholderText("ENV_VAR, e.g. GITHUB_TOKEN")
         self.env_var_edit.textChanged.connect(self._update_buttons)
