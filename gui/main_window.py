@@ -235,7 +235,14 @@ class MainWindow(QMainWindow):
         file_menu.addAction(self.new_task_action)
         file_menu.addSeparator()
         self.settings_action = QAction("&Settings…", self)
-        self.settings_action.setShortcut(QKeySequence(QKeySequence.StandardKey.Preferences))
+        # The platform's Preferences key is empty on Linux desktops: Ctrl+, as everywhere else.
+        preferences = QKeySequence.keyBindings(QKeySequence.StandardKey.Preferences)
+        self.settings_action.setShortcuts(
+            [
+                *preferences,
+                *([] if QKeySequence("Ctrl+,") in preferences else [QKeySequence("Ctrl+,")]),
+            ]
+        )
         self.settings_action.setMenuRole(QAction.MenuRole.PreferencesRole)
         self.settings_action.triggered.connect(self.show_settings)
         file_menu.addAction(self.settings_action)

@@ -15,10 +15,14 @@ from gui.qt import (
     QComboBox,
     QDialog,
     QDialogButtonBox,
+    QEvent,
     QFormLayout,
+    QKeyEvent,
     QLabel,
     QLineEdit,
+    QObject,
     QPlainTextEdit,
+    QPushButton,
     Qt,
     QVBoxLayout,
     QWidget,
@@ -26,6 +30,35 @@ from gui.qt import (
 
 SHELL_HINT = "The shell engine runs these as commands, one per line."
 AGENT_HINT = "What the agent should do: this becomes its first prompt."
+
+
+class _CtrlEnterSubmits(QObject):
+    """Presses OK on Ctrl+Enter in a text field that would otherwise take it as a new line."""
+
+    def __init__(self, dialog: QDialog, ok_button: QPushButton):
+        super().__init__(dialog)
+        self.ok_button = ok_button
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if (
+            event.type() in (QEvent.Type.KeyPress, QEvent.Type.ShortcutOverride)
+            and isinstance(event, QKeyEvent)
+            and event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter)
+            and event.modifiers() & Qt.KeyboardModifier.ControlModifier
+        ):
+            if event.type() == QEvent.Type.KeyPress and self.ok_button.isEnabled():
+                self.ok_button.click()
+            event.accept()
+            return True
+        return False
+
+
+def submit_on_ctrl_enter(dialog: QDialog, ok_button: QPushButton) -> None:
+    """Ctrl+Enter presses OK from anywhere in the dialog (Enter makes a new line in the
+    instructions), when OK is enabled."""
+    submitter = _CtrlEnterSubmits(dialog, ok_button)
+    for child in dialog.findChildren(QWidget):
+        child.installEventFilter(submitter)
 
 
 def _instructions_edit(parent: QWidget, placeholder: str) -> QPlainTextEdit:
@@ -115,6 +148,7 @@ class NewTaskDialog(QDialog):
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
         layout.addWidget(self.buttons)
+        submit_on_ctrl_enter(self, self.ok_button)
         self._engine_changed(self.engine_combo.currentText())
         self._update_ok()
         self.resize(520, self.sizeHint().height())
@@ -180,6 +214,7 @@ class ContinueDialog(QDialog):
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
         layout.addWidget(self.buttons)
+        submit_on_ctrl_enter(self, self.ok_button)
         self.instructions_edit.textChanged.connect(self._update_ok)
         self._update_ok()
 

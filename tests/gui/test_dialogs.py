@@ -170,3 +170,29 @@ def test_new_task_dialog_shows_each_engines_network_from_the_settings(qtbot, tmp
     assert "api.openai.com:443" in dialog.network_label.text()
     settings.set("defaults.network", "open")
     assert default_policies(settings, ("codex",))["codex"].startswith("Open")
+
+
+def test_ctrl_enter_submits_the_task_dialogs_when_they_can_be(qtbot, tmp_path):
+    from gui.dialogs import ContinueDialog
+
+    new = NewTaskDialog([tmp_path], ("shell",))
+    qtbot.addWidget(new)
+    new.show()
+    new.activateWindow()
+    qtbot.waitActive(new)  # shortcuts reach the active window
+    new.instructions_edit.setFocus()
+    qtbot.keyClicks(new.instructions_edit, "make test")
+    qtbot.keyClick(new.instructions_edit, Qt.Key.Key_Return)  # a new line, not a submit
+    assert new.isVisible() and new.instructions_edit.toPlainText() == "make test\n"
+    with qtbot.waitSignal(new.accepted, timeout=2000):
+        qtbot.keyClick(
+            new.instructions_edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier
+        )
+
+    cont = ContinueDialog("a task")
+    qtbot.addWidget(cont)
+    cont.show()
+    cont.activateWindow()
+    qtbot.waitActive(cont)
+    qtbot.keyClick(cont.instructions_edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    assert cont.isVisible()  # nothing to continue with yet: OK is off, so nothing happens

@@ -587,3 +587,9 @@ def test_runs_whose_liveness_reconcile_could_not_tell_are_followed_not_given_up(
     window._reconciled(report)
     assert followed == ["r_alive", "r_unknown"]
     assert "unknown" in window.statusBar().currentMessage()
+
+
+def test_settings_open_with_ctrl_comma_on_every_desktop(window):
+    from gui.qt import QKeySequence
+
+    assert QKeySequence("Ctrl+,") in window.settings_action.shortcuts()
