@@ -446,4 +446,9 @@ def child_title(message: str, fallback: str) -> str:
     line = next((" ".join(t.split()) for t in message.splitlines() if t.strip()), "")
     if not line:
         return fallback
-    return line if len(line) <= CHILD_TITLE_MAX else line[: CHILD_TITLE_MAX - 1].rstrip() + "…"
+    if len(line) <= CHILD_TITLE_MAX:
+        return line
+    # Cut at the last word that fits, never inside one (a long first word is cut, as it must).
+    cut = line[: CHILD_TITLE_MAX - 1]
+    words = cut.rsplit(" ", 1)[0] if " " in cut and line[CHILD_TITLE_MAX - 1] != " " else cut
+    return words.rstrip(" ,;:&|") + "…"

@@ -10,8 +10,17 @@ def test_the_first_line_with_its_spaces_collapsed():
     )
 
 
-def test_a_long_line_is_shortened():
+def test_a_long_line_is_shortened_at_a_word_boundary():
     title = child_title("word " * 40, "x (fork)")
+    assert len(title) <= CHILD_TITLE_MAX and title.endswith("word…")
+    command = "git commit -am 'rework the login flow so that sessions expire after an hour'"
+    title = child_title(command, "x (continued)")
+    assert len(title) <= CHILD_TITLE_MAX and title.endswith("…")
+    assert command.startswith(title[:-1]) and command[len(title) - 1] == " "  # whole words
+
+
+def test_a_single_very_long_word_is_still_cut():
+    title = child_title("x" * 200, "x (fork)")
     assert len(title) == CHILD_TITLE_MAX and title.endswith("…")
 
 
