@@ -18,13 +18,16 @@ from gui.qt import QGuiApplication, QWidget
 def file_log(tmp_path):
     """A rotating log in a data folder, removed from the root logger afterwards."""
     root = logging.getLogger()
-    before = list(root.handlers)
-    level = root.level
+    before, filters, level = list(root.handlers), list(root.filters), root.level
+    handler_filters = {h: list(h.filters) for h in before}
     path = install_file_log(tmp_path / "data")
     yield path
     for handler in [h for h in root.handlers if h not in before]:
         root.removeHandler(handler)
         handler.close()
+    root.filters[:] = filters  # the redaction filter it added is taken off again
+    for handler, kept in handler_filters.items():
+        handler.filters[:] = kept
     root.setLevel(level)
 
 
