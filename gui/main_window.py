@@ -585,17 +585,22 @@ class MainWindow(QMainWindow):
         dialog.open()
         return dialog
 
-    def show_log(self) -> bool:
-        """Help ▸ Show Log: the log file in the desktop's viewer (False, said, when it cannot)."""
+    def show_log(self) -> None:
+        """Help ▸ Show Log: the log file in the desktop's viewer; whether there is one is asked
+        off the GUI thread (it is a look at the disk)."""
         data_dir = self.context.data_dir
-        path = log_path(data_dir) if data_dir else None
-        if path is None or not path.is_file():
+        if data_dir is None:
+            return
+        path = log_path(data_dir)
+        self.context.jobs.job(path.is_file, what="find the log file", parent=self).success(
+            lambda exists: self._open_log(path, exists)
+        ).run()
+
+    def _open_log(self, path: Path, exists: bool) -> None:
+        if not exists:
             self.show_status("there is no log file yet")
-            return False
-        if not QDesktopServices.openUrl(QUrl.fromLocalFile(str(path))):
+        elif not QDesktopServices.openUrl(QUrl.fromLocalFile(str(path))):
             self.show_status(f"no program to open {path}; it is a text file")
-            return False
-        return True
 
     def copy_diagnostics(self) -> None:
         """Help ▸ Copy Diagnostics: gathered in a job, then put on the clipboard."""

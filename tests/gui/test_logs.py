@@ -95,8 +95,8 @@ def test_copy_diagnostics_puts_the_report_on_the_clipboard(qtbot, window):
     assert clipboard is not None and clipboard.text().startswith("Cairn ")
 
 
-def test_show_log_says_so_when_there_is_no_log_yet(window):
+def test_show_log_says_so_when_there_is_no_log_yet(qtbot, window):
     if window.context.data_dir and log_path(window.context.data_dir).exists():
         log_path(window.context.data_dir).unlink()
-    assert window.show_log() is False
-    assert "no log file" in window.statusBar().currentMessage()
+    window.show_log()
+    qtbot.waitUntil(lambda: "no log file" in window.statusBar().currentMessage(), timeout=10_000)
