@@ -186,19 +186,31 @@ def test_docker_errors_become_one_line_and_the_run_stays_interrupted(task, docke
     assert as_json(cairnctl(data, "resume", task_id, "--json"))["state"] == "succeeded"
 
 
+# Fills the sandbox's pids limit and keeps it full: a slot that a short-lived
+# process frees (a `docker exec` from the host, a pipeline of the runner) is
+# taken again at once, so the probe below meets a full sandbox every time.
 FILL_PIDS = """python3 - <<'EOF'
 import os, time
+end = time.time() + 15
 kids = []
-while True:
-    try:
-        pid = os.fork()
-    except OSError:
-        break
-    if pid == 0:
-        time.sleep(12)
-        os._exit(0)
-    kids.append(pid)
+def fill():
+    while True:
+        try:
+            pid = os.fork()
+        except OSError:
+            return
+        if pid == 0:
+            time.sleep(max(0.0, end - time.time()))
+            os._exit(0)
+        kids.append(pid)
+def keep_full(until):
+    while time.time() < until:
+        fill()
+        time.sleep(0.002)
+fill()
+keep_full(time.time() + 1)
 open("filled.txt", "w").write(str(len(kids)))
+keep_full(end)
 for k in kids:
     os.waitpid(k, 0)
 EOF"""
