@@ -193,6 +193,11 @@ MIGRATIONS: list[str] = [
     ALTER TABLE session_states ADD COLUMN policy TEXT NOT NULL DEFAULT '{}';
     CREATE INDEX session_states_workspace ON session_states(workspace_id);
     """,
+    # 4: what an approval was about beyond its command line (the program start's argv, cwd,
+    # the script line it came from)
+    """
+    ALTER TABLE approvals ADD COLUMN details TEXT NOT NULL DEFAULT '{}';
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
