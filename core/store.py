@@ -198,6 +198,23 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE approvals ADD COLUMN details TEXT NOT NULL DEFAULT '{}';
     """,
+    # 5: what a run used of its model (tokens, cost), recorded once it ended; a snapshot's name
+    """
+    CREATE TABLE run_usage (
+        run_id TEXT PRIMARY KEY,
+        engine TEXT NOT NULL,
+        models TEXT NOT NULL DEFAULT '[]',
+        input_tokens INTEGER NOT NULL DEFAULT 0,
+        output_tokens INTEGER NOT NULL DEFAULT 0,
+        cache_read_tokens INTEGER NOT NULL DEFAULT 0,
+        cache_write_tokens INTEGER NOT NULL DEFAULT 0,
+        cost_usd REAL,
+        cost_source TEXT,
+        sessions TEXT NOT NULL DEFAULT '{}',
+        recorded_at REAL NOT NULL
+    );
+    ALTER TABLE snapshots ADD COLUMN name TEXT;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
