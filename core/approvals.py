@@ -31,13 +31,15 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core import approvals_exec
 from core import events as ev
 from core import runs as runs_mod
+from core.approvals_exec import BadFacts, ExecFacts, classify_exec, describe
 from core.context import Context, Lazy
 from core.credentials import Credentials, SecretStore
 from core.datadir import DataDir
@@ -72,6 +74,7 @@ USER_RULES_NAME = "risk-rules.json"  # in the data folder: the user's rules, rep
 
 GATE_IN_SANDBOX = "/cairn/tools/approval-gate.py"
 REQUESTS_FOLDER = "requests"
+EXEC_TOOL = "exec"  # the tool name of the supervisor's requests: one program start
 TIMEOUT_ENV = "CAIRN_APPROVAL_TIMEOUT"
 DEFAULT_TIMEOUT_S = 3600.0
 
@@ -273,6 +276,8 @@ class Request:
     command: str
     cwd: str
     created_at: float
+    facts: ExecFacts | None = None  # a program start the supervisor holds (tool "exec")
+    verdict: Mapping[str, Any] | None = None  # what the supervisor's rules said of it
 
 
 def request_ids(folder: Path) -> list[str]:
@@ -320,9 +325,45 @@ def read_request(folder: Path, request_id: str, run: Run) -> Request:
     created = float(created) if isinstance(created, (int, float)) and created > 0 else 0.0
     named = doc.get("engine")
     engine = named if isinstance(named, str) else run.engine
+    facts = None
+    verdict = None
+    if tool == EXEC_TOOL:
+        try:
+            facts = ExecFacts.from_request(doc)
+        except (BadFacts, TypeError, ValueError) as exc:
+            raise BadRequest(f"its program start cannot be read: {exc}") from None
+        verdict = doc.get("verdict") if isinstance(doc.get("verdict"), dict) else None
     return Request(
-        request_id, run.id, run.exec_id, engine[:64], tool[:128], command, cwd[:4096], created
+        request_id,
+        run.id,
+        run.exec_id,
+        engine[:64],
+        tool[:128],
+        command,
+        cwd[:4096],
+        created,
+        facts,
+        verdict,
     )
+
+
+def exec_details(facts: ExecFacts, what: str, run: Run) -> dict[str, Any]:
+    """What a card about a program start shows beyond its command line: the program, its
+    arguments, where, the programs above it, and the script step it came from."""
+    details: dict[str, Any] = {
+        "kind": EXEC_TOOL,
+        "program": facts.program,
+        "argv": list(facts.argv),
+        "cwd": facts.cwd,
+        "what": what,
+        "stdin": facts.stdin,
+        "parents": list(facts.parents),
+    }
+    commands = run.spec.get("commands") if isinstance(run.spec, dict) else None
+    step = facts.script_line
+    if isinstance(commands, list) and step is not None and 0 < step <= len(commands):
+        details["script"] = {"step": step - 1, "commands": [str(c) for c in commands]}
+    return details
 
 
 # -- approvals (rows) --------------------------------------------------------------------------
@@ -342,6 +383,7 @@ class Approval:
     policy_version: int | None
     created_at: float
     timeout_at: float | None
+    details: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def auto(self) -> bool:
@@ -367,6 +409,7 @@ class Approval:
             "timeout_at": self.timeout_at,
             "waiting_s": round(self.waiting_s(now), 3),
             "auto": self.auto,
+            "details": dict(self.details),
         }
 
 
@@ -387,7 +430,16 @@ def _approval(row: sqlite3.Row) -> Approval:
         row["policy_version"],
         row["created_at"],
         row["timeout_at"],
+        _details(row["details"]),
     )
+
+
+def _details(raw: str | None) -> dict[str, Any]:
+    try:
+        found = json.loads(raw or "{}")
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def os_user() -> str:
@@ -645,11 +697,27 @@ class Judge:
             return None
         ws = self.store.get_workspace(run.workspace_id)  # type: ignore[arg-type]
         policy = Policy.from_dict(ws.policy)
-        verdict = classify(request.command, policy, self.rules)
+        details: dict[str, Any] = {}
+        if request.facts is not None:
+            # A program start: the host classifies it again from its facts (the sandbox's
+            # verdict only decided that it asks), and a remembered rule lets it through.
+            found = classify_exec(request.facts)
+            verdict = Verdict(found.needs_approval, found.rule, found.reason)
+            if verdict.needs_approval and verdict.rule_id in policy.approved_rules:
+                verdict = Verdict(False, "remembered", f"{verdict.rule_id} remembered for the task")
+            details = exec_details(request.facts, found.what, run)
+            if verdict.rule_id:
+                details["rule_reason"] = found.reason
+            raw_command = describe(request.facts)
+        else:
+            verdict = classify(request.command, policy, self.rules)
+            raw_command = request.command
         # Rows, events and logs keep the command with the task's secrets replaced by their names
         # (the rules saw it whole).
         self._learn_secrets(run.task_id)
-        command = redact(request.command)
+        command = redact(raw_command)
+        if details:
+            details = json.loads(redact(json.dumps(details)))
         created = min(now, request.created_at) if request.created_at > 0 else now
         if not verdict.needs_approval:
             made = Approval(
@@ -665,6 +733,7 @@ class Judge:
                 policy.version,
                 created,
                 None,
+                details,
             )
             if not self._insert(made):
                 return None
@@ -684,6 +753,7 @@ class Judge:
             policy.version,
             created,
             created + self.timeout,
+            details,
         )
         if not self._insert(made):
             return None
@@ -709,8 +779,8 @@ class Judge:
         with self.store.transaction() as conn:
             cur = conn.execute(
                 "INSERT OR IGNORE INTO approvals (id, run_id, command, rule, reason, state, "
-                "decided_by, decided_at, policy_version, created_at, timeout_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "decided_by, decided_at, policy_version, created_at, timeout_at, details) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     a.id,
                     a.run_id,
@@ -723,6 +793,7 @@ class Judge:
                     a.policy_version,
                     a.created_at,
                     a.timeout_at,
+                    json.dumps(dict(a.details), sort_keys=True),
                 ),
             )
             return cur.rowcount == 1
@@ -848,12 +919,25 @@ class Judge:
             with self.store.transaction():
                 ws = self.store.get_workspace(run.workspace_id)  # type: ignore[arg-type]
                 policy = Policy.from_dict(ws.policy)
-                if remember and a.command not in policy.approved:
+                by_rule = a.details.get("kind") == EXEC_TOOL and bool(a.rule)
+                if remember and by_rule and a.rule not in policy.approved_rules:
+                    # A program start: "Remember" is for its rule, on this task only.
+                    policy = policy.changed(approved_rules=(*policy.approved_rules, a.rule))
+                    self.store.update_workspace(ws.id, policy=policy.to_dict())
+                    policy_changed = (ws.id, policy.version)
+                elif remember and not by_rule and a.command not in policy.approved:
                     policy = policy.changed(approved=(*policy.approved, a.command))
                     self.store.update_workspace(ws.id, policy=policy.to_dict())
                     policy_changed = (ws.id, policy.version)
                 if not self._claim(a.id, state, by, now, policy.version):
                     raise Conflict(f"approval {a.id} was decided meanwhile")  # rolls back
+                if note:
+                    # The reason goes back to the agent and stays in the decision history.
+                    with self.store.transaction() as conn:
+                        conn.execute(
+                            "UPDATE approvals SET details = ? WHERE id = ?",
+                            (json.dumps({**a.details, "note": note}, sort_keys=True), a.id),
+                        )
             decided = self.get(a.id)
             if state == APPROVED:
                 why = f"approved by {by}" + (" (remembered for this task)" if remember else "")
@@ -980,6 +1064,54 @@ def gate_command(ctx: Context, workspace_id: str, live: LiveSession) -> list[str
         about="approvals",
     )
     return []
+
+
+SUPERVISOR_IN_SANDBOX = "/cairn/tools/supervisor.py"
+RULES_FOLDER = ".rules"  # in the decisions root: the sandbox reads the program rules there
+RULES_MODULE = "exec_rules.py"
+
+
+class Unsupervised(CairnError):
+    """The sandbox cannot hold its program starts for judgement: the run does not start."""
+
+
+def place_program_rules(data_root: Path, workspace_id: str) -> str:
+    """Copy the program rules where the sandbox can read but never write them (the decisions
+    folder); returns their path in the sandbox."""
+    folder = ensure_decisions_root(data_root, workspace_id) / RULES_FOLDER
+    folder.mkdir(exist_ok=True)
+    os.chmod(folder, 0o755)
+    text = Path(approvals_exec.__file__).read_text(encoding="utf-8")
+    target = folder / RULES_MODULE
+    tmp = folder / f".{RULES_MODULE}.{os.getpid()}.tmp"
+    tmp.write_text(text, encoding="utf-8")
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, target)
+    return f"{DECISIONS_IN_SANDBOX}/{RULES_FOLDER}/{RULES_MODULE}"
+
+
+def supervise_command(ctx: Context, workspace_id: str, live: LiveSession) -> list[str]:
+    """The prefix that runs a command under the exec supervisor (every program start of its
+    process tree judged by the program rules, the doubtful ones asked). Unsupervised when this
+    sandbox cannot do it: then the run does not start, and the error says why."""
+    rules = live.visible_path(place_program_rules(ctx.data.root, workspace_id))
+    argv = ["python3", live.visible_path(SUPERVISOR_IN_SANDBOX)]
+    code: int | None = None
+    try:
+        result = live.exec([*argv, "--rules", rules, "--check"], env={}, cwd="/", timeout=20)
+        code = result.exit_code
+        why = (result.stderr or result.stdout).strip().splitlines()
+    except CairnError as exc:
+        why = [str(exc)]
+    if code != 0:
+        reason = (why[-1] if why else "") or "the image has no python3"
+        if code == 127 or "not found" in reason:
+            reason = "the sandbox image has no python3"
+        raise Unsupervised(
+            "this sandbox cannot hold the programs a run starts for approval "
+            f"({reason.removeprefix('cairn: ')[:200]}); the run did not start"
+        )
+    return [*argv, "--judge", "--rules", rules]
 
 
 def gate_environment(run: Run, live: LiveSession) -> dict[str, str]:

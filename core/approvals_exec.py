@@ -684,6 +684,26 @@ def _rm_outside(inv: Invocation, facts: ExecFacts) -> bool:
     return any(not _under(p, WRITABLE_ROOTS) or p in WRITABLE_ROOTS for p in paths)
 
 
+# Where git finds code to run later. The sandbox mounts these read-only (a write fails whatever
+# its spelling); a program aimed at them is still asked, so the attempt is seen and decided.
+GIT_CODE_PATHS = re.compile(r"(?:^|/)\.git/(?:hooks(?:/|$)|config$|info/attributes$)")
+NOT_WRITERS = frozenset(
+    {
+        *("ls", "stat", "test", "[", "true", "false", "cat", "head", "tail", "less", "more"),
+        *("grep", "egrep", "fgrep", "rg", "file", "wc", "diff", "cmp", "md5sum", "sha1sum"),
+        *("sha256sum", "readlink", "realpath", "basename", "dirname", "git", "echo", "printf"),
+    }
+)
+
+
+def _git_code_write(inv: Invocation, facts: ExecFacts) -> bool:
+    if inv.name in NOT_WRITERS or (inv.name == "find" and "-delete" not in inv.args):
+        return False
+    paths = _path_args(inv, facts.home)
+    paths += [resolve(a.split("=", 1)[1], inv.cwd, facts.home) for a in inv.args if "=" in a]
+    return any(GIT_CODE_PATHS.search(p) for p in paths)
+
+
 def _credential_read(inv: Invocation, facts: ExecFacts) -> bool:
     if inv.name in READERS_SAFE_FOR_CREDENTIALS:
         return False
@@ -729,6 +749,12 @@ RULES: tuple[ExecRule, ...] = (
         _git_hooks,
     ),
     ExecRule("git-shell-alias", ASK, "runs a git alias that starts a shell", _git_shell_alias),
+    ExecRule(
+        "git-hooks-write",
+        ASK,
+        "writes where git finds code to run later (.git/hooks, .git/config)",
+        _git_code_write,
+    ),
     ExecRule(
         "rm-outside-workspace",
         ASK,

@@ -34,6 +34,8 @@ class Policy:
     )
     uid: int | None = None  # sandbox user; None: the backend's non-root default
     approved: tuple[str, ...] = ()  # exact commands a person approved for this task
+    # program rules (core/approvals_exec.py) a person approved for this task with "Remember"
+    approved_rules: tuple[str, ...] = ()
 
     def validate(self) -> Policy:
         if self.network not in NETWORK_MODES:
@@ -48,6 +50,8 @@ class Policy:
             raise InputError("a sandbox never runs as root")
         if not all(isinstance(c, str) for c in self.approved):
             raise InputError("approved commands must be strings")
+        if not all(isinstance(c, str) for c in self.approved_rules):
+            raise InputError("approved rules must be strings")
         return self
 
     def allows_secret(self, name: str) -> bool:
@@ -57,7 +61,7 @@ class Policy:
         """A new version of this policy with `changes` applied."""
         if "limits" in changes and isinstance(changes["limits"], dict):
             changes["limits"] = _limits(replace, self.limits, **changes["limits"])
-        for key in ("allow", "secrets", "approved"):
+        for key in ("allow", "secrets", "approved", "approved_rules"):
             if isinstance(changes.get(key), list):
                 changes[key] = tuple(changes[key])  # type: ignore[arg-type]
         return replace(self, version=self.version + 1, **changes).validate()  # type: ignore[arg-type]
@@ -68,6 +72,7 @@ class Policy:
         d["mounts"] = [list(m) for m in self.mounts]
         d["secrets"] = None if self.secrets is None else list(self.secrets)
         d["approved"] = list(self.approved)
+        d["approved_rules"] = list(self.approved_rules)
         return d
 
     @classmethod
@@ -83,6 +88,7 @@ class Policy:
             secrets=None if data.get("secrets") is None else tuple(data["secrets"]),
             uid=data.get("uid"),
             approved=tuple(data.get("approved", ())),
+            approved_rules=tuple(data.get("approved_rules", ())),
         ).validate()
 
 

@@ -1,8 +1,8 @@
 """The shell engine: the agent is a list of commands the user gives, run in order.
 
 Owns turning commands into one script that records which step it is on, so an interrupted run
-continues from the step that did not finish, and that passes each command through the approval
-gate first when one is given. Judging commands belongs to approvals, on the host.
+continues from the step that did not finish. Judging what the commands run belongs to the exec
+supervisor the run starts under and to approvals on the host.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from core.safe_fs import write_file
 SCRIPT_NAME = "script.sh"
 
 
-def render_script(commands: list[str], sandbox_run_dir: str, gate: list[str] | None = None) -> str:
+def render_script(commands: list[str], sandbox_run_dir: str) -> str:
+    """The run's script. Each step runs as its own `sh -c`, with CAIRN_SCRIPT_LINE naming the
+    step (1-based), so an approval card for a program the step starts can show which step it
+    came from. The supervisor the run starts under judges every program; the script judges
+    nothing."""
     step_file = shlex.quote(f"{sandbox_run_dir}/step")
-    check = ""
-    if gate:
-        # The gate exits 0 to allow; anything else refuses the step (and ends the run).
-        check = f'  {" ".join(shlex.quote(g) for g in gate)} --shell "$1" || exit 126\n'
     lines = [
         "#!/bin/sh",
         "# Each step records its number before it runs; a failing step ends the run.",
@@ -30,8 +30,7 @@ def render_script(commands: list[str], sandbox_run_dir: str, gate: list[str] | N
         '  n="$1"; shift',
         '  [ "$n" -ge "$start" ] || return 0',
         f'  echo "$n" > {step_file}.tmp && mv -f {step_file}.tmp {step_file}',
-        check.rstrip("\n") if check else "  :",
-        '  sh -c "$1" || exit $?',
+        '  CAIRN_SCRIPT_LINE=$((n + 1)) sh -c "$1" || exit $?',
         "}",
     ]
     for i, command in enumerate(commands):
@@ -55,7 +54,7 @@ class ShellEngine(Engine):
         write_file(
             ctx.host_run_dir.parent,
             f"{ctx.host_run_dir.name}/{SCRIPT_NAME}",
-            render_script(ctx.spec["commands"], ctx.sandbox_run_dir, ctx.gate or None),
+            render_script(ctx.spec["commands"], ctx.sandbox_run_dir),
         )
 
     def launch_argv(self, ctx: LaunchContext) -> list[str]:

@@ -310,6 +310,8 @@ class Ladder:
             start_step=start_step,
             gate=approvals.gate_command(self.ctx, ws.id, outcome.live),
         )
+        supervise = approvals.supervise_command(self.ctx, ws.id, outcome.live)
+        report.add("approvals", "every program start judged", "by the sandbox's supervisor")
         ctx = self._engine_mode(eng, ctx, run, report)
         eng.prepare(ctx)
         exec_env = {
@@ -320,9 +322,10 @@ class Ladder:
             **env,
         }
         approvals.ensure_judge(self.ctx.data)
-        argv = self._hide_secrets_in_output(
-            eng.launch_argv(ctx), env, exec_env, outcome.live, report
-        )
+        # Every program the run starts is judged before it runs (a run that cannot be
+        # supervised does not start); the output filter stays outside the supervised tree.
+        supervised = [*supervise, "--", *eng.launch_argv(ctx)]
+        argv = self._hide_secrets_in_output(supervised, env, exec_env, outcome.live, report)
         # Last before the launch, so an attempt that fails earlier leaves no checkpoint behind.
         self.checkpoints.write(
             run,

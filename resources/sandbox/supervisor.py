@@ -2,7 +2,8 @@
 """Cairn's exec supervisor: runs inside the sandbox and holds every program start of a command's
 process tree until it is allowed.
 
-    supervisor.py [--policy FILE] [--judge] [--log FILE] [--script FILE] -- COMMAND [ARG...]
+    supervisor.py [--policy FILE] [--rules FILE] [--judge] [--log FILE] [--script FILE]
+                  -- COMMAND [ARG...]
     supervisor.py --check        exit 0 when supervision can be set up here
 
 It starts COMMAND as a traced child (ptrace of one's own child, no capability needed) with a
@@ -20,8 +21,11 @@ or they are judged afresh and a denied one is killed there. That closes the wind
 the tracee's memory and the kernel copying it (another thread rewriting argv) and any exec that
 reached the kernel without a seccomp stop.
 
-Facts only: classifying (git aliases, wrappers, rule families) happens on the host
-(core/approvals_exec.py). Linux x86_64 only; elsewhere the command does not start.
+With `--rules FILE` (Cairn's own program rules, core/approvals_exec.py, which the host places
+where the sandbox can read but not write it), an exec that no policy rule names is classified
+here: what no rule family flags runs at once, what one flags is asked, and the host classifies
+the request again before anyone sees it. Without it, the policy's default applies. Linux x86_64
+only; elsewhere the command does not start.
 
 Exit codes: the command's own (128+N when a signal N ended it); 121 when supervision cannot be set
 up (one line on stderr says why; the command did not start); 127 when the command cannot be run.
@@ -779,9 +783,29 @@ def git_config_files(ex):
     return out
 
 
+def load_rules(path):
+    """Cairn's program rules (a module exposing ExecFacts and classify_exec) from a file."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cairn_exec_rules", path)
+    if spec is None or spec.loader is None:
+        raise SetupError("cannot load the program rules from %s" % path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["cairn_exec_rules"] = module  # dataclasses look their module up
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # noqa: BLE001 - any failure means: cannot judge, do not start
+        raise SetupError("cannot load the program rules from %s: %s" % (path, exc)) from None
+    for name in ("ExecFacts", "classify_exec"):
+        if not hasattr(module, name):
+            raise SetupError("%s has no %s" % (path, name))
+    return module
+
+
 class Supervisor:
-    def __init__(self, policy, mailbox=None, log=None, script=None):
+    def __init__(self, policy, mailbox=None, log=None, script=None, rules=None):
         self.policy = policy
+        self.rules = rules
         self.mailbox = mailbox
         self.log = log
         self.script_lines = None
@@ -880,15 +904,32 @@ class Supervisor:
 
     # -- verdicts --
 
+    def classify(self, ex, request):
+        """(action, rule, verdict) from the program rules; anything that cannot be classified is
+        asked."""
+        try:
+            verdict = self.rules.classify_exec(self.rules.ExecFacts.from_request(request))
+        except Exception as exc:  # noqa: BLE001 - what the rules cannot read goes to a person
+            return ASK, "unclassified", {"rule": None, "reason": "cannot classify: %s" % exc}
+        found = {"rule": verdict.rule, "reason": verdict.reason, "what": verdict.what}
+        if verdict.action == ALLOW:
+            return ALLOW, verdict.rule or "rules", found
+        return ASK, verdict.rule or "rules", found
+
     def judge(self, tid, ex, at_exec):
         """Decide now, or park the tracee on a mailbox request (it stays stopped)."""
         action, rule = self.policy.decide(ex)
+        request = None
+        if rule == "default" and self.rules is not None:
+            request = self.request_of(ex, rule)
+            action, rule, request["verdict"] = self.classify(ex, request)
+            request["policy_rule"] = rule
         if action == ASK and self.mailbox is None:
             action = DENY
             rule = rule + " (ask, with nobody to ask)"
         if action == ASK:
             try:
-                request_id, deadline = self.mailbox.send(self.request_of(ex, rule))
+                request_id, deadline = self.mailbox.send(request or self.request_of(ex, rule))
             except OSError as exc:
                 self.finish(tid, ex, at_exec, False, rule, "cannot ask: %s" % exc)
                 return
@@ -962,9 +1003,15 @@ class Supervisor:
         try:
             ex = read_exec_stop(tid, regs)
         except OSError as exc:
-            # What cannot be read cannot be judged: the exec fails.
-            self.say("cairn: denied an exec of pid %d: cannot read it (%s)" % (tid, exc))
-            self.fail_syscall(tid, errno.EPERM)
+            if exc.errno not in (errno.EPERM, errno.EACCES):
+                # What cannot be read cannot be judged: the exec fails.
+                self.say("cairn: denied an exec of pid %d: cannot read it (%s)" % (tid, exc))
+                self.fail_syscall(tid, errno.EPERM)
+                return
+            # A process that made itself undumpable (some programs harden themselves) cannot
+            # be read before its exec; the exec event judges the new image before it runs one
+            # instruction, and kills it when denied.
+            self.cont(tid)
             return
         try:
             st = os.stat(ex.program)
@@ -1182,13 +1229,13 @@ def check():
 
 
 USAGE = (
-    "usage: supervisor.py [--policy FILE] [--judge] [--log FILE] [--script FILE] -- CMD [ARG...]"
-    "\n       supervisor.py --check\n"
+    "usage: supervisor.py [--policy FILE] [--rules FILE] [--judge] [--log FILE] [--script FILE]"
+    " -- CMD [ARG...]\n       supervisor.py [--rules FILE] --check\n"
 )
 
 
 def main(argv):
-    policy_file = log_file = script = None
+    policy_file = log_file = script = rules_file = None
     use_judge = False
     i = 0
     while i < len(argv):
@@ -1196,12 +1243,14 @@ def main(argv):
         if arg == "--":
             i += 1
             break
-        if arg in ("--policy", "--log", "--script") and i + 1 < len(argv):
+        if arg in ("--policy", "--log", "--script", "--rules") and i + 1 < len(argv):
             value = argv[i + 1]
             if arg == "--policy":
                 policy_file = value
             elif arg == "--log":
                 log_file = value
+            elif arg == "--rules":
+                rules_file = value
             else:
                 script = value
             i += 2
@@ -1210,8 +1259,10 @@ def main(argv):
             use_judge = True
             i += 1
             continue
-        if arg == "--check" and len(argv) == 1:
+        if arg == "--check" and i == len(argv) - 1:
             try:
+                if rules_file:
+                    load_rules(rules_file)
                 return check()
             except (SetupError, OSError) as exc:
                 sys.stderr.write("cairn: supervision is unavailable: %s\n" % exc)
@@ -1230,10 +1281,11 @@ def main(argv):
         else:
             policy = Policy({"default": ASK if use_judge else ALLOW})
         mailbox = Mailbox(os.environ) if use_judge else None
+        rules = load_rules(rules_file) if rules_file else None
         log = open(log_file, "a", encoding="utf-8") if log_file else None  # noqa: SIM115 - for the whole run
         # Other processes of the sandbox's user must not read or write this one's memory.
         prctl(PR_SET_DUMPABLE, 0)
-        return start(command, Supervisor(policy, mailbox, log, script))
+        return start(command, Supervisor(policy, mailbox, log, script, rules))
     except (SetupError, OSError, ValueError) as exc:
         sys.stderr.write("cairn: supervision is unavailable, the command did not start: %s\n" % exc)
         return UNSUPERVISED_EXIT
