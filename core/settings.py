@@ -46,6 +46,35 @@ DEFAULTS_SECTION = "defaults"
 DEFAULT_KEYS = ("engine", "image", "network", "allow", "backend")
 BACKENDS = ("docker", "host")  # host: no isolation at all, only on the user's explicit choice
 
+# What tokens cost when the engine reports no cost of its own (Codex; Claude Code reports one):
+# `prices.<model>` = "input=…,output=…,cache_read=…,cache_write=…" in USD per million tokens. A
+# model is priced by its own entry or the longest entry it starts with followed by `-` (a dated
+# release). The figures below are the providers' list prices when this table was last checked;
+# an entry in the settings replaces the one here.
+PRICES_SECTION = "prices"
+PRICE_FIELDS = ("input", "output", "cache_read", "cache_write")
+DEFAULT_PRICES: dict[str, dict[str, float]] = {
+    name: dict(zip(PRICE_FIELDS, figures, strict=True))
+    for name, figures in {
+        "claude-opus-4-5": (5.0, 25.0, 0.5, 6.25),
+        "claude-opus-4-1": (15.0, 75.0, 1.5, 18.75),
+        "claude-opus-4": (15.0, 75.0, 1.5, 18.75),
+        "claude-sonnet-4-5": (3.0, 15.0, 0.3, 3.75),
+        "claude-sonnet-4": (3.0, 15.0, 0.3, 3.75),
+        "claude-haiku-4-5": (1.0, 5.0, 0.1, 1.25),
+        "claude-3-5-haiku": (0.8, 4.0, 0.08, 1.0),
+        "gpt-5": (1.25, 10.0, 0.125, 1.25),
+        "gpt-5-codex": (1.25, 10.0, 0.125, 1.25),
+        "gpt-5-mini": (0.25, 2.0, 0.025, 0.25),
+        "gpt-5-nano": (0.05, 0.4, 0.005, 0.05),
+        "gpt-5.1": (1.25, 10.0, 0.125, 1.25),
+        "gpt-5.1-codex": (1.25, 10.0, 0.125, 1.25),
+        "gpt-5.1-codex-mini": (0.25, 2.0, 0.025, 0.25),
+    }.items()
+}
+_MAX_PRICE = 100_000.0
+_MODEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@-]{0,127}")
+
 # A Docker image reference: [registry[:port]/]name[/name...][:tag][@algorithm:digest].
 _IMAGE_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
 _IMAGE_HOST = rf"(?:{_IMAGE_LABEL}(?:\.{_IMAGE_LABEL})*|\[[0-9A-Fa-f:]+\])(?::[0-9]+)?/"
@@ -74,7 +103,7 @@ def engine_keys() -> list[str]:
 
 
 def _shapes() -> str:
-    return "engines.<engine>.<key> or defaults.<key>"
+    return "engines.<engine>.<key>, defaults.<key> or prices.<model>"
 
 
 def parse_key(key: str, *, leaf: bool = True) -> tuple[str, str | None]:
@@ -102,6 +131,11 @@ def parse_any_key(key: str, *, leaf: bool = True) -> tuple[str, str | None, str 
     ("engines", engine, key), `defaults.<key>` is ("defaults", None, key). With `leaf=False` the
     groups `engines.<engine>` and `defaults` are allowed too (name None)."""
     parts = key.split(".") if isinstance(key, str) else []
+    if parts and parts[0] == PRICES_SECTION:
+        model = key.partition(".")[2]  # a model's name may hold dots: gpt-5.1
+        if not model and not leaf:
+            return PRICES_SECTION, None, None
+        return PRICES_SECTION, None, check_model_name(model)
     if parts and parts[0] == DEFAULTS_SECTION:
         if len(parts) == 1 and not leaf:
             return DEFAULTS_SECTION, None, None
@@ -182,6 +216,62 @@ def validate_default(name: str, value: str) -> str:
             )
         return value
     raise InputError(f"unknown default {name!r} (known: {', '.join(DEFAULT_KEYS)})")
+
+
+def check_model_name(model: str) -> str:
+    if not _MODEL_RE.fullmatch(model or ""):
+        raise InputError(
+            f"{model!r} is not a model name: use prices.<model>, e.g. prices.gpt-5.1-codex"
+        )
+    return model
+
+
+def parse_price(text: str) -> dict[str, float]:
+    """`input=1.25,output=10,cache_read=0.125,cache_write=1.25` (USD per million tokens) → the
+    figures; input and output are needed, a cache figure left out is the input's."""
+    prices: dict[str, float] = {}
+    for part in _one_line("a price", text).split(","):
+        name, eq, figure = part.partition("=")
+        name = name.strip()
+        if not eq or name not in PRICE_FIELDS:
+            raise InputError(
+                f"{part.strip()!r} is not a price: use {'=…,'.join(PRICE_FIELDS)}=… in USD per "
+                "million tokens, e.g. input=3,output=15"
+            )
+        try:
+            value = float(figure)
+        except ValueError:
+            raise InputError(f"the price {name}={figure.strip()!r} is not a number") from None
+        if not 0 <= value <= _MAX_PRICE:
+            raise InputError(f"the price {name}={figure.strip()} is out of range")
+        prices[name] = value
+    missing = [f for f in ("input", "output") if f not in prices]
+    if missing:
+        raise InputError(f"a price needs {' and '.join(missing)} (USD per million tokens)")
+    for name in ("cache_read", "cache_write"):
+        prices.setdefault(name, prices["input"])
+    return prices
+
+
+def price_text(prices: dict[str, float]) -> str:
+    return ",".join(f"{f}={prices[f]:g}" for f in PRICE_FIELDS if f in prices)
+
+
+def read_prices(path: str | os.PathLike[str]) -> dict[str, dict[str, float]]:
+    """The price table in force: the shipped one with the settings' `prices.<model>` entries
+    over it. An entry edited by hand into something unusable is a CairnError naming it."""
+    table = {name: dict(figures) for name, figures in DEFAULT_PRICES.items()}
+    section = read_settings(path).get(PRICES_SECTION) or {}
+    if not isinstance(section, dict):
+        raise CairnError(f"the settings file {path} has a 'prices' entry that is not an object")
+    for model, text in section.items():
+        try:
+            table[check_model_name(model)] = parse_price(text)
+        except InputError as exc:
+            raise CairnError(
+                f"the settings file {path} has an unusable prices.{model}: {exc}"
+            ) from None
+    return table
 
 
 def parse_allow(text: str) -> list[str]:
@@ -351,6 +441,8 @@ def check_setting(key: str, value: str) -> str:
     """The value `set_setting` would store for `key`, or InputError; nothing is written."""
     section_name, _engine, name = parse_any_key(key)
     assert name is not None
+    if section_name == PRICES_SECTION:
+        return price_text(parse_price(value))
     if section_name == DEFAULTS_SECTION:
         return validate_default(name, value)
     return validate_value(name, value)
@@ -362,10 +454,10 @@ def set_setting(path: str | os.PathLike[str], key: str, value: str) -> str:
     section_name, engine, name = parse_any_key(key)
     assert name is not None
     path = Path(path)
-    if section_name == DEFAULTS_SECTION:
-        stored = validate_default(name, value)
+    if section_name in (DEFAULTS_SECTION, PRICES_SECTION):
+        stored = check_setting(key, value)
         with _editing(path) as data:
-            _section_of(data, path, DEFAULTS_SECTION)[name] = stored
+            _section_of(data, path, section_name)[name] = stored
         return stored
     stored = validate_value(name, value)
     with _editing(path) as data:
@@ -382,11 +474,11 @@ def unset_setting(path: str | os.PathLike[str], key: str) -> bool:
     section_name, engine, name = parse_any_key(key)
     path = Path(path)
     with _editing(path) as data:
-        if section_name == DEFAULTS_SECTION:
-            defaults = _section_of(data, path, DEFAULTS_SECTION)
-            removed = defaults.pop(name, None) is not None
-            if not defaults:
-                del data[DEFAULTS_SECTION]
+        if section_name in (DEFAULTS_SECTION, PRICES_SECTION):
+            entries = _section_of(data, path, section_name)
+            removed = entries.pop(name, None) is not None
+            if not entries:
+                del data[section_name]
             return removed
         engines = _engines_of(data, path)
         section = engines.get(engine)
@@ -407,8 +499,8 @@ def get_setting(path: str | os.PathLike[str], key: str) -> Any:
     `defaults` every default that is set."""
     section_name, engine, name = parse_any_key(key, leaf=False)
     data = read_settings(path)
-    if section_name == DEFAULTS_SECTION:
-        section = data.get(DEFAULTS_SECTION)
+    if section_name in (DEFAULTS_SECTION, PRICES_SECTION):
+        section = data.get(section_name)
         section = section if isinstance(section, dict) else {}
         return dict(section) if name is None else section.get(name)
     section = data.get(ENGINES_SECTION, {})
@@ -506,6 +598,11 @@ class Settings:
             "networks": list(NETWORK_MODES),
             "backends": list(BACKENDS),
         }
+
+    def prices(self) -> dict[str, dict[str, float]]:
+        """The price table in force (USD per million tokens, by model): the shipped one with
+        the settings' `prices.<model>` entries over it."""
+        return read_prices(self.path)
 
     def default_policy_for(self, engine: str) -> Policy:
         """The policy a new task of `engine` gets when the caller gives none."""

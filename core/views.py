@@ -1,24 +1,31 @@
 """Views: the plain-data projections of core's objects that the CLI and the GUI both show.
 
-Owns turning tasks, revisions, snapshots and sandbox sessions into JSON-ready dicts (`cairnctl
-... --json` prints them as they are; the GUI reads its rows from them), so both adapters say the
-same thing. Nothing here changes state.
+Owns turning tasks, revisions, snapshots, sandbox sessions and what runs used of their model into
+JSON-ready dicts (`cairnctl ... --json` prints them as they are; the GUI reads its rows from
+them), so both adapters say the same thing. Nothing here changes state, except that a run's usage
+is recorded the first time it is read after the run ended (so later price changes leave it be).
 """
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from core import workspaces
+from core import events as ev
+from core import lineage, workspaces
 from core.context import Context
 from core.errors import CairnError
-from core.models import Revision, Snapshot
+from core.models import Revision, Run, Snapshot, Task
 from core.revisions import Revisions
 from core.runs.liveness import Sandboxes
+from core.runs.states import IN_FLIGHT
 from core.sandbox import egress
+from core.settings import ENGINES_SECTION, read_prices, read_settings, settings_path
 from core.snapshots import tree_size
+from core.usage import DEFAULT_MODELS, Tokens, Usage, total, usage_of_output
 from core.vault import snapshot_ref
 
 
@@ -130,6 +137,163 @@ class Views:
             "revisions": [revision_json(r) for r in revs],
             "snapshots": [snapshot_json(s) for s in self.ctx.store.list_snapshots(ws.id)],
         }
+
+    # -- tokens and cost --------------------------------------------------------------------------
+
+    def usage(self, task_ref: str) -> dict[str, Any]:
+        """What a task's runs used of their model: each run, the task's sum, and the sum over
+        its whole lineage with each task's share (for `cairnctl cost TASK`, `cairnctl show` and
+        the task view)."""
+        task = self.ctx.task(task_ref)
+        root = lineage.root_of(self.ctx.store, task.id)
+        members = lineage.members(self.ctx.store, root)
+        runs = self.ctx.store.runs_of([t.id for t in members])
+        per_run = self.run_usages(runs)
+        mine = [r for r in runs if r.task_id == task.id]
+        return {
+            "task_id": task.id,
+            "lineage_root": root,
+            "runs": [_run_usage_json(r, per_run[r.id]) for r in mine],
+            "task": total(per_run[r.id] for r in mine).to_json(),
+            "lineage": total(per_run.values()).to_json(),
+            "lineage_tasks": _task_rows(members, runs, per_run),
+        }
+
+    def usage_all(self) -> dict[str, Any]:
+        """Every task's usage and the sum over all of them (`cairnctl cost` without a task)."""
+        tasks = self.ctx.store.list_tasks()
+        runs = self.ctx.store.runs_of([t.id for t in tasks])
+        per_run = self.run_usages(runs)
+        return {
+            "tasks": _task_rows(tasks, runs, per_run),
+            "total": total(per_run.values()).to_json(),
+        }
+
+    def run_usages(self, runs: list[Run]) -> dict[str, Usage]:
+        """Each run's usage. An ended run's is read from its record, or made from its stored
+        output and recorded; a run in flight is counted anew each time. Runs are taken in the
+        order they were made, so a run that continues an engine session starts from the
+        session's figures as the earlier runs left them."""
+        runs = sorted(runs, key=lambda r: (r.created_at, r.id))
+        recorded = self._recorded_usage([r.id for r in runs])
+        missing = [r.id for r in runs if r.id not in recorded]
+        outputs = self._stdout_chunks(missing)
+        prices: dict[str, dict[str, float]] | None = None
+        threads: dict[str, Tokens] = {}
+        out: dict[str, Usage] = {}
+        for run in runs:
+            if run.id in recorded:
+                out[run.id], sessions = recorded[run.id]
+            else:
+                if prices is None:
+                    prices = read_prices(settings_path(self.ctx.data.root))
+                out[run.id], sessions = usage_of_output(
+                    run.engine,
+                    outputs.get(run.id, []),
+                    prices=prices,
+                    model=self._configured_model(run.engine),
+                    threads=threads,
+                    parent_session=run.spec.get("session_id"),
+                )
+                if run.state not in IN_FLIGHT:
+                    self._record_usage(run, out[run.id], sessions)
+            threads.update(sessions)
+        return out
+
+    def _configured_model(self, engine: str) -> str | None:
+        section = read_settings(settings_path(self.ctx.data.root)).get(ENGINES_SECTION)
+        settings = section.get(engine) if isinstance(section, dict) else None
+        model = settings.get("model") if isinstance(settings, dict) else None
+        return str(model) if model else DEFAULT_MODELS.get(engine)
+
+    def _recorded_usage(self, run_ids: list[str]) -> dict[str, tuple[Usage, dict[str, Tokens]]]:
+        found = {}
+        for chunk in _chunks(run_ids):
+            marks = ",".join("?" * len(chunk))
+            for row in self.ctx.store.query(
+                f"SELECT * FROM run_usage WHERE run_id IN ({marks})", tuple(chunk)
+            ):
+                data = dict(row)
+                extra = json.loads(data.pop("sessions") or "{}")
+                data.update(models=json.loads(data["models"]), runs=1)
+                data["unpriced_tokens"] = extra.get("unpriced_tokens", 0)
+                found[row["run_id"]] = (Usage.from_json(data), extra.get("threads", {}))
+        return found
+
+    def _record_usage(self, run: Run, used: Usage, sessions: dict) -> None:
+        figures = used.to_json()
+        with self.ctx.store.transaction() as conn:
+            conn.execute(
+                "INSERT OR IGNORE INTO run_usage (run_id, engine, models, input_tokens, "
+                "output_tokens, cache_read_tokens, cache_write_tokens, cost_usd, cost_source, "
+                "sessions, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run.id,
+                    run.engine,
+                    json.dumps(figures["models"]),
+                    used.input_tokens,
+                    used.output_tokens,
+                    used.cache_read_tokens,
+                    used.cache_write_tokens,
+                    used.cost_usd,
+                    figures["cost_source"],
+                    json.dumps(
+                        {"threads": sessions, "unpriced_tokens": used.unpriced_tokens},
+                        sort_keys=True,
+                    ),
+                    time.time(),
+                ),
+            )
+
+    def _stdout_chunks(self, run_ids: list[str]) -> dict[str, list[str]]:
+        """Each run's stdout as it was stored, chunk by chunk."""
+        out: dict[str, list[str]] = {}
+        for chunk in _chunks(run_ids):
+            marks = ",".join("?" * len(chunk))
+            for row in self.ctx.store.query(
+                f"SELECT subject, payload FROM events WHERE kind = ? AND subject IN ({marks}) "
+                "ORDER BY seq",
+                (ev.RUN_OUTPUT, *chunk),
+            ):
+                payload = json.loads(row["payload"])
+                if payload.get("stream") == "stdout":
+                    out.setdefault(row["subject"], []).append(str(payload.get("text") or ""))
+        return out
+
+
+def _chunks(items: list[str], size: int = 500) -> Iterable[list[str]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def _run_usage_json(run: Run, used: Usage) -> dict[str, Any]:
+    return {
+        "run_id": run.id,
+        "task_id": run.task_id,
+        "engine": run.engine,
+        "state": run.state,
+        "in_flight": run.state in IN_FLIGHT,
+        "created_at": run.created_at,
+        **used.to_json(),
+    }
+
+
+def _task_rows(
+    tasks: list[Task], runs: list[Run], per_run: dict[str, Usage]
+) -> list[dict[str, Any]]:
+    by_task: dict[str, list[Usage]] = {}
+    for run in runs:
+        by_task.setdefault(run.task_id, []).append(per_run[run.id])
+    return [
+        {
+            "task_id": t.id,
+            "title": t.title,
+            "engine": t.engine,
+            "parent_task_id": t.parent_task_id,
+            **total(by_task.get(t.id, [])).to_json(),
+        }
+        for t in tasks
+    ]
 
 
 def revision_json(rev: Revision) -> dict:

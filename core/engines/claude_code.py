@@ -675,10 +675,9 @@ def _result_events(record: dict) -> list[EngineEvent]:
     errors = [str(e) for e in record.get("errors") or [] if e]
     result = record.get("result") if isinstance(record.get("result"), str) else None
     events = []
-    usage = object_field(record, "usage")
-    totals = {k: v for k, v in usage.items() if isinstance(v, int)}
-    if totals or isinstance(record.get("total_cost_usd"), (int, float)):
-        events.append(EngineEvent("usage", {**totals, "cost_usd": record.get("total_cost_usd")}))
+    usage = _usage_of(record)
+    if usage is not None:
+        events.append(EngineEvent("usage", usage))
     events.append(
         EngineEvent(
             "result",
@@ -707,3 +706,40 @@ def _result_events(record: dict) -> list[EngineEvent]:
             )
         )
     return events
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _usage_of(record: dict) -> dict[str, Any] | None:
+    """What one `result` record says the turn used: its `usage` (this turn's tokens) and its
+    cost. `total_cost_usd` counts the whole engine session, earlier turns, resumes and the parent
+    of a fork included, so the turn's own cost is the sum of `model_usage_since_last_result`
+    when Claude Code reports it; older releases, whose total was the process's, report only
+    the total."""
+    usage = object_field(record, "usage")
+    totals = {k: v for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}
+    session_cost = _number(record.get("total_cost_usd"))
+    since = record.get("model_usage_since_last_result")
+    by_model = since if isinstance(since, dict) else object_field(record, "modelUsage")
+    costs = [_number(m.get("costUSD")) for m in by_model.values() if isinstance(m, dict)]
+    cost: float | None
+    if isinstance(since, dict) and costs and all(c is not None for c in costs):
+        cost = sum(c for c in costs if c is not None)
+    else:
+        cost = session_cost
+    if not totals and cost is None:
+        return None
+    return {
+        **totals,
+        "cost_usd": cost,
+        "session_cost_usd": session_cost,
+        "models": sorted(str(m) for m in by_model),
+        "tokens": {
+            "input": totals.get("input_tokens", 0),
+            "output": totals.get("output_tokens", 0),
+            "cache_read": totals.get("cache_read_input_tokens", 0),
+            "cache_write": totals.get("cache_creation_input_tokens", 0),
+        },
+    }

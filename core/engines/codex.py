@@ -414,9 +414,8 @@ class CodexEngine(Engine):
         if kind == "thread.started" and record.get("thread_id"):
             return [EngineEvent("session", {"session_id": record["thread_id"]})]
         if kind == "turn.completed":
-            usage = record.get("usage") or {}
             return [
-                EngineEvent("usage", {k: v for k, v in usage.items() if isinstance(v, int)}),
+                EngineEvent("usage", _usage_of(record)),
                 EngineEvent("result", {"ok": True}),
             ]
         if kind == "turn.failed":
@@ -436,6 +435,26 @@ class CodexEngine(Engine):
             if isinstance(item, dict):
                 return _item_events(kind, item)
         return []
+
+
+def _usage_of(record: dict[str, Any]) -> dict[str, Any]:
+    """A finished turn's usage. Codex reports the thread's running totals (a resumed thread
+    goes on from where it stopped), so the figures are marked cumulative: what one turn used
+    is the difference to the thread's previous figures. Its input count includes the cached
+    input; `tokens` holds them apart."""
+    usage = object_field(record, "usage")
+    totals = {k: v for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}
+    cached = totals.get("cached_input_tokens", 0)
+    return {
+        **totals,
+        "cumulative": True,
+        "tokens": {
+            "input": max(0, totals.get("input_tokens", 0) - cached),
+            "output": totals.get("output_tokens", 0),
+            "cache_read": cached,
+            "cache_write": totals.get("cache_write_input_tokens", 0),
+        },
+    }
 
 
 def _error_text(message: Any) -> str:

@@ -45,6 +45,7 @@ HELP_ORDER = [
     "stop",
     "resume",
     "reconcile",
+    "cost",
     "secret",
     "grant",
     "revoke",

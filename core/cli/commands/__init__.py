@@ -21,6 +21,7 @@ from core.cli.commands import (
     settings,
     snapshots,
     tasks,
+    usage,
 )
 
 COMMANDS: tuple[Command, ...] = (
@@ -28,6 +29,7 @@ COMMANDS: tuple[Command, ...] = (
     *revisions.COMMANDS,
     *snapshots.COMMANDS,
     *runs.COMMANDS,
+    *usage.COMMANDS,
     *credentials.COMMANDS,
     *engine.COMMANDS,
     *policy.COMMANDS,

@@ -1,4 +1,4 @@
-"""Settings: `config set|get|unset|show` over settings.json (engines.*, defaults.*).
+"""Settings: `config set|get|unset|show` over settings.json (engines.*, defaults.*, prices.*).
 
 Owns this command's arguments and output; validating and storing settings are the facade's.
 """
@@ -18,7 +18,9 @@ class ConfigCommand(Command):
     name = "config"
     help = (
         "settings: config set engines.ENGINE.KEY VALUE | set defaults.KEY VALUE "
-        "(engine, image, network, allow, backend) | get KEY | unset KEY | show"
+        "(engine, image, network, allow, backend) | set prices.MODEL "
+        "input=USD,output=USD[,cache_read=USD,cache_write=USD] (per million tokens) | "
+        "get KEY | unset KEY | show"
     )
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:

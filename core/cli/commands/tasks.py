@@ -12,6 +12,7 @@ from core.app import Cairn
 from core.cli import arguments
 from core.cli.command import Command
 from core.cli.commands.runs import finish_run_command
+from core.cli.commands.usage import usage_lines
 from core.cli.output import emit, progress
 from core.errors import Conflict, InputError
 from core.policy import NETWORK_MODES, Policy
@@ -276,7 +277,7 @@ class ShowCommand(Command):
         p.add_argument("task")
 
     def run(self, app: Cairn, args: argparse.Namespace) -> None:
-        d = app.views.task_details(args.task)
+        d = {**app.views.task_details(args.task), "usage": app.views.usage(args.task)}
 
         def text() -> str:
             lines = [
@@ -288,6 +289,8 @@ class ShowCommand(Command):
                 f"branch     {d['branch']}",
                 f"revisions  {len(d['revisions'])}, latest {(d['current_revision'] or '-')[:12]}",
                 f"snapshots  {len(d['snapshots'])}",
+                "",
+                *usage_lines(d["usage"]),
             ]
             return "\n".join(lines)
 
