@@ -270,13 +270,17 @@ class Revisions:
         *,
         max_bytes: int = 2_000_000,
         context: int = 3,
+        paths: list[str] | None = None,
     ) -> Diff:
-        """The diff from `rev_a` (default: the base) to `rev_b` (default: the latest revision)."""
+        """The diff from `rev_a` (default: the base) to `rev_b` (default: the latest revision);
+        `paths` limits it to those files (a renamed file needs both its names)."""
         task = self.ctx.task(task_ref)
         a = self.resolve(task, rev_a, default="base")
         b = self.resolve(task, rev_b, default="latest")
         vault = self.ctx.vault_for(task.source_id)
-        return diff_revisions(vault.git_dir, a.id, b.id, max_bytes=max_bytes, context=context)
+        return diff_revisions(
+            vault.git_dir, a.id, b.id, max_bytes=max_bytes, context=context, paths=paths
+        )
 
     # -- snapshots -----------------------------------------------------------------------------
 

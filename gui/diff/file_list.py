@@ -1,4 +1,5 @@
-"""The list of a diff's changed files: status letter, path (old → new for renames), +/−."""
+"""The list of a diff's changed files: status letter, path (old → new for renames), +/−; flat,
+or under their folders."""
 
 from __future__ import annotations
 
@@ -6,8 +7,24 @@ from typing import Any
 
 from core.diffs import FileDiff
 from gui.diff.colors import GREEN, RED, blend
-from gui.diff.model import counts_text, file_label, file_summary, status_letter
-from gui.qt import ModelIndex, QColor, QFont, QPalette, Qt, QWidget
+from gui.diff.model import (
+    TreeNode,
+    counts_text,
+    file_label,
+    file_summary,
+    folder_tree,
+    status_letter,
+)
+from gui.qt import (
+    ModelIndex,
+    QColor,
+    QFont,
+    QPalette,
+    QStandardItem,
+    QStandardItemModel,
+    Qt,
+    QWidget,
+)
 from gui.table_model import RowsTableModel
 
 COL_STATUS, COL_PATH, COL_COUNTS = range(3)
@@ -77,3 +94,57 @@ class FileListModel(RowsTableModel):
         if role == Qt.ItemDataRole.AccessibleTextRole and col == COL_STATUS:
             return file_summary(f)
         return None
+
+
+# -- the same files as a folder tree ------------------------------------------------------------
+
+FILE_ROLE = Qt.ItemDataRole.UserRole + 1  # the file's index in the diff (folders: -1)
+TREE_HEADERS = ("File", "+/−")
+
+
+def build_tree_model(model: QStandardItemModel, files: list[FileDiff], palette: QPalette) -> None:
+    """Fill `model` with the files under their folders (see gui.diff.model.folder_tree)."""
+    model.clear()
+    model.setHorizontalHeaderLabels(list(TREE_HEADERS))
+    text = palette.color(QPalette.ColorRole.Text)
+    bold = QFont()
+    bold.setBold(True)
+
+    def add(parent: QStandardItem, nodes: list[TreeNode]) -> None:
+        for node in nodes:
+            if node.file < 0:
+                item = QStandardItem(node.name + "/")
+                item.setData(-1, FILE_ROLE)
+                item.setToolTip(node.name)
+                counts = QStandardItem("")
+                add(item, node.children)
+            else:
+                f = files[node.file]
+                letter = status_letter(f)
+                item = QStandardItem(f"{letter}  {node.name}")
+                item.setData(node.file, FILE_ROLE)
+                item.setToolTip(file_summary(f))
+                item.setForeground(blend(text, _LETTER_COLOURS.get(letter, text), 0.85))
+                counts = QStandardItem(counts_text(f))
+                counts.setData(node.file, FILE_ROLE)
+                counts.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            for cell in (item, counts):
+                cell.setEditable(False)
+            parent.appendRow([item, counts])
+
+    add(model.invisibleRootItem(), folder_tree([f.path for f in files]))
+
+
+def tree_item_of(model: QStandardItemModel, file_index: int) -> QStandardItem | None:
+    """The tree's item for a file of the diff."""
+    stack = [model.invisibleRootItem()]
+    while stack:
+        parent = stack.pop()
+        for row in range(parent.rowCount()):
+            child = parent.child(row, 0)
+            if child is None:
+                continue
+            if child.data(FILE_ROLE) == file_index:
+                return child
+            stack.append(child)
+    return None

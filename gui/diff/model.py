@@ -228,17 +228,51 @@ def side_by_side_rows(
     return left, right
 
 
+def counts_as_line(kind: str) -> bool:
+    """Whether a row is one of the file's lines (hunk headers, notes and "no newline" markers
+    are not): what "show more" counts."""
+    return kind not in (ROW_HUNK, ROW_NOTE, ROW_NO_NEWLINE)
+
+
+def line_count(rows: Rows, start: int = 0, end: int | None = None) -> int:
+    """How many of the rows from `start` to `end` are lines of the file."""
+    return sum(1 for kind in rows.kinds[start:end] if counts_as_line(kind))
+
+
 def chunk_end(rows: Rows, start: int, max_lines: int, max_chars: int) -> int:
-    """Where the chunk that starts at `start` ends: at most `max_lines` rows and about
-    `max_chars` characters (always at least one row, so a huge line still makes progress)."""
-    end = min(len(rows), start + max_lines)
-    used = 0
+    """Where the chunk that starts at `start` ends: at most `max_lines` lines of the file (hunk
+    headers and notes ride along uncounted) and about `max_chars` characters, always at least
+    one row, so a huge line still makes progress. A chunk never leaves behind only rows that are
+    not lines: what would be left is taken along."""
+    kinds = rows.kinds
     texts = rows.texts
-    for i in range(start, end):
-        used += len(texts[i]) + 1
-        if used > max_chars and i > start:
-            return i
+    total = len(kinds)
+    lines = used = 0
+    end = start
+    while end < total:
+        kind = kinds[end]
+        counted = counts_as_line(kind)
+        if counted and lines >= max_lines:
+            break
+        used += len(texts[end]) + 1
+        if used > max_chars and end > start:
+            break
+        lines += counted
+        end += 1
+    if end < total and not any(counts_as_line(k) for k in kinds[end:]):
+        return total
+    # Headers of the next hunk wait for its lines.
+    while end > start + 1 and end < total and kinds[end - 1] == ROW_HUNK:
+        end -= 1
     return end
+
+
+def more_text(step: int, left: int) -> str:
+    """The "show more" button's words: exact counts, one line said as one line."""
+    noun = "line" if step == 1 else "lines"
+    if step >= left:
+        return f"Show {step:,} more {noun}"
+    return f"Show {step:,} more {noun} ({left:,} not shown yet)"
 
 
 # -- the file list ------------------------------------------------------------------------------
@@ -308,3 +342,53 @@ def binary_shas(diff: Diff) -> list[str]:
         if f.binary and not f.is_submodule:
             out.extend(s for s in (f.old_sha, f.new_sha) if s)
     return list(dict.fromkeys(out))
+
+
+# -- the folder tree ----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class TreeNode:
+    """A folder (file -1) or a changed file (its index in the diff's file list)."""
+
+    name: str
+    file: int = -1
+    children: list[TreeNode] = field(default_factory=list)
+
+
+def folder_tree(paths: list[str]) -> list[TreeNode]:
+    """The changed files' paths as folders and files: folders first, each level by name; a
+    folder holding only one folder is shown as one ("gui/diff")."""
+    root = TreeNode("")
+    for index, path in enumerate(paths):
+        parts = [p for p in path.split("/") if p] or [path]
+        node = root
+        for part in parts[:-1]:
+            child = next((c for c in node.children if c.file < 0 and c.name == part), None)
+            if child is None:
+                child = TreeNode(part)
+                node.children.append(child)
+            node = child
+        node.children.append(TreeNode(parts[-1], index))
+    _tidy(root)
+    return root.children
+
+
+def _tidy(node: TreeNode) -> None:
+    for child in node.children:
+        _tidy(child)
+        while child.file < 0 and len(child.children) == 1 and child.children[0].file < 0:
+            only = child.children[0]
+            child.name = f"{child.name}/{only.name}"
+            child.children = only.children
+    node.children.sort(key=lambda c: (c.file >= 0, c.name.lower(), c.file))
+
+
+def tree_order(nodes: list[TreeNode]) -> list[int]:
+    """The files' indexes in the order the tree shows them, top to bottom."""
+    out: list[int] = []
+    for node in nodes:
+        if node.file >= 0:
+            out.append(node.file)
+        out.extend(tree_order(node.children))
+    return out

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from core import events as ev
 from gui.diff import DiffViewer
+from gui.diff.data import WholeFile, whole_file_reader
 from gui.qt import (
     QAbstractItemView,
     QComboBox,
@@ -348,9 +349,11 @@ class RevisionsPanel(QWidget):
             key=f"{self._key}-diff",
             what="load the diff",
             parent=self,
-        ).success(lambda result: self._show_diff(request, result)).failure(
-            lambda failure: self._show_diff_failure(request, failure)
-        ).run()
+        ).success(
+            lambda result: self._show_diff(
+                request, result, whole_file_reader(cairn, task_id, old, new)
+            )
+        ).failure(lambda failure: self._show_diff_failure(request, failure)).run()
 
     def _describe(self, ref: str) -> str:
         timeline = self._timeline
@@ -372,10 +375,12 @@ class RevisionsPanel(QWidget):
     def diff_request(self) -> int:
         return self._diff_request
 
-    def _show_diff(self, request: int, result: data.DiffResult) -> None:
+    def _show_diff(
+        self, request: int, result: data.DiffResult, whole_file: WholeFile | None = None
+    ) -> None:
         if request != self._diff_request:
             return  # the selection changed since this diff was asked for
-        self.viewer.set_diff(result.diff, blob_sizes=result.blob_sizes)
+        self.viewer.set_diff(result.diff, blob_sizes=result.blob_sizes, whole_file=whole_file)
         d = result.diff
         self.status.setText(
             f"{d.files_changed} file{'' if d.files_changed == 1 else 's'} changed, "

@@ -271,24 +271,27 @@ def test_huge_diff_paints_first_chunk_then_show_more_appends_without_blocking(qt
     started = time.perf_counter()
     viewer.set_diff(diff)
     first = time.perf_counter() - started
-    total = viewer.total_rows
-    assert total > 2 * count
-    assert viewer.shown_rows == CHUNK_LINES
-    assert viewer.unified.document().blockCount() == CHUNK_LINES
+    total = viewer.total_lines
+    assert total == 2 * count
+    assert viewer.shown_lines == CHUNK_LINES
+    assert viewer.shown_rows == CHUNK_LINES + 1  # and the hunk's header
+    assert viewer.unified.document().blockCount() == CHUNK_LINES + 1
     assert viewer.more_button.isVisibleTo(viewer)
-    assert f"{total - CHUNK_LINES:,} not shown yet" in viewer.more_button.text()
+    assert viewer.more_button.text() == (
+        f"Show {CHUNK_LINES:,} more lines ({total - CHUNK_LINES:,} not shown yet)"
+    )
     assert first < 5.0  # loose: timing belongs to tests/perf/bench_diff_view.py
 
     stall = longest_stall_while(lambda: viewer.colouring_complete, 30)
     assert stall < 500, f"the event loop stalled {stall} ms while colouring"
 
     viewer.more_button.click()
-    assert viewer.shown_rows == 2 * CHUNK_LINES
-    assert viewer.unified.document().blockCount() == 2 * CHUNK_LINES
+    assert viewer.shown_lines == 2 * CHUNK_LINES
+    assert viewer.unified.document().blockCount() == 2 * CHUNK_LINES + 1
     stall = longest_stall_while(lambda: viewer.colouring_complete, 30)
     assert stall < 500, f"the event loop stalled {stall} ms after show more"
-    last_row = viewer.unified.document().findBlockByNumber(2 * CHUNK_LINES - 1)
+    last_row = viewer.unified.document().findBlockByNumber(2 * CHUNK_LINES)
     assert last_row.text() == viewer.unified.rows.texts[-1]
-    fmt = _char_format_at(viewer.unified, 2 * CHUNK_LINES - 1, last_row.text().index("'"))
+    fmt = _char_format_at(viewer.unified, 2 * CHUNK_LINES, last_row.text().index("'"))
     assert fmt is not None  # the appended chunk is coloured too (its string literal)
     assert fmt.foreground().color() == viewer.unified.colors.syntax["string"]
