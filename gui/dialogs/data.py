@@ -60,6 +60,28 @@ class NewTaskRequest:
     title: str
     engine: str
     instructions: str
+    start: bool = False  # Create and Start: its first run starts once it is made
+
+
+SHELL_PLACEHOLDER = (
+    "Commands, one per line, for example:\npytest -x tests/test_api.py\ngit diff --stat"
+)
+AGENT_PLACEHOLDER = (
+    "What the agent should do, in plain words, for example:\n"
+    "Fix the failing test in tests/test_api.py"
+)
+SHELL_MORE_PLACEHOLDER = "More commands, one per line, for example:\npytest -x\ngit status"
+AGENT_MORE_PLACEHOLDER = (
+    "What the agent should do next, in plain words, for example:\nNow also cover the logout path"
+)
+
+
+def instructions_placeholder(engine: str | None, *, follow_up: bool = False) -> str:
+    """The example an empty instructions field shows: commands for the shell engine, a request
+    in words for an agent (Claude Code, Codex); `follow_up` for Continue and Fork."""
+    if engine == "shell":
+        return SHELL_MORE_PLACEHOLDER if follow_up else SHELL_PLACEHOLDER
+    return AGENT_MORE_PLACEHOLDER if follow_up else AGENT_PLACEHOLDER
 
 
 def revision_label(revision: dict, latest: bool = False) -> str:

@@ -10,7 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from gui.dialogs.data import DEFAULT_ENGINES, NewTaskRequest, revision_label
+from gui.dialogs.data import (
+    DEFAULT_ENGINES,
+    NewTaskRequest,
+    instructions_placeholder,
+    revision_label,
+)
 from gui.qt import (
     QComboBox,
     QDialog,
@@ -145,6 +150,15 @@ class NewTaskDialog(QDialog):
         )
         self.ok_button = self.buttons.button(QDialogButtonBox.StandardButton.Ok)
         self.ok_button.setText("Create Tasks" if many else "Create Task")
+        # One step from a folder to a running task, as Continue and Fork already are.
+        self.start_button = QPushButton("Create and Start All" if many else "Create and Start")
+        self.start_button.setObjectName("createAndStart")
+        # Connected before the box's own handler, which accepts the dialog.
+        self.start_button.clicked.connect(self._create_and_start)
+        self.buttons.addButton(self.start_button, QDialogButtonBox.ButtonRole.AcceptRole)
+        self.start_button.setAutoDefault(False)
+        self.ok_button.setDefault(True)
+        self.start_after = False
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
         layout.addWidget(self.buttons)
@@ -153,11 +167,13 @@ class NewTaskDialog(QDialog):
         self._update_ok()
         self.resize(520, self.sizeHint().height())
 
+    def _create_and_start(self) -> None:
+        # Set before the box's accepted signal reaches accept(): requests() then carry it.
+        self.start_after = True
+
     def _engine_changed(self, engine: str) -> None:
         shell = engine == "shell"
-        self.instructions_edit.setPlaceholderText(
-            "make test\ngit status" if shell else "Fix the failing login test"
-        )
+        self.instructions_edit.setPlaceholderText(instructions_placeholder(engine))
         self.hint.setText(SHELL_HINT if shell else AGENT_HINT)
         self.network_label.setText(self.policies.get(engine, "the settings' default"))
         if hasattr(self, "ok_button"):
@@ -166,7 +182,9 @@ class NewTaskDialog(QDialog):
     def _update_ok(self) -> None:
         why = self.refusal()
         self.ok_button.setEnabled(why is None)
-        self.ok_button.setToolTip(why or "")
+        self.ok_button.setToolTip(why or "make the task; start it later with Start")
+        self.start_button.setEnabled(why is None)
+        self.start_button.setToolTip(why or "make the task and start its first run at once")
         self.ok_reason.setText(why or "")
 
     def refusal(self) -> str | None:
@@ -184,7 +202,7 @@ class NewTaskDialog(QDialog):
         engine = self.engine_combo.currentText()
         instructions = self.instructions_edit.toPlainText().strip()
         return [
-            NewTaskRequest(folder, edit.text().strip(), engine, instructions)
+            NewTaskRequest(folder, edit.text().strip(), engine, instructions, self.start_after)
             for folder, edit in zip(self.folders, self.title_edits)
         ]
 
@@ -192,7 +210,10 @@ class NewTaskDialog(QDialog):
 class ContinueDialog(QDialog):
     """Continue a task: a child that keeps working in the same workspace and session."""
 
-    def __init__(self, task_title: str, parent: QWidget | None = None):
+    def __init__(
+        self, task_title: str, parent: QWidget | None = None, *, engine: str | None = None
+    ):
+        """`engine`: the task's, for the example the empty instructions show."""
         super().__init__(parent)
         self.setWindowTitle(f"Continue “{task_title}”")
         self.setObjectName("continueDialog")
@@ -204,7 +225,9 @@ class ContinueDialog(QDialog):
             self,
         )
         layout.addWidget(self.intro)
-        self.instructions_edit = _instructions_edit(self, "Now also cover the logout path")
+        self.instructions_edit = _instructions_edit(
+            self, instructions_placeholder(engine, follow_up=True)
+        )
         layout.addWidget(self.instructions_edit)
         self.buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel, self
@@ -237,8 +260,9 @@ class ForkDialog(ContinueDialog):
         parent: QWidget | None = None,
         *,
         at_revision: str | None = None,
+        engine: str | None = None,
     ):
-        super().__init__(task_title, parent)
+        super().__init__(task_title, parent, engine=engine)
         self.setWindowTitle(f"Fork “{task_title}”")
         self.setObjectName("forkDialog")
         self.ok_button.setText("Fork")

@@ -31,6 +31,9 @@ LABELS = {
 
 NO_TASK = "select a task first"
 
+STOPPING = "stopping the run"  # the task view's busy word while Stop's job runs
+STOP_GRACE_S = 10  # how long the core's stop waits after TERM before KILL (runs.stop's grace)
+
 _WORKABLE = frozenset({WorkspaceState.PREPARED.value, WorkspaceState.ACTIVE.value})
 
 State = tuple[bool, str]  # (enabled, why not: empty when enabled)
@@ -43,6 +46,29 @@ def _ended(state: str | None) -> str:
         RunState.INTERRUPTED.value: "was interrupted",
     }.get(state or "", run_state_label(state))
     return f"the last run {verb}"
+
+
+def pending_state(busy: str | None, *, run_in_flight: bool = True) -> tuple[str, str] | None:
+    """What the header says at once while an action that takes a while is under way (the
+    state, and what it waits for), or None to show the run's own state. Stop can take seconds:
+    the process gets TERM and the core waits for it before KILL, then stops the sandbox."""
+    if busy != STOPPING:
+        return None
+    if not run_in_flight:
+        return "stopping…", "waiting for the sandbox to stop"
+    return (
+        "stopping…",
+        f"the run's process was asked to end; waiting for it (up to {STOP_GRACE_S} s, then it "
+        "is killed), then for the sandbox to stop",
+    )
+
+
+def run_arguments(engine: str, instructions: str) -> tuple[list[str] | None, str | None]:
+    """What `cairn.runs.start` takes to run a task's instructions, as (commands, prompt): the
+    shell engine's are its commands, one per non-blank line; an agent's are its first prompt."""
+    if engine == "shell":
+        return [line for line in instructions.splitlines() if line.strip()], None
+    return None, instructions
 
 
 def button_states(

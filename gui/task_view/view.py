@@ -48,7 +48,9 @@ from gui.task_view.actions import (
     RESUME,
     START,
     STOP,
+    STOPPING,
     button_states,
+    pending_state,
 )
 from gui.task_view.data import TaskViewData, run_output, task_view
 from gui.task_view.output_view import OutputView
@@ -244,6 +246,16 @@ class TaskView(QWidget):
     def _show_run_state(self) -> None:
         run = self.data.run if self.data else None
         self.output.setPlaceholderText(output_placeholder(run))
+        pending = pending_state(
+            self._busy.get(self.task_id or ""),
+            run_in_flight=run is not None and run.state in IN_FLIGHT,
+        )
+        if pending is not None:  # said at once; the run's state follows when the core is done
+            state, waiting_for = pending
+            self.state_label.setText(
+                f"{f'Run {run.id}: ' if run else ''}<b>{state}</b> — {html.escape(waiting_for)}"
+            )
+            return
         if run is None:
             self.state_label.setText("Not started yet.")
             return
@@ -352,6 +364,8 @@ class TaskView(QWidget):
         """A facade call on the write thread; the task's buttons wait while it runs."""
         self._busy[task_id] = busy or what
         self._update_buttons()
+        if task_id == self.task_id:
+            self._show_run_state()
 
         def finished() -> None:
             self._busy.pop(task_id, None)
@@ -405,7 +419,7 @@ class TaskView(QWidget):
             self.context.followers.follow(run.id)
 
     def _continue(self, d: dict) -> None:
-        dialog = ContinueDialog(d["title"], self)
+        dialog = ContinueDialog(d["title"], self, engine=d.get("engine"))
         cairn, task_id = self.context.cairn, d["task_id"]
 
         def accepted() -> None:
@@ -436,7 +450,13 @@ class TaskView(QWidget):
         return True
 
     def _fork(self, d: dict, at_revision: str | None = None) -> None:
-        dialog = ForkDialog(d["title"], d.get("revisions") or [], self, at_revision=at_revision)
+        dialog = ForkDialog(
+            d["title"],
+            d.get("revisions") or [],
+            self,
+            at_revision=at_revision,
+            engine=d.get("engine"),
+        )
         cairn, task_id = self.context.cairn, d["task_id"]
 
         def accepted() -> None:
@@ -467,7 +487,7 @@ class TaskView(QWidget):
             "stop the run",
             lambda: cairn.runs.stop(task_id),
             done=f"Stopped {title}",
-            busy="stopping the run",
+            busy=STOPPING,
         )
 
     def _resume(self, d: dict, choice: str | None = None) -> None:
