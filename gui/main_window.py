@@ -16,10 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gui import shortcuts
 from gui.approvals import ApprovalsPanel
 from gui.context import AppContext
 from gui.dialogs import KeyringDialog, NewTaskDialog, NewTaskRequest, engine_choices
 from gui.dialogs.data import DEFAULT_ENGINES, SortedPaths, default_policies, sort_paths
+from gui.elide import ElidedLabel
 from gui.errors import describe_error, is_keyring_problem
 from gui.icons import clear_cache as clear_icon_cache
 from gui.icons import icon
@@ -27,6 +29,7 @@ from gui.jobs import JobFailure
 from gui.lineage import LineagePanel
 from gui.lineage.data import task_row
 from gui.logs import diagnostics, log_path
+from gui.palette import CommandPalette
 from gui.qt import (
     QAction,
     QApplication,
@@ -49,11 +52,13 @@ from gui.qt import (
     QMessageBox,
     QMimeData,
     QPushButton,
+    QScrollArea,
     QSplitter,
     QSystemTrayIcon,
     Qt,
     QTabWidget,
     QTimer,
+    QToolButton,
     QUrl,
     QVBoxLayout,
     QWidget,
@@ -62,6 +67,7 @@ from gui.qt import (
 )
 from gui.resources import icon_path
 from gui.revisions import RevisionsPanel
+from gui.run_state import FOLLOWABLE
 from gui.sandbox_watch import Settled
 from gui.sessions import SessionsPanel
 from gui.settings import (
@@ -70,7 +76,9 @@ from gui.settings import (
     SettingsDialog,
     open_credentials_dialog,
 )
+from gui.shortcuts import TASK_SHORTCUTS, show_shortcuts_on
 from gui.task_view import EMPTY_STATE_TEXT, TaskView
+from gui.task_view.actions import run_arguments
 from gui.welcome import WelcomeDialog
 
 if TYPE_CHECKING:
@@ -87,6 +95,18 @@ CENTRE_SPLITTER_KEY = "main_window/centre_splitter"
 SELECTION_KEY = "main_window/selected_task"
 TAB_KEY = "main_window/tab"
 STATUS_TIMEOUT_MS = 15_000
+# A focus ring that is seen: the palette's highlight colour, two pixels wide, on whatever the
+# keyboard is on (the style's own dotted rectangle is barely visible, in dark palettes not at all).
+FOCUS_STYLE = """
+QToolButton:focus { border: 2px solid palette(highlight); border-radius: 4px; }
+QPushButton:focus { border: 2px solid palette(highlight); border-radius: 4px; padding: 4px 12px; }
+QAbstractItemView:focus, QPlainTextEdit:focus, QTextEdit:focus {
+    border: 2px solid palette(highlight);
+}
+QTabBar::tab:focus { border: 2px solid palette(highlight); }
+QCheckBox:focus, QRadioButton:focus { border: 2px solid palette(highlight); border-radius: 3px; }
+"""
+ACTIVITY_DELAY_MS = 400  # a job shorter than this never shows "Working…"
 BANNER_STYLE = (
     "QFrame#sandboxBanner { border: 1px solid #d68910; border-radius: 4px;"
     " background: rgba(214, 137, 16, 0.14); }"
@@ -193,7 +213,15 @@ class MainWindow(QMainWindow):
         self.lineage = LineagePanel(self.context, self.main_splitter)
         self.centre_splitter = QSplitter(Qt.Orientation.Vertical, self.main_splitter)
         self.centre_splitter.setObjectName("centreSplitter")
-        self.task_view = TaskView(self.context, self.centre_splitter)
+        # The task view scrolls when the window is short, rather than squeezing its rows
+        # into each other: the diff below keeps the height.
+        self.task_scroll = QScrollArea(self.centre_splitter)
+        self.task_scroll.setObjectName("taskScroll")
+        self.task_scroll.setWidgetResizable(True)
+        self.task_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.task_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.task_view = TaskView(self.context)
+        self.task_scroll.setWidget(self.task_view)
         self.tabs = QTabWidget(self.centre_splitter)
         self.tabs.setObjectName("panelTabs")
         self.revisions_panel = RevisionsPanel(self.context, self.tabs)
@@ -206,26 +234,34 @@ class MainWindow(QMainWindow):
         # content's wish clips instead of forcing the window (and the screen) larger.
         self.lineage.setMinimumWidth(180)
         self.centre_splitter.setMinimumWidth(320)
-        self.task_view.setMinimumHeight(180)
+        self.task_scroll.setMinimumHeight(150)
         self.tabs.setMinimumHeight(120)
+        # The diff (in the tabs) gets the height it can: the task view keeps what its header,
+        # actions and a few lines of output need, and grows least when the window does.
         self.main_splitter.setStretchFactor(0, 1)
         self.main_splitter.setStretchFactor(1, 3)
-        self.main_splitter.setSizes([320, 880])
-        self.centre_splitter.setSizes([320, 460])
+        self.main_splitter.setSizes([280, 920])
+        self.centre_splitter.setStretchFactor(0, 2)
+        self.centre_splitter.setStretchFactor(1, 3)
+        self.centre_splitter.setSizes([300, 450])
         outer.addWidget(self.main_splitter, 1)
         self.setCentralWidget(central)
 
-        self.data_dir_label = QLabel(self)
+        self.data_dir_label = ElidedLabel(self)
         self.data_dir_label.setObjectName("dataDirLabel")
         data_dir = self.context.data_dir
         if data_dir is not None:
             self.data_dir_label.setText(f"Data: {data_dir}")
             self.data_dir_label.setToolTip(str(data_dir))
-        self.statusBar().addPermanentWidget(self.data_dir_label)
+        self.statusBar().addPermanentWidget(self.data_dir_label, 1)
         self.activity_label = QLabel(self)
         self.activity_label.setObjectName("activityLabel")
         self.statusBar().addPermanentWidget(self.activity_label)
-        self.statusBar().showMessage("Ready")
+        self._activity_timer = QTimer(self)
+        self._activity_timer.setSingleShot(True)
+        self._activity_timer.setInterval(ACTIVITY_DELAY_MS)
+        self._activity_timer.timeout.connect(lambda: self.activity_label.setText("Working…"))
+        self.setStyleSheet(FOCUS_STYLE)
 
     def _build_menu(self) -> None:
         file_menu = self.menuBar().addMenu("&File")
@@ -258,7 +294,15 @@ class MainWindow(QMainWindow):
         self.quit_action.triggered.connect(self.close)
         file_menu.addAction(self.quit_action)
 
+        self._build_task_menu()
+
         view_menu = self.menuBar().addMenu("&View")
+        self.palette_action = QAction("&Command Palette…", self)
+        self.palette_action.setShortcut(QKeySequence(shortcuts.COMMAND_PALETTE))
+        self.palette_action.setToolTip("find any action by typing part of its name")
+        self.palette_action.triggered.connect(self.show_palette)
+        view_menu.addAction(self.palette_action)
+        view_menu.addSeparator()
         self.refresh_action = QAction("&Refresh", self)
         self.refresh_action.setShortcut(QKeySequence(QKeySequence.StandardKey.Refresh))
         self.refresh_action.triggered.connect(self.refresh)
@@ -271,6 +315,19 @@ class MainWindow(QMainWindow):
         self.approvals_action.setShortcut(QKeySequence("Ctrl+Shift+A"))
         self.approvals_action.triggered.connect(self.show_approvals)
         view_menu.addAction(self.approvals_action)
+        view_menu.addSeparator()
+        self.focus_tree_action = QAction("Go to the Task &Tree", self)
+        self.focus_tree_action.setShortcut(QKeySequence(shortcuts.FOCUS_TREE))
+        self.focus_tree_action.triggered.connect(self.lineage.tree.setFocus)
+        self.focus_actions_action = QAction("Go to the Task's A&ctions", self)
+        self.focus_actions_action.setShortcut(QKeySequence(shortcuts.FOCUS_TASK))
+        self.focus_actions_action.triggered.connect(self.focus_task_actions)
+        self.focus_tabs_action = QAction("Go to the T&abs", self)
+        self.focus_tabs_action.setShortcut(QKeySequence(shortcuts.FOCUS_TABS))
+        self.focus_tabs_action.triggered.connect(self.focus_tabs)
+        view_menu.addActions(
+            [self.focus_tree_action, self.focus_actions_action, self.focus_tabs_action]
+        )
 
         help_menu = self.menuBar().addMenu("&Help")
         self.system_check_action = QAction("&System Check…", self)
@@ -290,6 +347,69 @@ class MainWindow(QMainWindow):
         self.about_action.setMenuRole(QAction.MenuRole.AboutRole)
         self.about_action.triggered.connect(self.show_about)
         help_menu.addAction(self.about_action)
+
+    def _build_task_menu(self) -> None:
+        """Every action on a task, with its keys: the task view's (the same QActions as its
+        toolbar, enabled by its rules), the tree's (rename, edit, archive, delete, copy the
+        id), and reconciling runs. The tree's context menu shows the same actions."""
+        menu = self.menuBar().addMenu("&Task")
+        menu.setObjectName("taskMenu")
+        menu.setToolTipsVisible(True)
+        self.task_menu = menu
+        menu.addAction(self.new_task_action)
+        menu.addSeparator()
+        task_actions = list(self.task_view.buttons.values())
+        for name, action in self.task_view.buttons.items():
+            action.setShortcut(QKeySequence(TASK_SHORTCUTS[name]))
+            action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        menu.addActions(task_actions)
+        menu.addSeparator()
+        menu.addActions(self.lineage.tree_actions)
+        menu.addSeparator()
+        self.reconcile_action = QAction("Re&concile Runs", self)
+        self.reconcile_action.setToolTip(
+            "settle runs that ended or were lost and follow the rest (done at start-up)"
+        )
+        self.reconcile_action.triggered.connect(self.reconcile)
+        menu.addAction(self.reconcile_action)
+        self.lineage.set_task_actions(task_actions)
+        # A tool bar's buttons take no focus by default: Tab reaches them here.
+        toolbar = self.task_view.toolbar
+        buttons = []
+        for action in task_actions:
+            button = toolbar.widgetForAction(action)
+            if isinstance(button, QToolButton):
+                button.setFocusPolicy(Qt.FocusPolicy.TabFocus)
+                buttons.append(button)
+        self._shortcut_tips = show_shortcuts_on(buttons, self)
+        extension = toolbar.findChild(QToolButton, "qt_toolbar_ext_button")
+        if extension is not None:
+            extension.setFocusPolicy(Qt.FocusPolicy.TabFocus)
+            extension.setToolTip("more actions")
+        self.new_task_action.setToolTip("start a task from a folder")
+
+    def show_palette(self) -> CommandPalette:
+        """Ctrl+Shift+P: every menu action, found by typing."""
+        palette = getattr(self, "command_palette", None)
+        if palette is None:
+            palette = self.command_palette = CommandPalette(self.menuBar(), self)
+        palette.open_palette()
+        return palette
+
+    def focus_task_actions(self) -> None:
+        """Ctrl+2: the keyboard on the first task action that can run now (else the first)."""
+        toolbar = self.task_view.toolbar
+        buttons = [toolbar.widgetForAction(a) for a in self.task_view.buttons.values()]
+        shown = [b for b in buttons if b is not None and b.isVisible()]
+        target = next((b for b in shown if b.isEnabled()), shown[0] if shown else None)
+        if target is not None:
+            target.setFocus(Qt.FocusReason.ShortcutFocusReason)
+        else:
+            self.task_view.setFocus(Qt.FocusReason.ShortcutFocusReason)
+
+    def focus_tabs(self) -> None:
+        """Ctrl+3: the tab bar under the task (arrow keys then move between the tabs)."""
+        self.tabs.tabBar().setFocus(Qt.FocusReason.ShortcutFocusReason)
 
     def _connect(self) -> None:
         ctx = self.context
@@ -486,7 +606,14 @@ class MainWindow(QMainWindow):
         dialog.open()
 
     def _show_activity(self, pending: int) -> None:
-        self.activity_label.setText("Working…" if pending else "")
+        """ "Working…" while jobs work (after a moment, so quick reads do not flicker), and
+        nothing once they are done."""
+        if pending:
+            if not self._activity_timer.isActive() and not self.activity_label.text():
+                self._activity_timer.start()
+        else:
+            self._activity_timer.stop()
+            self.activity_label.setText("")
 
     def _sandbox_problem_changed(self, problem: str | None) -> None:
         if problem:
@@ -687,10 +814,31 @@ class MainWindow(QMainWindow):
                 self.lineage.add_task_row(row)
                 self.lineage.select_task(row.task_id)
                 self.show_status(f"Task “{row.title}” created from {r.folder}")
+                if r.start:
+                    self.start_task(row.task_id, row.title, r.engine, r.instructions)
 
             self.context.jobs.job(
                 work, write=True, what=f"create a task from {request.folder}", parent=self
             ).success(created).failure(self.task_view.report_failure).run()
+
+    def start_task(self, task_id: str, title: str, engine: str, instructions: str) -> None:
+        """Start a task's first run (New Task's Create and Start), then follow it."""
+        cairn = self.context.cairn
+        commands, prompt = run_arguments(engine, instructions)
+        self.show_status(f"Starting the run of “{title}”…")
+
+        def started(run) -> None:
+            self.show_status(f"Started a run of {title}")
+            if run is not None and run.state in FOLLOWABLE:
+                self.context.followers.follow(run.id)
+            self.task_view.reload()
+
+        self.context.jobs.job(
+            lambda: cairn.runs.start(task_id, commands=commands, prompt=prompt),
+            write=True,
+            what=f"start the run of {title}",
+            parent=self,
+        ).success(started).failure(self.task_view.report_failure).run()
 
     # -- drag and drop ---------------------------------------------------------------------------
 

@@ -213,3 +213,18 @@ __all__ += [
     "QTableView",
     "QTextOption",
 ]
+
+# Names used by the command palette and the window's keyboard and layout.
+from PySide6.QtGui import QHelpEvent  # noqa: E402
+from PySide6.QtWidgets import (  # noqa: E402
+    QListView,
+    QMenuBar,
+    QToolTip,
+)
+
+__all__ += [
+    "QHelpEvent",
+    "QListView",
+    "QMenuBar",
+    "QToolTip",
+]

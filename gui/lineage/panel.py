@@ -15,6 +15,7 @@ from core import events as ev
 from core.events import Event
 from core.housekeeping import Deletion
 from core.models import Run, Task
+from gui import shortcuts
 from gui.lineage.data import (
     LineageData,
     TaskRow,
@@ -39,6 +40,7 @@ from gui.qt import (
     QMessageBox,
     QModelIndex,
     QPoint,
+    QResizeEvent,
     QStackedWidget,
     Qt,
     QTimer,
@@ -57,8 +59,19 @@ SESSIONS_KEY = "lineage-sessions"
 APPROVALS_KEY = "lineage-approvals"
 NO_TASKS_TEXT = "No tasks yet.\nDrop a repository folder on the window, or choose File ▸ New Task…"
 FILTER_DELAY_MS = 150
-STATE_COLUMN_WIDTH = 110
+STATE_COLUMN_WIDTH = 110  # until the rows have been measured
+STATE_SHARE = 0.34  # the most of the pane's width the state column takes
+NO_TASK = "select a task in the tree first"
 EXPAND_MATCHES = 50  # matches whose ancestors are expanded when a filter is typed
+
+
+class _LineageTree(QTreeView):
+    sig_resized = Signal()
+    """The tree's width changed: its columns are fitted again."""
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self.sig_resized.emit()
 
 
 class LineagePanel(QWidget):
@@ -91,7 +104,7 @@ class LineagePanel(QWidget):
         self.filter_edit.setClearButtonEnabled(True)
         layout.addWidget(self.filter_edit)
         self.stack = QStackedWidget(self)
-        self.tree = QTreeView(self)
+        self.tree = _LineageTree(self)
         self.tree.setObjectName("lineageTree")
         self.tree.setModel(self.proxy)
         self.tree.setUniformRowHeights(True)
@@ -101,18 +114,16 @@ class LineagePanel(QWidget):
         self.tree.setIndentation(14)  # deep lineages keep room for their titles
         self.tree.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.tree.customContextMenuRequested.connect(self._show_context_menu)
-        self.rename_action = QAction("Rename Task", self.tree)
-        self.rename_action.setShortcut(QKeySequence(Qt.Key.Key_F2))
-        self.rename_action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
-        self.rename_action.triggered.connect(self.rename_selected)
-        self.tree.addAction(self.rename_action)
+        self._task_actions: list[QAction] = []  # the task view's, shown first in the menu
+        self._build_actions()
         header = self.tree.header()
         header.setStretchLastSection(False)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        # The state column keeps a fixed share (its badges elide; the tooltip has them whole),
-        # so a long badge never squeezes the titles out of a narrow pane.
+        # The state column is as wide as its badges, up to a share of the pane (longer badges
+        # elide; the tooltip has them whole), so the titles keep most of a narrow pane.
         header.setSectionResizeMode(1, QHeaderView.ResizeMode.Interactive)
         header.resizeSection(1, STATE_COLUMN_WIDTH)
+        self.tree.sig_resized.connect(self._fit_state_column)
         self.empty_label = QLabel(NO_TASKS_TEXT, self)
         self.empty_label.setObjectName("lineageEmpty")
         self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -125,12 +136,27 @@ class LineagePanel(QWidget):
         self.stack.addWidget(self.empty_label)
         layout.addWidget(self.stack, 1)
 
+        self._fit_timer = QTimer(self)
+        self._fit_timer.setSingleShot(True)
+        self._fit_timer.setInterval(100)
+        self._fit_timer.timeout.connect(self._fit_state_column)
         self._filter_timer = QTimer(self)
         self._filter_timer.setSingleShot(True)
         self._filter_timer.setInterval(FILTER_DELAY_MS)
         self._filter_timer.timeout.connect(self._apply_filter)
         self.filter_edit.textChanged.connect(lambda _text: self._filter_timer.start())
         self.tree.selectionModel().currentRowChanged.connect(self._current_changed)
+        self._actions_timer = QTimer(self)
+        self._actions_timer.setSingleShot(True)
+        self._actions_timer.setInterval(0)
+        self._actions_timer.timeout.connect(self.update_actions)
+        for signal in (
+            self.model.dataChanged,
+            self.model.rowsInserted,
+            self.model.rowsRemoved,
+            self.model.modelReset,
+        ):
+            signal.connect(lambda *_: self._rows_changed())
         self._sessions_timer = QTimer(self)
         self._sessions_timer.setSingleShot(True)
         self._sessions_timer.setInterval(500)
@@ -217,58 +243,150 @@ class LineagePanel(QWidget):
 
     # -- the row's context menu ------------------------------------------------------------------
 
-    def context_menu_for(self, task_id: str) -> QMenu:
-        """Rename, edit the instructions (before the first run), archive (or bring back) the
-        task's workspace, delete the task, copy its id. What cannot be done now is disabled
-        with the reason in its tooltip."""
-        row = self.model.task_row(task_id)
-        menu = QMenu(self)
-        rename = menu.addAction("Rename…")
-        rename.setShortcut(QKeySequence(Qt.Key.Key_F2))
-        rename.setToolTip("Give the task a new title")
-        rename.triggered.connect(lambda: self.rename_task(task_id))
-        edit = menu.addAction("Edit Instructions…")
-        edit_refusal = _edit_refusal(row)
-        edit.setEnabled(edit_refusal is None)
-        edit.setToolTip(edit_refusal or "Change what the task's first run will do")
-        edit.triggered.connect(lambda: self.edit_instructions(task_id))
-        menu.addSeparator()
-        archived = row is not None and row.workspace_state == "archived"
-        if archived:
-            action = menu.addAction("Unarchive Task")
-            action.setToolTip(
-                "Bring the workspace back (its files from its newest snapshot if a "
-                "cleanup removed them)"
+    def _build_actions(self) -> None:
+        """One QAction per thing the tree does to the selected task, shared by the context
+        menu, the window's Task menu and the command palette; `update_actions` keeps each
+        enabled or disabled with the reason in its tooltip."""
+
+        def make(text: str, keys: str, slot: Any, *, tree_only: bool = False) -> QAction:
+            action = QAction(text, self)
+            action.setShortcut(QKeySequence(keys))
+            # Keys that mean something else in a text field act only in the tree.
+            action.setShortcutContext(
+                Qt.ShortcutContext.WidgetWithChildrenShortcut
+                if tree_only
+                else Qt.ShortcutContext.WindowShortcut
             )
-            action.triggered.connect(lambda: self.set_archived(task_id, False))
-        else:
-            action = menu.addAction("Archive Task")
-            action.setToolTip(
-                "Snapshot the workspace and let File ▸ Housekeeping free its files; "
-                "history stays browsable"
-            )
-            action.triggered.connect(lambda: self.set_archived(task_id, True))
-            why = _archive_refusal(row)
-            if why:
-                action.setEnabled(False)
-                action.setToolTip(why)
-        delete = menu.addAction("Delete Task…")
-        delete_refusal = _delete_refusal(row, self.model)
-        delete.setEnabled(delete_refusal is None)
-        delete.setToolTip(delete_refusal or "Delete the task (you are shown what goes first)")
-        delete.triggered.connect(lambda: self.delete_task(task_id))
-        menu.setToolTipsVisible(True)
-        menu.addSeparator()
-        menu.addAction("Copy Task ID").triggered.connect(
-            lambda: QGuiApplication.clipboard().setText(task_id)
+            action.triggered.connect(lambda _checked=False: self._on_selected(slot))
+            self.tree.addAction(action)
+            return action
+
+        self.rename_action = make("Rename…", shortcuts.RENAME, self.rename_task, tree_only=True)
+        self.rename_action.setObjectName("action_rename")
+        self.edit_action = make(
+            "Edit Instructions…", shortcuts.EDIT_INSTRUCTIONS, self.edit_instructions
         )
+        self.edit_action.setObjectName("action_edit_instructions")
+        self.archive_action = make("Archive Task", shortcuts.ARCHIVE, self._toggle_archived)
+        self.archive_action.setObjectName("action_archive")
+        self.delete_action = make(
+            "Delete Task…", shortcuts.DELETE, self.delete_task, tree_only=True
+        )
+        self.delete_action.setObjectName("action_delete")
+        self.copy_id_action = make("Copy Task ID", shortcuts.COPY_TASK_ID, self.copy_task_id)
+        self.copy_id_action.setObjectName("action_copy_task_id")
+        self.tree_actions = [
+            self.rename_action,
+            self.edit_action,
+            self.archive_action,
+            self.delete_action,
+            self.copy_id_action,
+        ]
+        self.update_actions()
+
+    def _on_selected(self, slot: Any) -> None:
+        task_id = self.selected_task()
+        if task_id:
+            slot(task_id)
+
+    def set_task_actions(self, actions: list[QAction]) -> None:
+        """The task view's actions (Start, Continue…), shown above the tree's own in the
+        context menu: the same QActions as the toolbar's, with their enabled states."""
+        self._task_actions = list(actions)
+
+    def _rows_changed(self) -> None:
+        self._actions_timer.start()
+        self._fit_timer.start()
+
+    def update_actions(self) -> None:
+        """Enable what can be done to the selected task now; a disabled action's tooltip says
+        why not."""
+        task_id = self.selected_task()
+        row = self.model.task_row(task_id) if task_id else None
+
+        def state(action: QAction, why: str | None, what: str) -> None:
+            action.setEnabled(why is None)
+            action.setToolTip(why or what)
+
+        if row is None:
+            for action in self.tree_actions:
+                state(action, NO_TASK, "")
+            self.archive_action.setText("Archive Task")
+            return
+        state(self.rename_action, None, "Give the task a new title")
+        state(self.edit_action, _edit_refusal(row), "Change what the task's first run will do")
+        if row.workspace_state == "archived":
+            self.archive_action.setText("Unarchive Task")
+            state(
+                self.archive_action,
+                None,
+                "Bring the workspace back (its files from its newest snapshot if a cleanup "
+                "removed them)",
+            )
+        else:
+            self.archive_action.setText("Archive Task")
+            state(
+                self.archive_action,
+                _archive_refusal(row),
+                "Snapshot the workspace and let File ▸ Housekeeping free its files; "
+                "history stays browsable",
+            )
+        state(
+            self.delete_action,
+            _delete_refusal(row, self.model),
+            "Delete the task (you are shown what goes first)",
+        )
+        state(self.copy_id_action, None, f"Copy {row.task_id} to the clipboard")
+
+    def _toggle_archived(self, task_id: str) -> None:
+        row = self.model.task_row(task_id)
+        self.set_archived(task_id, not (row is not None and row.workspace_state == "archived"))
+
+    def copy_task_id(self, task_id: str) -> None:
+        clipboard = QGuiApplication.clipboard()
+        if clipboard is not None:
+            clipboard.setText(task_id)
+            self.context.sig_status.emit(f"Copied the task id {task_id}")
+
+    def context_menu_for(self, task_id: str) -> QMenu:
+        """The task's actions (the task view's, then rename, edit the instructions before the
+        first run, archive or bring back, delete, copy the id), for this task, which is
+        selected first: they are the same actions as the Task menu's. What cannot be done now
+        is disabled with the reason in its tooltip."""
+        if self.selected_task() != task_id:
+            self.select_task(task_id)
+        self.update_actions()
+        menu = QMenu(self)
+        menu.setObjectName("taskContextMenu")
+        if self._task_actions:
+            menu.addActions(self._task_actions)
+            menu.addSeparator()
+        menu.addActions(self.tree_actions[:2])
+        menu.addSeparator()
+        menu.addActions(self.tree_actions[2:4])
+        menu.addSeparator()
+        menu.addAction(self.copy_id_action)
+        menu.setToolTipsVisible(True)
         return menu
 
     def _show_context_menu(self, pos: QPoint) -> None:
         index = self.tree.indexAt(pos)
+        if not index.isValid():  # the keyboard's menu key: the current row
+            index = self.tree.currentIndex()
+            pos = self.tree.visualRect(index).bottomLeft()
         task_id = index.data(ROLE_TASK_ID) if index.isValid() else None
         if task_id:
-            self.context_menu_for(task_id).popup(self.tree.viewport().mapToGlobal(pos))
+            self.context_menu = self.context_menu_for(task_id)
+            self.context_menu.popup(self.tree.viewport().mapToGlobal(pos))
+
+    def _fit_state_column(self) -> None:
+        """The state column as wide as its widest badge in view, but at most a share of the
+        pane, so titles keep the rest."""
+        width = self.tree.viewport().width()
+        if width <= 0:
+            return
+        wanted = max(self.tree.sizeHintForColumn(1), self.tree.header().sectionSizeHint(1))
+        self.tree.header().resizeSection(1, max(48, min(wanted + 8, int(width * STATE_SHARE))))
 
     def set_archived(self, task_id: str, archived: bool, *, shared_ok: bool = False) -> None:
         """Archive or unarchive a task's workspace (a write job); the core refuses while a run or
@@ -587,6 +705,7 @@ class LineagePanel(QWidget):
 
     def _current_changed(self, current: QModelIndex, _previous: QModelIndex) -> None:
         task_id: Any = current.data(ROLE_TASK_ID) if current.isValid() else None
+        self.update_actions()
         self.sig_task_selected.emit(task_id)
 
     def refresh_icons(self) -> None:

@@ -561,6 +561,13 @@ def test_a_task_is_archived_and_brought_back_from_the_tree(qtbot, window, cairn,
 
     menu = window.lineage.context_menu_for(task_id)
     assert [a.text() for a in menu.actions() if a.text()] == [
+        "Start",
+        "Continue…",
+        "Fork…",
+        "Stop",
+        "Resume",
+        "Promote to branch",
+        "Export patch…",
         "Rename…",
         "Edit Instructions…",
         "Unarchive Task",
