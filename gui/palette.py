@@ -23,6 +23,7 @@ from gui.qt import (
     QMenuBar,
     QModelIndex,
     QObject,
+    QPalette,
     QStandardItem,
     QStandardItemModel,
     Qt,
@@ -73,11 +74,13 @@ class Entry:
 def menu_actions(bar: QMenuBar) -> list[Entry]:
     """Every action in the menu bar's menus and their submenus, named by their menu path."""
     out: list[Entry] = []
+    seen: set[int] = set()  # an action in two menus (New Task) is listed once, where first met
 
     def walk(menu: QMenu, prefix: str) -> None:
         for action in menu.actions():
-            if action.isSeparator() or not action.isVisible():
+            if action.isSeparator() or not action.isVisible() or id(action) in seen:
                 continue
+            seen.add(id(action))
             sub = action.menu()
             name = f"{prefix} ▸ {_plain(action.text())}"
             if isinstance(sub, QMenu):
@@ -181,6 +184,7 @@ class CommandPalette(QDialog):
                 scored.append((-best, not entry.enabled, order, entry))
         scored.sort(key=lambda t: t[:3])
         self.model.clear()
+        disabled_text = self.palette().brush(QPalette.ColorGroup.Disabled, QPalette.ColorRole.Text)
         for _score, _disabled, _order, entry in scored:
             keys = shortcut_text(entry.action)
             item = QStandardItem(entry.path + (f"    {keys}" if keys else ""))
@@ -190,16 +194,17 @@ class CommandPalette(QDialog):
             why = entry.action.toolTip()
             item.setToolTip(why)
             if not entry.enabled:
-                item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEnabled)
+                # Greyed, not disabled: the keys still reach it, to read why it cannot run.
+                item.setForeground(disabled_text)
                 item.setText(f"{item.text()}  —  {why}")
             self.model.appendRow(item)
         self._select_first()
 
     def _select_first(self) -> None:
         for row in range(self.model.rowCount()):
-            index = self.model.index(row, 0)
-            if index.flags() & Qt.ItemFlag.ItemIsEnabled:
-                self.list.setCurrentIndex(index)
+            action = self.model.index(row, 0).data(ROLE_ACTION)
+            if isinstance(action, QAction) and action.isEnabled():
+                self.list.setCurrentIndex(self.model.index(row, 0))
                 return
         if self.model.rowCount():
             self.list.setCurrentIndex(self.model.index(0, 0))

@@ -196,3 +196,38 @@ def test_ctrl_enter_submits_the_task_dialogs_when_they_can_be(qtbot, tmp_path):
     qtbot.waitActive(cont)
     qtbot.keyClick(cont.instructions_edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
     assert cont.isVisible()  # nothing to continue with yet: OK is off, so nothing happens
+
+
+def test_create_and_start_asks_for_the_first_run_in_the_same_step(qtbot, tmp_path):
+    dialog = NewTaskDialog([tmp_path])
+    qtbot.addWidget(dialog)
+    assert not dialog.start_button.isEnabled()  # no instructions yet: nothing could start
+    dialog.instructions_edit.setPlainText("make test")
+    assert dialog.start_button.isEnabled() and dialog.ok_button.isEnabled()
+    with qtbot.waitSignal(dialog.accepted):
+        dialog.start_button.click()
+    assert [r.start for r in dialog.requests()] == [True]
+
+    plain = NewTaskDialog([tmp_path])
+    qtbot.addWidget(plain)
+    plain.instructions_edit.setPlainText("make test")
+    plain.ok_button.click()
+    assert [r.start for r in plain.requests()] == [False]
+
+
+def test_the_instructions_example_fits_the_engine(qtbot, tmp_path):
+    dialog = NewTaskDialog([tmp_path], ("shell", "claude-code", "codex"))
+    qtbot.addWidget(dialog)
+    dialog.engine_combo.setCurrentText("shell")
+    assert "one per line" in dialog.instructions_edit.placeholderText()
+    for agent in ("claude-code", "codex"):
+        dialog.engine_combo.setCurrentText(agent)
+        example = dialog.instructions_edit.placeholderText()
+        assert "plain words" in example and "Fix the failing test" in example
+        assert "make test" not in example
+    shell_continue = ContinueDialog("t", engine="shell")
+    agent_fork = ForkDialog("t", [{"id": "r1", "seq": 1}], engine="claude-code")
+    for d in (shell_continue, agent_fork):
+        qtbot.addWidget(d)
+    assert "one per line" in shell_continue.instructions_edit.placeholderText()
+    assert "plain words" in agent_fork.instructions_edit.placeholderText()
