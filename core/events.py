@@ -21,6 +21,7 @@ TASK_CHANGED = "task.changed"  # renamed, or its instructions edited
 TASK_DELETED = "task.deleted"
 REVISION_RECORDED = "revision.recorded"
 SNAPSHOT_CREATED = "snapshot.created"
+SNAPSHOT_RENAMED = "snapshot.renamed"  # named, renamed, or its name removed
 WORKSPACE_STATE = "workspace.state"
 WORKSPACE_PROBLEM = "workspace.problem"
 RUN_STATE = "run.state"

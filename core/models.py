@@ -118,6 +118,7 @@ class Snapshot:
     setup_command: str | None = None
     engine_home_archive: str | None = None
     created_at: float = 0.0
+    name: str | None = None  # a person's name for it; the id stays the reference
 
 
 @dataclass

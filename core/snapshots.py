@@ -1,8 +1,9 @@
 """Snapshots: durable, restorable references to revisions, and restoring them.
 
-Owns the snapshot write order (objects synced, then the ref, then the row), materializing a
-snapshot into a folder or a workspace with its tree verified, and making a new workspace from any
-revision. Recording the revisions themselves is core.revisions'; checkpoints are core.runs'.
+Owns the snapshot write order (objects synced, then the ref, then the row), snapshots' names,
+materializing a snapshot into a folder or a workspace with its tree verified, and making a new
+workspace from any revision. Recording the revisions themselves is core.revisions'; checkpoints
+are core.runs'.
 """
 
 from __future__ import annotations
@@ -14,13 +15,28 @@ from pathlib import Path
 from core import events as ev
 from core import workspaces
 from core.context import Context
-from core.errors import CorruptSnapshot, InputError
+from core.errors import CorruptSnapshot, InputError, NotFound
 from core.ids import new_id
 from core.models import Revision, Snapshot, Task, Workspace, WorkspaceState
 from core.revisions import Revisions
 from core.vault import Vault, base_ref, revisions_ref, snapshot_ref
 from core.vault.materialize import materialize
 from core.vault.objects import run_git
+
+MAX_NAME = 80
+
+
+def check_name(name: str | None) -> str | None:
+    """A snapshot's name as stored: one line with its spaces collapsed, at most MAX_NAME
+    characters; blank or None removes the name."""
+    if name is None:
+        return None
+    if not isinstance(name, str):
+        raise InputError(f"a snapshot's name is text, not {type(name).__name__}")
+    name = " ".join(name.split())
+    if len(name) > MAX_NAME:
+        raise InputError(f"a snapshot's name takes at most {MAX_NAME} characters")
+    return name or None
 
 
 class Snapshots:
@@ -30,11 +46,41 @@ class Snapshots:
         self.ctx = ctx
         self.revisions = revisions
 
-    def take(self, task_ref: str) -> Snapshot:
-        """Capture (verifying), make the objects durable, then write the snapshot ref and row."""
+    def take(self, task_ref: str, *, name: str | None = None) -> Snapshot:
+        """Capture (verifying), make the objects durable, then write the snapshot ref and row;
+        with `name`, the snapshot gets that name (a revision's existing snapshot is renamed)."""
+        name = check_name(name)
         task = self.ctx.task(task_ref)
         rev, _ = self.revisions.capture(task.id, trigger="checkpoint")
-        return self.make(task.id, rev)
+        snap = self.make(task.id, rev)
+        return self.rename(snap.id, name) if name else snap
+
+    def get(self, snapshot_ref: str) -> Snapshot:
+        """A snapshot by its id, an unambiguous prefix of it, or its name when one snapshot
+        has that name."""
+        try:
+            return self.ctx.store.find_snapshot(snapshot_ref)
+        except NotFound:
+            rows = self.ctx.store.query("SELECT id FROM snapshots WHERE name = ?", (snapshot_ref,))
+            if len(rows) == 1:
+                return self.ctx.store.get_snapshot(rows[0]["id"])
+            if len(rows) > 1:
+                raise NotFound(
+                    f"{len(rows)} snapshots are named {snapshot_ref!r}; give the id"
+                ) from None
+            raise
+
+    def rename(self, snapshot_ref: str, name: str | None) -> Snapshot:
+        """Give a snapshot a name, another one, or (blank or None) none."""
+        snap = self.get(snapshot_ref)
+        name = check_name(name)
+        if name != snap.name:
+            with self.ctx.store.transaction() as conn:
+                conn.execute("UPDATE snapshots SET name = ? WHERE id = ?", (name, snap.id))
+            self.ctx.events.publish(
+                ev.SNAPSHOT_RENAMED, snap.workspace_id, snapshot=snap.id, name=name
+            )
+        return self.ctx.store.get_snapshot(snap.id)
 
     def make(self, task_id: str, rev: Revision) -> Snapshot:
         """A durable snapshot of a recorded revision: objects synced, then ref, then row. A
@@ -63,7 +109,7 @@ class Snapshots:
 
     def materialize(self, snapshot_id: str, dest: str | Path) -> tuple[Path, str]:
         """Restore a snapshot's files into a new folder; returns the folder and its tree id."""
-        snap = self.ctx.store.get_snapshot(snapshot_id)
+        snap = self.get(snapshot_id)
         target = Path(dest).expanduser().absolute()
         if target.exists() or target.is_symlink():
             raise InputError(f"{target} already exists; give a folder that does not exist yet")

@@ -312,6 +312,7 @@ def revision_json(rev: Revision) -> dict:
 def snapshot_json(snap: Snapshot) -> dict:
     return {
         "snapshot_id": snap.id,
+        "name": snap.name,
         "workspace_id": snap.workspace_id,
         "revision": snap.revision_id,
         "tree": snap.tree,

@@ -51,6 +51,7 @@ class SnapshotRow:
     size: int | None
     restorable: bool
     state: str = ""
+    name: str | None = None
 
 
 @dataclass
@@ -145,6 +146,7 @@ def load_sessions(cairn: Cairn) -> SessionsData:
                 size=snap.get("size"),
                 restorable=bool(snap.get("restorable")),
                 state=snap.get("state") or "",
+                name=snap.get("name"),
             )
         )
     for task in tasks:
@@ -212,6 +214,12 @@ def take_snapshot(cairn: Cairn, task_id: str, task_title: str) -> SnapshotMade:
     return SnapshotMade(
         task_id, task_title, snap.id, snap.revision_id, reused=snap.created_at < started
     )
+
+
+def rename_snapshot(cairn: Cairn, snapshot_id: str, name: str) -> tuple[str, str | None]:
+    """Name a snapshot (blank: no name); returns its id and the name as stored."""
+    snap = cairn.snapshots.rename(snapshot_id, name)
+    return snap.id, snap.name
 
 
 # -- resume reports in words ------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The Sessions & Snapshots tab: every sandbox and every snapshot, Stop / Resume / Reconcile,
-Snapshot Now, and what the last resume did, in words.
+Snapshot Now, naming a snapshot, and what the last resume did, in words.
 
-Owns showing `cairn.views.status()` and running those four actions as jobs (results and errors
+Owns showing `cairn.views.status()` and running those actions as jobs (results and errors
 shown here). A sandbox on the host backend is labelled UNSAFE wherever it appears: it has no
 isolation.
 """
@@ -19,7 +19,10 @@ from gui.qt import (
     QFont,
     QHBoxLayout,
     QHeaderView,
+    QInputDialog,
     QLabel,
+    QLineEdit,
+    QMenu,
     QPushButton,
     QSplitter,
     Qt,
@@ -40,8 +43,8 @@ if TYPE_CHECKING:
 
 SESSION_COLUMNS = ("Task", "Sandbox", "Backend", "State", "Image", "Uptime", "CPU", "Memory")
 (S_TASK, S_SANDBOX, S_BACKEND, S_STATE, S_IMAGE, S_UPTIME, S_CPU, S_MEMORY) = range(8)
-SNAPSHOT_COLUMNS = ("Snapshot", "Task", "Revision", "Age", "Size", "Restorable")
-(P_ID, P_TASK, P_REVISION, P_AGE, P_SIZE, P_RESTORABLE) = range(6)
+SNAPSHOT_COLUMNS = ("Snapshot", "Name", "Task", "Revision", "Age", "Size", "Restorable")
+(P_ID, P_NAME, P_TASK, P_REVISION, P_AGE, P_SIZE, P_RESTORABLE) = range(7)
 
 UNSAFE_TEXT = "UNSAFE: host, no isolation"
 UNSAFE_TOOLTIP = (
@@ -50,6 +53,7 @@ UNSAFE_TOOLTIP = (
 )
 SNAPSHOT_TEXT = "Snapshot Now"
 SNAPSHOT_BUSY_TEXT = "Snapshotting…"
+RENAME_TEXT = "Rename…"
 REFRESH_MS = 5_000
 EVENT_REFRESH_MS = 250
 
@@ -57,6 +61,7 @@ _REFRESH_ON = {
     ev.RUN_STATE,
     ev.RUN_RESUMED,
     ev.SNAPSHOT_CREATED,
+    ev.SNAPSHOT_RENAMED,
     ev.WORKSPACE_STATE,
     ev.TASK_CREATED,
 }
@@ -124,6 +129,12 @@ class SessionsPanel(QWidget):
         self.sessions.itemSelectionChanged.connect(self._on_session_selected)
         self.snapshots = _table(SNAPSHOT_COLUMNS, P_TASK, self)
         self.snapshots.setObjectName("snapshotsTable")
+        self.snapshots.itemSelectionChanged.connect(self._update_buttons)
+        self.snapshots.itemDoubleClicked.connect(
+            lambda item: self.rename_selected() if item.column() == P_NAME else None
+        )
+        self.snapshots.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.snapshots.customContextMenuRequested.connect(self._snapshot_menu)
 
         self.refresh_button = QPushButton("Refresh", self)
         self.stop_button = QPushButton("Stop", self)
@@ -142,6 +153,9 @@ class SessionsPanel(QWidget):
         self.snapshot_button = QPushButton(SNAPSHOT_TEXT, self)
         self.snapshot_button.setObjectName("snapshotNow")
         self.snapshot_button.clicked.connect(self.snapshot_selected)
+        self.rename_button = QPushButton(RENAME_TEXT, self)
+        self.rename_button.setObjectName("renameSnapshot")
+        self.rename_button.clicked.connect(self.rename_selected)
 
         self.message = QLabel(self)
         self.message.setObjectName("sessionsMessage")
@@ -171,6 +185,7 @@ class SessionsPanel(QWidget):
         snapshots_head = QHBoxLayout()
         snapshots_head.addWidget(QLabel("Snapshots", bottom))
         snapshots_head.addStretch(1)
+        snapshots_head.addWidget(self.rename_button)
         snapshots_head.addWidget(self.snapshot_button)
         bottom_layout.addLayout(snapshots_head)
         bottom_layout.addWidget(self.snapshots, 1)
@@ -390,12 +405,30 @@ class SessionsPanel(QWidget):
 
     def _fill_snapshots(self, loaded: data.SessionsData) -> None:
         table = self.snapshots
-        table.setRowCount(len(loaded.snapshots))
-        made = None
+        chosen = self.selected_snapshot()
+        keep = self._made_snapshot or (chosen.snapshot_id if chosen else None)
+        table.blockSignals(True)
+        try:
+            table.setRowCount(len(loaded.snapshots))
+            self._fill_snapshot_rows(loaded)
+        finally:
+            table.blockSignals(False)
         for row, p in enumerate(loaded.snapshots):
-            if p.snapshot_id == self._made_snapshot:
-                made = row
+            if p.snapshot_id == keep:
+                table.selectRow(row)
+                item = table.item(row, P_ID)
+                if item is not None and p.snapshot_id == self._made_snapshot:
+                    table.scrollToItem(item)
+                break
+        self._made_snapshot = None
+
+    def _fill_snapshot_rows(self, loaded: data.SessionsData) -> None:
+        table = self.snapshots
+        for row, p in enumerate(loaded.snapshots):
             table.setItem(row, P_ID, _item(p.snapshot_id, f"state {p.state}" if p.state else None))
+            table.setItem(
+                row, P_NAME, _item(p.name or "", "Double-click or Rename… to name the snapshot")
+            )
             table.setItem(row, P_TASK, _item(p.task_title, p.workspace_id))
             table.setItem(row, P_REVISION, _item(p.revision[:12], p.revision))
             table.setItem(row, P_AGE, _item(humanize.duration(p.age_s), align_right=True))
@@ -408,12 +441,61 @@ class SessionsPanel(QWidget):
                     None if p.restorable else "its reference in the vault is missing or moved",
                 ),
             )
-        if made is not None:
-            table.selectRow(made)
-            item = table.item(made, P_ID)
-            if item is not None:
-                table.scrollToItem(item)
-            self._made_snapshot = None
+
+    def selected_snapshot(self) -> data.SnapshotRow | None:
+        rows = {i.row() for i in self.snapshots.selectedItems()}
+        if len(rows) != 1:
+            return None
+        row = rows.pop()
+        return self._data.snapshots[row] if row < len(self._data.snapshots) else None
+
+    def _snapshot_menu(self, pos) -> None:
+        item = self.snapshots.itemAt(pos)
+        if item is None:
+            return
+        self.snapshots.selectRow(item.row())
+        menu = QMenu(self)
+        rename = menu.addAction(RENAME_TEXT)
+        rename.setEnabled(self._busy is None)
+        rename.triggered.connect(self.rename_selected)
+        menu.popup(self.snapshots.viewport().mapToGlobal(pos))
+
+    def _ask_name(self, snap: data.SnapshotRow) -> str | None:
+        """The new name, or None when the person cancelled (blank removes the name)."""
+        text, ok = QInputDialog.getText(
+            self,
+            "Rename Snapshot",
+            f"Name of snapshot {snap.snapshot_id} (blank: no name):",
+            QLineEdit.EchoMode.Normal,
+            snap.name or "",
+        )
+        return text if ok else None
+
+    def rename_selected(self) -> None:
+        """Rename…: ask for the selected snapshot's new name and store it in a job."""
+        snap = self.selected_snapshot()
+        if snap is None or self._busy is not None:
+            return
+        name = self._ask_name(snap)
+        if name is None:
+            return
+        snapshot_id, cairn = snap.snapshot_id, self._cairn
+        self._made_snapshot = snapshot_id  # keep it selected once listed again
+        self._run_action(
+            "rename",
+            f"Naming snapshot {snapshot_id}…",
+            lambda: data.rename_snapshot(cairn, snapshot_id, name),
+            self._renamed,
+        )
+
+    def _renamed(self, renamed: tuple[str, str | None]) -> None:
+        snapshot_id, name = renamed
+        self._made_snapshot = snapshot_id
+        self._show_message(
+            f"Snapshot {snapshot_id} is named “{name}”."
+            if name
+            else f"Snapshot {snapshot_id} has no name."
+        )
 
     # -- actions ------------------------------------------------------------------------------
 
@@ -444,6 +526,13 @@ class SessionsPanel(QWidget):
         )
         self.snapshot_button.setEnabled(idle and can_snapshot)
         self.snapshot_button.setToolTip(why)
+        chosen = self.selected_snapshot()
+        self.rename_button.setEnabled(idle and chosen is not None)
+        self.rename_button.setToolTip(
+            f"Name snapshot {chosen.snapshot_id}"
+            if chosen is not None
+            else "Select a snapshot to name it"
+        )
 
     def _snapshot_state(self) -> tuple[bool, str]:
         """Whether Snapshot Now can run now, and its tooltip (the reason when it cannot)."""
@@ -628,4 +717,5 @@ _ACTION_WHAT = {
     "resume": "resume the task",
     "reconcile": "reconcile sandboxes and runs",
     "snapshot": "snapshot the task's workspace",
+    "rename": "name the snapshot",
 }

@@ -21,7 +21,11 @@ from gui.sessions import SessionsPanel
 from gui.sessions import data as sessions_data
 from gui.sessions.panel import (
     P_ID,
+    P_NAME,
+    P_RESTORABLE,
     P_REVISION,
+    P_SIZE,
+    RENAME_TEXT,
     S_BACKEND,
     S_CPU,
     S_MEMORY,
@@ -267,8 +271,8 @@ def test_snapshots_list_revision_age_size_and_restorable(qtbot, make_panel):
     table = panel.snapshots
     assert table.rowCount() == 2
     row0 = [table.item(0, c).text() for c in range(table.columnCount())]
-    assert row0 == ["snap-a", "fix login", "a" * 12, "10 min", "2.4 MiB", "yes"]
-    assert table.item(1, 5).text() == "NO" and table.item(1, 4).text() == "—"
+    assert row0 == ["snap-a", "", "fix login", "a" * 12, "10 min", "2.4 MiB", "yes"]
+    assert table.item(1, P_RESTORABLE).text() == "NO" and table.item(1, P_SIZE).text() == "—"
 
 
 def test_the_last_resume_is_told_in_words(qtbot, make_panel):
@@ -443,6 +447,46 @@ def test_snapshot_now_makes_a_snapshot_that_appears_in_the_table(qtbot, cairn, r
         panel.snapshot_button.click()  # nothing changed since: the same snapshot is kept
     assert len(cairn.snapshots.all(task.id)) == 1
     assert f"already had snapshot {snap.id}" in panel.message.text()
+
+
+def test_a_snapshot_is_named_and_renamed_from_the_table(qtbot, cairn, real_panel, repo):
+    panel = real_panel
+    task = cairn.tasks.new(repo, title="login").task
+    snap = cairn.snapshots.take(task.id)
+    panel.refresh()
+    qtbot.waitUntil(lambda: panel.snapshots.rowCount() == 1, timeout=10_000)
+    assert panel.rename_button.text() == RENAME_TEXT
+    assert not panel.rename_button.isEnabled()  # nothing selected
+    assert panel.rename_button.toolTip() == "Select a snapshot to name it"
+    panel.snapshots.selectRow(0)
+    assert panel.rename_button.isEnabled()
+
+    answers = iter(["  before the refactor ", None, "known good", ""])
+    panel._ask_name = lambda _snap: next(answers)
+    with qtbot.waitSignal(panel.sig_action_done, timeout=10_000) as done:
+        panel.rename_button.click()
+    assert done.args == ["rename", True]
+    assert cairn.snapshots.get(snap.id).name == "before the refactor"
+    assert panel.message.text() == f"Snapshot {snap.id} is named “before the refactor”."
+    name_cell = lambda: panel.snapshots.item(0, P_NAME).text()  # noqa: E731
+    qtbot.waitUntil(lambda: name_cell() == "before the refactor", timeout=10_000)
+    assert panel.selected_snapshot() is not None  # still selected after the reload
+
+    panel.rename_selected()  # cancelled: nothing asked of the facade
+    assert cairn.snapshots.get(snap.id).name == "before the refactor"
+
+    # Renamed elsewhere (cairnctl): the table follows the event.
+    cairn.snapshots.rename(snap.id, "from the command line")
+    qtbot.waitUntil(lambda: name_cell() == "from the command line", timeout=10_000)
+
+    panel.snapshots.selectRow(0)
+    with qtbot.waitSignal(panel.sig_action_done, timeout=10_000):
+        panel.rename_selected()
+    qtbot.waitUntil(lambda: name_cell() == "known good", timeout=10_000)
+    with qtbot.waitSignal(panel.sig_action_done, timeout=10_000):
+        panel.rename_selected()
+    assert cairn.snapshots.get(snap.id).name is None
+    assert panel.message.text() == f"Snapshot {snap.id} has no name."
 
 
 def test_a_workspace_deleted_behind_the_panel_says_why_the_snapshot_failed(

@@ -37,6 +37,7 @@ HELP_ORDER = [
     "watch",
     "diff",
     "snapshot",
+    "snapshot-name",
     "materialize",
     "run",
     "checkpoint",

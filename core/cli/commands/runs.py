@@ -168,6 +168,7 @@ class StatusCommand(Command):
                     f"snapshot {s['snapshot_id']}  {s['revision'][:12]}  {size(s['size'])}  "
                     f"{duration(s['age_s'])} old  "
                     + ("restorable" if s["restorable"] else "NOT restorable")
+                    + (f"  {s['name']}" if s.get("name") else "")
                 )
             return "\n".join(lines) or "no sessions or snapshots"
 

@@ -1,4 +1,5 @@
-"""Snapshots: making a durable snapshot of a task's workspace, and restoring one into a folder.
+"""Snapshots: making a durable snapshot of a task's workspace, naming one, and restoring one into a
+folder.
 
 Owns these commands' arguments and output; snapshots themselves are the facade's.
 """
@@ -19,9 +20,10 @@ class SnapshotCommand(Command):
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("task")
+        p.add_argument("--name", help="a name for the snapshot (see snapshot-name)")
 
     def run(self, app: Cairn, args: argparse.Namespace) -> None:
-        snap = app.snapshots.take(args.task)
+        snap = app.snapshots.take(args.task, name=args.name)
         emit(
             args,
             {
@@ -33,13 +35,36 @@ class SnapshotCommand(Command):
                     if k not in ("snapshot_id", "revision")
                 },
             },
-            f"snapshot {snap.id} of revision {snap.revision_id}",
+            f"snapshot {snap.id}{_named(snap.name)} of revision {snap.revision_id}",
+        )
+
+
+def _named(name: str | None) -> str:
+    return f" ({name})" if name else ""
+
+
+class SnapshotNameCommand(Command):
+    name = "snapshot-name"
+    help = "name or rename a snapshot (by id, id prefix or its current name); no NAME removes it"
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        p.add_argument("snapshot")
+        p.add_argument("name", nargs="?", default=None)
+
+    def run(self, app: Cairn, args: argparse.Namespace) -> None:
+        snap = app.snapshots.rename(args.snapshot, args.name)
+        emit(
+            args,
+            snapshot_json(snap),
+            f"snapshot {snap.id} is named {snap.name!r}"
+            if snap.name
+            else f"snapshot {snap.id} has no name",
         )
 
 
 class MaterializeCommand(Command):
     name = "materialize"
-    help = "restore a snapshot's files into a new folder"
+    help = "restore a snapshot's files (by id, id prefix or name) into a new folder"
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("snapshot")
@@ -50,4 +75,4 @@ class MaterializeCommand(Command):
         emit(args, {"root": str(root), "tree": tree}, f"restored into {root} (tree {tree})")
 
 
-COMMANDS: tuple[Command, ...] = (SnapshotCommand(), MaterializeCommand())
+COMMANDS: tuple[Command, ...] = (SnapshotCommand(), SnapshotNameCommand(), MaterializeCommand())
