@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import signal
 import sqlite3
 import stat
@@ -75,6 +76,7 @@ USER_RULES_NAME = "risk-rules.json"  # in the data folder: the user's rules, rep
 GATE_IN_SANDBOX = "/cairn/tools/approval-gate.py"
 REQUESTS_FOLDER = "requests"
 EXEC_TOOL = "exec"  # the tool name of the supervisor's requests: one program start
+TOOL_CALL_COVERS_S = 600.0  # an approved tool call covers the programs it starts for this long
 TIMEOUT_ENV = "CAIRN_APPROVAL_TIMEOUT"
 DEFAULT_TIMEOUT_S = 3600.0
 
@@ -703,9 +705,16 @@ class Judge:
             # verdict only decided that it asks), and a remembered rule lets it through.
             found = classify_exec(request.facts)
             verdict = Verdict(found.needs_approval, found.rule, found.reason)
+            details = exec_details(request.facts, found.what, run)
             if verdict.needs_approval and verdict.rule_id in policy.approved_rules:
                 verdict = Verdict(False, "remembered", f"{verdict.rule_id} remembered for the task")
-            details = exec_details(request.facts, found.what, run)
+            elif verdict.needs_approval:
+                covering = self._approved_tool_call(run, request.facts, found.what, now)
+                if covering is not None:
+                    # The person approved this very command as the agent's tool call a moment
+                    # ago: the program it starts is what they saw, not a second question.
+                    details["covered_by"] = covering.id
+                    verdict = Verdict(False, verdict.rule_id, f"approved as {covering.id}")
             if verdict.rule_id:
                 details["rule_reason"] = found.reason
             raw_command = describe(request.facts)
@@ -762,6 +771,24 @@ class Judge:
             ev.APPROVAL_REQUESTED, run.id, **self._event(made), tool=request.tool, cwd=request.cwd
         )
         return made
+
+    def _approved_tool_call(
+        self, run: Run, facts: ExecFacts, what: str, now: float
+    ) -> Approval | None:
+        """An agent tool call of this run a person approved within TOOL_CALL_COVERS_S whose
+        command holds this program start word for word (as written or as the rule read it)."""
+        texts = {t for t in (what, shlex.join(facts.argv), " ".join(facts.argv)) if t.strip()}
+        rows = self.store.query(
+            f"{_SELECT} WHERE a.run_id = ? AND a.state = ? AND a.decided_at >= ?",
+            (run.id, APPROVED, now - TOOL_CALL_COVERS_S),
+        )
+        for row in rows:
+            a = _approval(row)
+            if a.details.get("kind") == EXEC_TOOL:
+                continue
+            if any(t in a.command for t in texts):
+                return a
+        return None
 
     def _learn_secrets(self, task_id: str) -> None:
         """Learn the secret values granted to the task (once per process), to redact them. A task
@@ -973,11 +1000,12 @@ class Judge:
     def _write_decision_of(self, run: Run, a: Approval) -> None:
         allow = a.state in (APPROVED, AUTO_ALLOWED)
         if a.state == AUTO_ALLOWED:
-            why = (
-                "allowed by the task's remembered approvals"
-                if a.rule == "remembered"
-                else "allowed by Cairn's risk rules"
-            )
+            if a.details.get("covered_by"):
+                why = f"approved with the tool call {a.details['covered_by']}"
+            elif a.rule == "remembered":
+                why = "allowed by the task's remembered approvals"
+            else:
+                why = "allowed by Cairn's risk rules"
         elif a.state == TIMED_OUT:
             why = f"no decision within {(a.timeout_at or 0) - a.created_at:g} s"
         elif a.state == WITHDRAWN:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -133,3 +135,33 @@ def npm_install_global(prefix: Path, packages: list[str]) -> None:
         pytest.skip(
             f"npm installed {', '.join(packages)} without their platform packages (offline?)"
         )
+
+
+@contextlib.contextmanager
+def deciding_every_request(data_dir: Path, decision: str = "approve"):
+    """While inside, every approval request of the data folder is answered at once ("approve" or
+    "deny"), as a person clicking each card would; yields the approvals it decided."""
+    from core.app import Cairn
+    from core.errors import CairnError
+
+    decided: list = []
+    done = threading.Event()
+
+    def answer() -> None:
+        with Cairn(data_dir) as app:
+            while not done.is_set():
+                for a in app.approvals.pending():
+                    with contextlib.suppress(CairnError):
+                        if decision == "approve":
+                            decided.append(app.approvals.approve(a.id))
+                        else:
+                            decided.append(app.approvals.deny(a.id, reason="denied by the test"))
+                done.wait(0.1)
+
+    worker = threading.Thread(target=answer, daemon=True)
+    worker.start()
+    try:
+        yield decided
+    finally:
+        done.set()
+        worker.join(timeout=30)

@@ -15,7 +15,14 @@ from core.runs import output_of
 from core.store import Store
 from tests.support import as_json, cairnctl, cairnctl_argv, cairnctl_env, wait_for
 
-PUSH = "git push --force origin main; touch pushed.marker"
+# A repository in /tmp and a bare remote in the workspace: the push's evidence is the remote's ref.
+REPO = (
+    "cd /tmp && git init -q r && cd r && "
+    "git -c user.email=a@b -c user.name=a commit -q --allow-empty -m one && "
+    "git init -q --bare /workspace/remote.git"
+)
+PUSH_ARGV = ["git", "push", "--force", "/workspace/remote.git", "HEAD:refs/heads/main"]
+PUSH = f"{REPO} && {' '.join(PUSH_ARGV)} || echo refused > /workspace/refused.txt"
 
 pytestmark = pytest.mark.docker
 
@@ -24,8 +31,8 @@ def listed(data: Path, *extra: str) -> list[dict]:
     return as_json(cairnctl(data, "approvals", "--json", *extra))["approvals"]
 
 
-def waiting_for(data: Path, command: str) -> dict | None:
-    return next((a for a in listed(data) if a["command"] == command), None)
+def waiting_for(data: Path, argv: list[str]) -> dict | None:
+    return next((a for a in listed(data) if a["details"].get("argv") == argv), None)
 
 
 def run_steps(data: Path, task_id: str, *steps: str) -> dict:
@@ -39,7 +46,11 @@ def run_state(data: Path, run_id: str) -> str:
     return Store(data / "cairn.db").get_run(run_id).state
 
 
-def test_a_risky_step_waits_across_observers_and_a_denial_refuses_it(task):
+def pushed(ws: Path) -> bool:
+    return (ws / "remote.git" / "refs" / "heads" / "main").exists()
+
+
+def test_a_risky_program_waits_across_observers_and_a_denial_refuses_only_it(task):
     data, task_id, ws = task
     run = run_steps(data, task_id, "echo safe > a.txt", PUSH, "echo after > b.txt")
     observer = subprocess.Popen(
@@ -49,43 +60,48 @@ def test_a_risky_step_waits_across_observers_and_a_denial_refuses_it(task):
         stderr=subprocess.DEVNULL,
     )
     try:
-        pending = wait_for(lambda: waiting_for(data, PUSH), what="the push to wait for approval")
+        pending = wait_for(lambda: waiting_for(data, PUSH_ARGV), what="the push to wait")
         assert pending["rule"] == "git-force-push" and "force-push" in pending["reason"]
         assert pending["task_id"] == task_id and pending["state"] == "pending"
-        assert (ws / "a.txt").read_text() == "safe\n"  # the first step was allowed at once
+        details = pending["details"]
+        assert details["program"] == "/usr/bin/git" and details["cwd"] == "/tmp/r"
+        assert details["script"] == {
+            "step": 1,
+            "commands": ["echo safe > a.txt", PUSH, "echo after > b.txt"],
+        }
+        assert (ws / "a.txt").read_text() == "safe\n"  # allowed at once, inside the sandbox
         wait_for(lambda: run_state(data, run["run_id"]) == "waiting_approval", what="the state")
     finally:
         observer.kill()  # the observer goes away without any clean-up
         observer.wait()
 
     # A new process still lists the request: the mailbox files are the truth.
-    again = waiting_for(data, PUSH)
+    again = waiting_for(data, PUSH_ARGV)
     assert again is not None and again["id"] == pending["id"] and again["waiting_s"] > 0
-    first = [a for a in listed(data, "--all") if a["command"] == "echo safe > a.txt"]
-    assert [(a["state"], a["auto"]) for a in first] == [("auto-allowed", True)]
     time.sleep(1)
-    assert not (ws / "pushed.marker").exists()
+    assert not pushed(ws)
 
-    cairnctl(data, "deny", pending["id"])
+    cairnctl(data, "deny", pending["id"], "--reason", "not today")
     res = as_json(cairnctl(data, "follow", task_id, "--json"))
-    assert (res["state"], res["exit_code"]) == ("failed", 126), res
-    assert not (ws / "pushed.marker").exists() and not (ws / "b.txt").exists()
+    # The denied program never ran; the script saw an ordinary failure and went on.
+    assert res["state"] == "succeeded", res
+    assert not pushed(ws) and (ws / "refused.txt").exists() and (ws / "b.txt").exists()
     assert "denied" in output_of(Store(data / "cairn.db"), run["run_id"])
     (decided,) = [a for a in listed(data, "--all") if a["id"] == pending["id"]]
     assert decided["state"] == "denied" and decided["decided_by"]
+    assert decided["details"]["note"] == "not today"
     assert listed(data) == []
 
 
-def test_an_approved_risky_step_runs(task):
+def test_an_approved_risky_program_runs(task):
     data, task_id, ws = task
-    step = "git push --force origin main || true; touch pushed.marker"
-    run_steps(data, task_id, step)
-    pending = wait_for(lambda: waiting_for(data, step), what="the push to wait for approval")
+    run_steps(data, task_id, PUSH)
+    pending = wait_for(lambda: waiting_for(data, PUSH_ARGV), what="the push to wait")
     approved = as_json(cairnctl(data, "approve", pending["id"], "--json"))
     assert approved["state"] == "approved"
     res = as_json(cairnctl(data, "follow", task_id, "--json"))
     assert res["state"] == "succeeded", res
-    assert (ws / "pushed.marker").exists()  # approval let the command run
+    assert pushed(ws) and not (ws / "refused.txt").exists()  # approval let the push run
 
 
 def test_the_sandbox_cannot_write_a_decision(task):
@@ -102,6 +118,5 @@ def test_the_sandbox_cannot_write_a_decision(task):
         data.resolve(), Store(data / "cairn.db").get_task(task_id).workspace_id
     )
     assert not (decisions / "x").exists()
-    assert [p.name for p in decisions.iterdir()] == [
-        Store(data / "cairn.db").runs_of([task_id])[-1].exec_id
-    ]  # only Cairn's own folder of decisions
+    ours = {".rules", Store(data / "cairn.db").runs_of([task_id])[-1].exec_id}
+    assert {p.name for p in decisions.iterdir()} <= ours  # only Cairn's own folders

@@ -20,6 +20,7 @@ from core.errors import CairnError
 from core.models import Run
 from core.sandboxes import SandboxManager
 from core.workspaces import protect_git, set_git_config
+from tests.support import deciding_every_request
 
 pytestmark = pytest.mark.docker
 
@@ -100,9 +101,10 @@ def _markers(ws: Path) -> list[str]:
 
 @pytest.fixture
 def cairn(task):
+    """Every request approved at once: construction alone must hold."""
     data, _, _ = task
-    with Cairn(data) as app:
-        app.approvals.set_risk_rules(NO_RULES)  # nothing is asked: construction alone holds
+    with Cairn(data) as app, deciding_every_request(data, "approve"):
+        app.approvals.set_risk_rules(NO_RULES)
         yield app
 
 
