@@ -151,7 +151,7 @@ class NewTaskDialog(QDialog):
         self.ok_button = self.buttons.button(QDialogButtonBox.StandardButton.Ok)
         self.ok_button.setText("Create Tasks" if many else "Create Task")
         # One step from a folder to a running task, as Continue and Fork already are.
-        self.start_button = QPushButton("Create and Start All" if many else "Create and Start")
+        self.start_button = QPushButton("Create and &Start All" if many else "Create and &Start")
         self.start_button.setObjectName("createAndStart")
         # Connected before the box's own handler, which accepts the dialog.
         self.start_button.clicked.connect(self._create_and_start)

@@ -6,6 +6,7 @@ and the panel shows that. Renaming uses a plain input dialog.
 
 from __future__ import annotations
 
+from gui.dialogs.task import submit_on_ctrl_enter
 from gui.lineage.data import TaskRow
 from gui.qt import QDialog, QDialogButtonBox, QLabel, QPlainTextEdit, QVBoxLayout, QWidget
 
@@ -34,6 +35,7 @@ class InstructionsDialog(QDialog):
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
         layout.addWidget(self.buttons)
+        submit_on_ctrl_enter(self, self.ok_button)
         self.edit.textChanged.connect(self._update_ok)
         self._update_ok()
         self.resize(520, 300)

@@ -530,7 +530,7 @@ class LineagePanel(QWidget):
             self,
         )
         box.setObjectName("confirmDelete")
-        delete = box.addButton("Delete", QMessageBox.ButtonRole.DestructiveRole)
+        delete = box.addButton("&Delete", QMessageBox.ButtonRole.DestructiveRole)
         box.setDefaultButton(QMessageBox.StandardButton.Cancel)
         cairn, task_id = self.context.cairn, plan.task_id
 

@@ -95,7 +95,7 @@ def test_rename_with_f2_edit_and_delete_from_the_tree(qtbot, window, cairn, repo
     qtbot.waitUntil(lambda: isinstance(getattr(window.lineage, "confirm_box", None), QMessageBox))
     confirm = window.lineage.confirm_box
     assert root in confirm.text()  # says exactly what goes
-    delete = next(b for b in confirm.buttons() if b.text() == "Delete")
+    delete = next(b for b in confirm.buttons() if b.text().replace("&", "") == "Delete")
     delete.click()
     qtbot.waitUntil(lambda: cairn.tasks.all() == [], timeout=10_000)
     qtbot.waitUntil(lambda: window.lineage.model.task_node(task_id) is None, timeout=10_000)
