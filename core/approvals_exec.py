@@ -470,13 +470,28 @@ def is_force_push(git: GitCommand) -> bool:
 HOOK_KEYS = ("core.hookspath", "core.fsmonitor", "core.sshcommand")
 
 
+def _turns_off(key: str, value: str) -> bool:
+    """A setting that runs nothing: hooks from /dev/null, no fsmonitor (tools such as agents run
+    git this way to keep a repository's code from running)."""
+    value = value.strip()
+    if key == "core.hookspath":
+        return value == "/dev/null"
+    if key == "core.fsmonitor":
+        return value.lower() in ("", "false", "no", "off", "0")
+    return False
+
+
 def git_hook_settings(git: GitCommand, facts: ExecFacts) -> list[str]:
     """Settings that make git run a program of the run's choosing (hooks path, fsmonitor, ssh
     command, templates): set for this command (`-c`, GIT_CONFIG_*, an alias) or written by it."""
     files: dict[str, str] = {}
     for text in facts.git_config.values():
         files.update(parse_git_config(text))
-    found = [k for k in HOOK_KEYS if k in git.config and git.config[k] != files.get(k)]
+    found = [
+        k
+        for k in HOOK_KEYS
+        if k in git.config and git.config[k] != files.get(k) and not _turns_off(k, git.config[k])
+    ]
     if git.subcommand == "config":
         found += [config_key(a) for a in git.args if config_key(a) in HOOK_KEYS][:1]
     if git.subcommand in ("init", "clone") and (
