@@ -1011,7 +1011,10 @@ class Judge:
         elif a.state == WITHDRAWN:
             why = "the run moved on before a decision"
         else:
-            why = f"{a.state} by {a.decided_by}"
+            # The same words the deciding process writes (another process may repair its file
+            # first): the deny reason goes back to the run either way.
+            note = a.details.get("note")
+            why = f"{a.state} by {a.decided_by}" + (f": {note}" if note else "")
         self._write_decision(
             run,
             a.id,
