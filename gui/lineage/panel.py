@@ -376,6 +376,9 @@ class LineagePanel(QWidget):
             pos = self.tree.visualRect(index).bottomLeft()
         task_id = index.data(ROLE_TASK_ID) if index.isValid() else None
         if task_id:
+            previous = getattr(self, "context_menu", None)
+            if previous is not None:  # the actions are shared; the menu around them is not
+                previous.deleteLater()
             self.context_menu = self.context_menu_for(task_id)
             self.context_menu.popup(self.tree.viewport().mapToGlobal(pos))
 

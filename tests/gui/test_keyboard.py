@@ -143,3 +143,17 @@ def test_the_focus_ring_is_drawn_in_the_highlight_colour(qtbot, window, cairn, r
     button.setFocus(Qt.FocusReason.TabFocusReason)
     qtbot.waitUntil(button.hasFocus)
     assert ring_pixels() > button.width()  # the top and bottom edges at least
+
+
+def test_the_menu_key_opens_the_context_menu_of_the_current_row(qtbot, window, cairn, repo):
+    from gui.qt import QPoint
+
+    task_id = _shown_task(qtbot, window, cairn, repo, instructions="true")
+    tree = window.lineage.tree
+    # The keyboard's menu request comes with a point that may be on no row: the current one.
+    tree.customContextMenuRequested.emit(QPoint(-5, -5))
+    menu = window.lineage.context_menu
+    qtbot.waitUntil(menu.isVisible)
+    assert window.lineage.selected_task() == task_id
+    assert window.task_view.buttons[START] in menu.actions()
+    menu.close()
