@@ -1,32 +1,30 @@
-"""The Approvals tab: the queue of commands runs asked permission for, one card each, with
-Approve, Deny and "remember for this task".
+"""The Approvals tab: the queue of commands runs asked permission for, one card each
+(gui.approvals.card), with Approve, Deny with a reason, and Remember; under it the recent
+decisions (gui.approvals.history), folded or open as the person left them.
 
 Owns showing the queue and sending decisions through the facade's judge
-(`approvals.approve(id, remember=...)`, `approvals.deny(id)`). The queue (gui.approvals.data) is
-loaded again on `approval.requested` / `approval.decided` events and every few seconds, which
-also lets the judge answer what its rules can and apply timeouts. Notifying the user and the
-tab's badge belong to the main window, which listens to `sig_count_changed` and `sig_arrived`.
+(`approvals.approve(id, remember=...)`, `approvals.deny(id, reason=...)`). The queue and the
+history (gui.approvals.data) are loaded in one job again on `approval.requested` /
+`approval.decided` events and every few seconds, which also lets the judge answer what its rules
+can and apply timeouts. Notifying the user and the tab's badge belong to the main window, which
+listens to `sig_count_changed` and `sig_arrived`.
 """
 
 from __future__ import annotations
 
-import html
 import time
 from typing import TYPE_CHECKING, Any
 
 from core import events as ev
 from core.events import Event
-from gui.approvals.data import PendingApproval, PendingQueue, load_pending, waited
-from gui.icons import icon
+from gui.approvals.card import ApprovalCard
+from gui.approvals.data import PendingApproval, PendingQueue, load_pending
+from gui.approvals.history import DecisionHistory
 from gui.jobs import JobFailure
 from gui.qt import (
-    QCheckBox,
-    QFontDatabase,
     QFrame,
-    QHBoxLayout,
     QLabel,
     QMessageBox,
-    QPushButton,
     QScrollArea,
     Qt,
     QTimer,
@@ -41,100 +39,9 @@ if TYPE_CHECKING:
 EMPTY_TEXT = "No commands are waiting for approval."
 LOAD_KEY = "approvals"
 POLL_MS = 3000
+HISTORY_OPEN_KEY = "approvals/history_open"
 
-
-class ApprovalCard(QFrame):
-    """One request. A approves, D denies, R toggles "remember for this task" (when focused)."""
-
-    sig_approve = Signal(str, bool)
-    """Approve the request (id, remember for this task)."""
-
-    sig_deny = Signal(str)
-    """Deny the request (id)."""
-
-    def __init__(self, approval: PendingApproval, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.approval = approval
-        self.setObjectName("approvalCard")
-        self.setFrameShape(QFrame.Shape.StyledPanel)
-        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
-        self.setToolTip("A: approve · D: deny · R: remember for this task")
-        layout = QVBoxLayout(self)
-        task = approval.task_title or approval.task_id or "a task"
-        head = QLabel(
-            f"<b>{html.escape(task)}</b>"
-            + (f" · run {approval.run_id}" if approval.run_id else ""),
-            self,
-        )
-        layout.addWidget(head)
-        self.command_label = QLabel(approval.command, self)
-        self.command_label.setObjectName("approvalCommand")
-        # The exact command, whatever it holds: never taken for rich text (`echo <b>`).
-        self.command_label.setTextFormat(Qt.TextFormat.PlainText)
-        self.command_label.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
-        self.command_label.setWordWrap(True)
-        self.command_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        layout.addWidget(self.command_label)
-        why = approval.reason or "no reason given"
-        rule = f"rule {approval.rule}: " if approval.rule else ""
-        self.why_label = QLabel(f"{html.escape(rule)}{html.escape(why)}", self)
-        self.why_label.setWordWrap(True)
-        layout.addWidget(self.why_label)
-        row = QHBoxLayout()
-        self.waiting_label = QLabel(self)
-        self.waiting_label.setEnabled(False)
-        row.addWidget(self.waiting_label)
-        row.addStretch(1)
-        self.remember = QCheckBox("&Remember for this task", self)
-        row.addWidget(self.remember)
-        self.approve_button = QPushButton(icon("approve"), "Approve", self)
-        self.approve_button.setObjectName("approveButton")
-        self.approve_button.setToolTip("Approve this command (A)")
-        self.approve_button.clicked.connect(self.approve)
-        self.deny_button = QPushButton(icon("deny"), "Deny", self)
-        self.deny_button.setObjectName("denyButton")
-        self.deny_button.setToolTip("Deny this command (D)")
-        self.deny_button.clicked.connect(self.deny)
-        row.addWidget(self.approve_button)
-        row.addWidget(self.deny_button)
-        layout.addLayout(row)
-        self.update_waiting()
-
-    def update_waiting(self, now: float | None = None) -> None:
-        if self.approval.requested_at is None:
-            self.waiting_label.setText("waiting")
-            return
-        self.waiting_label.setText(waited((now or time.time()) - self.approval.requested_at))
-
-    def set_pending(self, pending: bool) -> None:
-        """While a decision is being sent, the card cannot send another."""
-        for widget in (self.approve_button, self.deny_button, self.remember):
-            widget.setEnabled(not pending)
-
-    def approve(self) -> None:
-        if self.approve_button.isEnabled():
-            self.sig_approve.emit(self.approval.id, self.remember.isChecked())
-
-    def deny(self) -> None:
-        if self.deny_button.isEnabled():
-            self.sig_deny.emit(self.approval.id)
-
-    def keyPressEvent(self, event) -> None:
-        key = event.key()
-        plain = event.modifiers() in (
-            Qt.KeyboardModifier.NoModifier,
-            Qt.KeyboardModifier.KeypadModifier,
-        )
-        if not plain:
-            super().keyPressEvent(event)
-        elif key == Qt.Key.Key_A:
-            self.approve()
-        elif key == Qt.Key.Key_D:
-            self.deny()
-        elif key == Qt.Key.Key_R:
-            self.remember.toggle()
-        else:
-            super().keyPressEvent(event)
+__all__ = ["ApprovalCard", "ApprovalsPanel"]
 
 
 class ApprovalsPanel(QWidget):
@@ -169,8 +76,12 @@ class ApprovalsPanel(QWidget):
         self.cards_layout = QVBoxLayout(holder)
         self.cards_layout.addStretch(1)
         self.scroll_area.setWidget(holder)
-        layout.addWidget(self.scroll_area, 1)
+        layout.addWidget(self.scroll_area, 2)
         self.scroll_area.hide()
+        open_ = context.settings.value(HISTORY_OPEN_KEY, True, type=bool)
+        self.history = DecisionHistory(self, open_=bool(open_))
+        self.history.sig_toggled.connect(self._history_toggled)
+        layout.addWidget(self.history, 1)
         self._clock = QTimer(self)
         self._clock.setInterval(1000)
         self._clock.timeout.connect(self._tick)
@@ -203,6 +114,7 @@ class ApprovalsPanel(QWidget):
             return
         cairn = self.context.cairn
         known = dict(self._titles)  # a copy: the job never reads what the GUI thread changes
+        history = self.history.is_open  # a folded history is not read
 
         self._loading = True
 
@@ -213,7 +125,7 @@ class ApprovalsPanel(QWidget):
                 self.reload()
 
         self.context.jobs.job(
-            lambda: load_pending(cairn, known),
+            lambda: load_pending(cairn, known, history=history),
             key=LOAD_KEY,
             write=True,
             what="load the approvals",
@@ -222,7 +134,14 @@ class ApprovalsPanel(QWidget):
 
     def _loaded(self, queue: PendingQueue) -> None:
         self._titles.update(queue.titles)
+        if queue.history is not None:
+            self.history.set_decisions(queue.history)
         self._show(queue.approvals)
+
+    def _history_toggled(self, open_: bool) -> None:
+        self.context.settings.setValue(HISTORY_OPEN_KEY, open_)
+        if open_:
+            self.reload()  # it was not read while folded
 
     def _on_event(self, event: Event) -> None:
         if event.kind in (ev.APPROVAL_REQUESTED, ev.APPROVAL_DECIDED):
@@ -282,17 +201,30 @@ class ApprovalsPanel(QWidget):
 
     def approve(self, approval_id: str, remember: bool = False) -> None:
         cairn = self.context.cairn
+        card = self.cards.get(approval_id)
+        kept = ""
+        if remember and card is not None:
+            what = card.approval
+            kept = (
+                f" (rule {what.rule} remembered for the task)"
+                if what.program is not None
+                else " (this exact command remembered for the task)"
+            )
         self._decide(
             approval_id,
             lambda: cairn.approvals.approve(approval_id, remember=remember),
             "approve the command",
-            "Approved" + (" (remembered for the task)" if remember else ""),
+            "Approved" + kept,
         )
 
-    def deny(self, approval_id: str) -> None:
+    def deny(self, approval_id: str, reason: str = "") -> None:
         cairn = self.context.cairn
+        sent = reason.strip() or None
         self._decide(
-            approval_id, lambda: cairn.approvals.deny(approval_id), "deny the command", "Denied"
+            approval_id,
+            lambda: cairn.approvals.deny(approval_id, reason=sent),
+            "deny the command",
+            "Denied" + (" (reason sent to the run)" if sent else ""),
         )
 
     def _decide(self, approval_id: str, work, what: str, done: str) -> None:

@@ -29,12 +29,19 @@ class FakeApprovals:
         self.decisions = []
         self.fail_next = None
         self.lock = threading.Lock()
-        self.approvals = SimpleNamespace(pending=self.pending, approve=self.approve, deny=self.deny)
+        self.notes = {}
+        self.approvals = SimpleNamespace(
+            pending=self.pending, list=self.list, approve=self.approve, deny=self.deny
+        )
         self.tasks = SimpleNamespace(get=self.task)
 
     def pending(self):
         with self.lock:
             return [item for item in self.items.values() if item.state == "pending"]
+
+    def list(self, pending_only=True):
+        with self.lock:
+            return [i for i in self.items.values() if i.state == "pending" or not pending_only]
 
     def task(self, task_id):
         return SimpleNamespace(id=task_id, title=f"Task {task_id.removeprefix('t_')}")
@@ -42,16 +49,19 @@ class FakeApprovals:
     def approve(self, approval_id, remember=False):
         self._decide(approval_id, "approved", remember)
 
-    def deny(self, approval_id):
-        self._decide(approval_id, "denied", False)
+    def deny(self, approval_id, reason=None):
+        self.notes[approval_id] = reason
+        self._decide(approval_id, "denied", False, reason)
 
-    def _decide(self, approval_id, state, remember):
+    def _decide(self, approval_id, state, remember, note=None):
         if self.fail_next:
             error, self.fail_next = self.fail_next, None
             raise error
         with self.lock:
+            item = self.items[approval_id]
+            details = {**item.details, "note": note} if note else item.details
             item = self.items[approval_id] = dataclasses.replace(
-                self.items[approval_id], state=state
+                item, state=state, decided_by="ana", decided_at=time.time(), details=details
             )
             self.decisions.append((approval_id, state, remember))
         self.events.publish("approval.decided", approval_id, state=state, task_id=item.task_id)
