@@ -1,6 +1,7 @@
 """Housekeeping: how much disk the data folder uses, and giving back what nothing needs any more.
 
-Owns measuring the data folder, planning a cleanup (the files of archived workspaces, vault
+Owns measuring the data folder (by category, and each workspace's share with the tasks that use
+it), planning a cleanup (the files of archived workspaces, their stopped sandbox containers, vault
 objects that nothing reaches, leftovers of an interrupted cleanup) and carrying a plan out, and
 moving a task's workspace into and out of the archived state. Rows are the store's, objects the
 vault's, the lifecycle table the workspaces module's.
@@ -67,6 +68,21 @@ _DATABASE = ("cairn.db", "cairn.db-wal", "cairn.db-shm", "cairn.db-journal")
 KIND_LEFTOVER = "leftover"
 KIND_WORKSPACE = "archived_workspace"
 KIND_OBJECTS = "vault_objects"
+KIND_CONTAINER = "sandbox_container"
+
+# A sandbox container in one of these states runs nothing and may be removed for an archived
+# workspace (the backend's words; anything else, running or paused included, is left alone).
+STOPPED_CONTAINER_STATES = ("exited", "created", "dead")
+
+# What of the data folder belongs to one workspace: top-level folder → how its entries are named.
+_SHARE_PARTS = {
+    "workspaces": "files",
+    "runs": "runs",
+    "homes": "home",
+    "approvals": "other",
+    "egress": "other",
+    "cache": "other",
+}
 
 
 def disk_bytes(st: os.stat_result) -> int:
@@ -78,15 +94,42 @@ def disk_bytes(st: os.stat_result) -> int:
 
 
 @dataclass(frozen=True)
+class Share:
+    """What one workspace holds of the data folder (its files, run logs, engine home, and the
+    rest: approvals, proxy folder, stat cache), and the tasks that use it: a Continue child
+    shares its parent's workspace. The vault is every task's of a source folder, so it is in no
+    share."""
+
+    workspace_id: str
+    state: str
+    task_ids: tuple[str, ...]
+    titles: tuple[str, ...]
+    bytes: int
+    parts: dict[str, int]
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["task_ids"], data["titles"] = list(self.task_ids), list(self.titles)
+        return data
+
+
+@dataclass(frozen=True)
 class Usage:
-    """The data folder's disk use: the total and one figure per category (CATEGORIES)."""
+    """The data folder's disk use: the total, one figure per category (CATEGORIES) and each
+    workspace's share, largest first."""
 
     root: str
     total: int
     parts: dict[str, int]
+    shares: tuple[Share, ...] = ()
 
     def to_json(self) -> dict:
-        return {"root": self.root, "total": self.total, "parts": dict(self.parts)}
+        return {
+            "root": self.root,
+            "total": self.total,
+            "parts": dict(self.parts),
+            "shares": [s.to_json() for s in self.shares],
+        }
 
 
 @dataclass(frozen=True)
@@ -208,6 +251,7 @@ def data_usage(ctx: Context) -> Usage:
     root = ctx.data.root
     parts = dict.fromkeys(CATEGORIES, 0)
     seen: set[tuple[int, int]] = set()
+    owned: dict[tuple[str, str], int] = {}  # (top-level folder, its entry) → bytes
     try:
         names = os.listdir(root)
         parts["other"] += disk_bytes(os.lstat(root))
@@ -215,14 +259,56 @@ def data_usage(ctx: Context) -> Usage:
         raise CairnError(f"cannot read the data folder {root}: {exc.strerror}") from exc
     for name in sorted(names, key=lambda n: (CATEGORIES.index(_category(n)), n)):
         category = _category(name)
-        for _path, st in _walk(root / name):
+        top = os.fspath(root / name)
+        shared = name in _SHARE_PARTS
+        for path, st in _walk(top):
             if not stat.S_ISDIR(st.st_mode) and st.st_nlink > 1:
                 key = (st.st_dev, st.st_ino)
                 if key in seen:
                     continue
                 seen.add(key)
-            parts[category] += disk_bytes(st)
-    return Usage(str(root), sum(parts.values()), parts)
+            size = disk_bytes(st)
+            parts[category] += size
+            if shared and len(path) > len(top):
+                entry = path[len(top) + 1 :].split(os.sep, 1)[0]
+                owned[(name, entry)] = owned.get((name, entry), 0) + size
+    return Usage(str(root), sum(parts.values()), parts, _shares(ctx, owned))
+
+
+def _shares(ctx: Context, owned: dict[tuple[str, str], int]) -> tuple[Share, ...]:
+    """Each workspace's bytes from `owned`: workspaces/, runs/, approvals/ and cache/ entries
+    are named by the workspace, homes/ and egress/ entries by its sandbox sessions."""
+    workspaces_by_id = {ws.id: ws for ws in ctx.store.list_workspaces()}
+    of_session = {rec.id: rec.workspace_id for rec in ctx.store.list_sessions()}
+    tasks: dict[str, list[Task]] = {}
+    for task in ctx.store.list_tasks():
+        if task.workspace_id:
+            tasks.setdefault(task.workspace_id, []).append(task)
+    figures: dict[str, dict[str, int]] = {}
+    for (folder, entry), size in owned.items():
+        if folder in ("homes", "egress"):
+            ws_id = of_session.get(entry)
+        elif folder == "cache":
+            ws_id = entry.removesuffix(".stat")
+        else:
+            ws_id = entry
+        if ws_id not in workspaces_by_id:
+            continue
+        part = _SHARE_PARTS[folder]
+        ws_parts = figures.setdefault(ws_id, dict.fromkeys(("files", "runs", "home", "other"), 0))
+        ws_parts[part] += size
+    shares = [
+        Share(
+            ws_id,
+            workspaces_by_id[ws_id].state,
+            tuple(t.id for t in tasks.get(ws_id, [])),
+            tuple(t.title for t in tasks.get(ws_id, [])),
+            sum(ws_parts.values()),
+            ws_parts,
+        )
+        for ws_id, ws_parts in figures.items()
+    ]
+    return tuple(sorted(shares, key=lambda s: (-s.bytes, s.workspace_id)))
 
 
 class _Ledger:
@@ -826,8 +912,15 @@ def _stat_cache(ctx: Context, workspace_id: str) -> Path:
     return ctx.data.cache_root / f"{workspace_id}.stat"
 
 
-def plan(ctx: Context, *, grace_seconds: float = GRACE_SECONDS, now: float | None = None) -> Plan:
-    """What a cleanup would remove now and the disk each item frees. Reads only."""
+def plan(
+    ctx: Context,
+    *,
+    grace_seconds: float = GRACE_SECONDS,
+    now: float | None = None,
+    sandboxes: Sandboxes | None = None,
+) -> Plan:
+    """What a cleanup would remove now and the disk each item frees. Reads only. Without
+    `sandboxes`, sandbox containers are not looked at."""
     now = time.time() if now is None else now
     usage = data_usage(ctx)
     ledger = _Ledger()
@@ -881,6 +974,9 @@ def plan(ctx: Context, *, grace_seconds: float = GRACE_SECONDS, now: float | Non
             )
         )
 
+    if sandboxes is not None:
+        items += _stopped_containers(ctx, sandboxes, titles, notes)
+
     for source in ctx.store.list_sources():
         try:
             vault = ctx.vault_for(source.id)
@@ -912,10 +1008,51 @@ def plan(ctx: Context, *, grace_seconds: float = GRACE_SECONDS, now: float | Non
     return Plan(tuple(items), usage, tuple(notes), grace_seconds, now)
 
 
+def _stopped_containers(
+    ctx: Context, sandboxes: Sandboxes, titles: dict[str, list[str]], notes: list[str]
+) -> list[PlanItem]:
+    """The sandbox containers of archived workspaces that run nothing (an archived task's
+    sandbox is stopped by construction: archiving refuses one that is up). Docker keeps their
+    writable layer; un-archiving and running again makes the next generation."""
+    archived = {
+        ws.id: ws for ws in ctx.store.list_workspaces(states=(WorkspaceState.ARCHIVED.value,))
+    }
+    if not archived:
+        return []
+    try:
+        found = sandboxes.get().backend.list_sessions()
+    except CairnError as exc:
+        notes.append(f"sandbox containers are left alone: the sandbox backend said: {exc}")
+        return []
+    items = []
+    for summary in found:
+        ws = archived.get(summary.workspace_id or "")
+        if ws is None or summary.status not in STOPPED_CONTAINER_STATES:
+            continue
+        names = tuple(titles.get(ws.id, ()))
+        who = ", ".join(f"“{t}”" for t in names) or "no task"
+        items.append(
+            PlanItem(
+                KIND_CONTAINER,
+                f"{summary.status} sandbox container {summary.container_name} of archived "
+                f"workspace {ws.id} ({who})",
+                0,  # Docker's disk, not the data folder's
+                summary.container_id,
+                1,
+                workspace_id=ws.id,
+                task_titles=names,
+                source_id=summary.session_id,
+            )
+        )
+    return items
+
+
 # -- cleaning ----------------------------------------------------------------------------------
 
 
-def clean(ctx: Context, the_plan: Plan, *, now: float | None = None) -> Result:
+def clean(
+    ctx: Context, the_plan: Plan, *, now: float | None = None, sandboxes: Sandboxes | None = None
+) -> Result:
     """Carry out `the_plan`, item by item in its order, re-checking each under the locks that
     matter; an item that no longer qualifies is skipped with the reason.
 
@@ -946,6 +1083,8 @@ def clean(ctx: Context, the_plan: Plan, *, now: float | None = None) -> Result:
                 reason = _clean_workspace(ctx, item, result)
             elif item.kind == KIND_OBJECTS:
                 reason = _clean_objects(ctx, item, result, cutoff)
+            elif item.kind == KIND_CONTAINER:
+                reason = _clean_container(ctx, sandboxes, item)
             else:
                 reason = f"unknown kind of item {item.kind!r}"
         except (CairnError, OSError) as exc:
@@ -963,6 +1102,43 @@ def clean(ctx: Context, the_plan: Plan, *, now: float | None = None) -> Result:
             skipped=len(result.skipped),
         )
     return result
+
+
+def _clean_container(ctx: Context, sandboxes: Sandboxes | None, item: PlanItem) -> str | None:
+    """Remove an archived workspace's stopped container, checked again first: the workspace
+    still archived with no run in flight, the container still there and still stopped. Its
+    session record then says "gone" and its network proxy is stopped."""
+    assert item.workspace_id
+    if sandboxes is None:
+        return "the sandbox backend was not asked"
+    try:
+        ws = ctx.store.get_workspace(item.workspace_id)
+    except NotFound:
+        return f"workspace {item.workspace_id} no longer exists"
+    if ws.state != WorkspaceState.ARCHIVED.value:
+        return f"workspace {ws.id} is {ws.state} now, no longer archived"
+    run = _in_flight_run(ctx, ws.id)
+    if run:
+        return f"workspace {ws.id} has run {run} in flight"
+    manager = sandboxes.get()
+    summary = next(
+        (s for s in manager.backend.list_sessions() if s.container_id == item.path), None
+    )
+    if summary is None:
+        return "the container is gone already"
+    if summary.status not in STOPPED_CONTAINER_STATES:
+        return f"the container is {summary.status} now"
+    manager.backend.remove(item.path)
+    for record in ctx.store.list_sessions():
+        if record.container_id == item.path:
+            ctx.store.update_session(record.id, status="gone")
+            socket = manager.egress_paths(record.id).socket
+            try:
+                if egress.running_pid(socket):
+                    egress.stop(socket)
+            except (CairnError, OSError):
+                pass  # a proxy left running serves nothing: its sandbox is gone
+    return None
 
 
 def _clean_leftover(ctx: Context, item: PlanItem, result: Result) -> str | None:
@@ -1189,9 +1365,10 @@ class Housekeeping:
         return data_usage(self.ctx)
 
     def plan(self, *, grace_seconds: float = GRACE_SECONDS, now: float | None = None) -> Plan:
-        """What a cleanup would remove now and the disk it frees."""
-        return plan(self.ctx, grace_seconds=grace_seconds, now=now)
+        """What a cleanup would remove now and the disk it frees (and the stopped sandbox
+        containers of archived workspaces it removes)."""
+        return plan(self.ctx, grace_seconds=grace_seconds, now=now, sandboxes=self._sandboxes)
 
     def clean(self, the_plan: Plan, *, now: float | None = None) -> Result:
         """Carry out a plan, re-checking each item."""
-        return clean(self.ctx, the_plan, now=now)
+        return clean(self.ctx, the_plan, now=now, sandboxes=self._sandboxes)

@@ -1,5 +1,6 @@
-"""The Housekeeping dialog: how much disk Cairn's data folder uses, and a cleanup of what nothing
-needs any more (files of archived workspaces, unreachable vault objects).
+"""The Housekeeping dialog: how much disk Cairn's data folder uses and each task's share of it, and
+a cleanup of what nothing needs any more (files of archived workspaces, their stopped sandbox
+containers, unreachable vault objects).
 
 Owns showing the usage and the plan and asking before cleaning; measuring, planning and cleaning
 are core.housekeeping's, reached through the facade in jobs (the GUI thread never touches disk).
@@ -11,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from core import humanize
-from core.housekeeping import Plan, Result
+from core.housekeeping import KIND_CONTAINER, Plan, Result
 from gui.jobs import JobFailure
 from gui.qt import (
     QAbstractItemView,
@@ -46,7 +47,9 @@ _KIND_LABELS = {
     "archived_workspace": "Archived workspace",
     "vault_objects": "Unreachable objects",
     "leftover": "Leftover",
+    "sandbox_container": "Stopped sandbox",
 }
+SHARE_COLUMNS = ("Size", "Task", "Workspace", "Files", "Run logs", "Engine home")
 
 
 class HousekeepingDialog(QDialog):
@@ -78,6 +81,20 @@ class HousekeepingDialog(QDialog):
             form.addRow(f"{text}:", label)
         layout.addLayout(form)
 
+        layout.addWidget(QLabel("<b>By task</b> (a workspace's files, run logs and engine home)"))
+        self.shares_table = QTableWidget(0, len(SHARE_COLUMNS), self)
+        self.shares_table.setObjectName("housekeepingShares")
+        self.shares_table.setHorizontalHeaderLabels(list(SHARE_COLUMNS))
+        self.shares_table.verticalHeader().setVisible(False)
+        self.shares_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.shares_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        share_header = self.shares_table.horizontalHeader()
+        for column in range(len(SHARE_COLUMNS)):
+            share_header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
+        share_header.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
+        layout.addWidget(self.shares_table, 1)
+
+        layout.addWidget(QLabel("<b>Cleanup</b>"))
         self.items_table = QTableWidget(0, 3, self)
         self.items_table.setHorizontalHeaderLabels(["Frees", "Kind", "What"])
         self.items_table.verticalHeader().setVisible(False)
@@ -131,11 +148,17 @@ class HousekeepingDialog(QDialog):
         self.usage_label.setText(f"Data folder {usage.root}: {humanize.size(usage.total)}")
         for key, label in self.part_labels.items():
             label.setText(humanize.size(usage.parts.get(key, 0)))
+        self._show_shares(plan)
         self.items_table.setRowCount(len(plan.items))
         for row, item in enumerate(plan.items):
-            freed = QTableWidgetItem(humanize.size(item.bytes))
+            container = item.kind == KIND_CONTAINER
+            freed = QTableWidgetItem("Docker" if container else humanize.size(item.bytes))
             freed.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-            freed.setToolTip(f"{item.bytes:,} bytes")
+            freed.setToolTip(
+                "the container's disk is Docker's, outside the data folder"
+                if container
+                else f"{item.bytes:,} bytes"
+            )
             self.items_table.setItem(row, 0, freed)
             kind = QTableWidgetItem(_KIND_LABELS.get(item.kind, item.kind))
             self.items_table.setItem(row, 1, kind)
@@ -148,6 +171,35 @@ class HousekeepingDialog(QDialog):
             self.total_label.setText(f"Will free {humanize.size(plan.total)}")
         if plan.notes:
             self.total_label.setToolTip("\n".join(plan.notes))
+
+    def _show_shares(self, plan: Plan) -> None:
+        shares = plan.usage.shares
+        self.shares_table.setRowCount(len(shares))
+        total = plan.usage.total or 1
+        for row, share in enumerate(shares):
+            who = ", ".join(share.titles) or "(no task)"
+            cells = [
+                humanize.size(share.bytes),
+                who,
+                f"{share.workspace_id} ({share.state})",
+                humanize.size(share.parts.get("files", 0)),
+                humanize.size(share.parts.get("runs", 0)),
+                humanize.size(share.parts.get("home", 0)),
+            ]
+            for column, text in enumerate(cells):
+                cell = QTableWidgetItem(text)
+                if column != 1 and column != 2:
+                    cell.setTextAlignment(
+                        Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
+                    )
+                if column == 0:
+                    cell.setToolTip(
+                        f"{share.bytes:,} bytes, {100 * share.bytes / total:.0f} % of the data "
+                        "folder (the vault, shared by every task of a folder, is not in it)"
+                    )
+                if column == 1:
+                    cell.setToolTip(", ".join(share.task_ids))
+                self.shares_table.setItem(row, column, cell)
 
     # -- cleaning ----------------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
-"""The Housekeeping dialog on a real data folder: it shows the plan's figures, and "Clean up"
-frees what it said and refreshes the view."""
+"""The Housekeeping dialog on a real data folder: it shows the plan's figures and each task's
+share, and "Clean up" frees what it said and refreshes the view."""
 
 from __future__ import annotations
 
@@ -35,6 +35,12 @@ def test_dialog_shows_the_plan_and_cleans_up(qtbot, context, cairn, repo):
     assert dialog.items_table.item(0, 0).text() == humanize.size(plan.items[0].bytes)
     assert "Old experiment" in dialog.items_table.item(0, 2).text()
     assert dialog.clean_button.isEnabled()
+    shares = plan.usage.shares
+    assert dialog.shares_table.rowCount() == len(shares) == 2
+    assert dialog.shares_table.item(0, 1).text() == "Old experiment"  # the largest first
+    assert dialog.shares_table.item(0, 0).text() == humanize.size(shares[0].bytes)
+    assert dialog.shares_table.item(1, 1).text() == "Live task"
+    assert "% of the data folder" in dialog.shares_table.item(0, 0).toolTip()
 
     asked = []
     dialog.confirm = lambda text: asked.append(text) or False

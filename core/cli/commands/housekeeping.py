@@ -12,6 +12,7 @@ from core.app import Cairn
 from core.cli.command import Command
 from core.cli.output import emit, size
 from core.errors import CairnError
+from core.housekeeping import KIND_CONTAINER
 
 
 class ArchiveCommand(Command):
@@ -59,7 +60,11 @@ class UnarchiveCommand(Command):
 
 class HousekeepingCommand(Command):
     name = "housekeeping"
-    help = "show the data folder's disk use and what a cleanup would free; --yes cleans"
+    help = (
+        "show the data folder's disk use, each task's share and what a cleanup would free "
+        "(files of archived workspaces, their stopped sandbox containers, unreachable objects); "
+        "--yes cleans"
+    )
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         p.add_argument(
@@ -79,10 +84,18 @@ class HousekeepingCommand(Command):
             u = plan.usage
             lines = [f"data folder {u.root}: {size(u.total)}"]
             lines += [f"  {name:11} {size(n):>10}" for name, n in u.parts.items()]
+            if u.shares:
+                lines.append("by task (a workspace's files, run logs and engine home):")
+                lines += [
+                    f"  {size(s.bytes):>10}  {', '.join(s.titles) or '(no task)'}  "
+                    f"[{s.workspace_id}, {s.state}]"
+                    for s in u.shares
+                ]
             if plan.empty:
                 lines.append("nothing to clean up")
             for item in plan.items:
-                lines.append(f"{size(item.bytes):>10}  {item.description}")
+                frees = "(Docker)" if item.kind == KIND_CONTAINER else size(item.bytes)
+                lines.append(f"{frees:>10}  {item.description}")
             lines += [f"note: {n}" for n in plan.notes]
             if result is None:
                 if not plan.empty:
