@@ -1,0 +1,170 @@
+"""What a real Claude Code run used, recorded: a task and its Continue child run the installed CLI
+against the scripted model server, each run records its tokens and Claude Code's own cost for its
+turn, and `cairnctl cost` sums the lineage to exactly its runs (not Claude Code's session total,
+which the resumed session carries on from the first run).
+
+Skips, with the reason, without Docker, the sandbox image, npm (or its cache of the CLI), or an
+unlocked Secret Service.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from core.approvals import stop_judge
+from core.engines.base import json_object
+from core.runs.states import output_of
+from core.sandbox import egress
+from core.store import Store
+from tests.agents.fake_anthropic import Bash, FakeAnthropic, Reply
+from tests.support import (
+    as_json,
+    cairnctl,
+    cairnctl_env,
+    locked_agent_version,
+    npm_install_global,
+)
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(scope="module")
+def npm_prefix(tmp_path_factory) -> Path:
+    """The CLI installed with `npm install -g` into a prefix of its own (from npm's cache)."""
+    prefix = tmp_path_factory.mktemp("npm-global")
+    version = locked_agent_version("@anthropic-ai/claude-code")
+    npm_install_global(prefix, [f"@anthropic-ai/claude-code@{version}"])
+    return prefix
+
+
+@pytest.fixture
+def user_env(npm_prefix: Path) -> dict[str, str]:
+    env = cairnctl_env()
+    env["PATH"] = f"{npm_prefix / 'bin'}{os.pathsep}{env.get('PATH', os.defpath)}"
+    env["NPM_CONFIG_PREFIX"] = str(npm_prefix)
+    return env
+
+
+@pytest.fixture
+def data(tmp_path: Path, docker_client, sandbox_image, secret_service) -> Iterator[Path]:
+    folder = tmp_path / "data"
+    folder.mkdir()
+    yield folder
+    label = f"cairn.data_dir={folder.resolve()}"
+    for c in docker_client.containers.list(all=True, filters={"label": label}):
+        c.remove(force=True)
+    for sock in (folder / "egress").glob("*/sandbox/egress.sock"):
+        egress.stop(sock)
+    stop_judge(folder.resolve())
+
+
+@pytest.fixture
+def src(tmp_path: Path) -> Path:
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "README.md").write_text("# a project\n")
+    return folder
+
+
+def settings_for(data: Path, base_url: str) -> None:
+    (data / "settings.json").write_text(
+        json.dumps({"engines": {"claude-code": {"base_url": base_url}}})
+    )
+
+
+def login(data: Path, key: str, env: dict[str, str]) -> None:
+    cairnctl(data, "engine", "login", "claude-code", input=key, env=env)
+
+
+@contextmanager
+def approving(data: Path, env: dict[str, str]) -> Iterator[None]:
+    """A person who lets every command the runs ask about go ahead (what is judged is not this
+    test's subject)."""
+    done = threading.Event()
+
+    def approve() -> None:
+        while not done.wait(1.0):
+            listed = cairnctl(data, "approvals", "--json", env=env, check=False)
+            if listed.returncode != 0:
+                continue
+            for request in json.loads(listed.stdout).get("approvals", []):
+                cairnctl(data, "approve", request["id"], env=env, check=False)
+
+    thread = threading.Thread(target=approve, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=30)
+
+
+def logout(data: Path, env: dict[str, str]) -> None:
+    cairnctl(data, "engine", "logout", "claude-code", check=False, env=env)
+
+
+def test_a_claude_code_lineage_records_each_runs_tokens_and_cost_and_sums_them(data, src, user_env):
+    key = f"sk-ant-api03-{uuid.uuid4().hex}"
+    script = [Bash("echo made > made.txt"), Reply("Made made.txt."), Reply("Second turn.")]
+    with FakeAnthropic(script) as server, approving(data, user_env):
+        settings_for(data, server.url)
+        try:
+            login(data, key, user_env)
+            made = as_json(
+                cairnctl(data, "new", str(src), "--engine", "claude-code", "--json", env=user_env)
+            )
+            one = as_json(
+                cairnctl(data, "continue", made["task_id"], "-m", "make a file", "--json",
+                         env=user_env, timeout=240)
+            )  # fmt: skip
+            assert one["state"] == "succeeded", one
+            two = as_json(
+                cairnctl(data, "continue", one["task_id"], "-m", "and again", "--json",
+                         env=user_env, timeout=240)
+            )  # fmt: skip
+            assert two["state"] == "succeeded", two
+        finally:
+            logout(data, user_env)
+    first = as_json(cairnctl(data, "cost", one["task_id"], "--json", env=user_env))
+    second = as_json(cairnctl(data, "cost", two["task_id"], "--json", env=user_env))
+    runs = first["runs"] + second["runs"]
+    assert len(runs) == 2
+    for run in runs:
+        assert run["input_tokens"] > 0 and run["output_tokens"] > 0, run
+        assert run["cost_usd"] > 0 and run["cost_source"] == "engine", run
+        assert run["models"], run  # the model Claude Code priced the turn for
+    lineage = second["lineage"]
+    assert lineage == first["lineage"] and lineage["runs"] == 2
+    assert lineage["cost_usd"] == pytest.approx(sum(r["cost_usd"] for r in runs), abs=1e-6)
+    for field in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"):
+        assert lineage[field] == sum(r[field] for r in runs)
+    # The second run's cost is its own turn's: less than the session's running total.
+    session_total = _session_cost(data, second["runs"][0]["run_id"], user_env)
+    assert second["runs"][0]["cost_usd"] < session_total
+    assert session_total == pytest.approx(lineage["cost_usd"], abs=1e-6)
+    shown = cairnctl(data, "show", two["task_id"], env=user_env).stdout
+    assert "lineage    $" in shown and "over 3 tasks, 2 runs" in shown  # the root never ran
+    # Recorded: the figures stay when read again.
+    assert as_json(cairnctl(data, "cost", "--json", env=user_env))["total"] == lineage
+
+
+def _session_cost(data: Path, run_id: str, env: dict[str, str]) -> float:
+    """Claude Code's own total_cost_usd in the run's result record (the whole session's)."""
+    store = Store(data / "cairn.db")
+    try:
+        text = output_of(store, run_id, "stdout")
+    finally:
+        store.close()
+    for line in text.splitlines():
+        record = json_object(line)
+        if record is not None and record.get("type") == "result":
+            return float(record["total_cost_usd"])
+    raise AssertionError(f"no result record in the output of {run_id}: {text[-2000:]}")
