@@ -349,6 +349,11 @@ def read_request(folder: Path, request_id: str, run: Run) -> Request:
     )
 
 
+def _holds_words(text: str, words: str) -> bool:
+    """`words` appear in `text` as whole words (`sh` is not found in `bash`)."""
+    return re.search(rf"(?<![\w./-]){re.escape(words)}(?![\w./-])", text) is not None
+
+
 def exec_details(facts: ExecFacts, what: str, run: Run) -> dict[str, Any]:
     """What a card about a program start shows beyond its command line: the program, its
     arguments, where, the programs above it, and the script step it came from."""
@@ -786,7 +791,7 @@ class Judge:
             a = _approval(row)
             if a.details.get("kind") == EXEC_TOOL:
                 continue
-            if any(t in a.command for t in texts):
+            if any(_holds_words(a.command, t) for t in texts):
                 return a
         return None
 

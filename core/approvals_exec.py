@@ -470,6 +470,18 @@ def is_force_push(git: GitCommand) -> bool:
 HOOK_KEYS = ("core.hookspath", "core.fsmonitor", "core.sshcommand")
 
 
+CONFIG_READS = frozenset(
+    {"--get", "--get-all", "--get-regexp", "--get-urlmatch", "--get-color", "--get-colorbool"}
+    | {"--list", "-l", "--show-origin", "--show-scope"}
+)
+
+
+def _config_reads(args: Sequence[str]) -> bool:
+    """`git config` only reading (`--get`, `--list`, `git config get|list`)."""
+    words = [a for a in args if not a.startswith("-")]
+    return any(a in CONFIG_READS for a in args) or (words[:1] in (["get"], ["list"]))
+
+
 def _turns_off(key: str, value: str) -> bool:
     """A setting that runs nothing: hooks from /dev/null, no fsmonitor (tools such as agents run
     git this way to keep a repository's code from running)."""
@@ -492,7 +504,7 @@ def git_hook_settings(git: GitCommand, facts: ExecFacts) -> list[str]:
         for k in HOOK_KEYS
         if k in git.config and git.config[k] != files.get(k) and not _turns_off(k, git.config[k])
     ]
-    if git.subcommand == "config":
+    if git.subcommand == "config" and not _config_reads(git.args):
         found += [config_key(a) for a in git.args if config_key(a) in HOOK_KEYS][:1]
     if git.subcommand in ("init", "clone") and (
         "GIT_TEMPLATE_DIR" in facts.env
@@ -558,9 +570,80 @@ def is_credential_path(path: str, home: str) -> bool:
     return False
 
 
+def program_text_index(name: str, args: Sequence[str]) -> int | None:
+    """Where an interpreter's program text is among `args` (`sh -c TEXT`, `bash -lc TEXT`,
+    `python3 -c TEXT`, `perl -eTEXT`, `node --eval TEXT`), or None. That text is code, not a
+    path: what it runs is judged when it runs."""
+    family = _interpreter_family(name)
+    if family is None:
+        return None
+    short = _PROGRAM_OPTIONS.get(family, ("e",))
+    with_value = _OPTIONS_WITH_VALUE.get(family, "")
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg in ("-", "--") or not arg.startswith(("-", "+")) or len(arg) < 2:
+            return None
+        if arg.startswith("--"):
+            key, eq, _value = arg.partition("=")
+            if key in _PROGRAM_LONG_OPTIONS:
+                return i if eq else (i + 1 if i + 1 < len(args) else None)
+            i += 1
+            continue
+        letters = arg[1:]
+        for j, letter in enumerate(letters):
+            if letter in short:
+                if j < len(letters) - 1 and family != "sh":
+                    return i  # `-eCODE`: the program is in this argument
+                return i + 1 if i + 1 < len(args) else None
+            if letter in with_value:
+                if j == len(letters) - 1:
+                    i += 1
+                break
+        i += 1
+    return None
+
+
+def _script_operand(name: str, args: Sequence[str]) -> str | None:
+    """The file an interpreter reads its program from (`bash FILE`, `python3 FILE`), or None
+    (program text in the arguments, or stdin)."""
+    family = _interpreter_family(name)
+    if family is None or program_text_index(name, args) is not None:
+        return None
+    with_value = _OPTIONS_WITH_VALUE.get(family, "")
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            return args[i + 1] if i + 1 < len(args) and args[i + 1] != "-" else None
+        if arg == "-":
+            return None
+        if arg.startswith("--") or (arg.startswith(("-", "+")) and len(arg) > 1):
+            if not arg.startswith("--") and arg[-1] in with_value:
+                i += 1
+            i += 1
+            continue
+        return arg
+    return None
+
+
+# Files that are a descriptor of the process: `bash <(curl ...)` runs `bash /dev/fd/63`.
+_DESCRIPTOR_PATH = re.compile(r"^/(?:dev/(?:fd/\d+|stdin)|proc/(?:self|thread-self|\d+)/fd/\d+)$")
+
+
+def _not_code(inv: Invocation) -> list[str]:
+    """The arguments, with an interpreter's program text left out."""
+    args = list(inv.args)
+    code = program_text_index(inv.name, args)
+    if code is not None:
+        args[code] = ""
+    return args
+
+
 def _path_args(inv: Invocation, home: str) -> list[str]:
-    """Operands and option values as paths; `@FILE` (curl's "read this file") included."""
-    words = [a for a in _operands(inv.args) if a and a != "-"]
+    """Operands and option values as paths; `@FILE` (curl's "read this file") included. An
+    interpreter's program text (`sh -c TEXT`) is not a path."""
+    words = [a for a in _operands(_not_code(inv)) if a and a != "-"]
     words += [a[1:] for a in words if a.startswith("@") and len(a) > 1]
     return [resolve(a, inv.cwd, home) for a in words]
 
@@ -715,14 +798,46 @@ def _git_code_write(inv: Invocation, facts: ExecFacts) -> bool:
     if inv.name in NOT_WRITERS or (inv.name == "find" and "-delete" not in inv.args):
         return False
     paths = _path_args(inv, facts.home)
-    paths += [resolve(a.split("=", 1)[1], inv.cwd, facts.home) for a in inv.args if "=" in a]
+    paths += [resolve(a.split("=", 1)[1], inv.cwd, facts.home) for a in _not_code(inv) if "=" in a]
     return any(GIT_CODE_PATHS.search(p) for p in paths)
+
+
+# Programs that read a folder's whole tree: given the home (or a folder above it) they read the
+# credentials in it. Some only with an option (`cp -r`, `grep -R`).
+TREE_READERS = frozenset({"tar", "rsync", "zip", "7z", "7za", "rg", "ag", "rgrep", "bsdtar"})
+TREE_READERS_WITH: dict[str, str] = {"cp": "rRa", "scp": "r", "grep": "rR", "egrep": "rR"}
+TREE_READERS_LONG = ("--recursive", "--archive", "--dereference-recursive")
+
+
+def reads_tree(inv: Invocation) -> bool:
+    if inv.name in TREE_READERS or inv.via == "find -exec":
+        return True  # find runs the command on every file under its start points
+    letters = TREE_READERS_WITH.get(inv.name)
+    if letters is None:
+        return False
+    flags = _short_flags([a for a in inv.args if a != "-"])
+    return any(c in letters for c in flags) or any(
+        a.split("=", 1)[0] in TREE_READERS_LONG for a in inv.args
+    )
+
+
+def holds_credentials(path: str, home: str) -> bool:
+    """Whether a folder holds credential folders somewhere below it (`~`, `/home`, `/`)."""
+    for folder in CREDENTIAL_DIRS:
+        for root in {home, DEFAULT_HOME, "/root"}:
+            target = posixpath.join(root, folder)
+            if target.startswith(path.rstrip("/") + "/"):
+                return True
+    return False
 
 
 def _credential_read(inv: Invocation, facts: ExecFacts) -> bool:
     if inv.name in READERS_SAFE_FOR_CREDENTIALS:
         return False
-    return any(is_credential_path(p, facts.home) for p in _path_args(inv, facts.home))
+    paths = _path_args(inv, facts.home)
+    if any(is_credential_path(p, facts.home) for p in paths):
+        return True
+    return reads_tree(inv) and any(holds_credentials(p, facts.home) for p in paths)
 
 
 def _escalation(inv: Invocation, _facts: ExecFacts) -> bool:
@@ -744,6 +859,9 @@ def _publish(inv: Invocation, _facts: ExecFacts) -> bool:
 
 
 def _stdin_program(inv: Invocation, facts: ExecFacts) -> bool:
+    script = _script_operand(inv.name, inv.args)
+    if script is not None and _DESCRIPTOR_PATH.match(script):
+        return True  # `bash <(curl ...)`: the program comes from a descriptor, a pipe as a rule
     if facts.stdin not in ("pipe", "socket"):
         return False
     return reads_program_from_stdin(inv.name, (inv.name, *inv.args))
