@@ -19,6 +19,7 @@ from core import lineage, workspaces
 from core.context import Context
 from core.errors import CairnError
 from core.models import Revision, Run, Snapshot, Task
+from core.output_blocks import encode, read_records
 from core.revisions import Revisions
 from core.runs.liveness import Sandboxes
 from core.runs.states import IN_FLIGHT
@@ -110,6 +111,11 @@ class Views:
                 }
             )
         return {"sessions": sessions, "snapshots": snaps, "problem": problem}
+
+    def run_output(self, run_id: str) -> str:
+        """A run's output with its structure kept: streams, when each part was observed, and
+        where each attempt began, as marker lines (core.output_blocks.encode)."""
+        return encode(read_records(self.ctx.store, run_id))
 
     def task_details(self, task_ref: str) -> dict:
         task = self.ctx.task(task_ref)

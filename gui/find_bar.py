@@ -161,6 +161,16 @@ class FindBar(QWidget):
             self._target.show_match(*self._matches[self._current])
         self._show_count()
 
+    def recount(self) -> None:
+        """Count again after the target's text grew, keeping the selected match and the view."""
+        current = self._matches[self._current] if 0 <= self._current < len(self._matches) else None
+        self._matches = find_all(self._target.find_lines(), self.field.text())
+        if current in self._matches:
+            self._current = self._matches.index(current)
+        elif self._current >= len(self._matches):
+            self._current = len(self._matches) - 1
+        self._show_count()
+
     def find_next(self) -> None:
         self._step(1)
 

@@ -59,5 +59,6 @@ def task_view(cairn: Cairn, task_id: str, *, with_output: bool = True) -> TaskVi
 
 
 def run_output(cairn: Cairn, run_id: str) -> str:
-    """Everything recorded of a run's output so far (stdout and stderr, in order)."""
-    return cairn.runs.output(run_id)
+    """Everything recorded of a run's output so far (stdout and stderr, in order), with marker
+    lines for its streams, times and attempts (core.output_blocks; the output view reads them)."""
+    return cairn.views.run_output(run_id)

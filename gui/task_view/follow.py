@@ -2,17 +2,20 @@
 
 Owns one observing job per run in flight (the facade's `runs.follow`, which tails the run's files
 from their saved offsets and settles the run when it ends) and the transcript of each followed
-run, kept on the GUI thread. The backlog is read on the same thread as the tail that follows
+run, kept on the GUI thread, with marker lines for streams, times and attempts
+(core.output_blocks). The backlog is read on the same thread as the tail that follows
 it, so no chunk is shown twice or lost between the two. Drawing the output is the task view's.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 
 from core.app import Cairn
 from core.events import RUN_OUTPUT, Event
 from core.models import Run
+from core.output_blocks import marker
 from core.runs import RECORD_CHILD
 from gui.events import EventBridge
 from gui.jobs import JobFailure, JobRunner
@@ -64,6 +67,9 @@ class RunFollowers(QObject):
             )
 
             def on_output(stream: str, text: str) -> None:
+                # Marked with its stream and when it was seen, so the transcript shown again
+                # later keeps both (core.output_blocks reads the marker).
+                text = marker(stream=stream, at=time.time()) + text
                 bridge.post(
                     Event(RUN_OUTPUT, run_id, {"run_id": run_id, "stream": stream, "text": text})
                 )
@@ -101,7 +107,9 @@ class RunFollowers(QObject):
         else:
             self.transcripts[event.subject] = self.transcripts.get(event.subject, "") + text
         if len(self.transcripts[event.subject]) > TRANSCRIPT_LIMIT:
-            self.transcripts[event.subject] = self.transcripts[event.subject][-TRANSCRIPT_LIMIT:]
+            kept = self.transcripts[event.subject][-TRANSCRIPT_LIMIT:]
+            # From a whole line on: half a marker line would show as output.
+            self.transcripts[event.subject] = kept[kept.find("\n") + 1 :]
 
     def stop_all(self) -> None:
         """Ask every follower to stop (their runs go on; the next start follows them again)."""

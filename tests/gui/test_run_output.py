@@ -150,8 +150,7 @@ def test_codex_exec_json():
     assert read_all(text) == [
         OutputBlock(SESSION, "thread th-9"),
         OutputBlock(TOOL, "$ make test"),
-        OutputBlock(TOOL_RESULT, "ok"),
-        OutputBlock(ERROR, "exit code 2"),
+        OutputBlock(TOOL_RESULT, "ok"),  # its exit code (2) is the block's status
         OutputBlock(EDIT, "update src/a.rs"),
         OutputBlock(MESSAGE, "Done."),
         OutputBlock(ERROR, "rate limited"),
