@@ -427,3 +427,95 @@ def test_supervisor_env_subset_keeps_what_changes_programs():
         [b"GIT_DIR=/x", b"LD_PRELOAD=/y.so", b"SECRET=1", b"PATH=/bin", b"junk"]
     )
     assert kept == {"GIT_DIR": "/x", "LD_PRELOAD": "/y.so", "PATH": "/bin"}
+
+
+# -- gaps the disguise runs in a real sandbox showed (tests/integration/test_exec_disguises.py) --
+
+DASH = "/usr/bin/dash"
+
+
+@pytest.mark.parametrize(
+    "facts",
+    [
+        # A step whose text names a hook or a key: the shell that runs it starts nothing risky;
+        # the programs it starts are judged when they start.
+        ex(DASH, "sh", "-c", "cp ~/h /workspace/./.git/hooks/commit-msg"),
+        ex(DASH, "sh", "-c", "PATH=/w/bin:$PATH; cd .git/hooks && cp ~/h pre-commit"),
+        ex(DASH, "sh", "-ec", "cat ~/.ssh/id_rsa > /workspace/k"),
+        ex("/usr/bin/bash", "bash", "-lc", "rm -rf ~/x"),
+        ex("/usr/bin/python3.11", "python3", "-c", "import os; os.system('cat ~/.ssh/id_rsa')"),
+        ex("/usr/bin/perl", "perl", "-e", 'system("cp", "/home/agent/.ssh/id_rsa", "/w")'),
+        ex("/usr/bin/perl", "perl", "-esystem('cat /home/agent/.ssh/id_rsa')"),
+        ex("/usr/bin/node", "node", "--eval", "require('fs').readFileSync('/root/.ssh/id_rsa')"),
+    ],
+    ids=lambda f: " ".join(f.argv)[:40],
+)
+def test_program_text_is_code_not_a_path(facts):
+    assert classify_exec(facts).action == ALLOW, classify_exec(facts)
+
+
+def test_what_a_shell_is_given_besides_its_text_still_counts():
+    # `sh -c 'cat "$1"' x FILE`: the positional arguments are paths as any others.
+    assert rule_of(ex(DASH, "sh", "-c", 'cat "$1"', "x", f"{HOME}/.ssh/id_rsa")) == (
+        "credential-read"
+    )
+    assert rule_of(ex("/usr/bin/python3", "python3", f"{HOME}/.ssh/id_rsa")) == ("credential-read")
+    assert rule_of(ex("/usr/bin/cp", "cp", "~/h", "/workspace/./.git/hooks/x")) == (
+        "git-hooks-write"
+    )
+
+
+@pytest.mark.parametrize(
+    "facts",
+    [
+        ex("/usr/bin/cp", "cp", "-r", HOME, "/workspace/copy"),
+        ex("/usr/bin/cp", "cp", "-a", f"{HOME}/", "/workspace/copy"),
+        ex("/usr/bin/cp", "cp", "--recursive", "/home", "/workspace/copy"),
+        ex("/usr/bin/tar", "tar", "czf", "/workspace/h.tgz", "~"),
+        ex("/usr/bin/rsync", "rsync", "-a", "/", "/workspace/all"),
+        ex("/usr/bin/grep", "grep", "-R", "PRIVATE KEY", HOME),
+        ex("/usr/bin/find", "find", HOME, "-type", "f", "-exec", "cat", "{}", ";"),
+    ],
+    ids=lambda f: " ".join(f.argv)[:40],
+)
+def test_reading_a_whole_tree_that_holds_credentials_is_a_credential_read(facts):
+    assert rule_of(facts) == "credential-read"
+
+
+@pytest.mark.parametrize(
+    "facts",
+    [
+        ex("/usr/bin/cp", "cp", HOME + "/notes.txt", "/workspace/"),
+        ex("/usr/bin/cp", "cp", "-r", "/workspace/src", "/workspace/dst"),
+        ex("/usr/bin/cp", "cp", "-r", f"{HOME}/project", "/workspace/p"),
+        ex("/usr/bin/ls", "ls", "-la", HOME),
+        ex("/usr/bin/du", "du", "-sh", HOME),
+        ex("/usr/bin/tar", "tar", "xzf", "/workspace/a.tgz", "-C", "/workspace/out"),
+        ex("/usr/bin/grep", "grep", "-r", "TODO", "/workspace"),
+    ],
+    ids=lambda f: " ".join(f.argv)[:40],
+)
+def test_ordinary_copies_and_listings_are_not_credential_reads(facts):
+    assert classify_exec(facts).action == ALLOW, classify_exec(facts)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("bash", "/dev/fd/63"),
+        ("bash", "-x", "/dev/fd/63"),
+        ("sh", "/proc/self/fd/3"),
+        ("python3", "/dev/stdin"),
+        ("bash", "--", "/dev/fd/11", "arg"),
+    ],
+)
+def test_a_program_read_from_a_descriptor_is_a_pipe_to_an_interpreter(argv):
+    # `bash <(curl ...)` is `bash /dev/fd/63`, whatever stdin is.
+    facts = ex("/usr/bin/" + argv[0], *argv, stdin="null")
+    assert rule_of(facts) == "pipe-to-interpreter"
+
+
+def test_a_script_file_or_program_text_is_not_a_descriptor():
+    assert rule_of(ex("/usr/bin/bash", "bash", "/workspace/build.sh")) is None
+    assert rule_of(ex("/usr/bin/bash", "bash", "-c", "cat /dev/fd/0")) is None
+    assert rule_of(ex("/usr/bin/cat", "cat", "/dev/fd/63")) is None
