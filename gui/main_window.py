@@ -99,7 +99,7 @@ STATUS_TIMEOUT_MS = 15_000
 # keyboard is on (the style's own dotted rectangle is barely visible, in dark palettes not at all).
 FOCUS_STYLE = """
 QToolButton:focus { border: 2px solid palette(highlight); border-radius: 4px; }
-QPushButton:focus { border: 2px solid palette(highlight); border-radius: 4px; padding: 4px 12px; }
+QPushButton:focus { border: 2px solid palette(highlight); border-radius: 4px; }
 QAbstractItemView:focus, QPlainTextEdit:focus, QTextEdit:focus {
     border: 2px solid palette(highlight);
 }
@@ -241,9 +241,9 @@ class MainWindow(QMainWindow):
         self.main_splitter.setStretchFactor(0, 1)
         self.main_splitter.setStretchFactor(1, 3)
         self.main_splitter.setSizes([280, 920])
-        self.centre_splitter.setStretchFactor(0, 2)
-        self.centre_splitter.setStretchFactor(1, 3)
-        self.centre_splitter.setSizes([300, 450])
+        self.centre_splitter.setStretchFactor(0, 1)
+        self.centre_splitter.setStretchFactor(1, 2)
+        self.centre_splitter.setSizes([260, 520])
         outer.addWidget(self.main_splitter, 1)
         self.setCentralWidget(central)
 

@@ -58,8 +58,7 @@ def pending_state(busy: str | None, *, run_in_flight: bool = True) -> tuple[str,
         return "stopping…", "waiting for the sandbox to stop"
     return (
         "stopping…",
-        f"the run's process was asked to end; waiting for it (up to {STOP_GRACE_S} s, then it "
-        "is killed), then for the sandbox to stop",
+        f"waiting up to {STOP_GRACE_S} s for the process to end, then for the sandbox to stop",
     )
 
 

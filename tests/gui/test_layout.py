@@ -167,7 +167,7 @@ def test_every_task_action_is_reachable_at_1024_wide_even_with_a_wide_tree(
 
 def test_the_diff_gets_the_larger_share_and_the_task_view_scrolls(qtbot, window, cairn, repo):
     for size in ((1024, 700), (1366, 768), (1920, 1080)):
-        window.centre_splitter.setSizes([300, 450])  # the first start's proportions
+        window.centre_splitter.setSizes([260, 520])  # the first start's proportions
         _window_with_task(qtbot, window, cairn, repo, size)
         task, tabs = window.centre_splitter.sizes()
         assert tabs > task, (size, task, tabs)
