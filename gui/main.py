@@ -19,6 +19,7 @@ from core.errors import CairnError
 from gui.collector import GuiThreadCollector
 from gui.context import AppContext
 from gui.errors import describe_error
+from gui.icons import follow_colour_scheme
 from gui.jobs import share_the_interpreter_with_the_gui
 from gui.logs import install_file_log
 from gui.main_window import MainWindow, app_icon
@@ -169,6 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else QApplication([sys.argv[0] if sys.argv else "cairn", *qt_args])
     )
     app.setWindowIcon(app_icon())
+    follow_colour_scheme(app)  # light or dark as the desktop switches, icons included
 
     # Opening the data folder touches the disk: done here, before the event loop runs.
     context = _open_context(args.data_dir)
