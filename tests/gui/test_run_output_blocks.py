@@ -10,6 +10,7 @@ import pytest
 
 from core.output_blocks import AttemptStart, OutputRecord, encode, marker
 from gui.qt import QApplication, QPoint, QSettings, Qt
+from gui.task_view.actions import START
 from gui.task_view.output import (
     ATTEMPT,
     CALL,
@@ -23,6 +24,7 @@ from gui.task_view.output import (
     Transcript,
 )
 from gui.task_view.output_view import HEIGHT_KEY, OutputView
+from tests.gui.test_task_view import host_cairn, output_text, shown  # noqa: F401
 
 
 def jl(obj) -> str:
@@ -314,3 +316,18 @@ def test_screenshot(qtbot, view):
     view.open_find()
     view.find_bar.field.setText("clean")
     view.grab().save("/tmp/shots/run_output_blocks.png")
+
+
+def test_a_shell_run_in_the_window_shows_a_block_with_its_times(qtbot, shown):  # noqa: F811
+    win, view, facade, task_id = shown
+    win.resize(1024, 700)
+    view.buttons[START].trigger()
+    qtbot.waitUntil(lambda: "succeeded" in view.state_label.text(), timeout=30_000)
+    qtbot.waitUntil(lambda: "second-line" in output_text(view), timeout=10_000)
+    lines = output_text(view).split("\n")
+    header = lines[0]
+    assert header.startswith("▾ output · ") and "lines" in header  # when, and how many lines
+    assert lines[1:3] == ["first-line", "second-line"]
+    line = view.output.fontMetrics().lineSpacing()
+    assert view.output.height() >= 10 * line
+    win.grab().save("/tmp/shots/window_run_output.png")
