@@ -6,8 +6,9 @@
 Two workloads, each timed with and without the supervisor in the same container: 2000 `/bin/true`
 from a shell loop (nothing but process starts: the worst case), and a build-like script (the image
 has no make: two parallel shell jobs, 600 short tool runs each — sed, grep, sort, wc, cat in
-pipelines over generated files). The supervisor runs with a fast-path policy that allows these
-programs without asking. Target: at most 1.3x. The ratios are printed, not asserted.
+pipelines over generated files). The supervisor runs as a run's does: every program start
+classified by Cairn's program rules (none of these is asked). Target: at most 1.3x. The ratios
+are printed, not asserted.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SUPERVISOR = ROOT / "resources/sandbox/supervisor.py"
+RULES = ROOT / "core/approvals_exec.py"
 TARGET = 1.3
 
 TRUE_LOOP = "i=0; while [ $i -lt 2000 ]; do /bin/true; i=$((i+1)); done\n"
@@ -44,9 +46,11 @@ job a & job b & wait
 """
 
 TIMER = r"""
-import json, subprocess, sys, time
+import json, os, subprocess, sys, time
+os.environ.update(CAIRN_EXEC_ID="bench", CAIRN_APPROVAL_REQUESTS="/tmp/requests",
+                  CAIRN_APPROVAL_DECISIONS="/tmp/decisions")
 runs, cases = int(sys.argv[1]), json.loads(sys.argv[2])
-sup = ["python3", "/bench/supervisor.py", "--policy", "/bench/policy.json", "--"]
+sup = ["python3", "/bench/supervisor.py", "--judge", "--rules", "/bench/exec_rules.py", "--"]
 out = {}
 for name, script in cases.items():
     plain, watched = [], []
@@ -59,23 +63,12 @@ for name, script in cases.items():
 print(json.dumps(out))
 """
 
-POLICY = {
-    "default": "ask",
-    "rules": [
-        {"programs": ["sh", "bash", "dash"], "program_from_stdin": True, "action": "ask"},
-        {
-            "programs": ["true", "sh", "dash", "sed", "grep", "sort", "wc", "cat", "mkdir", "rm"],
-            "action": "allow",
-        },
-    ],
-}
-
 
 def measure(image: str, runs: int) -> dict[str, dict[str, list[float]]]:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         (folder / "supervisor.py").write_text(SUPERVISOR.read_text())
-        (folder / "policy.json").write_text(json.dumps(POLICY))
+        (folder / "exec_rules.py").write_text(RULES.read_text())
         (folder / "timer.py").write_text(TIMER)
         folder.chmod(0o755)
         name = f"cairn-bench-supervisor-{uuid.uuid4().hex[:10]}"
