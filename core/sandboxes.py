@@ -126,11 +126,19 @@ PROTECTIONS = (
         "none, the task's allowlist through Cairn's proxy, or open, as the task's policy says",
     ),
     Protection(
-        "Risky commands",
+        "Every program a run starts",
         BY_APPROVAL,
-        "push, publish, recursive deletes outside the workspace, credential reads, downloads "
-        "piped to a shell, and settings given to one command (git -c …, GIT_CONFIG_* …) wait for "
-        "a person",
+        "judged before it runs, whatever the spelling (quotes, variables, eval, functions, "
+        "bash -c, python -c, xargs, find -exec, base64 | sh): push, publish, deletes outside the "
+        "workspace, credential reads, privilege escalation, an interpreter reading a program from "
+        "a pipe, writes aimed at .git/hooks, and settings given to one command (git -c …, "
+        "GIT_CONFIG_* …) wait for a person; a run that cannot be supervised does not start",
+    ),
+    Protection(
+        "Agent tool calls",
+        BY_APPROVAL,
+        "Claude Code's and Codex's tool calls are checked by the risk rules below; the programs "
+        "they start are judged again, so bash -c cannot do what a card refused",
     ),
 )
 
