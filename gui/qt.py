@@ -228,3 +228,10 @@ __all__ += [
     "QMenuBar",
     "QToolTip",
 ]
+
+# Names used by the diff viewer and the run output.
+from PySide6.QtGui import QMouseEvent  # noqa: E402
+
+__all__ += [
+    "QMouseEvent",
+]

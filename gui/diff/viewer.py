@@ -53,6 +53,7 @@ from gui.qt import (
     QKeyEvent,
     QLabel,
     QMenu,
+    QMouseEvent,
     QObject,
     QPoint,
     QPushButton,
@@ -260,6 +261,7 @@ class DiffViewer(QWidget):
             view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
             view.customContextMenuRequested.connect(lambda pos, v=view: self._context_menu(v, pos))
             view.installEventFilter(self)
+            view.viewport().installEventFilter(self)
         for widget in (self.file_list, self.file_tree):
             widget.installEventFilter(self)
 
@@ -668,6 +670,10 @@ class DiffViewer(QWidget):
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         kind = event.type()
+        if kind == QEvent.Type.MouseButtonDblClick and isinstance(event, QMouseEvent):
+            view = next((v for v in self._all_views() if v.viewport() is watched), None)
+            if view is not None and self._double_click_on_hunk(view, event.position().toPoint()):
+                return True
         if kind in (QEvent.Type.ShortcutOverride, QEvent.Type.KeyPress) and isinstance(
             event, QKeyEvent
         ):
@@ -701,6 +707,16 @@ class DiffViewer(QWidget):
         if key == PREVIOUS_HUNK and self._file is not None:
             return lambda: self.next_hunk(-1)
         return None
+
+    def _double_click_on_hunk(self, view: DiffTextView, pos: QPoint) -> bool:
+        """A double click on a hunk's header shows more lines above it."""
+        row = view.cursorForPosition(pos).blockNumber()
+        if self._file is None or not 0 <= row < len(view.rows) or view.rows.kinds[row] != ROW_HUNK:
+            return False
+        hunk = sum(1 for k in view.rows.kinds[: row + 1] if k == ROW_HUNK) - 1
+        if self.can_expand():
+            self.expand(hunk, "above")
+        return True
 
     def _context_menu(self, view: DiffTextView, pos: QPoint) -> None:
         menu = QMenu(self)

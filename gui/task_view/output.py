@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.engines.base import json_object
+from core.engines.codex import unwrap_shell
 
 PLAIN, STDERR, MESSAGE, TOOL, TOOL_RESULT, EDIT, RESULT, ERROR, SESSION, NOTE = (
     "plain",
@@ -134,7 +135,8 @@ def _codex(event: dict) -> list[OutputBlock] | None:
         if item_type == "command_execution":
             item_id = _id(item.get("id"))
             if not done:
-                return [OutputBlock(TOOL, f"$ {item.get('command', '')}", item_id)]
+                command = unwrap_shell(str(item.get("command") or ""))
+                return [OutputBlock(TOOL, f"$ {command}", item_id)]
             code = item.get("exit_code")
             code = code if isinstance(code, int) else None
             # The exit code is the block's status (gui.task_view.output.Transcript).

@@ -22,6 +22,7 @@ from gui.qt import (
     QFontDatabase,
     QGuiApplication,
     QKeyEvent,
+    QMouseEvent,
     QObject,
     QPlainTextEdit,
     QPoint,
@@ -94,15 +95,15 @@ class _Grip(QWidget):
         self.setCursor(Qt.CursorShape.SizeVerCursor)
         self.setToolTip("Drag to change the output's height")
 
-    def mousePressEvent(self, event) -> None:
+    def mousePressEvent(self, event: QMouseEvent) -> None:
         self._start = (event.globalPosition().y(), self._view.height())
 
-    def mouseMoveEvent(self, event) -> None:
+    def mouseMoveEvent(self, event: QMouseEvent) -> None:
         if self._start is not None:
             y, height = self._start
             self._view.set_height(int(height + event.globalPosition().y() - y))
 
-    def mouseReleaseEvent(self, event) -> None:
+    def mouseReleaseEvent(self, event: QMouseEvent) -> None:
         if self._start is not None:
             self._start = None
             self._view.remember_height()
@@ -447,11 +448,11 @@ class OutputView(QPlainTextEdit):
 
     # -- mouse, keys, menu --------------------------------------------------------------------
 
-    def mousePressEvent(self, event) -> None:
+    def mousePressEvent(self, event: QMouseEvent) -> None:
         self._press = event.position().toPoint()
         super().mousePressEvent(event)
 
-    def mouseReleaseEvent(self, event) -> None:
+    def mouseReleaseEvent(self, event: QMouseEvent) -> None:
         super().mouseReleaseEvent(event)
         press, self._press = self._press, None
         if press is None or event.button() != Qt.MouseButton.LeftButton:

@@ -21,7 +21,7 @@ from gui.diff.model import (
 from gui.diff.reshape import WHOLE_FILE_CONTEXT
 from gui.diff.viewer import CHUNK_LINES
 from gui.jobs import JobRunner
-from gui.qt import QCoreApplication, QEvent, Qt
+from gui.qt import QCoreApplication, QEvent, QPoint, Qt
 from tests.gui.test_diff_view import Repo
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
@@ -162,6 +162,21 @@ def test_two_hunks_merge_when_the_lines_between_them_are_shown(qtbot, viewer, re
     )
     viewer.expand(1, "above", lines=100)
     assert len(viewer.shown_file.hunks) == 1
+
+
+def test_a_double_click_on_a_hunk_header_shows_more_lines_above_it(qtbot, viewer, repo):
+    repo.write("f.txt", _hundred_lines(change_at=0))
+    a = repo.commit()
+    repo.write("f.txt", _hundred_lines(change_at=50))
+    b = repo.commit()
+    viewer.set_diff(repo.diff(a, b), whole_file=_whole_file(repo, a, b))
+    view = viewer.unified
+    block = view.document().findBlockByNumber(0)
+    rect = view.blockBoundingGeometry(block).translated(view.contentOffset())
+    qtbot.mouseDClick(
+        view.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(40, int(rect.center().y()))
+    )
+    qtbot.waitUntil(lambda: viewer.shown_file.hunks[0].new_start == 27, timeout=5_000)
 
 
 def test_no_whole_file_means_no_context_buttons(qtbot, viewer, repo):

@@ -113,6 +113,16 @@ def test_a_tool_call_holds_its_output_and_status():
     assert edit.status == DONE and [line.text for line in edit.lines] == ["ok"]
 
 
+def test_codex_commands_are_shown_as_the_model_asked_for_them():
+    started = {
+        "type": "item.started",
+        "item": {"id": "i1", "type": "command_execution", "command": "/bin/bash -lc 'make test'"},
+    }
+    t = Transcript()
+    t.feed("stdout", jl(started))
+    assert t.blocks[-1].title == "$ make test"
+
+
 def test_codex_exit_codes_are_the_call_s_status():
     t = Transcript()
     started = {
