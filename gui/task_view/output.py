@@ -258,6 +258,7 @@ class Block:
     ended: float | None = None
     tool_id: str | None = None
     version: int = 0
+    dropped: int = 0  # its earliest lines left out, past Transcript.MAX_LINES
 
     @property
     def collapsible(self) -> bool:
@@ -326,8 +327,10 @@ def header_text(block: Block) -> str:
     if status:
         parts.append(status)
     if block.kind == TEXT or (block.kind == STEP and block.lines):
-        n = len(block.lines)
+        n = len(block.lines) + block.dropped
         parts.append(f"{n:,} line{'' if n == 1 else 's'}")
+    if block.dropped:
+        parts.append(f"the first {block.dropped:,} not kept")
     return " · ".join(parts)
 
 
@@ -338,7 +341,7 @@ class Transcript:
     the latest call), a shell step's output into its step; anything else into a block of plain
     output. A new attempt closes what the previous one left open and starts on its own line."""
 
-    MAX_LINES = 5_000  # lines kept per block; the earliest are dropped past it
+    MAX_LINES = 20_000  # lines kept per block; the earliest are dropped past it
 
     def __init__(self) -> None:
         self.blocks: list[Block] = []
@@ -440,7 +443,7 @@ class Transcript:
         if len(last.lines) > self.MAX_LINES + 500:
             dropped = len(last.lines) - self.MAX_LINES
             del last.lines[:dropped]
-            last.lines.insert(0, OutputBlock(NOTE, f"… {dropped:,} earlier lines not shown"))
+            last.dropped += dropped
 
     def text(self) -> str:
         return "\n".join(b.text() for b in self.blocks)

@@ -82,7 +82,7 @@ class _Drawn:
     version: int
     first: int  # its header's line
     body: int  # its lines drawn below the header
-    head: object  # its first line object when drawn (a trimmed block starts anew)
+    dropped: int  # its earliest lines left out when drawn
 
 
 class _Grip(QWidget):
@@ -239,11 +239,7 @@ class OutputView(QPlainTextEdit):
         cursor = QTextCursor(self.document())
         cursor.beginEditBlock()
         try:
-            if (
-                i == len(drawn) - 1
-                and len(blocks[i].lines) >= drawn[i].body
-                and (drawn[i].body == 0 or blocks[i].lines[0] is drawn[i].head)
-            ):
+            if i == len(drawn) - 1:
                 self._grow_last(cursor, i)
                 i += 1
             elif i < len(drawn):
@@ -281,8 +277,7 @@ class OutputView(QPlainTextEdit):
         cursor.insertText(self._header_line(index, block), self._header_format(block))
         for line in block.lines:
             self._draw_line(cursor, line, block, index)
-        head = block.lines[0] if block.lines else None
-        self._drawn.append(_Drawn(block.version, first, len(block.lines), head))
+        self._drawn.append(_Drawn(block.version, first, len(block.lines), block.dropped))
 
     def _draw_line(self, cursor: QTextCursor, line: OutputBlock, block: Block, index: int) -> None:
         cursor.insertBlock()
@@ -299,12 +294,22 @@ class OutputView(QPlainTextEdit):
         cursor.setPosition(header.position())
         cursor.movePosition(QTextCursor.MoveOperation.EndOfBlock, QTextCursor.MoveMode.KeepAnchor)
         cursor.insertText(self._header_line(index, block), self._header_format(block))
+        gone = min(block.dropped - drawn.dropped, drawn.body)
+        if gone > 0:  # the earliest lines were let go: they leave the document too
+            first = header.next()
+            last = doc.findBlockByNumber(drawn.first + gone)
+            cursor.setPosition(first.position() - 1)
+            cursor.setPosition(last.position() + last.length() - 1, QTextCursor.MoveMode.KeepAnchor)
+            cursor.removeSelectedText()
+            drawn.body -= gone
+        drawn.dropped = block.dropped
+        # Lines the transcript had added since, after what is drawn.
+        new = len(block.lines) - drawn.body
         cursor.movePosition(QTextCursor.MoveOperation.End)
-        for line in block.lines[drawn.body :]:
+        for line in block.lines[len(block.lines) - new :] if new > 0 else []:
             self._draw_line(cursor, line, block, index)
         drawn.version = block.version
         drawn.body = len(block.lines)
-        drawn.head = block.lines[0] if block.lines else None
         if index in self._collapsed:
             self._relayout()
 
@@ -325,7 +330,7 @@ class OutputView(QPlainTextEdit):
     def is_collapsed(self, index: int) -> bool:
         return index in self._collapsed
 
-    def set_collapsed(self, index: int, collapsed: bool) -> None:
+    def set_collapsed(self, index: int, collapsed: bool, *, relayout: bool = True) -> None:
         if not 0 <= index < len(self._drawn):
             return
         block = self.transcript.blocks[index]
@@ -348,12 +353,14 @@ class OutputView(QPlainTextEdit):
                 break
             line.setVisible(not collapsed)
             line = line.next()
-        self._relayout()
+        if relayout:
+            self._relayout()
 
     def set_all_collapsed(self, collapsed: bool) -> None:
         for index, block in enumerate(self.transcript.blocks):
             if block.collapsible:
-                self.set_collapsed(index, collapsed)
+                self.set_collapsed(index, collapsed, relayout=False)
+        self._relayout()
 
     def _relayout(self) -> None:
         doc = self.document()

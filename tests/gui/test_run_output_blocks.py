@@ -341,3 +341,16 @@ def test_a_shell_run_in_the_window_shows_a_block_with_its_times(qtbot, shown):  
     line = view.output.fontMetrics().lineSpacing()
     assert view.output.height() >= 10 * line
     win.grab().save("/tmp/shots/window_run_output.png")
+
+
+def test_a_very_long_block_lets_its_earliest_lines_go(qtbot, view, monkeypatch):
+    monkeypatch.setattr(Transcript, "MAX_LINES", 100)
+    view.reset("")
+    for chunk in range(30):
+        view.add_chunk("stdout", "".join(f"line {chunk * 40 + i}\n" for i in range(40)))
+    doc = view.document()
+    lines = view.toPlainText().split("\n")
+    assert lines[-1] == "line 1199"
+    assert doc.blockCount() - 1 == len(view.transcript.blocks[0].lines) <= 600
+    assert lines[1] == view.transcript.blocks[0].lines[0].text
+    assert "1,200 lines" in lines[0] and "not kept" in lines[0]
