@@ -105,6 +105,7 @@ QAbstractItemView:focus, QPlainTextEdit:focus, QTextEdit:focus {
 }
 QTabBar::tab:focus { border: 2px solid palette(highlight); }
 QCheckBox:focus, QRadioButton:focus { border: 2px solid palette(highlight); border-radius: 3px; }
+QDialog#commandPalette { border: 1px solid palette(dark); }
 """
 ACTIVITY_DELAY_MS = 400  # a job shorter than this never shows "Working…"
 BANNER_STYLE = (

@@ -27,15 +27,26 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QModelIndex, QPoint, Qt, QTimer
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtGui import QGuiApplication, QKeySequence
 from PySide6.QtTest import QTest
-from PySide6.QtWidgets import QWidget
+from PySide6.QtWidgets import QApplication, QLineEdit, QWidget
 
 import gui.main as app_main
 from gui.diff.file_list import COL_PATH
 from gui.lineage.model import ROLE_TASK_ID
 from gui.main_window import MainWindow
-from gui.task_view.actions import CONTINUE, RESUME, START
+from gui.qt import is_alive
+from gui.shortcuts import TASK_SHORTCUTS
+from gui.task_view.actions import (
+    BUTTONS,
+    CONTINUE,
+    EXPORT_PATCH,
+    FORK,
+    PROMOTE,
+    RESUME,
+    START,
+    STOP,
+)
 
 STEP_TIMEOUT_S = 90
 WINDOW_RECT = (0, 0, 960, 780)
@@ -51,8 +62,16 @@ TASK_COMMANDS = [
 ]
 FORK_COMMAND = "echo 'forked from the base' > fork.txt"
 APPROVE_COMMAND = "git push --force origin main || true; echo pushed > pushed.txt"
-DENY_COMMAND = "sudo rm -f app.py"
+# Asked about (a push), denied, so the removal after it never runs.
+DENY_COMMAND = "git push origin main && rm -f app.py"
 LONG_COMMAND = "sleep 120"
+KEYBOARD_COMMANDS = ["echo typed > typed.txt"]
+KEYBOARD_EDITED = ["echo typed > typed.txt", "echo edited >> typed.txt"]
+KEYBOARD_CONTINUE = "echo continued >> typed.txt"
+KEYBOARD_FORK = "echo forked > forked.txt"
+BRANCH = "cairn/typed"
+# The screenshots of the window at the sizes it is laid out for.
+SIZES = ((1024, 700), (1366, 768), (1920, 1080))
 
 
 class Failed(AssertionError):
@@ -161,6 +180,118 @@ class Scenario:
     def timeline_ids(self) -> list[str]:
         """The timeline's revisions, oldest first (it shows them newest first)."""
         return [entry.id for entry in reversed(self.w.revisions_panel.model.entries())]
+
+    # -- the keyboard --------------------------------------------------------------------------
+
+    def focused(self) -> QWidget:
+        """Where a key press goes: the focused widget of the active window (a dialog when one
+        is open)."""
+        popup = QApplication.activePopupWidget()
+        if popup is not None:
+            return popup.focusWidget() or popup
+        modal = QApplication.activeModalWidget()
+        if modal is not None:
+            if not modal.isActiveWindow():  # a window manager would activate it on showing
+                modal.activateWindow()
+                QTest.qWait(100)
+            return modal.focusWidget() or modal
+        widget = QApplication.focusWidget()
+        if widget is None:
+            self.w.activateWindow()
+            QTest.qWait(100)
+            widget = QApplication.focusWidget() or self.w
+        return widget
+
+    def press(self, keys: str) -> None:
+        """Press a key sequence ("Ctrl+Shift+R", "F2", "Return") where the keyboard is."""
+        combo = QKeySequence(keys)[0]
+        QTest.keyClick(self.focused(), combo.key(), combo.keyboardModifiers())
+        self.result.setdefault("keys", []).append(keys)
+        QTest.qWait(50)
+
+    def type_text(self, text: str) -> None:
+        """Type into the focused field; a line break is Return, as typed."""
+        for n, line in enumerate(text.split("\n")):
+            if n:
+                QTest.keyClick(self.focused(), Qt.Key.Key_Return)
+            QTest.keyClicks(self.focused(), line)
+
+    def key_action(self, name: str) -> None:
+        """A task action by its keys, once it is enabled."""
+        action = self.w.task_view.buttons[name]
+        self.wait(action.isEnabled, f"the {name} action (why not: {action.toolTip()!r})")
+        self.press(TASK_SHORTCUTS[name])
+
+    def answer_next_modal(self, *keys: str, text: str = "", what: str) -> None:
+        """Some actions ask in a dialog that blocks until answered (a file to save to, a
+        branch name): answer it by keys once it shows."""
+
+        def answer(tries: int = 100) -> None:
+            modal = QApplication.activeModalWidget()
+            if modal is None or not modal.isVisible():
+                if tries:
+                    QTimer.singleShot(100, lambda: answer(tries - 1))
+                else:
+                    self.result.setdefault("unanswered", []).append(what)
+                return
+            self.result.setdefault("answered", []).append(f"{what}: {modal.windowTitle()}")
+            QTest.qWait(300)
+            if text:
+                field = self.focused()
+                if isinstance(field, QLineEdit):
+                    field.selectAll()
+                self.type_text(text)
+            for key in keys:
+                self.press(key)
+            # A completer's list may take the first Return: press it again while it stays.
+            QTimer.singleShot(600, lambda: again(modal, 3))
+
+        def again(modal: QWidget, tries: int) -> None:
+            if not (tries and is_alive(modal)):  # answered: a static dialog is deleted
+                return
+            if modal.isVisible() and QApplication.activeModalWidget() is modal:
+                self.press(keys[-1])
+                QTimer.singleShot(600, lambda: again(modal, tries - 1))
+
+        QTimer.singleShot(200, answer)
+
+    def select_by_keys(self, task_id: str) -> None:
+        """Ctrl+1 to the tree, then the arrow keys through it (opening folders and parents
+        on the way) until the task is the current row."""
+        self.press("Ctrl+1")
+        tree, lineage = self.w.lineage.tree, self.w.lineage
+        self.wait(tree.hasFocus, "the tree to take the keyboard")
+        self.press("Home")
+        for _ in range(200):
+            if lineage.selected_task() == task_id:
+                break
+            current = tree.currentIndex()
+            if tree.model().hasChildren(current) and not tree.isExpanded(current):
+                self.press("Right")
+            else:
+                before = current
+                self.press("Down")
+                if tree.currentIndex() == before:
+                    raise Failed(f"task {task_id} is not in the tree")
+        self.wait(
+            lambda: (
+                self.w.task_view.task_id == task_id
+                and self.w.task_view.data is not None
+                and self.w.task_view.data.details["task_id"] == task_id
+            ),
+            f"task {task_id} to show",
+        )
+
+    def wait_dialog(self, attribute: str, before: Any, what: str) -> Any:
+        view = self.w.task_view
+        return self.wait(
+            lambda: (
+                getattr(view, attribute, None) is not before
+                and getattr(view, attribute).isVisible()
+                and getattr(view, attribute)
+            ),
+            what,
+        )
 
     # -- steps -----------------------------------------------------------------------------------
 
@@ -350,7 +481,9 @@ class Scenario:
         self.wait(lambda: "failed" in w.task_view.state_label.text(), "the denied run's state")
         self.show_tab(w.revisions_panel)
         self.shot("after-approve-and-deny")
-        self.sandbox_removed_mid_run(task)
+        child = self.sandbox_removed_mid_run(task)
+        self.by_keyboard(child)
+        self.sizes(task)
         self.result["state"] = self.state()
 
     def sandbox_removed_mid_run(self, task) -> None:
@@ -405,6 +538,264 @@ class Scenario:
             raw in shown for raw in ("docker.errors", "APIError", "NotFound: 404", "404 Client")
         )
         self.shot("sandbox-removed-mid-run")
+        return child
+
+    def by_keyboard(self, interrupted) -> None:
+        """Every task action from the keyboard alone: no mouse event from here on."""
+        w, repo = self.w, Path(self.args.repo)
+        used: list[str] = []
+        self.result["keyboard_actions"] = used
+        w.activateWindow()  # what a window manager does; the mouse stays still
+        self.wait(lambda: QApplication.activeWindow() is w, "the window to be active")
+
+        # Resume the run whose sandbox was removed, then Stop it: "stopping…" shows at once.
+        self.select_by_keys(interrupted.id)
+        self.key_action(RESUME)
+        used.append("resume")
+        self.wait_run(interrupted.id, ("running",), "the resumed run to be running")
+        self.wait(lambda: "running" in w.task_view.state_label.text(), "the resumed run shown")
+        self.key_action(STOP)
+        used.append("stop")
+        self.result["stop_pending"] = w.task_view.state_label.text()
+        self.shot("keyboard-stopping")
+        if "stopping…" not in self.result["stop_pending"]:
+            raise Failed(f"Stop did not say stopping…: {self.result['stop_pending']!r}")
+        seen: list[str] = []
+
+        def cancelled() -> bool:
+            state = self.run_state(interrupted.id) or ""
+            if not seen or seen[-1] != state:
+                seen.append(state)
+            return state == "cancelled"
+
+        self.wait(cancelled, "the stopped run to be cancelled")
+        self.result["stop_states"] = seen  # what the run went through on its way
+        self.wait(lambda: w.task_view.buttons[RESUME].toolTip() != "", "the buttons back")
+
+        # New Task (Ctrl+N): the folder typed into the chooser, the task made with Ctrl+Enter.
+        known = {t.id for t in self.tasks()}
+        self.answer_next_modal("Return", text=str(repo), what="the folder chooser")
+        self.press("Ctrl+N")
+        used.append("new task")
+        dialog = self.wait(
+            lambda: (
+                w.new_task_dialog is not None
+                and w.new_task_dialog.isVisible()
+                and w.new_task_dialog.title_edits[0].text() == repo.name
+                and w.new_task_dialog
+            ),
+            "the New Task dialog from the keyboard",
+        )
+        self.wait(lambda: self.focused().window() is dialog, "the dialog to take the keyboard")
+        dialog.title_edits[0].setFocus()
+        dialog.title_edits[0].selectAll()
+        self.type_text("typed task")
+        self.press("Tab")  # the engine
+        self.wait(lambda: self.focused() is dialog.engine_combo, "the engine box")
+        for _ in range(5):
+            if dialog.engine_combo.currentText() == "shell":
+                break
+            self.press("Up")
+        dialog.instructions_edit.setFocus()
+        self.type_text("\n".join(KEYBOARD_COMMANDS))
+        self.shot("keyboard-new-task")
+        self.press("Ctrl+Return")
+        typed = self.wait(
+            lambda: next((t for t in self.tasks() if t.id not in known), None), "the typed task"
+        )
+        self.wait(lambda: w.lineage.selected_task() == typed.id, "the typed task selected")
+        self.wait(lambda: w.task_view.data is not None, "the typed task shown")
+
+        # Rename (F2 in the tree) and Edit Instructions (Ctrl+I), before the first run.
+        self.select_by_keys(typed.id)
+        self.press("F2")
+        used.append("rename")
+        self.wait(
+            lambda: (
+                getattr(w.lineage, "rename_dialog", None) is not None
+                and w.lineage.rename_dialog.isVisible()
+            ),
+            "the rename dialog",
+        )
+        self.press("Ctrl+A")
+        self.type_text("typed and renamed")
+        self.press("Return")
+        cairn = w.context.cairn
+        self.wait(lambda: cairn.tasks.get(typed.id).title == "typed and renamed", "the rename")
+        self.press("Ctrl+I")
+        used.append("edit instructions")
+        self.wait(
+            lambda: (
+                getattr(w.lineage, "instructions_dialog", None) is not None
+                and w.lineage.instructions_dialog.isVisible()
+            ),
+            "the instructions dialog",
+        )
+        self.press("Ctrl+A")
+        self.type_text("\n".join(KEYBOARD_EDITED))
+        self.press("Ctrl+Return")
+        self.wait(
+            lambda: cairn.tasks.get(typed.id).instructions.strip() == "\n".join(KEYBOARD_EDITED),
+            "the edited instructions",
+        )
+
+        # Start (Ctrl+R), then Promote (Ctrl+Shift+B) and Export patch (Ctrl+Shift+E).
+        self.wait(lambda: w.task_view.data.details["instructions"].startswith("echo"), "reload")
+        self.key_action(START)
+        used.append("start")
+        self.wait_run(typed.id, ("succeeded",), "the typed task's run to succeed")
+        self.wait(lambda: w.task_view.buttons[PROMOTE].isEnabled(), "Promote to be possible")
+        self.answer_next_modal("Return", text=BRANCH, what="the branch name")
+        self.key_action(PROMOTE)
+        used.append("promote")
+        self.wait(
+            lambda: BRANCH in subprocess.run(
+                ["git", "-C", str(repo), "branch", "--list", BRANCH],
+                capture_output=True, text=True,
+            ).stdout,
+            "the promoted branch",
+        )  # fmt: skip
+        patch = self.shots.parent / f"{self.args.phase}-typed.patch"
+        patch.unlink(missing_ok=True)
+        self.answer_next_modal("Return", text=str(patch), what="the patch file")
+        self.key_action(EXPORT_PATCH)
+        used.append("export patch")
+        self.wait(lambda: patch.is_file() and patch.stat().st_size > 0, "the exported patch")
+        if "typed" not in patch.read_text():
+            raise Failed("the exported patch does not hold the run's change")
+        self.result["exported_patch"] = str(patch)
+
+        # Continue (Ctrl+Shift+C) and Fork (Ctrl+Shift+F), each submitted with Ctrl+Enter.
+        known = {t.id for t in self.tasks()}
+        before = getattr(w.task_view, "continue_dialog", None)
+        self.key_action(CONTINUE)
+        used.append("continue")
+        dialog = self.wait_dialog("continue_dialog", before, "the Continue dialog")
+        self.wait(lambda: self.focused() is dialog.instructions_edit, "the instructions field")
+        self.type_text(KEYBOARD_CONTINUE)
+        self.press("Ctrl+Return")
+        continued = self.wait(
+            lambda: next((t for t in self.tasks() if t.id not in known), None), "the continuation"
+        )
+        self.wait_run(continued.id, ("succeeded",), "the typed continuation to succeed")
+        self.select_by_keys(typed.id)
+        known = {t.id for t in self.tasks()}
+        before = getattr(w.task_view, "fork_dialog", None)
+        self.key_action(FORK)
+        used.append("fork")
+        dialog = self.wait_dialog("fork_dialog", before, "the Fork dialog")
+        dialog.instructions_edit.setFocus()
+        self.type_text(KEYBOARD_FORK)
+        self.press("Ctrl+Return")
+        forked = self.wait(
+            lambda: next((t for t in self.tasks() if t.id not in known), None), "the typed fork"
+        )
+        self.wait_run(forked.id, ("succeeded",), "the typed fork to succeed")
+
+        # Copy Task ID, Archive and Unarchive, Delete: on the fork.
+        self.select_by_keys(forked.id)
+        self.press("Ctrl+Shift+I")
+        used.append("copy task id")
+        self.wait(lambda: QGuiApplication.clipboard().text() == forked.id, "the copied id")
+        if w.task_view.buttons[STOP].isEnabled():  # its sandbox is still up: let it go
+            self.key_action(STOP)
+            self.wait(lambda: not w.task_view.buttons[STOP].isEnabled(), "the sandbox to stop")
+        self.wait(w.lineage.archive_action.isEnabled, "Archive to be possible")
+        self.press("Ctrl+Shift+X")
+        used.append("archive")
+        ws = lambda: w.context.cairn.tasks.workspace_of(cairn.tasks.get(forked.id))  # noqa: E731
+        self.wait(lambda: ws().state == "archived", "the fork to be archived")
+        self.wait(lambda: w.lineage.archive_action.text() == "Unarchive Task", "Unarchive")
+        self.shot("keyboard-archived")
+        self.press("Ctrl+Shift+X")
+        used.append("unarchive")
+        self.wait(lambda: ws().state != "archived", "the fork to be back")
+        self.press("Ctrl+1")
+        self.press("Delete")
+        used.append("delete")
+        box = self.wait(
+            lambda: (
+                getattr(w.lineage, "confirm_box", None) is not None
+                and w.lineage.confirm_box.isVisible()
+                and w.lineage.confirm_box
+            ),
+            "the delete confirmation",
+        )
+        self.shot("keyboard-delete-confirm")
+        self.press("Alt+D")
+        self.wait(lambda: not box.isVisible(), "the confirmation to close")
+        self.wait(lambda: all(t.id != forked.id for t in self.tasks()), "the fork to be deleted")
+
+        # The command palette: Reconcile Runs, found by typing.
+        self.press("Ctrl+Shift+P")
+        palette = self.wait(
+            lambda: (
+                getattr(w, "command_palette", None) is not None
+                and w.command_palette.isVisible()
+                and w.command_palette
+            ),
+            "the command palette",
+        )
+        palette.activateWindow()
+        self.type_text("reconcile")
+        self.wait(lambda: palette.current_action() is w.reconcile_action, "Reconcile Runs")
+        self.shot("keyboard-palette")
+        self.press("Return")
+        used.append("reconcile")
+        self.wait(lambda: not palette.isVisible(), "the palette to close")
+        self.result["task_actions_by_keyboard"] = sorted(
+            {name for name in BUTTONS if name.replace("_", " ") in used}
+        )
+        self.result["typed_task"] = typed.id
+        if self.result.get("unanswered"):
+            raise Failed(f"no dialog came to answer: {self.result['unanswered']}")
+        self.select_by_keys(typed.id)
+        self.wait(lambda: w.context.jobs.working == 0, "the work to end")
+        self.wait(lambda: w.activity_label.text() == "", "the status bar to clear")
+
+    def sizes(self, task) -> None:
+        """The window at 1024×700, 1366×768 and 1920×1080, showing the first task's diff;
+        then back to where it was."""
+        w = self.w
+        self.select_task_quietly(task.id)
+        w.tabs.setCurrentWidget(w.revisions_panel)
+        self.wait(lambda: len(self.timeline_ids()) >= 2, "the first task's timeline")
+        ids = self.timeline_ids()
+        w.revisions_panel.select_revisions(ids[0], ids[-1])
+        geometry = w.geometry()
+        shots: dict[str, dict] = {}
+        for width, height in SIZES:
+            w.setGeometry(0, 0, width, height)
+            self.wait(lambda n=width: w.width() == n, f"the window at {width}×{height}", 10)
+            self.wait(lambda: w.revisions_panel.viewer.colouring_complete, "the diff's colours")
+            QTest.qWait(400)
+            path = self.shots / f"{self.args.phase}-size-{width}x{height}.png"
+            frame = w.frameGeometry()
+            QGuiApplication.primaryScreen().grabWindow(
+                0, frame.x(), frame.y(), frame.width(), frame.height()
+            ).save(str(path))
+            shown = {
+                name: bool(
+                    w.task_view.toolbar.widgetForAction(a)
+                    and w.task_view.toolbar.widgetForAction(a).isVisible()
+                )
+                for name, a in w.task_view.buttons.items()
+            }
+            shots[f"{width}x{height}"] = {
+                "path": str(path),
+                "buttons_shown": shown,
+                "tree_state_share": w.lineage.tree.columnWidth(1)
+                / max(1, w.lineage.tree.viewport().width()),
+                "diff_height": w.revisions_panel.viewer.height(),
+                "task_view_height": w.task_scroll.height(),
+            }
+        self.result["sizes"] = shots
+        w.setGeometry(geometry)
+        self.wait(lambda: w.geometry() == geometry, "the window back where it was", 10)
+
+    def select_task_quietly(self, task_id: str) -> None:
+        self.w.lineage.select_task(task_id)
+        self.wait(lambda: self.w.task_view.task_id == task_id, f"task {task_id} to show")
 
     def continue_with(self, task, command: str, shot: str):
         """Continue the shown task with a risky command through the Continue dialog; returns
@@ -435,7 +826,10 @@ class Scenario:
     def wait_card(self, command: str):
         panel = self.w.approvals_panel
         return self.wait(
-            lambda: next((c for c in panel.cards.values() if c.approval.command == command), None),
+            # The whole line, or the one program in it the sandbox's supervisor asks about.
+            lambda: next(
+                (c for c in panel.cards.values() if c.approval.command.strip() in command), None
+            ),
             f"an approval card for {command!r}",
         )
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from gui.task_view.actions import BUTTONS
 from tests.conftest import REPO_ROOT
 
 AGENT_BIN = REPO_ROOT / "tests" / "agents" / "node_modules" / ".bin"
@@ -77,17 +78,32 @@ def test_drop_run_diff_fork_continue_approve_deny_quit_and_relaunch(
     assert first["task_revisions"] >= 3
     before = first["state"]
     tasks = before["tasks"]
-    # The task, its fork, the continuation, the denied continuation, and the continuation whose
-    # sandbox was removed mid-run (noticed within seconds, without Docker's own words).
-    assert len(tasks) == 5
+    # The task, its fork, the continuation, the denied continuation, the continuation whose
+    # sandbox was removed mid-run (noticed within seconds, without Docker's own words; then
+    # resumed and stopped from the keyboard), and the task made from the keyboard with its
+    # continuation (its fork was deleted from the keyboard).
+    assert len(tasks) == 7
     assert sorted(t["run"] for t in tasks.values()) == [
+        "cancelled",
         "failed",
-        "interrupted",
+        "succeeded",
+        "succeeded",
         "succeeded",
         "succeeded",
         "succeeded",
     ]
     assert first["noticed_removal_s"] < 5.0, first["noticed_removal_s"]
+    # Every task action was pressed, not clicked; Stop said so before the core was done.
+    assert first["task_actions_by_keyboard"] == sorted(BUTTONS)
+    assert "stopping…" in first["stop_pending"], first["stop_pending"]
+    assert first["stop_states"][-1] == "cancelled", first["stop_states"]
+    assert tasks[first["typed_task"]]["title"] == "typed and renamed"
+    # The three sizes the window is laid out for, saved as screenshots.
+    assert set(first["sizes"]) == {"1024x700", "1366x768", "1920x1080"}
+    for size, shown in first["sizes"].items():
+        assert Path(shown["path"]).is_file(), size
+        assert shown["tree_state_share"] < 0.36, (size, shown)
+        assert shown["diff_height"] > 0 and shown["task_view_height"] > 0, (size, shown)
     assert first["raw_docker_text"] is False
     assert all(t["tree_parent"] == t["parent"] for t in tasks.values())
     assert before["approvals_pending"] == 0
