@@ -13,7 +13,16 @@ import pytest
 from core import mailbox
 from core.runs import output_of
 from core.store import Store
-from tests.support import as_json, cairnctl, cairnctl_argv, cairnctl_env, wait_for
+from core.workspaces import set_git_config
+from tests.support import (
+    as_json,
+    cairnctl,
+    cairnctl_argv,
+    cairnctl_env,
+    git,
+    release_data_dir,
+    wait_for,
+)
 
 # A repository in /tmp and a bare remote in the workspace: the push's evidence is the remote's ref.
 REPO = (
@@ -120,3 +129,65 @@ def test_the_sandbox_cannot_write_a_decision(task):
     assert not (decisions / "x").exists()
     ours = {".rules", Store(data / "cairn.db").runs_of([task_id])[-1].exec_id}
     assert {p.name for p in decisions.iterdir()} <= ours  # only Cairn's own folders
+
+
+THREE_LINES = [
+    "git push --force origin main || true; echo pushed > pushed.txt",
+    "mkdir -p .git/hooks; echo hacked > .git/hooks/pre-commit && rm -f app.py",
+    "echo after > after.txt",
+]
+
+
+@pytest.fixture
+def repo_task(tmp_path, sandbox_image, docker_client):
+    """A task on a git repository whose origin is a bare repository inside the workspace."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "app.py").write_text("print('app')\n")
+    git(src, "init", "-q", "-b", "main")
+    git(src, "add", "app.py")
+    git(src, "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "-m", "one")
+    git(src, "init", "-q", "--bare", "remote.git")
+    data = tmp_path / "data"
+    made = as_json(cairnctl(data, "new", str(src), "--json"))
+    ws = Path(made["workspace_root"])
+    # A `main` to push, and an origin: set on the host, the way Cairn changes a workspace's git.
+    git(ws, "branch", "-f", "main")
+    set_git_config(ws, "remote.origin.url", "/workspace/remote.git")
+    yield data, made["task_id"], ws
+    release_data_dir(data, docker_client)
+
+
+def test_each_risky_program_of_a_script_waits_on_its_own_card(repo_task):
+    data, task_id, ws = repo_task
+    run_steps(data, task_id, *THREE_LINES)
+
+    (push,) = wait_for(lambda: listed(data), what="the push's card")
+    assert (push["rule"], push["details"]["argv"]) == (
+        "git-force-push",
+        ["git", "push", "--force", "origin", "main"],
+    )
+    assert push["details"]["script"] == {"step": 0, "commands": THREE_LINES}
+    time.sleep(1)
+    assert not pushed(ws) and not (ws / "pushed.txt").exists()  # held until decided
+    cairnctl(data, "approve", push["id"])
+
+    (hook,) = wait_for(lambda: listed(data), what="the hook write's card")
+    assert (hook["rule"], hook["details"]["argv"]) == (
+        "git-hooks-write",
+        ["mkdir", "-p", ".git/hooks"],
+    )
+    assert hook["details"]["script"]["step"] == 1
+    assert pushed(ws) and (ws / "pushed.txt").exists()  # the approved push ran, and only it
+    time.sleep(1)
+    assert (ws / "app.py").exists() and not (ws / "after.txt").exists()
+    cairnctl(data, "deny", hook["id"])
+
+    res = as_json(cairnctl(data, "follow", task_id, "--json"))
+    # The hook write fails (read-only), so `&& rm -f app.py` never runs and the step fails.
+    assert res["state"] == "failed", res
+    assert (ws / "app.py").read_text() == "print('app')\n"
+    assert sorted(p.name for p in (ws / ".git" / "hooks").iterdir()) == []
+    assert not (ws / "after.txt").exists()
+    decided = {a["id"]: a["state"] for a in listed(data, "--all")}
+    assert decided == {push["id"]: "approved", hook["id"]: "denied"}
