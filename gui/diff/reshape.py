@@ -20,7 +20,9 @@ from core.diffs import DiffLine, FileDiff, Hunk
 CONTEXT = 3  # lines of context git gives each hunk, and what whitespace re-alignment keeps
 EXPAND_STEP = 20  # lines one "expand" shows
 WHOLE_FILE_CONTEXT = 1_000_000  # asking git for this much context returns the whole file
-MAX_REALIGN = 4_000_000  # old × new lines of one hunk re-aligned; larger hunks are kept as they are
+MAX_REALIGN = (
+    4_000_000  # removed × added lines of one change re-aligned; larger ones stay as they are
+)
 
 _SPACE = re.compile(r"\s+")
 
@@ -44,22 +46,52 @@ def without_whitespace_changes(f: FileDiff, context: int = CONTEXT) -> FileDiff:
 
 
 def _realign(hunk: Hunk, context: int) -> list[Hunk]:
-    old = [ln for ln in hunk.lines if ln.kind in (" ", "-")]
-    new = [ln for ln in hunk.lines if ln.kind in (" ", "+")]
-    if len(old) * len(new) > MAX_REALIGN:
-        return [hunk]
-    matcher = difflib.SequenceMatcher(
-        None, [_squeezed(ln.text) for ln in old], [_squeezed(ln.text) for ln in new], False
-    )
     lines: list[DiffLine] = []
+    removed: list[DiffLine] = []
+    added: list[DiffLine] = []
+
+    def flush() -> None:
+        lines.extend(_realign_change(removed, added))
+        removed.clear()
+        added.clear()
+
+    for line in hunk.lines:
+        if line.kind == "-":
+            if added:  # a new change after the previous one's added lines
+                flush()
+            removed.append(line)
+        elif line.kind == "+":
+            added.append(line)
+        else:
+            flush()
+            lines.append(line)
+    flush()
+    return _regroup(lines, context, _section(hunk.header))
+
+
+def _realign_change(removed: list[DiffLine], added: list[DiffLine]) -> list[DiffLine]:
+    """One change (removed lines, then added ones) with the lines that differ only in whitespace
+    paired up as unchanged."""
+    if not removed or not added:
+        return removed + added
+    old = [_squeezed(ln.text) for ln in removed]
+    new = [_squeezed(ln.text) for ln in added]
+    if old == new:  # a re-indented block: every line pairs with its counterpart
+        return [DiffLine(" ", b.text, a.old_no, b.new_no) for a, b in zip(removed, added)]
+    if len(old) * len(new) > MAX_REALIGN:
+        return removed + added
+    out: list[DiffLine] = []
+    matcher = difflib.SequenceMatcher(None, old, new, False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
-            for a, b in zip(old[i1:i2], new[j1:j2]):
-                lines.append(DiffLine(" ", b.text, a.old_no, b.new_no))
-            continue
-        lines.extend(DiffLine("-", a.text, a.old_no, None) for a in old[i1:i2])
-        lines.extend(DiffLine("+", b.text, None, b.new_no) for b in new[j1:j2])
-    return _regroup(lines, context, _section(hunk.header))
+            out.extend(
+                DiffLine(" ", b.text, a.old_no, b.new_no)
+                for a, b in zip(removed[i1:i2], added[j1:j2])
+            )
+        else:
+            out.extend(removed[i1:i2])
+            out.extend(added[j1:j2])
+    return out
 
 
 def _regroup(lines: list[DiffLine], context: int, section: str) -> list[Hunk]:

@@ -381,3 +381,31 @@ def test_screenshot(qtbot, viewer, repo):
     viewer.find_bar.field.setText("120")
     qtbot.waitUntil(lambda: viewer.colouring_complete, timeout=5_000)
     viewer.grab().save("/tmp/shots/diff_viewer_tools.png")
+
+
+def test_a_re_indented_file_of_24000_lines_shows_no_change_with_whitespace_ignored(
+    qtbot, viewer, repo
+):
+    count = 24_000
+    repo.write("big.py", "".join(f"value_{i} = {i}\n" for i in range(count)))
+    a = repo.commit()
+    repo.write("big.py", "".join(f"    value_{i}  =  {i}\n" for i in range(count)))
+    b = repo.commit()
+    viewer.set_diff(repo.diff(a, b, max_bytes=None))
+    viewer.set_ignore_whitespace(True)
+    assert viewer.shown_file.hunks == []
+    assert "only whitespace changed" in viewer.file_heading.text()
+
+
+def test_a_whole_file_that_does_not_match_the_hunks_is_not_used(repo):
+    from gui.diff.reshape import Expansion
+
+    repo.write("f.txt", _hundred_lines(change_at=0))
+    a = repo.commit()
+    repo.write("f.txt", _hundred_lines(change_at=50))
+    b = repo.commit()
+    repo.write("f.txt", _hundred_lines(change_at=70))
+    c = repo.commit()
+    shown = repo.diff(a, b).files[0]
+    assert Expansion.of(shown, _whole_file(repo, a, b)(shown)) is not None
+    assert Expansion.of(shown, _whole_file(repo, a, c)(shown)) is None  # other revisions
