@@ -1,7 +1,8 @@
-"""What a real Claude Code run used, recorded: a task and its Continue child run the installed CLI
-against the scripted model server, each run records its tokens and Claude Code's own cost for its
-turn, and `cairnctl cost` sums the lineage to exactly its runs (not Claude Code's session total,
-which the resumed session carries on from the first run).
+"""What real agent runs used, recorded: a task and its Continue child run the installed CLI against
+the scripted model server. Claude Code's runs record their tokens and Claude Code's own cost for
+their turn, and `cairnctl cost` sums the lineage to exactly its runs (not Claude Code's session
+total, which the resumed session carries on from the first run); Codex's runs record their own
+part of the thread's running totals, priced from the settings' price table.
 
 Skips, with the reason, without Docker, the sandbox image, npm (or its cache of the CLI), or an
 unlocked Secret Service.
@@ -24,6 +25,7 @@ from core.engines.base import json_object
 from core.runs.states import output_of
 from core.sandbox import egress
 from core.store import Store
+from tests.agents import fake_openai
 from tests.agents.fake_anthropic import Bash, FakeAnthropic, Reply
 from tests.support import (
     as_json,
@@ -40,8 +42,13 @@ pytestmark = pytest.mark.docker
 def npm_prefix(tmp_path_factory) -> Path:
     """The CLI installed with `npm install -g` into a prefix of its own (from npm's cache)."""
     prefix = tmp_path_factory.mktemp("npm-global")
-    version = locked_agent_version("@anthropic-ai/claude-code")
-    npm_install_global(prefix, [f"@anthropic-ai/claude-code@{version}"])
+    npm_install_global(
+        prefix,
+        [
+            f"@anthropic-ai/claude-code@{locked_agent_version('@anthropic-ai/claude-code')}",
+            f"@openai/codex@{locked_agent_version('@openai/codex')}",
+        ],
+    )
     return prefix
 
 
@@ -74,14 +81,12 @@ def src(tmp_path: Path) -> Path:
     return folder
 
 
-def settings_for(data: Path, base_url: str) -> None:
-    (data / "settings.json").write_text(
-        json.dumps({"engines": {"claude-code": {"base_url": base_url}}})
-    )
+def settings_for(data: Path, base_url: str, engine: str = "claude-code") -> None:
+    (data / "settings.json").write_text(json.dumps({"engines": {engine: {"base_url": base_url}}}))
 
 
-def login(data: Path, key: str, env: dict[str, str]) -> None:
-    cairnctl(data, "engine", "login", "claude-code", input=key, env=env)
+def login(data: Path, key: str, env: dict[str, str], engine: str = "claude-code") -> None:
+    cairnctl(data, "engine", "login", engine, input=key, env=env)
 
 
 @contextmanager
@@ -107,8 +112,8 @@ def approving(data: Path, env: dict[str, str]) -> Iterator[None]:
         thread.join(timeout=30)
 
 
-def logout(data: Path, env: dict[str, str]) -> None:
-    cairnctl(data, "engine", "logout", "claude-code", check=False, env=env)
+def logout(data: Path, env: dict[str, str], engine: str = "claude-code") -> None:
+    cairnctl(data, "engine", "logout", engine, check=False, env=env)
 
 
 def test_a_claude_code_lineage_records_each_runs_tokens_and_cost_and_sums_them(data, src, user_env):
@@ -154,6 +159,71 @@ def test_a_claude_code_lineage_records_each_runs_tokens_and_cost_and_sums_them(d
     assert "lineage    $" in shown and "over 3 tasks, 2 runs" in shown  # the root never ran
     # Recorded: the figures stay when read again.
     assert as_json(cairnctl(data, "cost", "--json", env=user_env))["total"] == lineage
+
+
+def test_a_codex_lineage_counts_each_runs_own_tokens_and_prices_them_from_the_table(
+    data, src, user_env
+):
+    key = f"sk-proj-{uuid.uuid4().hex}"
+    script = [fake_openai.run("echo made > made.txt"), fake_openai.say("Made it."),
+              fake_openai.say("Again.")]  # fmt: skip
+    with fake_openai.FakeOpenAI(script) as server, approving(data, user_env):
+        settings_for(data, server.url, "codex")
+        cairnctl(data, "config", "set", "prices.gpt-5.5", "input=2,output=20,cache_read=0.5",
+                 env=user_env)  # fmt: skip
+        try:
+            login(data, key, user_env, "codex")
+            made = as_json(
+                cairnctl(data, "new", str(src), "--engine", "codex", "--json", env=user_env)
+            )
+            one = as_json(
+                cairnctl(data, "continue", made["task_id"], "-m", "make a file", "--json",
+                         env=user_env, timeout=240)
+            )  # fmt: skip
+            assert one["state"] == "succeeded", one
+            two = as_json(
+                cairnctl(data, "continue", one["task_id"], "-m", "and again", "--json",
+                         env=user_env, timeout=240)
+            )  # fmt: skip
+            assert two["state"] == "succeeded", two
+        finally:
+            logout(data, user_env, "codex")
+    shown = as_json(cairnctl(data, "cost", two["task_id"], "--json", env=user_env))
+    first = as_json(cairnctl(data, "cost", one["task_id"], "--json", env=user_env))["runs"][0]
+    second = shown["runs"][0]
+    for run in (first, second):
+        assert run["cost_source"] == "price table" and run["models"] == ["gpt-5.5"], run
+        assert run["cost_usd"] == pytest.approx(
+            (run["input_tokens"] * 2 + run["output_tokens"] * 20 + run["cache_read_tokens"] * 0.5)
+            / 1e6
+        )
+    # Codex counts the thread's running total; each run has its own part of it.
+    totals = _codex_totals(data, second["run_id"])
+    assert second["input_tokens"] + second["cache_read_tokens"] < totals["input_tokens"]
+    lineage = shown["lineage"]
+    assert lineage["input_tokens"] + lineage["cache_read_tokens"] == totals["input_tokens"]
+    assert (
+        lineage["output_tokens"]
+        == totals["output_tokens"]
+        == (first["output_tokens"] + second["output_tokens"])
+    )
+    assert lineage["cost_usd"] == pytest.approx(first["cost_usd"] + second["cost_usd"])
+
+
+def _codex_totals(data: Path, run_id: str) -> dict[str, int]:
+    """The last running totals Codex reported in the run's output."""
+    store = Store(data / "cairn.db")
+    try:
+        text = output_of(store, run_id, "stdout")
+    finally:
+        store.close()
+    found = None
+    for line in text.splitlines():
+        record = json_object(line)
+        if record is not None and record.get("type") == "turn.completed":
+            found = record["usage"]
+    assert found is not None, text[-2000:]
+    return found
 
 
 def _session_cost(data: Path, run_id: str, env: dict[str, str]) -> float:
