@@ -57,6 +57,7 @@ from gui.qt import (
     QObject,
     QPoint,
     QPushButton,
+    QSettings,
     QSplitter,
     QStackedWidget,
     QStandardItemModel,
@@ -77,6 +78,8 @@ MAX_DECORATE_BATCH = 4_000
 FILE_DEBOUNCE_MS = 60
 
 PAGE_MESSAGE, PAGE_UNIFIED, PAGE_SIDE = range(3)
+TREE_KEY = "diff/folders"  # Qt settings: the file list as folders
+WHITESPACE_KEY = "diff/ignore_whitespace"
 SIDE_SEPARATOR = "\x00"  # between a side-by-side row's old and new text, for finding
 
 # Keys that move through the diff while it has focus (no modifier).
@@ -137,9 +140,10 @@ class DiffViewer(QWidget):
     sig_context_ready = Signal(int)
     """The whole file is known for the file at this index: its hunks can show more context."""
 
-    def __init__(self, jobs, parent: QWidget | None = None):
+    def __init__(self, jobs, parent: QWidget | None = None, *, settings: QSettings | None = None):
         super().__init__(parent)
         self._jobs = jobs
+        self._settings = settings
         self._job_key = f"diff-colours-{id(self)}"
         self._whole_key = f"diff-whole-file-{id(self)}"
         self._diff: Diff | None = None
@@ -306,6 +310,9 @@ class DiffViewer(QWidget):
         self._file_timer.timeout.connect(self._show_pending_file)
         self._style_banner()
         self.show_message("No diff to show")
+        if settings is not None:  # the choices of the last session
+            self.set_tree(bool(settings.value(TREE_KEY, False, type=bool)))
+            self.set_ignore_whitespace(bool(settings.value(WHITESPACE_KEY, False, type=bool)))
 
     # -- what is shown ----------------------------------------------------------------------
 
@@ -458,6 +465,8 @@ class DiffViewer(QWidget):
             self.tree_button.setChecked(on)  # comes back here
             return
         self.list_stack.setCurrentWidget(self.file_tree if on else self.file_list)
+        if self._settings is not None:
+            self._settings.setValue(TREE_KEY, on)
         if self._diff is not None and self._diff.files:
             paths = [f.path for f in self._diff.files]
             self._order = tree_order(folder_tree(paths)) if on else list(range(len(paths)))
@@ -502,6 +511,8 @@ class DiffViewer(QWidget):
         if on == self._ignore_whitespace:
             return
         self._ignore_whitespace = on
+        if self._settings is not None:
+            self._settings.setValue(WHITESPACE_KEY, on)
         if self._original is not None:
             self._compose(keep_place=True)
 

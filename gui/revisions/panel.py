@@ -125,7 +125,7 @@ class RevisionsPanel(QWidget):
         top_layout.addWidget(self.table, 1)
         top_layout.addLayout(below)
 
-        self.viewer = DiffViewer(self._jobs, self)
+        self.viewer = DiffViewer(self._jobs, self, settings=context.settings)
         splitter = QSplitter(Qt.Orientation.Vertical, self)
         splitter.addWidget(top)
         splitter.addWidget(self.viewer)

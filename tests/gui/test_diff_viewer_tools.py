@@ -409,3 +409,18 @@ def test_a_whole_file_that_does_not_match_the_hunks_is_not_used(repo):
     shown = repo.diff(a, b).files[0]
     assert Expansion.of(shown, _whole_file(repo, a, b)(shown)) is not None
     assert Expansion.of(shown, _whole_file(repo, a, c)(shown)) is None  # other revisions
+
+
+def test_folders_and_whitespace_choices_are_remembered(qtbot, jobs, tmp_path):
+    from gui.qt import QSettings
+
+    settings = QSettings(str(tmp_path / "ui.ini"), QSettings.Format.IniFormat)
+    first = DiffViewer(jobs, settings=settings)
+    qtbot.addWidget(first)
+    assert not first.tree_shown and not first.ignore_whitespace
+    first.tree_button.click()
+    first.whitespace_button.click()
+    second = DiffViewer(jobs, settings=settings)
+    qtbot.addWidget(second)
+    assert second.tree_shown and second.tree_button.isChecked()
+    assert second.ignore_whitespace and second.whitespace_button.isChecked()
