@@ -31,6 +31,7 @@ from gui.lineage.data import task_row
 from gui.logs import diagnostics, log_path
 from gui.palette import CommandPalette
 from gui.qt import (
+    QAbstractItemView,
     QAction,
     QApplication,
     QByteArray,
@@ -221,6 +222,7 @@ class MainWindow(QMainWindow):
         self.task_scroll.setWidgetResizable(True)
         self.task_scroll.setFrameShape(QFrame.Shape.NoFrame)
         self.task_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.task_scroll.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # Tab goes on to the actions
         self.task_view = TaskView(self.context)
         self.task_scroll.setWidget(self.task_view)
         self.tabs = QTabWidget(self.centre_splitter)
@@ -247,6 +249,10 @@ class MainWindow(QMainWindow):
         self.centre_splitter.setSizes([260, 520])
         outer.addWidget(self.main_splitter, 1)
         self.setCentralWidget(central)
+        # Tab moves between the window's parts; inside a table the arrow keys move (a table
+        # that took Tab from cell to cell kept the keyboard from ever reaching the diff).
+        for view in central.findChildren(QAbstractItemView):
+            view.setTabKeyNavigation(False)
 
         self.data_dir_label = ElidedLabel(self)
         self.data_dir_label.setObjectName("dataDirLabel")

@@ -16,6 +16,7 @@ from gui.dialogs.data import (
     instructions_placeholder,
     revision_label,
 )
+from gui.elide import ElidedLabel
 from gui.qt import (
     QComboBox,
     QDialog,
@@ -104,9 +105,10 @@ class NewTaskDialog(QDialog):
             label.setToolTip(str(folder))
             form.addRow(label, edit)
         if not many:
-            where = QLabel(str(self.folders[0]), self)
+            # A long path keeps its start and its folder's name; the tooltip has it whole.
+            where = ElidedLabel(self, str(self.folders[0]))
+            where.setObjectName("newTaskFolder")
             where.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-            where.setWordWrap(True)
             form.insertRow(0, "Folder:", where)
         self.engine_combo = QComboBox(self)
         self.engine_combo.addItems(list(engines))

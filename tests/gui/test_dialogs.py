@@ -22,7 +22,7 @@ def test_new_task_dialog_is_prefilled_from_the_folder(qtbot, tmp_path):
     assert dialog.windowTitle() == "New Task"
     assert dialog.title_edits[0].text() == "login-service"
     assert dialog.engine_combo.currentText() == "shell"
-    assert any(label.text() == str(folder) for label in dialog.findChildren(QLabel))
+    assert any(label.toolTip() == str(folder) for label in dialog.findChildren(QLabel))
     dialog.title_edits[0].setText("Fix the login test")
     dialog.engine_combo.setCurrentText("claude-code")
     dialog.instructions_edit.setPlainText("  make the login test pass  ")
@@ -231,3 +231,15 @@ def test_the_instructions_example_fits_the_engine(qtbot, tmp_path):
         qtbot.addWidget(d)
     assert "one per line" in shell_continue.instructions_edit.placeholderText()
     assert "plain words" in agent_fork.instructions_edit.placeholderText()
+
+
+def test_a_long_folder_path_is_elided_in_the_middle_with_the_whole_in_the_tooltip(qtbot, tmp_path):
+    folder = tmp_path.joinpath(*["a-rather-long-folder-name"] * 12, "login-service")
+    folder.mkdir(parents=True)
+    dialog = NewTaskDialog([folder])
+    qtbot.addWidget(dialog)
+    dialog.show()
+    where = dialog.findChild(QLabel, "newTaskFolder")
+    assert where.toolTip() == str(folder)
+    assert dialog.width() < 1000  # the path does not widen the dialog
+    assert "…" in where.text() and where.text().endswith("login-service")

@@ -5,7 +5,15 @@ focus ring is drawn in the highlight colour."""
 from __future__ import annotations
 
 from gui.palette import CommandPalette, fuzzy_score, menu_actions
-from gui.qt import QAction, QApplication, QKeySequence, QPalette, Qt, QToolButton
+from gui.qt import (
+    QAbstractItemView,
+    QAction,
+    QApplication,
+    QKeySequence,
+    QPalette,
+    Qt,
+    QToolButton,
+)
 from gui.shortcuts import TASK_SHORTCUTS, tooltip_with_shortcut
 from gui.task_view.actions import BUTTONS, EXPORT_PATCH, START, STOP
 
@@ -157,3 +165,22 @@ def test_the_menu_key_opens_the_context_menu_of_the_current_row(qtbot, window, c
     assert window.lineage.selected_task() == task_id
     assert window.task_view.buttons[START] in menu.actions()
     menu.close()
+
+
+def test_tab_goes_round_the_window_through_the_actions_and_the_tabs(qtbot, window, cairn, repo):
+    _shown_task(qtbot, window, cairn, repo, instructions="make test")
+    window.activateWindow()
+    window.lineage.tree.setFocus()
+    qtbot.waitUntil(window.lineage.tree.hasFocus)
+    start = window.task_view.toolbar.widgetForAction(window.task_view.buttons[START])
+    visited = []
+    for _ in range(30):
+        qtbot.keyClick(QApplication.focusWidget(), Qt.Key.Key_Tab)
+        visited.append(QApplication.focusWidget())
+        if visited[-1] is window.lineage.tree:
+            break
+    assert visited[0] is start  # straight from the tree to the task's first action
+    assert window.tabs.tabBar() in visited
+    timeline = window.revisions_panel.findChild(QAbstractItemView, "revisionsTimeline")
+    assert timeline is not None and timeline in visited
+    assert visited[-1] is window.lineage.tree  # and round again, never stuck in a table
