@@ -30,6 +30,7 @@ from gui.qt import (
     QPlainTextEdit,
     QPushButton,
     QResizeEvent,
+    QSize,
     QSizePolicy,
     Qt,
     QTextCursor,
@@ -180,6 +181,24 @@ class ScriptView(QPlainTextEdit):
             self._fit()
 
 
+class ReasonEdit(QLineEdit):
+    """The optional reason a denial sends back to the run; as wide as its placeholder when
+    there is room, narrower when not."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("denyReason")
+        self.setPlaceholderText(REASON_PLACEHOLDER)
+        self.setToolTip("Why it is denied, sent back to the run; Enter denies")
+        self.setMaxLength(REASON_MAX_CHARS)
+        self.setClearButtonEnabled(True)
+        self.setMinimumWidth(self.fontMetrics().horizontalAdvance("x") * 16)
+
+    def sizeHint(self) -> QSize:
+        hint = super().sizeHint()
+        return QSize(self.fontMetrics().horizontalAdvance(REASON_PLACEHOLDER) + 40, hint.height())
+
+
 class ApprovalCard(QFrame):
     """One request. A approves, D denies (with the reason typed, if any), R toggles Remember —
     while the card, not the reason field, has the focus; Enter in the reason field denies."""
@@ -208,7 +227,14 @@ class ApprovalCard(QFrame):
             + (f" · run {html.escape(approval.run_id)}" if approval.run_id else ""),
             self,
         )
-        layout.addWidget(head)
+        head.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        head.setWordWrap(True)  # a long task title takes lines, not the card's width
+        top = QHBoxLayout()
+        top.addWidget(head, 1)
+        self.waiting_label = QLabel(self)
+        self.waiting_label.setEnabled(False)
+        top.addWidget(self.waiting_label)
+        layout.addLayout(top)
         if approval.program is None:
             self._tool_call(layout)
         else:
@@ -289,40 +315,63 @@ class ApprovalCard(QFrame):
         layout.addLayout(form)
 
     def _decision_row(self) -> QHBoxLayout:
-        row = QHBoxLayout()
-        self.waiting_label = QLabel(self)
-        self.waiting_label.setEnabled(False)
-        row.addWidget(self.waiting_label)
+        """Approve on one side, the reason and Deny on the other; one above the other when the
+        card is too narrow for both side by side."""
+        self._actions = QHBoxLayout()  # its direction turns when the card is narrow
+        self._actions.setSpacing(12)
+        self._approve_part = QWidget(self)
+        row = QHBoxLayout(self._approve_part)
+        row.setContentsMargins(0, 0, 0, 0)
         row.addStretch(1)
-        self.remember = QCheckBox(remember_text(self.approval), self)
+        self.remember = QCheckBox(remember_text(self.approval), self._approve_part)
         self.remember.setObjectName("rememberBox")
         if self.approval.program is not None and not self.approval.rule:
             self.remember.setEnabled(False)
             self.remember.setToolTip("No rule flagged this program start: nothing to remember")
         row.addWidget(self.remember)
-        self.approve_button = QPushButton(icon("approve"), "Approve", self)
+        self.approve_button = QPushButton(icon("approve"), "Approve", self._approve_part)
         self.approve_button.setObjectName("approveButton")
         self.approve_button.setToolTip("Approve this command (A)")
         self.approve_button.clicked.connect(self.approve)
         row.addWidget(self.approve_button)
-        row.addSpacing(12)
-        self.reason_edit = QLineEdit(self)
-        self.reason_edit.setObjectName("denyReason")
-        self.reason_edit.setPlaceholderText(REASON_PLACEHOLDER)
-        self.reason_edit.setToolTip("Why it is denied, sent back to the run; Enter denies")
-        self.reason_edit.setMaxLength(REASON_MAX_CHARS)
-        self.reason_edit.setClearButtonEnabled(True)
-        self.reason_edit.setMinimumWidth(
-            self.reason_edit.fontMetrics().horizontalAdvance(REASON_PLACEHOLDER) + 40
-        )
+        self._actions.addWidget(self._approve_part, 1)
+        self._deny_part = QWidget(self)
+        row = QHBoxLayout(self._deny_part)
+        row.setContentsMargins(0, 0, 0, 0)
+        self.reason_edit = ReasonEdit(self._deny_part)
         self.reason_edit.returnPressed.connect(self.deny)
-        row.addWidget(self.reason_edit)
-        self.deny_button = QPushButton(icon("deny"), "Deny", self)
+        row.addWidget(self.reason_edit, 1)
+        self.deny_button = QPushButton(icon("deny"), "Deny", self._deny_part)
         self.deny_button.setObjectName("denyButton")
         self.deny_button.setToolTip("Deny this command, with the reason if one is typed (D)")
         self.deny_button.clicked.connect(self.deny)
         row.addWidget(self.deny_button)
-        return row
+        self._actions.addWidget(self._deny_part)
+        return self._actions
+
+    @property
+    def stacked(self) -> bool:
+        """Whether Deny sits under Approve (a narrow card) rather than beside it."""
+        return self._actions.direction() == QHBoxLayout.Direction.TopToBottom
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        layout = self.layout()
+        margins = layout.contentsMargins() if layout is not None else None
+        side = margins.left() + margins.right() if margins is not None else 0
+        needed = (
+            self._approve_part.sizeHint().width()
+            + self._actions.spacing()
+            + self._deny_part.sizeHint().width()
+            + side
+        )
+        wanted = (
+            QHBoxLayout.Direction.TopToBottom
+            if self.contentsRect().width() < needed
+            else QHBoxLayout.Direction.LeftToRight
+        )
+        if self._actions.direction() != wanted:
+            self._actions.setDirection(wanted)
 
     def update_waiting(self, now: float | None = None) -> None:
         if self.approval.requested_at is None:

@@ -27,6 +27,7 @@ from gui.qt import (
     Signal,
 )
 
+UNLIMITED = 16777215  # Qt's QWIDGETSIZE_MAX
 TITLE = "Recent decisions"
 EMPTY_TEXT = "No decisions yet."
 COLUMNS = ("When", "Who", "Command", "Decision", "Rule", "Reason")
@@ -111,6 +112,8 @@ class DecisionHistory(QWidget):
         self.empty_label.setVisible(open_ and not self.decisions)
         vertical = QSizePolicy.Policy.Expanding if open_ else QSizePolicy.Policy.Maximum
         self.setSizePolicy(QSizePolicy.Policy.Preferred, vertical)
+        # Folded, it is its header only: whatever holds it gives the rest to the queue.
+        self.setMaximumHeight(UNLIMITED if open_ else self.toggle.sizeHint().height())
 
     def set_decisions(self, decisions: list[Decision], now: float | None = None) -> None:
         if decisions == self.decisions:

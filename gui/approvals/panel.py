@@ -26,6 +26,7 @@ from gui.qt import (
     QLabel,
     QMessageBox,
     QScrollArea,
+    QSplitter,
     Qt,
     QTimer,
     QVBoxLayout,
@@ -62,26 +63,37 @@ class ApprovalsPanel(QWidget):
         self._again = False
         self._known: set[str] = set()
         self.loaded = False
+        self._sized = False  # whether the person moved the line between queue and decisions
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        self.empty_label = QLabel(EMPTY_TEXT, self)
+        # The queue above, the recent decisions below; the person moves the line between them.
+        self.splitter = QSplitter(Qt.Orientation.Vertical, self)
+        self.splitter.setObjectName("approvalsSplitter")
+        self.splitter.setChildrenCollapsible(False)
+        queue = QWidget(self.splitter)
+        queue_layout = QVBoxLayout(queue)
+        queue_layout.setContentsMargins(0, 0, 0, 0)
+        self.empty_label = QLabel(EMPTY_TEXT, queue)
         self.empty_label.setObjectName("approvalsEmpty")
         self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.empty_label.setWordWrap(True)
-        layout.addWidget(self.empty_label)
-        self.scroll_area = QScrollArea(self)
+        queue_layout.addWidget(self.empty_label)
+        self.scroll_area = QScrollArea(queue)
         self.scroll_area.setWidgetResizable(True)
         self.scroll_area.setFrameShape(QFrame.Shape.NoFrame)
         holder = QWidget(self.scroll_area)
         self.cards_layout = QVBoxLayout(holder)
         self.cards_layout.addStretch(1)
         self.scroll_area.setWidget(holder)
-        layout.addWidget(self.scroll_area, 2)
+        queue_layout.addWidget(self.scroll_area, 1)
         self.scroll_area.hide()
         open_ = context.settings.value(HISTORY_OPEN_KEY, True, type=bool)
-        self.history = DecisionHistory(self, open_=bool(open_))
+        self.history = DecisionHistory(self.splitter, open_=bool(open_))
         self.history.sig_toggled.connect(self._history_toggled)
-        layout.addWidget(self.history, 1)
+        self.splitter.setStretchFactor(0, 2)
+        self.splitter.setStretchFactor(1, 1)
+        self.splitter.splitterMoved.connect(self._line_moved)
+        layout.addWidget(self.splitter)
         self._clock = QTimer(self)
         self._clock.setInterval(1000)
         self._clock.timeout.connect(self._tick)
@@ -95,6 +107,24 @@ class ApprovalsPanel(QWidget):
         context.events.sig_event.connect(self._on_event)
         self._poll.start()
         self.reload()
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        if not self._sized or not self.history.is_open:
+            # Two thirds for the queue, one for the decisions (the splitter alone would give
+            # each what it asks for), until the person moves the line between them.
+            self._share_height()
+
+    def _line_moved(self, _pos: int, _index: int) -> None:
+        self._sized = True
+
+    def _share_height(self) -> None:
+        """Open: a third of the height for the decisions; folded: the queue takes all but the
+        header (the splitter keeps the header's minimum)."""
+        total = sum(self.splitter.sizes())
+        if total > 0:
+            history = total // 3 if self.history.is_open else 0
+            self.splitter.setSizes([total - history, history])
 
     @property
     def count(self) -> int:
@@ -140,6 +170,7 @@ class ApprovalsPanel(QWidget):
 
     def _history_toggled(self, open_: bool) -> None:
         self.context.settings.setValue(HISTORY_OPEN_KEY, open_)
+        self._share_height()
         if open_:
             self.reload()  # it was not read while folded
 

@@ -276,3 +276,12 @@ def test_the_waiting_time_counts_on(qtbot):
     card = card_for(qtbot, program_start(created_at=time.time() - 5))
     card.update_waiting(card.approval.requested_at + 65)  # type: ignore[operator]
     assert card.waiting_label.text() == "waiting 1 min 05 s"
+
+
+def test_a_narrow_card_puts_deny_under_approve_and_a_wide_one_beside_it(qtbot):
+    card = card_for(qtbot, program_start())
+    card.resize(1000, card.height())
+    qtbot.waitUntil(lambda: not card.stacked)
+    card.resize(420, card.height())
+    qtbot.waitUntil(lambda: card.stacked)
+    assert card.reason_edit.isVisible() and card.deny_button.isVisible()

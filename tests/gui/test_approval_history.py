@@ -167,3 +167,15 @@ def test_times_are_clock_times_today_and_dates_before():
     today = time.mktime((2026, 12, 1, 15, 0, 0, 0, 0, -1))
     assert when(today - 3600, today) == "14:00:00"
     assert when(today - 2 * 86400, today) == "2026-11-29 15:00"
+
+
+def test_an_open_history_takes_a_third_of_the_tab_and_a_folded_one_its_header(qtbot, make_panel):
+    panel = make_panel(FakeApprovals(history_items()))
+    panel.resize(800, 600)
+    qtbot.waitUntil(lambda: panel.history.table.rowCount() == 5)
+    queue, history = panel.splitter.sizes()
+    assert abs(history - (queue + history) / 3) < 20
+    panel.history.set_open(False)
+    qtbot.waitUntil(lambda: panel.splitter.sizes()[1] <= panel.history.toggle.height() + 4)
+    panel.history.set_open(True)
+    qtbot.waitUntil(lambda: panel.splitter.sizes()[1] > 100)
