@@ -293,6 +293,9 @@ class Ladder:
             )
         elif resolved.env:
             report.add("credentials", "injected " + ", ".join(sorted(env)))
+        # A sandbox that cannot hold its program starts for judgement runs nothing.
+        supervise = approvals.supervise_command(self.ctx, ws.id, outcome.live)
+        report.add("approvals", "every program start judged", "by the sandbox's supervisor")
         files = runs.run_files(self.ctx.data.runs_root, run)
         ctx = LaunchContext(
             run_id=run.id,
@@ -310,8 +313,6 @@ class Ladder:
             start_step=start_step,
             gate=approvals.gate_command(self.ctx, ws.id, outcome.live),
         )
-        supervise = approvals.supervise_command(self.ctx, ws.id, outcome.live)
-        report.add("approvals", "every program start judged", "by the sandbox's supervisor")
         ctx = self._engine_mode(eng, ctx, run, report)
         eng.prepare(ctx)
         exec_env = {

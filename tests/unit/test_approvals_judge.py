@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from core import approvals
+from core import approvals, approvals_exec, mailbox
 from core.app import Cairn
 from core.approvals import Judge
 from core.errors import Conflict
@@ -449,3 +449,149 @@ def test_a_sandbox_that_cannot_run_the_gate_goes_ungated_and_says_so(app):
     (problem,) = events_of(app, "workspace.problem")
     message = problem["payload"]["message"]
     assert "NOT checked" in message and "python3" in message
+
+
+class CannotTrace(NoPython):
+    """A sandbox whose python3 runs but where ptrace is refused."""
+
+    def exec(self, argv, **kwargs):
+        from core.sandbox.base import ExecResult
+
+        return ExecResult(
+            121, "", "cairn: supervision is unavailable: cannot trace the command (ptrace: EPERM)"
+        )
+
+
+@pytest.mark.parametrize(
+    ("sandbox", "said"),
+    [(NoPython(), "the sandbox image has no python3"), (CannotTrace(), "ptrace")],
+)
+def test_a_sandbox_that_cannot_supervise_refuses_the_run_with_the_reason(app, sandbox, said):
+    ws = app.tasks.workspace_of(app.tasks.all()[0])
+    with pytest.raises(approvals.Unsupervised) as refused:
+        approvals.supervise_command(app.ctx, ws.id, sandbox)
+    message = str(refused.value)
+    assert said in message and "the run did not start" in message
+    assert "\n" not in message and "cairn: " not in message
+    # The program rules are where the sandbox reads them, and it cannot write them.
+    placed = mailbox.decisions_root(app.ctx.data.root, ws.id) / ".rules" / "exec_rules.py"
+    assert placed.read_text() == Path(approvals_exec.__file__).read_text()
+    assert oct(placed.stat().st_mode & 0o777) == "0o644"
+
+
+def test_a_sandbox_that_can_supervise_runs_under_the_supervisor(app):
+    class Fine(NoPython):
+        def exec(self, argv, **kwargs):
+            from core.sandbox.base import ExecResult
+
+            assert argv[-1] == "--check" and "--rules" in argv
+            return ExecResult(0, "ok\n", "")
+
+    ws = app.tasks.workspace_of(app.tasks.all()[0])
+    argv = approvals.supervise_command(app.ctx, ws.id, Fine())
+    assert argv[:2] == ["python3", "/cairn/tools/supervisor.py"]
+    assert argv[2:] == ["--judge", "--rules", "/cairn/decisions/.rules/exec_rules.py"]
+
+
+# -- program starts (the supervisor's requests) ---------------------------------------------------
+
+_SEQ = iter(range(10_000))
+
+
+def exec_request(app: Cairn, run: Run, words: list[str], **extra) -> str:
+    """Write a request as the supervisor does for a held program start; returns its id."""
+    request_id = f"ap_{time.time_ns() % 10**9:09d}{next(_SEQ):05d}"
+    doc = {
+        "id": request_id,
+        "run_id": run.id,
+        "exec_id": run.exec_id,
+        "engine": "shell",
+        "tool": "exec",
+        "command": " ".join(words),
+        "cwd": "/workspace",
+        "program": f"/usr/bin/{words[0]}",
+        "argv": words,
+        "env": {"HOME": "/home/agent"},
+        "stdin": "null",
+        "parents": [{"pid": 7, "program": "sh -c 'step'"}],
+        "script_line": {"number": 2, "text": None},
+        "created_at": time.time(),
+        **extra,
+    }
+    folder = requests_folder(app, run)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{request_id}.json").write_text(json.dumps(doc))
+    return request_id
+
+
+def shell_run(app: Cairn, commands: list[str]) -> Run:
+    run = start_run(app)
+    app.ctx.store.update_run(run.id, spec={"commands": commands})
+    return app.ctx.store.get_run(run.id)
+
+
+def test_a_program_start_becomes_a_card_naming_the_program_and_its_step(app):
+    run = shell_run(app, ["echo one", "git push --force origin main || true", "echo three"])
+    judge = app.approvals.with_options()
+    exec_request(app, run, ["git", "push", "--force", "origin", "main"])
+    card = wait_for_row(app, judge)
+    assert card.rule == "git-force-push" and card.command == "git push --force origin main"
+    assert card.details["kind"] == "exec" and card.details["program"] == "/usr/bin/git"
+    assert card.details["argv"] == ["git", "push", "--force", "origin", "main"]
+    assert card.details["script"] == {
+        "step": 1,
+        "commands": ["echo one", "git push --force origin main || true", "echo three"],
+    }
+    assert card.details["parents"] == ["sh -c 'step'"]
+    assert card.to_json()["details"] == dict(card.details)
+
+
+def test_the_host_judges_a_program_start_again_from_its_facts(app):
+    run = shell_run(app, ["ls"])
+    judge = app.approvals.with_options()
+    # The sandbox asked (whatever it claimed); the host's rules find nothing to ask.
+    request_id = exec_request(app, run, ["ls", "-la"], verdict={"rule": "git-push"})
+    allowed = wait_for_row(app, judge, approvals.AUTO_ALLOWED)
+    assert allowed.id == request_id
+    assert decision_of(app, run, request_id)["decision"] == "allow"
+
+
+def test_an_unreadable_program_start_is_refused(app):
+    run = shell_run(app, ["x"])
+    judge = app.approvals.with_options()
+    request_id = exec_request(app, run, ["git", "push"], argv="git push")
+    deadline = time.monotonic() + 10
+    while not approvals.decision_path(
+        app.data.root, run.workspace_id or "", run.exec_id, request_id
+    ).exists():
+        assert time.monotonic() < deadline
+        judge.poll()
+        time.sleep(0.02)
+    decided = decision_of(app, run, request_id)
+    assert decided["decision"] == "deny" and "cannot be read" in decided["reason"]
+
+
+def test_remember_on_a_program_card_lets_that_rule_through_for_the_task(app):
+    run = shell_run(app, ["git push origin a", "git push origin b"])
+    judge = app.approvals.with_options()
+    exec_request(app, run, ["git", "push", "origin", "a"])
+    first = wait_for_row(app, judge)
+    judge.approve(first.id, remember=True)
+    policy = app.tasks.policy_of(app.tasks.workspace_of(app.tasks.get(run.task_id)))
+    assert policy.approved_rules == ("git-push",) and policy.approved == ()
+    second = exec_request(app, run, ["git", "push", "origin", "b"])
+    remembered = wait_for_row(app, judge, approvals.AUTO_ALLOWED)
+    assert remembered.id == second and remembered.rule == "remembered"
+    # Another rule still asks.
+    exec_request(app, run, ["git", "push", "--force", "origin", "b"])
+    assert wait_for_row(app, judge).rule == "git-force-push"
+
+
+def test_a_deny_reason_is_kept_and_sent_back(app):
+    run = shell_run(app, ["git push"])
+    judge = app.approvals.with_options()
+    exec_request(app, run, ["git", "push"])
+    card = wait_for_row(app, judge)
+    denied = judge.deny(card.id, reason="not on Fridays")
+    assert denied.details["note"] == "not on Fridays"
+    assert decision_of(app, run, card.id)["reason"].endswith(": not on Fridays")
