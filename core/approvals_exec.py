@@ -16,7 +16,7 @@ import posixpath
 import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 ALLOW = "allow"
@@ -41,6 +41,9 @@ class ExecFacts:
     pid: int = 0
     parents: tuple[str, ...] = ()
     script_line: int | None = None
+    # The image's programs this one is a copy of (same ELF build id), when it lies outside the
+    # image's folders: `cp /usr/bin/git ./tig; ./tig push` is judged as git.
+    same_as: tuple[str, ...] = ()
 
     @property
     def home(self) -> str:
@@ -62,6 +65,9 @@ class ExecFacts:
         line = doc.get("script_line")
         number = line.get("number") if isinstance(line, dict) else None
         parents = doc.get("parents") or []
+        copies = doc.get("same_as") or []
+        if not isinstance(copies, list):
+            raise BadFacts("same_as must be a list")
         return cls(
             program=program,
             argv=tuple(argv),
@@ -72,6 +78,7 @@ class ExecFacts:
             pid=int(doc.get("pid") or 0),
             parents=tuple(str(p.get("program", "")) for p in parents if isinstance(p, dict)),
             script_line=number if isinstance(number, int) else None,
+            same_as=tuple(str(p) for p in copies if isinstance(p, str) and p.startswith("/")),
         )
 
 
@@ -909,16 +916,19 @@ RULES: tuple[ExecRule, ...] = (
 def classify_exec(facts: ExecFacts, rules: Sequence[ExecRule] = RULES) -> ExecVerdict:
     """The first rule any layer of the exec matches (rules in order, layers outermost first);
     allow when none does."""
-    layers = unwrap(facts)
+    # A copy of one of the image's programs is judged as that program too.
+    variants = [facts, *(replace(facts, program=p, same_as=()) for p in facts.same_as)]
+    layered = [(variant, unwrap(variant)) for variant in variants]
     for rule in rules:
-        for inv in layers:
-            if rule.matches(inv, facts):
-                what = inv.text()
-                git = _git(inv, facts)
-                if git is not None and git.subcommand:
-                    what = shlex.join(["git", git.subcommand, *git.args])
-                return ExecVerdict(rule.action, rule.id, rule.reason, what)
-    return ExecVerdict(ALLOW, None, "", unwrap(facts)[-1].text())
+        for variant, layers in layered:
+            for inv in layers:
+                if rule.matches(inv, variant):
+                    what = inv.text()
+                    git = _git(inv, variant)
+                    if git is not None and git.subcommand:
+                        what = shlex.join(["git", git.subcommand, *git.args])
+                    return ExecVerdict(rule.action, rule.id, rule.reason, what)
+    return ExecVerdict(ALLOW, None, "", layered[0][1][-1].text())
 
 
 def describe(facts: ExecFacts) -> str:

@@ -731,15 +731,131 @@ class Mailbox:
         return False, reason or "denied"
 
 
+# -- which program a copy is ---------------------------------------------------------------------
+
+# The image's own programs: the root filesystem is read-only, so nothing under these was written by
+# the run. A program elsewhere (the workspace, the home) may be a copy of one of them under another
+# name (`cp /usr/bin/git ./tig; ./tig push`): it is named by the ELF build id it shares with them,
+# which appending bytes or renaming does not change.
+SYSTEM_PREFIXES = ("/usr/", "/bin/", "/sbin/", "/lib/", "/lib64/", "/lib32/", "/opt/", "/etc/")
+INDEX_FOLDERS = (
+    *("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"),
+    "/usr/lib/git-core",
+)
+MAX_SAME_AS = 8
+PT_NOTE = 4
+NT_GNU_BUILD_ID = 3
+
+
+def elf_build_id(path):
+    """The GNU build id of a 64-bit little-endian ELF file (bytes), or None."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        head = os.pread(fd, 64, 0)
+        if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+            return None
+        (phoff,) = struct.unpack_from("<Q", head, 32)
+        phentsize, phnum = struct.unpack_from("<HH", head, 54)
+        if phentsize < 56 or phnum > 128:
+            return None
+        table = os.pread(fd, phentsize * phnum, phoff)
+        for n in range(phnum):
+            entry = table[n * phentsize : (n + 1) * phentsize]
+            if len(entry) < 56:
+                return None
+            (p_type,) = struct.unpack_from("<I", entry, 0)
+            if p_type != PT_NOTE:
+                continue
+            (offset,) = struct.unpack_from("<Q", entry, 8)
+            (size,) = struct.unpack_from("<Q", entry, 32)
+            notes = os.pread(fd, min(size, 4096), offset)
+            at = 0
+            while at + 12 <= len(notes):
+                namesz, descsz, kind = struct.unpack_from("<III", notes, at)
+                name_end = at + 12 + ((namesz + 3) & ~3)
+                desc_end = name_end + ((descsz + 3) & ~3)
+                if kind == NT_GNU_BUILD_ID and notes[at + 12 : at + 12 + namesz] == b"GNU\0":
+                    found = notes[name_end : name_end + descsz]
+                    return found or None
+                at = desc_end
+        return None
+    except (OSError, struct.error):
+        return None
+    finally:
+        os.close(fd)
+
+
+_system_ids = None
+_build_ids = {}
+
+
+def system_build_ids():
+    """{build id: [paths]} over the image's program folders, read once."""
+    global _system_ids
+    if _system_ids is None:
+        found = {}
+        for folder in INDEX_FOLDERS:
+            try:
+                names = sorted(os.listdir(folder))
+            except OSError:
+                continue
+            for name in names:
+                path = os.path.join(folder, name)
+                try:
+                    st = os.stat(path)
+                except OSError:
+                    continue
+                if not stat.S_ISREG(st.st_mode) or not st.st_mode & 0o111:
+                    continue
+                build_id = build_id_of(path, st)
+                if build_id:
+                    paths = found.setdefault(build_id, [])
+                    if path not in paths and len(paths) < MAX_SAME_AS:
+                        paths.append(path)
+        _system_ids = found
+    return _system_ids
+
+
+def build_id_of(path, st):
+    key = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+    if key not in _build_ids:
+        if len(_build_ids) > 8192:
+            _build_ids.clear()
+        _build_ids[key] = elf_build_id(path)
+    return _build_ids[key]
+
+
+def same_as(program):
+    """The image's programs a program outside the image's folders is a copy of, by build id."""
+    if not program.startswith("/") or program.startswith(SYSTEM_PREFIXES):
+        return []
+    try:
+        st = os.stat(program)
+    except OSError:
+        return []
+    if not stat.S_ISREG(st.st_mode):
+        return []
+    build_id = build_id_of(program, st)
+    if not build_id:
+        return []
+    return list(system_build_ids().get(build_id, []))
+
+
 # -- the supervisor --------------------------------------------------------------------------------
 
 
-def git_config_files(ex):
+def git_config_files(ex, aliases=()):
     """The git configuration files git would read for this exec, as the sandbox sees them (the
     host resolves aliases from them): global, XDG, and the repository's own."""
-    if os.path.basename(ex.program) != "git" and not os.path.basename(
-        ex.argv[0] if ex.argv else ""
-    ).startswith("git"):
+    names = [os.path.basename(p) for p in aliases]
+    if (
+        os.path.basename(ex.program) != "git"
+        and "git" not in names
+        and not os.path.basename(ex.argv[0] if ex.argv else "").startswith("git")
+    ):
         return {}
     home = ex.env.get("HOME") or os.environ.get("HOME") or "/"
     xdg = ex.env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
@@ -862,6 +978,7 @@ class Supervisor:
         return {"number": number, "text": text}
 
     def request_of(self, ex, rule):
+        copies = same_as(ex.program)
         return {
             "engine": "shell",
             "tool": "exec",
@@ -877,7 +994,8 @@ class Supervisor:
             "interpreter": ex.interpreter,
             "parents": self.parents_of(ex.pid),
             "script_line": self.script_line(ex),
-            "git_config": git_config_files(ex),
+            "git_config": git_config_files(ex, copies),
+            "same_as": copies,
             "observed_after_exec": ex.observed,
             "policy_rule": rule,
         }

@@ -519,3 +519,38 @@ def test_a_script_file_or_program_text_is_not_a_descriptor():
     assert rule_of(ex("/usr/bin/bash", "bash", "/workspace/build.sh")) is None
     assert rule_of(ex("/usr/bin/bash", "bash", "-c", "cat /dev/fd/0")) is None
     assert rule_of(ex("/usr/bin/cat", "cat", "/dev/fd/63")) is None
+
+
+def test_a_copy_of_an_image_program_is_judged_as_that_program():
+    tig = ExecFacts.from_request(
+        {
+            "program": "/workspace/tig",
+            "argv": ["/workspace/tig", "push", "origin", "main"],
+            "env": {"HOME": HOME},
+            "same_as": ["/usr/bin/git", "/usr/lib/git-core/git"],
+        }
+    )
+    verdict = classify_exec(tig)
+    assert (verdict.rule, verdict.what) == ("git-push", "git push origin main")
+    shell = ex("/home/agent/xs", "xs", stdin="pipe", same_as=("/usr/bin/dash",))
+    assert rule_of(shell) == "pipe-to-interpreter"
+    rm = ex("/workspace/del", "del", "-rf", f"{HOME}/x", same_as=("/usr/bin/rm",))
+    assert rule_of(rm) == "rm-outside-workspace"
+    assert rule_of(ex("/workspace/a.out", "./a.out", "push")) is None
+    with pytest.raises(BadFacts):
+        ExecFacts.from_request({"program": "/x", "argv": ["x"], "same_as": "/usr/bin/git"})
+
+
+@pytest.mark.skipif(
+    supervisor.elf_build_id("/bin/ls") is None, reason="needs a system ls with an ELF build id"
+)
+def test_supervisor_names_a_copied_binary_by_its_build_id(tmp_path):
+    copy = tmp_path / "renamed"
+    copy.write_bytes(Path("/bin/ls").read_bytes() + b"appended bytes change no build id")
+    copy.chmod(0o755)
+    found = supervisor.same_as(str(copy))
+    assert found and all(Path(p).name == "ls" for p in found), found
+    script = tmp_path / "script"
+    script.write_text("#!/bin/sh\n")
+    assert supervisor.same_as(str(script)) == []
+    assert supervisor.same_as("/usr/bin/ls") == []  # the image's own programs are named as they are
