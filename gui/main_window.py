@@ -108,6 +108,8 @@ QTabBar::tab:focus { border: 2px solid palette(highlight); }
 QCheckBox:focus, QRadioButton:focus { border: 2px solid palette(highlight); border-radius: 3px; }
 QDialog#commandPalette { border: 1px solid palette(dark); }
 """
+# Views of paths: a narrow pane shows "gui/…/view.py" rather than "gui/ta…".
+MIDDLE_ELIDED = frozenset({"diffFileList", "diffFileTree"})
 ACTIVITY_DELAY_MS = 400  # a job shorter than this never shows "Working…"
 BANNER_STYLE = (
     "QFrame#sandboxBanner { border: 1px solid #d68910; border-radius: 4px;"
@@ -253,6 +255,8 @@ class MainWindow(QMainWindow):
         # that took Tab from cell to cell kept the keyboard from ever reaching the diff).
         for view in central.findChildren(QAbstractItemView):
             view.setTabKeyNavigation(False)
+            if view.objectName() in MIDDLE_ELIDED:  # paths keep their file's name
+                view.setTextElideMode(Qt.TextElideMode.ElideMiddle)
 
         self.data_dir_label = ElidedLabel(self)
         self.data_dir_label.setObjectName("dataDirLabel")

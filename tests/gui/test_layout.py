@@ -202,3 +202,12 @@ def test_a_long_path_is_elided_in_the_middle_with_the_whole_in_the_tooltip(qtbot
     assert label.toolTip() == path and label.full_text() == path
     label.resize(4000, 20)
     assert label.text() == path
+
+
+def test_the_diffs_file_names_are_elided_in_the_middle(window):
+    from gui.main_window import MIDDLE_ELIDED
+    from gui.qt import QAbstractItemView, Qt
+
+    views = [window.findChild(QAbstractItemView, name) for name in sorted(MIDDLE_ELIDED)]
+    assert views and all(v is not None for v in views)
+    assert all(v.textElideMode() == Qt.TextElideMode.ElideMiddle for v in views)
