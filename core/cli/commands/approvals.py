@@ -26,8 +26,26 @@ def approval_text(a: Approval, now: float) -> str:
             head += f" (denied in {duration(max(0.0, a.timeout_at - now))})"
     elif a.decided_by:
         head += f"  by {a.decided_by}"
+        if a.decided_at:
+            head += f" {duration(max(0.0, now - a.decided_at))} ago"
     why = f"  [{a.rule}] {a.reason}" if a.rule else ""
-    return f"{head}{why}\n    $ {a.command}"
+    lines = [f"{head}{why}", f"    $ {a.command}"]
+    details = a.details
+    if details.get("kind") == "exec":
+        lines.append(f"    program {details.get('program')}  in {details.get('cwd')}")
+        parents = details.get("parents") or []
+        if parents:
+            lines.append(f"    started by {str(parents[0])[:200]}")
+        script = details.get("script") or {}
+        commands = script.get("commands") or []
+        step = script.get("step")
+        if isinstance(step, int) and 0 <= step < len(commands):
+            lines.append(f"    from step {step + 1}: {str(commands[step])[:200]}")
+    if details.get("covered_by"):
+        lines.append(f"    approved with the tool call {details['covered_by']}")
+    if details.get("note"):
+        lines.append(f"    reason: {details['note']}")
+    return "\n".join(lines)
 
 
 class ApprovalsCommand(Command):
@@ -63,7 +81,8 @@ class ApproveCommand(Command):
         p.add_argument(
             "--remember",
             action="store_true",
-            help="also let this exact command run without asking for the rest of the task",
+            help="also let this run without asking for the rest of the task: the exact command "
+            "(a tool call) or the rule (a program start)",
         )
 
     def run(self, app: Cairn, args: argparse.Namespace) -> None:
@@ -72,7 +91,13 @@ class ApproveCommand(Command):
             args,
             a.to_json(),
             f"approved {a.id}: {a.command}"
-            + ("  (remembered for this task)" if args.remember else ""),
+            + (
+                f"  (rule {a.rule} remembered for this task)"
+                if args.remember and a.details.get("kind") == "exec"
+                else "  (remembered for this task)"
+                if args.remember
+                else ""
+            ),
         )
 
 
