@@ -41,6 +41,11 @@ EMPTY_TEXT = "No commands are waiting for approval."
 LOAD_KEY = "approvals"
 POLL_MS = 3000
 HISTORY_OPEN_KEY = "approvals/history_open"
+# Reading the decisions costs the judge's whole table, on the write thread the queue's load uses:
+# read them when something was decided, not oftener than every few seconds, and now and then
+# for what no event announced (another process's decisions).
+HISTORY_MIN_GAP_S = 5.0
+HISTORY_REFRESH_S = 30.0
 
 __all__ = ["ApprovalCard", "ApprovalsPanel"]
 
@@ -63,6 +68,9 @@ class ApprovalsPanel(QWidget):
         self._again = False
         self._known: set[str] = set()
         self.loaded = False
+        self._history_due = True  # something may have been decided since the last read
+        self._history_now = False  # read with the next load, whatever the gap
+        self._history_read_at = -HISTORY_REFRESH_S  # time.monotonic() of the last read
         self._sized = False  # whether the person moved the line between queue and decisions
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -144,7 +152,7 @@ class ApprovalsPanel(QWidget):
             return
         cairn = self.context.cairn
         known = dict(self._titles)  # a copy: the job never reads what the GUI thread changes
-        history = self.history.is_open  # a folded history is not read
+        history = self._history_wanted()
 
         self._loading = True
 
@@ -162,6 +170,20 @@ class ApprovalsPanel(QWidget):
             parent=self,
         ).success(self._loaded).finished(finished).run()
 
+    def _history_wanted(self) -> bool:
+        """Whether this load reads the decisions too (a folded history is never read)."""
+        now = time.monotonic()
+        since = now - self._history_read_at
+        wanted = self.history.is_open and (
+            self._history_now
+            or since >= HISTORY_REFRESH_S
+            or (self._history_due and since >= HISTORY_MIN_GAP_S)
+        )
+        if wanted:
+            self._history_due = self._history_now = False
+            self._history_read_at = now
+        return wanted
+
     def _loaded(self, queue: PendingQueue) -> None:
         self._titles.update(queue.titles)
         if queue.history is not None:
@@ -172,10 +194,13 @@ class ApprovalsPanel(QWidget):
         self.context.settings.setValue(HISTORY_OPEN_KEY, open_)
         self._share_height()
         if open_:
-            self.reload()  # it was not read while folded
+            self._history_now = True  # it was not read while folded
+            self.reload()
 
     def _on_event(self, event: Event) -> None:
         if event.kind in (ev.APPROVAL_REQUESTED, ev.APPROVAL_DECIDED):
+            if event.kind == ev.APPROVAL_DECIDED:
+                self._history_due = True
             self._reload_timer.start()
 
     def _show(self, pending: list[PendingApproval]) -> None:
@@ -183,6 +208,7 @@ class ApprovalsPanel(QWidget):
         for approval_id in list(self.cards):
             if approval_id not in wanted:
                 self._remove(approval_id)
+                self._history_due = True  # decided somewhere: by a timeout, another process
         arrived = []
         for approval in pending:
             if approval.id not in self.cards:
@@ -269,6 +295,8 @@ class ApprovalsPanel(QWidget):
             self._remove(approval_id)
             self._update_state()
             self.context.sig_status.emit(f"{done}: {command}")
+            self._history_now = True  # the person looks for what they just decided
+            self.reload()
 
         def failed(failure: JobFailure) -> None:
             if approval_id in self.cards:

@@ -179,3 +179,16 @@ def test_an_open_history_takes_a_third_of_the_tab_and_a_folded_one_its_header(qt
     qtbot.waitUntil(lambda: panel.splitter.sizes()[1] <= panel.history.toggle.height() + 4)
     panel.history.set_open(True)
     qtbot.waitUntil(lambda: panel.splitter.sizes()[1] > 100)
+
+
+def test_polls_read_the_decisions_only_when_something_was_decided(qtbot, make_panel):
+    facade = CountingApprovals(history_items())
+    panel = make_panel(facade)
+    qtbot.waitUntil(lambda: panel.history.table.rowCount() == 5)
+    for _ in range(3):  # the periodic polls: nothing decided, the table is not read again
+        panel.reload()
+        qtbot.waitUntil(lambda: not panel._loading)
+    assert len(facade.history_reads) == 1
+    qtbot.mouseClick(panel.cards["ap_6"].approve_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: panel.history.table.rowCount() == 6)  # at once, not at a later poll
+    assert panel.history.row_texts(0)[1:4] == ["ana", "rm -rf build/6", "approved"]
