@@ -54,6 +54,8 @@ class CostCommand(Command):
         everything = app.views.usage_all()
 
         def text() -> str:
+            if not everything["total"]["runs"]:
+                return "no runs yet"
             lines = [f"{'task':<14}{'title':<32}used"]
             for row in everything["tasks"]:
                 if row["runs"]:
