@@ -102,6 +102,9 @@ class ScriptView(QPlainTextEdit):
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.setPlainText(self._text())
+        self.setAccessibleName("Shell script")
+        if step is not None:
+            self.setAccessibleDescription(f"step {step + 1} of {len(steps)} started this program")
         self._mark()
         self._fit()
 

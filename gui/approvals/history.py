@@ -133,7 +133,9 @@ class DecisionHistory(QWidget):
             for column, text in enumerate(cells):
                 # QTableWidgetItem shows plain text: a command holding `<b>` stays as it is.
                 item = QTableWidgetItem(text)
-                if column == COMMAND_COLUMN:
+                if column == 0:
+                    item.setToolTip(time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(decision.at)))
+                elif column == COMMAND_COLUMN:
                     item.setFont(self._fixed)
                     item.setToolTip(plain_tip(visible(decision.command, 2000)))
                 elif column == REASON_COLUMN and decision.note:

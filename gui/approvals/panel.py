@@ -3,11 +3,12 @@
 decisions (gui.approvals.history), folded or open as the person left them.
 
 Owns showing the queue and sending decisions through the facade's judge
-(`approvals.approve(id, remember=...)`, `approvals.deny(id, reason=...)`). The queue and the
-history (gui.approvals.data) are loaded in one job again on `approval.requested` /
-`approval.decided` events and every few seconds, which also lets the judge answer what its rules
-can and apply timeouts. Notifying the user and the tab's badge belong to the main window, which
-listens to `sig_count_changed` and `sig_arrived`.
+(`approvals.approve(id, remember=...)`, `approvals.deny(id, reason=...)`). The queue
+(gui.approvals.data) is loaded again on `approval.requested` / `approval.decided` events and
+every few seconds, which also lets the judge answer what its rules can and apply timeouts; the
+same job reads the decisions when something was decided (see HISTORY_MIN_GAP_S). Notifying the
+user and the tab's badge belong to the main window, which listens to `sig_count_changed` and
+`sig_arrived`.
 """
 
 from __future__ import annotations
