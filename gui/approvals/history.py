@@ -56,6 +56,7 @@ class DecisionHistory(QWidget):
         super().__init__(parent)
         self.setObjectName("approvalHistory")
         self.decisions: list[Decision] = []
+        self._day: tuple[int, ...] = ()  # the day the times were written for
         self._open = open_
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -116,10 +117,12 @@ class DecisionHistory(QWidget):
         self.setMaximumHeight(UNLIMITED if open_ else self.toggle.sizeHint().height())
 
     def set_decisions(self, decisions: list[Decision], now: float | None = None) -> None:
-        if decisions == self.decisions:
+        now = now if now is not None else time.time()
+        day = time.localtime(now)[:3]  # "14:02" reads as today: a new day shows dates again
+        if decisions == self.decisions and day == self._day:
             return  # the same list: the selection and the scroll position stay
         self.decisions = list(decisions)
-        now = now if now is not None else time.time()
+        self._day = day
         self.table.setRowCount(len(decisions))
         for row, decision in enumerate(decisions):
             cells = (

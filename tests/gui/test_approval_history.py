@@ -9,7 +9,7 @@ import time
 
 from core.approvals import Approval
 from gui.approvals.data import HISTORY_LIMIT, Decision, recent_decisions, when
-from gui.approvals.history import COLUMNS
+from gui.approvals.history import COLUMNS, DecisionHistory
 from gui.approvals.panel import HISTORY_OPEN_KEY
 from gui.qt import Qt
 from tests.gui import test_approvals_panel
@@ -192,3 +192,14 @@ def test_polls_read_the_decisions_only_when_something_was_decided(qtbot, make_pa
     qtbot.mouseClick(panel.cards["ap_6"].approve_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: panel.history.table.rowCount() == 6)  # at once, not at a later poll
     assert panel.history.row_texts(0)[1:4] == ["ana", "rm -rf build/6", "approved"]
+
+
+def test_the_next_day_the_same_decisions_show_their_date(qtbot):
+    history = DecisionHistory()
+    qtbot.addWidget(history)
+    today = time.mktime((2026, 12, 1, 15, 0, 0, 0, 0, -1))
+    decisions = [Decision("ap_1", None, "ls", "approved", "ana", today - 60, None, None)]
+    history.set_decisions(decisions, now=today)
+    assert history.row_texts(0)[0] == "14:59:00"
+    history.set_decisions(decisions, now=today + 86400)
+    assert history.row_texts(0)[0] == "2026-12-01 14:59"
