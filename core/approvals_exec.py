@@ -500,16 +500,29 @@ def _turns_off(key: str, value: str) -> bool:
     return False
 
 
+# The configuration files the run cannot write: Cairn's own (GIT_CONFIG_GLOBAL names it) and the
+# workspace's, both read-only mounts. Every other source (`-c`, GIT_CONFIG_*, the home's files, a
+# file GIT_CONFIG_GLOBAL is pointed at, a repository the run made) is the run's own choice.
+TRUSTED_GIT_CONFIG = frozenset({"/cairn/git/config", "/workspace/.git/config"})
+_INCLUDE_KEY = re.compile(r"^include(?:if\..*)?\.path$")
+
+
 def git_hook_settings(git: GitCommand, facts: ExecFacts) -> list[str]:
     """Settings that make git run a program of the run's choosing (hooks path, fsmonitor, ssh
-    command, templates): set for this command (`-c`, GIT_CONFIG_*, an alias) or written by it."""
-    files: dict[str, str] = {}
-    for text in facts.git_config.values():
-        files.update(parse_git_config(text))
+    command, templates, a file included from elsewhere): in effect for this command from a
+    source the run controls, or written by it."""
+    trusted: dict[str, str] = {}
+    for path, text in facts.git_config.items():
+        if path in TRUSTED_GIT_CONFIG:
+            trusted.update(parse_git_config(text))
     found = [
         k
         for k in HOOK_KEYS
-        if k in git.config and git.config[k] != files.get(k) and not _turns_off(k, git.config[k])
+        if k in git.config and git.config[k] != trusted.get(k) and not _turns_off(k, git.config[k])
+    ]
+    # An included file can set any of these; what it holds is not read here.
+    found += [k for k in git.config if _INCLUDE_KEY.match(k) and git.config[k] != trusted.get(k)][
+        :1
     ]
     if git.subcommand == "config" and not _config_reads(git.args):
         found += [config_key(a) for a in git.args if config_key(a) in HOOK_KEYS][:1]

@@ -859,10 +859,12 @@ def git_config_files(ex, aliases=()):
         return {}
     home = ex.env.get("HOME") or os.environ.get("HOME") or "/"
     xdg = ex.env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
-    candidates = [
-        ex.env.get("GIT_CONFIG_GLOBAL") or os.path.join(home, ".gitconfig"),
-        os.path.join(xdg, "git", "config"),
-    ]
+    if ex.env.get("GIT_CONFIG_GLOBAL"):
+        # It replaces both of the user's files (git reads neither then).
+        candidates = [ex.env["GIT_CONFIG_GLOBAL"]]
+    else:
+        # In git's order: the later file's settings win.
+        candidates = [os.path.join(xdg, "git", "config"), os.path.join(home, ".gitconfig")]
     cwd = ex.cwd
     args = ex.argv[1:]
     for i, arg in enumerate(args):

@@ -158,6 +158,11 @@ def hook_file(tag: str) -> str:
     return f"#!/bin/sh\necho ran >> /workspace/ev/hook-{tag}\n"
 
 
+def hooks_config(tag: str, name: str = "") -> str:
+    """A step writing a git config file in the home whose hooks path is the tag's hooks."""
+    return f"printf '[core]\\n\\thooksPath = {HOME}/hp-{tag}\\n' > ~/{name or 'cfg-' + tag};"
+
+
 HOOKS = [
     Form(
         "route",
@@ -217,6 +222,38 @@ HOOKS = [
         "h8",
         python_system(f"git -c core.hooksPath={HOME}/hp-h8 commit -q --allow-empty -m h8"),
         ("git", f"core.hooksPath={HOME}/hp-h8"),
+        rule="git-hooks-config",
+    ),
+    # Settings from files the run wrote, once Cairn's own are set aside.
+    Form(
+        "route",
+        "h11",
+        f"{hooks_config('h11')} GIT_CONFIG_COUNT=0 GIT_CONFIG_GLOBAL={HOME}/cfg-h11 "
+        "git commit -q --allow-empty -m h11",
+        ("git", "commit"),
+        rule="git-hooks-config",
+    ),
+    Form(
+        "route",
+        "h12",
+        f"{hooks_config('h12')} git -c include.path={HOME}/cfg-h12 commit -q --allow-empty -m h12",
+        ("git", f"include.path={HOME}/cfg-h12", "commit"),
+        rule="git-hooks-config",
+    ),
+    Form(
+        "route",
+        "h13",
+        f"{hooks_config('h13', '.gitconfig')} env -u GIT_CONFIG_GLOBAL -u GIT_CONFIG_COUNT "
+        "git commit -q --allow-empty -m h13",
+        ("git", "commit"),
+        rule="git-hooks-config",
+    ),
+    Form(
+        "route",
+        "h14",
+        f"printf '[core]\\n\\tfsmonitor = {HOME}/hp-h14/pre-commit\\n' > ~/cfg-h14; "
+        f"GIT_CONFIG_GLOBAL={HOME}/cfg-h14 GIT_CONFIG_COUNT=0 git status --short",
+        ("git", "status"),
         rule="git-hooks-config",
     ),
     # In-process writes start no program: nothing to judge, and the read-only mount refuses them.
@@ -567,6 +604,6 @@ def test_disguised_forms_are_judged_as_the_program_they_start(task, rule, approv
             # No hook was planted, and none ran on the later commit: a hook given for one
             # command by an approved `-c`/GIT_CONFIG_* ran for that command alone.
             assert sorted(p.name for p in (ws / ".git" / "hooks").iterdir()) == hooks_before
-            for tag in ("h6", "h7", "h8"):
+            for tag in ("h6", "h7", "h8", "h11", "h12", "h13"):
                 ran = where.ev(f"hook-{tag}")
                 assert (ran.read_text() if ran.exists() else "") == ("ran\n" if approve else "")

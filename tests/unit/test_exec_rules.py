@@ -554,3 +554,87 @@ def test_supervisor_names_a_copied_binary_by_its_build_id(tmp_path):
     script.write_text("#!/bin/sh\n")
     assert supervisor.same_as(str(script)) == []
     assert supervisor.same_as("/usr/bin/ls") == []  # the image's own programs are named as they are
+
+
+CAIRN_GIT_ENV = {
+    "HOME": HOME,
+    "GIT_CONFIG_GLOBAL": "/cairn/git/config",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_COUNT": "2",
+    "GIT_CONFIG_KEY_0": "core.hooksPath",
+    "GIT_CONFIG_VALUE_0": "/dev/null",
+    "GIT_CONFIG_KEY_1": "core.fsmonitor",
+    "GIT_CONFIG_VALUE_1": "false",
+}
+CAIRN_GIT_CONFIG = {
+    "/cairn/git/config": "[core]\n\thooksPath = /dev/null\n\tfsmonitor = false\n",
+    "/workspace/.git/config": "[core]\n\tbare = false\n",
+}
+EVIL = "[core]\n\thooksPath = /home/agent/h\n"
+
+
+def test_git_as_cairn_runs_it_is_not_asked_whatever_the_home_holds():
+    config = {**CAIRN_GIT_CONFIG, f"{HOME}/.config/git/config": EVIL}
+    facts = ex(GIT, "git", "commit", "-m", "x", env=CAIRN_GIT_ENV, git_config=config)
+    assert classify_exec(facts).action == ALLOW
+
+
+@pytest.mark.parametrize(
+    ("env", "config"),
+    [
+        # Cairn's settings set aside, the global file pointed at one the run wrote.
+        (
+            {**CAIRN_GIT_ENV, "GIT_CONFIG_COUNT": "0", "GIT_CONFIG_GLOBAL": f"{HOME}/cfg"},
+            {f"{HOME}/cfg": EVIL, "/workspace/.git/config": ""},
+        ),
+        # Both unset: git reads the home's own file.
+        (
+            {
+                k: v
+                for k, v in CAIRN_GIT_ENV.items()
+                if k not in ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_COUNT")
+            },
+            {f"{HOME}/.gitconfig": EVIL, "/workspace/.git/config": ""},
+        ),
+        (
+            {**CAIRN_GIT_ENV, "GIT_CONFIG_COUNT": "0", "GIT_CONFIG_GLOBAL": f"{HOME}/cfg"},
+            {f"{HOME}/cfg": "[core]\n\tfsmonitor = /home/agent/h/fsmonitor\n"},
+        ),
+    ],
+)
+def test_hooks_from_a_file_the_run_wrote_are_asked(env, config):
+    facts = ex(GIT, "git", "commit", "-m", "x", env=env, git_config=config)
+    assert rule_of(facts) == "git-hooks-config"
+
+
+def test_an_included_file_is_asked():
+    for argv in (
+        ("git", "-c", f"include.path={HOME}/cfg", "commit"),
+        ("git", "-c", "includeIf.gitdir:/workspace/.path=/home/agent/cfg", "status"),
+    ):
+        facts = ex(GIT, *argv, env=CAIRN_GIT_ENV, git_config=CAIRN_GIT_CONFIG)
+        assert rule_of(facts) == "git-hooks-config", argv
+    env = {**CAIRN_GIT_ENV, "GIT_CONFIG_COUNT": "3", "GIT_CONFIG_KEY_2": "include.path"}
+    env["GIT_CONFIG_VALUE_2"] = f"{HOME}/cfg"
+    assert rule_of(ex(GIT, "git", "log", env=env, git_config=CAIRN_GIT_CONFIG)) == (
+        "git-hooks-config"
+    )
+
+
+def test_supervisor_reads_the_global_files_git_reads(tmp_path):
+    home = tmp_path / "home"
+    (home / ".config" / "git").mkdir(parents=True)
+    (home / ".gitconfig").write_text("[user]\n\tname = home\n")
+    (home / ".config" / "git" / "config").write_text("[user]\n\tname = xdg\n")
+    cairn = tmp_path / "cairn-config"
+    cairn.write_text("[user]\n\tname = cairn\n")
+
+    def files(env):
+        made = supervisor.Exec(1, GIT, GIT, ["git", "status"], str(tmp_path), env, False, False)
+        return list(supervisor.git_config_files(made))
+
+    assert files({"HOME": str(home), "GIT_CONFIG_GLOBAL": str(cairn)}) == [str(cairn)]
+    assert files({"HOME": str(home)}) == [
+        str(home / ".config" / "git" / "config"),
+        str(home / ".gitconfig"),
+    ]
