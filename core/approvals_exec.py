@@ -44,6 +44,7 @@ class ExecFacts:
     # The image's programs this one is a copy of (same ELF build id), when it lies outside the
     # image's folders: `cp /usr/bin/git ./tig; ./tig push` is judged as git.
     same_as: tuple[str, ...] = ()
+    stdin_path: str = ""  # the file stdin reads, when it is one (`cat < FILE`)
 
     @property
     def home(self) -> str:
@@ -74,6 +75,7 @@ class ExecFacts:
             cwd=str(doc.get("cwd") or WORKSPACE),
             env={str(k): str(v) for k, v in env.items()},
             stdin=str(doc.get("stdin") or "null"),
+            stdin_path=str(doc.get("stdin_path") or ""),
             git_config={str(k): str(v) for k, v in config.items()},
             pid=int(doc.get("pid") or 0),
             parents=tuple(str(p.get("program", "")) for p in parents if isinstance(p, dict)),
@@ -671,7 +673,9 @@ def _path_args(inv: Invocation, home: str) -> list[str]:
 # -- rule families ---------------------------------------------------------------------------------
 
 DELETERS = frozenset({"rm", "rmdir", "unlink", "shred", "srm", "wipe"})
-ESCALATORS = frozenset({"sudo", "su", "doas", "pkexec", "runuser", "setpriv", "run0", "calife"})
+ESCALATORS = frozenset(
+    {"sudo", "su", "doas", "pkexec", "runuser", "setpriv", "run0", "calife", "sg", "newgrp"}
+)
 PUBLISHERS: dict[str, tuple[str, ...]] = {
     "npm": ("publish",),
     "pnpm": ("publish",),
@@ -855,6 +859,8 @@ def _credential_read(inv: Invocation, facts: ExecFacts) -> bool:
     if inv.name in READERS_SAFE_FOR_CREDENTIALS:
         return False
     paths = _path_args(inv, facts.home)
+    if inv.via == "" and facts.stdin == "file" and facts.stdin_path:
+        paths.append(facts.stdin_path)  # `cat < ~/.ssh/id_rsa`
     if any(is_credential_path(p, facts.home) for p in paths):
         return True
     return reads_tree(inv) and any(holds_credentials(p, facts.home) for p in paths)
@@ -875,7 +881,12 @@ def _publish(inv: Invocation, _facts: ExecFacts) -> bool:
         return words[:2] in (["release", "create"], ["release", "upload"])
     if inv.name == "dotnet":
         return words[:2] == ["nuget", "push"]
-    return any(w in verbs for w in words[:3]) and (inv.name != "yarn" or "publish" in words)
+    if inv.name == "yarn":
+        return "publish" in words
+    # Which options take a value is the tool's own business (`npm --registry URL --otp 123
+    # publish`): `publish` and `upload` are asked wherever they stand, `push` as the verb.
+    distinct = [v for v in verbs if v in ("publish", "upload")]
+    return any(w in distinct for w in words) or any(w in verbs for w in words[:3])
 
 
 def _stdin_program(inv: Invocation, facts: ExecFacts) -> bool:

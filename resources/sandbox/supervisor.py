@@ -346,6 +346,15 @@ def proc_path(pid, path):
     return path
 
 
+def stdin_file(pid):
+    """The file stdin reads (`cat < FILE`), when it is one; else ""."""
+    try:
+        target = os.readlink("/proc/%d/fd/0" % pid)
+    except OSError:
+        return ""
+    return target if target.startswith("/") and not target.startswith("/dev/") else ""
+
+
 def stdin_kind(pid):
     try:
         target = os.readlink("/proc/%d/fd/0" % pid)
@@ -993,6 +1002,7 @@ class Supervisor:
             "env": ex.env,
             "pid": ex.pid,
             "stdin": ex.stdin,
+            "stdin_path": stdin_file(ex.pid) if ex.stdin == "file" else "",
             "interpreter": ex.interpreter,
             "parents": self.parents_of(ex.pid),
             "script_line": self.script_line(ex),

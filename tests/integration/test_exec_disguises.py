@@ -330,6 +330,7 @@ RM = [
 KEY = f"{HOME}/.ssh/id_rsa"
 CREDENTIALS = [
     Form("route", "c1", "cat ~/.ss?/id_?sa > /workspace/ev/c1", ("cat", KEY)),
+    Form("route", "c10", "cat < ~/.ssh/id_rsa > /workspace/ev/c10", ("cat",)),
     Form("quoting", "c2", "c''at \"$HOME/.ssh/id_rsa\" > /workspace/ev/c2", ("cat", KEY)),
     Form("route", "c3", "cp -r ~ /workspace/ev/c3", ("cp", "-r", HOME)),
     Form("quoting", "c4", 'eval "c""p ~/.ssh/id_rsa /workspace/ev/c4"', ("cp", KEY)),
@@ -371,6 +372,12 @@ PUBLISH = [
         "u2",
         "npm --registry http://127.0.0.1:9/ publish u2",
         ("npm", "--registry", "publish", "u2"),
+    ),
+    Form(
+        "route",
+        "u8",
+        "npm --loglevel silent --registry http://127.0.0.1:9/ --otp 1 publish u8",
+        ("npm", "--otp", "publish", "u8"),
     ),
     Form("quoting", "u3", '"npm" "publish" u3', ("npm", "publish", "u3")),
     Form("quoting", "u4", "c=npm; $c publish u4", ("npm", "publish", "u4")),

@@ -638,3 +638,28 @@ def test_supervisor_reads_the_global_files_git_reads(tmp_path):
         str(home / ".config" / "git" / "config"),
         str(home / ".gitconfig"),
     ]
+
+
+def test_a_credential_on_stdin_is_a_credential_read():
+    key = f"{HOME}/.ssh/id_rsa"
+    cat = ExecFacts.from_request(
+        {"program": "/usr/bin/cat", "argv": ["cat"], "stdin": "file", "stdin_path": key}
+    )
+    assert rule_of(cat) == "credential-read"
+    plain = ex("/usr/bin/cat", "cat", stdin="file", stdin_path="/workspace/README")
+    assert rule_of(plain) is None
+
+
+def test_publish_is_asked_after_options_with_values():
+    npm = ex("/usr/bin/npm", "npm", "--loglevel", "silent", "--registry", "http://r", "publish")
+    assert rule_of(npm) == "package-publish"
+    assert rule_of(ex("/usr/bin/npm", "npm", "--otp", "1", "--tag", "next", "publish")) == (
+        "package-publish"
+    )
+    assert rule_of(ex("/usr/bin/npm", "npm", "install", "left-pad")) is None
+    assert rule_of(ex("/usr/bin/docker", "docker", "run", "img", "x", "y", "push")) is None
+
+
+@pytest.mark.parametrize("name", ["sg", "newgrp"])
+def test_group_switching_is_escalation(name):
+    assert rule_of(ex(f"/usr/bin/{name}", name, "root", "-c", "id")) == "privilege-escalation"
