@@ -72,13 +72,13 @@ def records_from_events(rows: Iterable[tuple[str, dict, float]]) -> list[Record]
         offset = payload.get("offset")
         went_back = isinstance(offset, int) and offset < offsets.get(stream, -1)
         if pending_reason is not None or went_back:
+            # A resume is said even when the attempt before it printed nothing.
             seen = any(isinstance(r, OutputRecord) for r in out)
-            if seen:
-                if attempt == 1 and not any(isinstance(r, AttemptStart) for r in out):
-                    out.insert(0, AttemptStart(1, "", None))
-                attempt += 1
-                out.append(AttemptStart(attempt, pending_reason or "", created_at))
-                offsets = {}
+            if seen and attempt == 1:
+                out.insert(0, AttemptStart(1, "", None))
+            attempt += 1
+            out.append(AttemptStart(attempt, pending_reason or "", created_at))
+            offsets = {}
             pending_reason = None
         if isinstance(offset, int):
             offsets[stream] = offset

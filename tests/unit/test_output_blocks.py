@@ -105,3 +105,14 @@ def test_read_from_the_store(tmp_path):
         "OutputRecord",
     ]
     assert [r.text for r in records if isinstance(r, OutputRecord)] == ["x\n", "y\n"]
+
+
+def test_a_resume_after_an_attempt_that_printed_nothing_still_has_its_header():
+    rows = [
+        (ev.RUN_RESUMED, {"report": REPORT}, 5.0),
+        (ev.RUN_OUTPUT, {"stream": "stdout", "text": "hi\n", "offset": 0}, 6.0),
+    ]
+    assert records_from_events(rows) == [
+        AttemptStart(2, resume_reason(REPORT), 6.0),
+        OutputRecord("stdout", "hi\n", 6.0),
+    ]
