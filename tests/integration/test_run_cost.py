@@ -146,6 +146,8 @@ def test_a_claude_code_lineage_records_each_runs_tokens_and_cost_and_sums_them(d
         assert run["input_tokens"] > 0 and run["output_tokens"] > 0, run
         assert run["cost_usd"] > 0 and run["cost_source"] == "engine", run
         assert run["models"], run  # the model Claude Code priced the turn for
+    # The command that ran each one said so when it ended (and recorded it).
+    assert one["usage"] == first["runs"][0] and two["usage"] == second["runs"][0]
     lineage = second["lineage"]
     assert lineage == first["lineage"] and lineage["runs"] == 2
     assert lineage["cost_usd"] == pytest.approx(sum(r["cost_usd"] for r in runs), abs=1e-6)

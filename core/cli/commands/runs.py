@@ -20,6 +20,7 @@ from core.errors import CairnError
 from core.humanize import duration
 from core.models import Run, RunState
 from core.runs.ladder import ON_TOP, RESTORE_INTO_NEW
+from core.usage import summary_text
 
 # A run a command started that is in one of these states is no failure of the command; any
 # other (failed, cancelled, interrupted, and waiting_approval after --detach) exits 1.
@@ -56,9 +57,10 @@ def follow(app: Cairn, args: argparse.Namespace, run_id: str) -> dict[str, Any]:
 def finish_run_command(app: Cairn, args: argparse.Namespace, run: Run, obj: dict[str, Any]) -> None:
     """Follow a run a command started (unless --detach) and report it with `obj`."""
     result = run_json(run) if args.detach else follow(app, args, run.id)
+    used = None if args.detach else _usage_of(app, run)
     emit(
         args,
-        {**obj, **result},
+        {**obj, **result, **({"usage": used} if used is not None else {})},
         lambda: (
             f"run {result['run_id']} {result['state']}"
             + (f" (exit code {result['exit_code']})" if result["exit_code"] is not None else "")
@@ -67,10 +69,21 @@ def finish_run_command(app: Cairn, args: argparse.Namespace, run: Run, obj: dict
                 if result["note"] and result["state"] != RunState.SUCCEEDED.value
                 else ""
             )
+            + (f"\nused {summary_text(used)}" if used and used["total_tokens"] else "")
         ),
     )
     if result["state"] not in _NOT_FAILED:
         raise SystemExit(EXIT_FAILED)
+
+
+def _usage_of(app: Cairn, run: Run) -> dict[str, Any] | None:
+    """What the ended run used of its model (recorded now); None when it cannot be read, which
+    never fails the command."""
+    try:
+        figures = app.views.usage(run.task_id)
+    except CairnError:
+        return None
+    return next((r for r in figures["runs"] if r["run_id"] == run.id), None)
 
 
 class RunCommand(Command):
