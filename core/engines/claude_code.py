@@ -724,11 +724,8 @@ def _usage_of(record: dict) -> dict[str, Any] | None:
     since = record.get("model_usage_since_last_result")
     by_model = since if isinstance(since, dict) else object_field(record, "modelUsage")
     costs = [_number(m.get("costUSD")) for m in by_model.values() if isinstance(m, dict)]
-    cost: float | None
-    if isinstance(since, dict) and costs and all(c is not None for c in costs):
-        cost = sum(c for c in costs if c is not None)
-    else:
-        cost = session_cost
+    # Present (even empty: a turn that made no model call) it is the turn's own figure.
+    cost = sum(c for c in costs if c is not None) if isinstance(since, dict) else session_cost
     if not totals and cost is None:
         return None
     return {

@@ -52,6 +52,14 @@ def test_an_older_claude_code_that_reports_only_its_total_is_taken_at_its_word()
     assert used.cost_usd == pytest.approx(0.049452) and used.input_tokens == 11613
 
 
+def test_a_resumed_turn_that_made_no_model_call_costs_nothing():
+    record = json.loads(CLAUDE[14])
+    record["model_usage_since_last_result"] = {}
+    record["usage"] = {"input_tokens": 0, "output_tokens": 0}
+    used, _ = usage_of_output("claude-code", [json.dumps(record) + "\n"], prices={})
+    assert used.cost_usd == 0 and used.total_tokens == 0  # not the session's 0.062448
+
+
 def test_codex_running_totals_become_each_runs_own_tokens_priced_from_the_table():
     prices = {"gpt-5.5": parse_price("input=2,output=20,cache_read=0.5")}
     first, threads = usage_of_output(
