@@ -426,9 +426,10 @@ def parse_git(facts: ExecFacts, args: Sequence[str], cwd: str | None = None) -> 
     sub = rest[i] if i < len(rest) else ""
     sub_args = tuple(rest[i + 1 :])
     chain: list[str] = []
-    while sub and f"alias.{sub}" in config and len(chain) < 10 and sub not in chain:
+    # Alias names are keys, matched whatever their case (`-c alias.p=push P`).
+    while sub and config_key(f"alias.{sub}") in config and len(chain) < 10 and sub not in chain:
         chain.append(sub)
-        expansion = config[f"alias.{sub}"]
+        expansion = config[config_key(f"alias.{sub}")]
         if expansion.startswith("!"):
             return GitCommand(expansion, sub_args, config, here, tuple(chain))
         try:
@@ -446,7 +447,7 @@ def parse_git(facts: ExecFacts, args: Sequence[str], cwd: str | None = None) -> 
         for k, v in inner.config.items():
             config.setdefault(k, v)
         sub, sub_args = inner.subcommand, (*inner.args, *sub_args)
-        if inner.subcommand == words[0] and f"alias.{sub}" not in config:
+        if inner.subcommand == words[0] and config_key(f"alias.{sub}") not in config:
             break
     return GitCommand(sub, sub_args, config, here, tuple(chain))
 
@@ -792,7 +793,49 @@ def _git_shell_alias(inv: Invocation, facts: ExecFacts) -> bool:
     return git is not None and git.subcommand.startswith("!")
 
 
+# Where a move takes nothing away that matters: the workspace (recorded), /tmp, and the run's
+# own folder (the shell engine's script moves its step file there).
+MOVABLE_ROOTS = (*WRITABLE_ROOTS, "/cairn/runs")
+
+
+def _moved_away(inv: Invocation, home: str) -> list[str]:
+    """What `mv` takes away from outside the workspace: every operand but the destination (`-t
+    DIR` names it apart), unless it stays inside the home it came from."""
+    target = None
+    operands: list[str] = []
+    ended = False
+    i = 0
+    while i < len(inv.args):
+        arg = inv.args[i]
+        if ended or arg == "-" or not arg.startswith("-"):
+            operands.append(arg)
+        elif arg == "--":
+            ended = True
+        elif arg in ("-t", "--target-directory"):
+            target = inv.args[i + 1] if i + 1 < len(inv.args) else ""
+            i += 1
+        elif arg.startswith("--target-directory="):
+            target = arg.split("=", 1)[1]
+        elif arg in ("-S", "--suffix"):
+            i += 1
+        i += 1
+    if target is None:
+        target = operands[-1] if operands else ""
+        operands = operands[:-1]
+    into = resolve(target, inv.cwd, home)
+    sources = [resolve(a, inv.cwd, home) for a in operands if a]
+    return [
+        p
+        for p in sources
+        if not _under(p, MOVABLE_ROOTS)
+        and not (_under(p, [home]) and p != home and _under(into, [home]))
+    ]
+
+
 def _rm_outside(inv: Invocation, facts: ExecFacts) -> bool:
+    if inv.name == "mv" and not inv.args_from_stdin:
+        # Moving a folder away deletes it from where it was.
+        return bool(_moved_away(inv, facts.home))
     if inv.name == "find" and "-delete" in inv.args:
         starts = [a for a in inv.args if not a.startswith(("-", "(", ")", "!"))][:1] or ["."]
         paths = [resolve(starts[0], inv.cwd, facts.home)]

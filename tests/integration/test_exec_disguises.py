@@ -110,6 +110,7 @@ PUSH = [
         ("git", "push", "HEAD:refs/heads/p10"),
     ),
     Form("program", "p11", f"git -c alias.p=push p -q {push('p11')}", ("git", "alias.p=push")),
+    Form("program", "p19", f"git -c alias.p=push P -q {push('p19')}", ("git", "alias.p=push", "P")),
     Form(
         "program",
         "p12",
@@ -305,6 +306,7 @@ RM = [
         ("del", "-rf", gone("r12")),
         what="rm -rf",
     ),
+    Form("route", "r13", "mv ~/rm-r13 /tmp/moved-r13", ("mv", gone("r13"))),
     Form("language", "r8", python_system(f"rm -rf {gone('r8')}"), ("rm", gone("r8"))),
     Form("language", "r9", perl_system("rm", "-rf", gone("r9")), ("rm", gone("r9"))),
     Form(

@@ -663,3 +663,26 @@ def test_publish_is_asked_after_options_with_values():
 @pytest.mark.parametrize("name", ["sg", "newgrp"])
 def test_group_switching_is_escalation(name):
     assert rule_of(ex(f"/usr/bin/{name}", name, "root", "-c", "id")) == "privilege-escalation"
+
+
+def test_git_aliases_match_whatever_their_case():
+    assert rule_of(ex(GIT, "git", "-c", "alias.p=push", "P", "origin")) == "git-push"
+    assert rule_of(ex(GIT, "git", "-c", "alias.Ship=push -f", "ship")) == "git-force-push"
+
+
+@pytest.mark.parametrize(
+    ("argv", "rule"),
+    [
+        (("mv", f"{HOME}/project", "/tmp/gone"), "rm-outside-workspace"),
+        (("mv", "-t", "/tmp", f"{HOME}/a", "/workspace/b"), "rm-outside-workspace"),
+        (("mv", "--", "/etc/hosts", "/workspace/h"), "rm-outside-workspace"),
+        (("mv", "/workspace/a", f"{HOME}/a"), None),
+        (("mv", "-t", "/tmp", "/workspace/a", "/workspace/b"), None),
+        (("mv", "-f", "/workspace/a.txt", "/workspace/b.txt"), None),
+        (("mv", f"{HOME}/.cache/a", f"{HOME}/.cache/b"), None),
+        (("mv", HOME, f"{HOME}/x"), "rm-outside-workspace"),
+        (("mv", "-f", "/cairn/runs/r_1.1/step.tmp", "/cairn/runs/r_1.1/step"), None),
+    ],
+)
+def test_moving_away_from_outside_the_workspace_is_a_deletion_there(argv, rule):
+    assert rule_of(ex("/usr/bin/mv", *argv)) == rule
