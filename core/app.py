@@ -19,6 +19,7 @@ from core.datadir import DataDir
 from core.events import EventBus
 from core.health import Check
 from core.housekeeping import Housekeeping
+from core.restore import Restores
 from core.revisions import Revisions
 from core.runs.checkpoints import Checkpoints
 from core.runs.ladder import Ladder
@@ -61,6 +62,7 @@ class Cairn:
 
         self.revisions = Revisions(ctx, captures_in_child=captures_in_child)
         self.snapshots = Snapshots(ctx, self.revisions)
+        self.restores = Restores(ctx, revisions=self.revisions)
         checkpoints = Checkpoints(ctx, self.revisions, self.snapshots)
         self.approvals = Judge(
             ctx, checkpoints=checkpoints, credentials=self._credentials, sandboxes=self._sandboxes

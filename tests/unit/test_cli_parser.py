@@ -39,6 +39,7 @@ HELP_ORDER = [
     "snapshot",
     "snapshot-name",
     "materialize",
+    "restore",
     "run",
     "checkpoint",
     "follow",
