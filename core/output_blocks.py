@@ -62,9 +62,11 @@ def records_from_events(rows: Iterable[tuple[str, dict, float]]) -> list[Record]
     attempt = 1
     offsets: dict[str, int] = {}
     pending_reason: str | None = None
+    resumed_at: float | None = None
     for kind, payload, created_at in rows:
         if kind == ev.RUN_RESUMED:
             pending_reason = resume_reason(payload.get("report"))
+            resumed_at = created_at
             continue
         if kind != ev.RUN_OUTPUT:
             continue
@@ -77,9 +79,9 @@ def records_from_events(rows: Iterable[tuple[str, dict, float]]) -> list[Record]
             if seen and attempt == 1:
                 out.insert(0, AttemptStart(1, "", None))
             attempt += 1
-            out.append(AttemptStart(attempt, pending_reason or "", created_at))
+            out.append(AttemptStart(attempt, pending_reason or "", resumed_at or created_at))
             offsets = {}
-            pending_reason = None
+            pending_reason = resumed_at = None
         if isinstance(offset, int):
             offsets[stream] = offset
         out.append(OutputRecord(stream, str(payload.get("text") or ""), created_at))

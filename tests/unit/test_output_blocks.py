@@ -45,7 +45,7 @@ def test_attempts_start_at_a_resume_and_the_first_gets_a_header_only_then():
     ]
     records = records_from_events(rows)
     assert records[0] == AttemptStart(1, "", None)
-    assert records[3] == AttemptStart(2, resume_reason(REPORT), 21.0)
+    assert records[3] == AttemptStart(2, resume_reason(REPORT), 20.0)  # when it was resumed
     assert records[3].header.startswith("attempt 2 · resumed: sandbox recreated")
     assert records[4] == OutputRecord("stderr", "cairn: waiting\n", 21.0)
 
@@ -113,6 +113,6 @@ def test_a_resume_after_an_attempt_that_printed_nothing_still_has_its_header():
         (ev.RUN_OUTPUT, {"stream": "stdout", "text": "hi\n", "offset": 0}, 6.0),
     ]
     assert records_from_events(rows) == [
-        AttemptStart(2, resume_reason(REPORT), 6.0),
+        AttemptStart(2, resume_reason(REPORT), 5.0),
         OutputRecord("stdout", "hi\n", 6.0),
     ]
