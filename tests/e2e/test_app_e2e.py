@@ -47,6 +47,7 @@ def run_phase(phase: str, env: dict, shots: Path, result: Path, *args: str) -> d
     (shots / f"{phase}.log").write_text(proc.stdout + proc.stderr)
     assert result.is_file(), f"the {phase} phase wrote no result:\n{proc.stderr[-3000:]}"
     outcome = json.loads(result.read_text())
+    (shots / f"{phase}.json").write_text(json.dumps(outcome, indent=2))  # what it saw, kept
     assert outcome.get("ok"), (
         f"{phase}: {outcome.get('error')}\n{outcome.get('traceback')}\n{proc.stderr[-2000:]}"
     )

@@ -163,6 +163,10 @@ def test_every_task_action_is_reachable_at_1024_wide_even_with_a_wide_tree(
     reachable = _reachable(window)
     assert set(reachable) == set(window.task_view.buttons)
     assert "»" in reachable.values()
+    from gui.qt import Qt, QToolButton
+
+    extension = window.task_view.toolbar.findChild(QToolButton, "qt_toolbar_ext_button")
+    assert extension.focusPolicy() & Qt.FocusPolicy.TabFocus  # the keyboard reaches "»" too
 
 
 def test_the_diff_gets_the_larger_share_and_the_task_view_scrolls(qtbot, window, cairn, repo):
