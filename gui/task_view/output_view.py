@@ -22,6 +22,7 @@ from gui.qt import (
     QFontDatabase,
     QGuiApplication,
     QKeyEvent,
+    QKeySequence,
     QMouseEvent,
     QObject,
     QPlainTextEdit,
@@ -486,6 +487,19 @@ class OutputView(QPlainTextEdit):
                     return True
                 if event.key() == Qt.Key.Key_Escape and self.find_bar.isVisible():
                     self.find_bar.close_bar()
+                    return True
+                line = self.textCursor().blockNumber()
+                index = self.block_at_line(line)
+                if (
+                    event.matches(QKeySequence.StandardKey.Copy)
+                    and not self.textCursor().hasSelection()
+                    and index >= 0
+                ):  # Ctrl+C with nothing selected copies the block the cursor is in
+                    self.copy_block(index)
+                    return True
+                on_header = index >= 0 and self._drawn[index].first == line
+                if event.key() in (Qt.Key.Key_Space, Qt.Key.Key_Return) and on_header:
+                    self.set_collapsed(index, index not in self._collapsed)
                     return True
         return super().eventFilter(watched, event)
 

@@ -229,6 +229,24 @@ def test_copy_a_block(qtbot, view):
     assert QApplication.clipboard().text() == "$ pytest -q · failed\n3 passed\n1 failed"
 
 
+def test_blocks_fold_and_copy_from_the_keyboard(qtbot, view):
+    view.reset(claude_run())
+    index = next(i for i, b in enumerate(view.transcript.blocks) if b.title == "$ pytest -q")
+    header = view.document().findBlockByNumber(view._drawn[index].first)
+    cursor = view.textCursor()
+    cursor.setPosition(header.position())
+    view.setTextCursor(cursor)
+    view.setFocus()
+    qtbot.keyClick(view, Qt.Key.Key_Space)
+    assert view.is_collapsed(index)
+    qtbot.keyClick(view, Qt.Key.Key_Return)
+    assert not view.is_collapsed(index)
+    cursor.setPosition(header.next().position())  # inside the block's output
+    view.setTextCursor(cursor)
+    qtbot.keyClick(view, Qt.Key.Key_C, Qt.KeyboardModifier.ControlModifier)  # nothing selected
+    assert QApplication.clipboard().text().startswith("$ pytest -q · failed\n3 passed")
+
+
 def test_each_attempt_starts_on_its_own_line_under_its_header(qtbot, view):
     text = encode(
         [
