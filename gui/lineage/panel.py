@@ -275,6 +275,12 @@ class LineagePanel(QWidget):
         self.delete_action.setObjectName("action_delete")
         self.copy_id_action = make("Copy Task ID", shortcuts.COPY_TASK_ID, self.copy_task_id)
         self.copy_id_action.setObjectName("action_copy_task_id")
+        # The Menu key opens the context menu by itself; Shift+F10 is the other usual key.
+        self.menu_key_action = QAction("Task Actions Menu", self)
+        self.menu_key_action.setShortcut(QKeySequence("Shift+F10"))
+        self.menu_key_action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+        self.menu_key_action.triggered.connect(lambda: self._show_context_menu(QPoint(-1, -1)))
+        self.tree.addAction(self.menu_key_action)
         self.tree_actions = [
             self.rename_action,
             self.edit_action,

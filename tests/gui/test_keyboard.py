@@ -184,3 +184,16 @@ def test_tab_goes_round_the_window_through_the_actions_and_the_tabs(qtbot, windo
     timeline = window.revisions_panel.findChild(QAbstractItemView, "revisionsTimeline")
     assert timeline is not None and timeline in visited
     assert visited[-1] is window.lineage.tree  # and round again, never stuck in a table
+
+
+def test_shift_f10_in_the_tree_opens_the_context_menu(qtbot, window, cairn, repo):
+    _shown_task(qtbot, window, cairn, repo, instructions="true")
+    window.activateWindow()
+    tree = window.lineage.tree
+    tree.setFocus()
+    qtbot.waitUntil(tree.hasFocus)
+    qtbot.keyClick(tree, Qt.Key.Key_F10, Qt.KeyboardModifier.ShiftModifier)
+    menu = window.lineage.context_menu
+    qtbot.waitUntil(menu.isVisible)
+    assert window.lineage.delete_action in menu.actions()
+    menu.close()
