@@ -31,6 +31,7 @@ PLAIN, STDERR, MESSAGE, TOOL, TOOL_RESULT, EDIT, RESULT, ERROR, SESSION, NOTE = 
 )
 
 RESULT_PREVIEW = 400  # characters of a tool's output shown under its call
+EXIT_LINE = re.compile(r"^Exit code (\d+)\b")
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,11 @@ def _claude(event: dict) -> list[OutputBlock] | None:
                 text = _content_text(part.get("content"))
                 tool_id = _id(part.get("tool_use_id"))
                 if part.get("is_error"):
-                    blocks.append(OutputBlock(ERROR, _clip(text), tool_id))
+                    # Claude Code starts a failed command's result with "Exit code N".
+                    code = EXIT_LINE.match(text)
+                    blocks.append(
+                        OutputBlock(ERROR, _clip(text), tool_id, int(code[1]) if code else None)
+                    )
                 else:
                     blocks.append(OutputBlock(TOOL_RESULT, _clip(text), tool_id))
         return blocks

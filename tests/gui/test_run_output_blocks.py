@@ -65,7 +65,7 @@ def claude_run() -> str:
                             {
                                 "type": "tool_result",
                                 "tool_use_id": "t1",
-                                "content": "3 passed\n1 failed",
+                                "content": "Exit code 1\n3 passed\n1 failed",
                                 "is_error": True,
                             },
                             {"type": "tool_result", "tool_use_id": "t2", "content": "ok"},
@@ -108,8 +108,8 @@ def test_a_tool_call_holds_its_output_and_status():
         ("result", "All done."),
     ]
     bash, edit = t.blocks[2], t.blocks[3]
-    assert [line.text for line in bash.lines] == ["3 passed", "1 failed"]
-    assert bash.status == FAILED
+    assert [line.text for line in bash.lines] == ["Exit code 1", "3 passed", "1 failed"]
+    assert (bash.status, bash.exit_code) == (FAILED, 1)
     assert edit.status == DONE and [line.text for line in edit.lines] == ["ok"]
 
 
@@ -204,7 +204,7 @@ def test_blocks_are_drawn_with_headers_and_fold(qtbot, view):
     view.reset(claude_run())
     view.finish()
     text = view.toPlainText()
-    assert "▾ $ pytest -q · failed" in text
+    assert "▾ $ pytest -q · exit 1" in text
     assert "3 passed\n1 failed" in text
     assert "▾ edited src/app.py · ok" in text
     index = next(i for i, b in enumerate(view.transcript.blocks) if b.title == "$ pytest -q")
@@ -226,7 +226,9 @@ def test_copy_a_block(qtbot, view):
     view.reset(claude_run())
     index = next(i for i, b in enumerate(view.transcript.blocks) if b.title == "$ pytest -q")
     view.copy_block(index)
-    assert QApplication.clipboard().text() == "$ pytest -q · failed\n3 passed\n1 failed"
+    assert (
+        QApplication.clipboard().text() == "$ pytest -q · exit 1\nExit code 1\n3 passed\n1 failed"
+    )
 
 
 def test_blocks_fold_and_copy_from_the_keyboard(qtbot, view):
@@ -244,7 +246,7 @@ def test_blocks_fold_and_copy_from_the_keyboard(qtbot, view):
     cursor.setPosition(header.next().position())  # inside the block's output
     view.setTextCursor(cursor)
     qtbot.keyClick(view, Qt.Key.Key_C, Qt.KeyboardModifier.ControlModifier)  # nothing selected
-    assert QApplication.clipboard().text().startswith("$ pytest -q · failed\n3 passed")
+    assert QApplication.clipboard().text().startswith("$ pytest -q · exit 1\nExit code 1")
 
 
 def test_each_attempt_starts_on_its_own_line_under_its_header(qtbot, view):
