@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 COST_KEY = "task-cost"
 COLUMNS = ("Run", "State", "Cost", "In", "Out", "Cache read", "Cache write")
 LIVE_REFRESH_MS = 3000  # at most this often while a run's output arrives
+MAX_TABLE_HEIGHT = 140
 
 
 def summary_line(figures: dict[str, Any]) -> str:
@@ -97,7 +98,6 @@ class CostPanel(QWidget):
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        self.table.setMaximumHeight(140)
         self.table.hide()
         layout.addWidget(self.table)
         self._timer = QTimer(self)
@@ -156,6 +156,18 @@ class CostPanel(QWidget):
                 if column == 2 and run.get("cost_source"):
                     item.setToolTip(f"from the {run['cost_source']}")
                 self.table.setItem(row, column, item)
+        self._fit_table()
+
+    def _fit_table(self) -> None:
+        """As tall as its rows (up to MAX_TABLE_HEIGHT, then it scrolls)."""
+        rows = max(1, self.table.rowCount())
+        height = (
+            self.table.horizontalHeader().height()
+            + rows * self.table.verticalHeader().defaultSectionSize()
+            + 2 * self.table.frameWidth()
+            + 2
+        )
+        self.table.setFixedHeight(min(MAX_TABLE_HEIGHT, height))
 
     def _failed(self, failure: Any) -> None:
         self.summary.setText("Used: cannot be read now")
