@@ -941,6 +941,13 @@ def _stdin_program(inv: Invocation, facts: ExecFacts) -> bool:
     return reads_program_from_stdin(inv.name, (inv.name, *inv.args))
 
 
+def _fileless(inv: Invocation, facts: ExecFacts) -> bool:
+    """A program with no file to name it: a memfd, or a file deleted once opened."""
+    return inv.via == "" and (
+        facts.program.startswith("/memfd:") or facts.program.endswith(" (deleted)")
+    )
+
+
 def _preload(inv: Invocation, facts: ExecFacts) -> bool:
     return any(k in facts.env for k in ("LD_PRELOAD", "LD_AUDIT")) and inv.via == ""
 
@@ -977,6 +984,9 @@ RULES: tuple[ExecRule, ...] = (
         _stdin_program,
     ),
     ExecRule("preload", ASK, "loads a library into the program (LD_PRELOAD/LD_AUDIT)", _preload),
+    ExecRule(
+        "fileless-program", ASK, "runs a program that has no file (memfd, deleted)", _fileless
+    ),
 )
 
 

@@ -837,10 +837,12 @@ def build_id_of(path, st):
     return _build_ids[key]
 
 
-def same_as(program):
-    """The image's programs a program outside the image's folders is a copy of, by build id."""
+def same_as(program, readable=None):
+    """The image's programs a program outside the image's folders is a copy of, by build id.
+    `readable` opens the same file when its name does not (a memfd: `/proc/PID/exe`)."""
     if not program.startswith("/") or program.startswith(SYSTEM_PREFIXES):
         return []
+    program = readable or program
     try:
         st = os.stat(program)
     except OSError:
@@ -989,7 +991,7 @@ class Supervisor:
         return {"number": number, "text": text}
 
     def request_of(self, ex, rule):
-        copies = same_as(ex.program)
+        copies = same_as(ex.program, "/proc/%d/exe" % ex.pid if ex.observed else None)
         return {
             "engine": "shell",
             "tool": "exec",

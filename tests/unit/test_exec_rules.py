@@ -686,3 +686,11 @@ def test_git_aliases_match_whatever_their_case():
 )
 def test_moving_away_from_outside_the_workspace_is_a_deletion_there(argv, rule):
     assert rule_of(ex("/usr/bin/mv", *argv)) == rule
+
+
+def test_a_program_without_a_file_is_asked_and_named_by_what_it_copies():
+    memfd = "/memfd:x (deleted)"
+    assert rule_of(ex(memfd, "anything")) == "fileless-program"
+    assert rule_of(ex("/workspace/tool (deleted)", "tool")) == "fileless-program"
+    copy = ex(memfd, "git", "push", "origin", same_as=("/usr/bin/git",))
+    assert rule_of(copy) == "git-push"
