@@ -188,8 +188,9 @@ def test_docker_errors_become_one_line_and_the_run_stays_interrupted(task, docke
 
 # Fills the sandbox's pids limit and keeps it full: a slot that a short-lived
 # process frees (a `docker exec` from the host, a pipeline of the runner) is
-# taken again at once, so the probe below meets a full sandbox every time.
-FILL_PIDS = """python3 - <<'EOF'
+# taken again at once, so the probe below meets a full sandbox every time. (A file, not
+# `python3 - <<EOF`: an interpreter reading its program from a pipe waits for a person.)
+FILL_PIDS = """cat > /tmp/fill.py <<'EOF'
 import os, time
 end = time.time() + 15
 kids = []
@@ -213,7 +214,8 @@ open("filled.txt", "w").write(str(len(kids)))
 keep_full(end)
 for k in kids:
     os.waitpid(k, 0)
-EOF"""
+EOF
+python3 /tmp/fill.py"""
 
 
 def test_a_sandbox_at_its_pids_limit_keeps_its_live_run(task, docker_client):

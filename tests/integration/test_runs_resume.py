@@ -126,7 +126,7 @@ def test_a_deleted_workspace_is_restored_from_the_snapshot(task, docker_client):
         data,
         task_id,
         "echo a > a.txt && mkdir -p d && ln -s ../a.txt d/link",
-        "sleep 2",
+        "sleep 4",
         "cat a.txt > c.txt",
     )
     wait_for(lambda: step_of(data, latest_run(data, task_id)) == 1, what="step 1")
@@ -147,7 +147,7 @@ def test_a_deleted_workspace_is_restored_from_the_snapshot(task, docker_client):
 
 def test_a_workspace_edited_by_hand_is_never_overwritten(task, docker_client):
     data, task_id, ws = task
-    start_steps(data, task_id, "echo a > a.txt", "sleep 2", "echo done > done.txt")
+    start_steps(data, task_id, "echo a > a.txt", "sleep 4", "echo done > done.txt")
     wait_for(lambda: step_of(data, latest_run(data, task_id)) == 1, what="step 1")
     cairnctl(data, "checkpoint", task_id)
     interrupt_by_removing_container(data, task_id, docker_client)
@@ -170,7 +170,7 @@ def test_a_workspace_edited_by_hand_is_never_overwritten(task, docker_client):
 
 def test_on_top_keeps_outside_edits(task, docker_client):
     data, task_id, ws = task
-    start_steps(data, task_id, "echo a > a.txt", "sleep 2", "cat a.txt > copy.txt")
+    start_steps(data, task_id, "echo a > a.txt", "sleep 4", "cat a.txt > copy.txt")
     wait_for(lambda: step_of(data, latest_run(data, task_id)) == 1, what="step 1")
     interrupt_by_removing_container(data, task_id, docker_client)
     (ws / "a.txt").write_text("mine\n")
@@ -236,7 +236,7 @@ def test_canary_secret_rotation_and_revocation(task, docker_client, secret_servi
         )
 
         # Revoked between a checkpoint and the resume: the resumed run goes without it.
-        start_steps(data, task_id, "sleep 2", check + " > token.txt")
+        start_steps(data, task_id, "sleep 4", check + " > token.txt")
         wait_for(lambda: step_of(data, latest_run(data, task_id)) == 0, what="step 0")
         interrupt_by_removing_container(data, task_id, docker_client)
         cairnctl(data, "revoke", task_id, name)
@@ -262,7 +262,7 @@ def test_a_policy_tightened_after_a_checkpoint_governs_the_resumed_sandbox(
             "grep -c : /proc/net/dev > {n}-net.txt; "
             'if [ -n "$TOKEN" ]; then echo has; else echo absent; fi > {n}-token.txt'
         )
-        start_steps(data, task_id, probe.format(n="before"), "sleep 2", probe.format(n="after"))
+        start_steps(data, task_id, probe.format(n="before"), "sleep 4", probe.format(n="after"))
         wait_for(lambda: step_of(data, latest_run(data, task_id)) == 1, what="step 1")
         cairnctl(data, "checkpoint", task_id)
         interrupt_by_removing_container(data, task_id, docker_client)
@@ -429,7 +429,7 @@ def test_a_link_planted_in_the_runs_folder_is_never_followed(task, docker_client
         + str(victim)
         + ' "${d%.1}.2.x"; done'
     )
-    start_steps(data, task_id, plant, "sleep 2", "echo resumed > r.txt")
+    start_steps(data, task_id, plant, "sleep 4", "echo resumed > r.txt")
     wait_for(lambda: step_of(data, latest_run(data, task_id)) == 1, what="step 1")
     interrupt_by_removing_container(data, task_id, docker_client)
     res = as_json(cairnctl(data, "resume", task_id, "--json"))

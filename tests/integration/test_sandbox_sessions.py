@@ -97,16 +97,30 @@ def test_reconcile_settles_runs_and_lists_orphans_without_deleting(task, docker_
         orphan.remove(force=True)
 
 
-def test_a_changed_tool_contract_is_refused_until_accepted(task, docker_client):
-    data, task_id, ws = task
+@pytest.fixture
+def image_without_git(sandbox_image, docker_client) -> str:
+    """The sandbox image less git: a changed tool contract, still able to supervise a run."""
+    tag = "cairn-test-nogit:1"
     try:
-        docker_client.images.get("cairn-test-busybox:1")
+        docker_client.images.get(tag)
     except Exception:
-        pytest.skip("cairn-test-busybox:1 is not built (tests/images/build.sh builds it)")
-    start_steps(data, task_id, "sleep 1", "echo done > done.txt")
+        maker = docker_client.containers.run(
+            sandbox_image, ["rm", "-f", "/usr/bin/git"], user="0", detach=True
+        )
+        try:
+            assert maker.wait(timeout=60)["StatusCode"] == 0
+            maker.commit(repository="cairn-test-nogit", tag="1")
+        finally:
+            maker.remove(force=True)
+    return tag
+
+
+def test_a_changed_tool_contract_is_refused_until_accepted(task, docker_client, image_without_git):
+    data, task_id, ws = task
+    start_steps(data, task_id, "sleep 5", "echo done > done.txt")
     wait_for(lambda: step_of(data, latest_run(data, task_id)) == 0, what="step 0")
     interrupt_by_removing_container(data, task_id, docker_client)
-    other = cairnctl_env(CAIRN_SANDBOX_IMAGE="cairn-test-busybox:1")
+    other = cairnctl_env(CAIRN_SANDBOX_IMAGE=image_without_git)
     line = one_error_line(cairnctl(data, "resume", task_id, check=False, env=other))
     assert "tools changed" in line and "git" in line and "--accept-tool-change" in line
     assert latest_run(data, task_id).state == "interrupted"
