@@ -554,6 +554,7 @@ class Scenario:
         used.append("resume")
         self.wait_run(interrupted.id, ("running",), "the resumed run to be running")
         self.wait(lambda: "running" in w.task_view.state_label.text(), "the resumed run shown")
+        stop_pressed = time.monotonic()
         self.key_action(STOP)
         used.append("stop")
         self.result["stop_pending"] = w.task_view.state_label.text()
@@ -570,6 +571,7 @@ class Scenario:
 
         self.wait(cancelled, "the stopped run to be cancelled")
         self.result["stop_states"] = seen  # what the run went through on its way
+        self.result["stop_took_s"] = round(time.monotonic() - stop_pressed, 1)
         self.wait(lambda: w.task_view.buttons[RESUME].toolTip() != "", "the buttons back")
 
         # New Task (Ctrl+N): the folder typed into the chooser, the task made with Ctrl+Enter.
@@ -836,6 +838,20 @@ class Scenario:
     def again(self) -> None:
         w = self.w
         self.wait(lambda: w.lineage._loaded, "the task tree to load")
+        if self.args.folder:  # started as `cairn -platform xcb -style Fusion FOLDER`
+            dialog = self.wait(
+                lambda: (
+                    w.new_task_dialog is not None
+                    and w.new_task_dialog.isVisible()
+                    and w.new_task_dialog
+                ),
+                "the New Task dialog for the folder given on the command line",
+            )
+            self.result["offered_folders"] = [str(f) for f in dialog.folders]
+            self.result["style"] = QApplication.style().name()
+            self.shot("relaunched-with-a-folder")
+            self.press("Escape")  # not made: the state stays the first phase's
+            self.wait(lambda: not dialog.isVisible(), "the New Task dialog to close")
         self.wait(lambda: w.task_view.data is not None, "the restored selection to show")
         self.wait(lambda: w.revisions_panel.model.rowCount() > 0, "the restored timeline")
         self.wait(lambda: w.approvals_panel.loaded, "the approvals queue")
@@ -915,9 +931,12 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("phase", choices=("first", "again"))
     parser.add_argument("--repo", default="")
+    parser.add_argument("--folder", default="", help="the folder the app is also given")
     parser.add_argument("--shots", required=True)
     parser.add_argument("--result", required=True)
     args, cairn_args = parser.parse_known_args()
+    if args.folder:
+        cairn_args = [*cairn_args, args.folder]
 
     class DrivenWindow(MainWindow):
         def __init__(self, *a: Any, **kw: Any):

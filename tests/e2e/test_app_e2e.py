@@ -109,7 +109,21 @@ def test_drop_run_diff_fork_continue_approve_deny_quit_and_relaunch(
     assert all(t["tree_parent"] == t["parent"] for t in tasks.values())
     assert before["approvals_pending"] == 0
 
-    again = run_phase("again", env, artifacts_dir, tmp_path / "again.json")
+    # Qt's options and a folder on the command line, as a person starts it from a terminal.
+    again = run_phase(
+        "again",
+        env,
+        artifacts_dir,
+        tmp_path / "again.json",
+        "-platform",
+        "xcb",
+        "-style",
+        "Fusion",
+        "--folder",
+        str(repo),
+    )
+    assert again["offered_folders"] == [str(repo)], again
+    assert again["style"].lower() == "fusion", again["style"]
     after = again["state"]
     assert after["tasks"] == before["tasks"]
     for key in ("selected", "task_view_title", "timeline_rows", "tab", "approvals_pending"):
