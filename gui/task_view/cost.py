@@ -145,6 +145,8 @@ class CostPanel(QWidget):
         self.summary.setText(summary_line(figures))
         self.summary.setToolTip(self._tooltip(figures))
         runs = figures["runs"]
+        self.toggle.setEnabled(bool(runs))
+        self.table.setVisible(bool(runs) and self.toggle.isChecked())
         self.table.setRowCount(len(runs))
         for row, run in enumerate(runs):
             for column, text in enumerate(run_cells(run)):

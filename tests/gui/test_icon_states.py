@@ -16,13 +16,22 @@ TOOLBAR_ICONS = ("start", "stop", "resume", "promote", "export", "continue", "fo
 
 
 def palette(window: str, text: str) -> QPalette:
-    p = QPalette()
+    """A whole palette of two colours, as a desktop's light or dark scheme gives one: disabled
+    text half-way between them."""
+    back, fore = QColor(window), QColor(text)
+    grey = QColor((back.red() + fore.red()) // 2, (back.green() + fore.green()) // 2,
+                  (back.blue() + fore.blue()) // 2)  # fmt: skip
+    p = QPalette(fore, back)  # the roles Qt derives from a window text and a window colour
     for group in (QPalette.ColorGroup.Active, QPalette.ColorGroup.Inactive):
-        p.setColor(group, QPalette.ColorRole.Window, QColor(window))
-        p.setColor(group, QPalette.ColorRole.WindowText, QColor(text))
-        p.setColor(group, QPalette.ColorRole.Base, QColor(window))
-        p.setColor(group, QPalette.ColorRole.Text, QColor(text))
+        for role in (QPalette.ColorRole.Window, QPalette.ColorRole.Base, QPalette.ColorRole.Button):
+            p.setColor(group, role, back)
+        for role in (QPalette.ColorRole.WindowText, QPalette.ColorRole.Text,
+                     QPalette.ColorRole.ButtonText):  # fmt: skip
+            p.setColor(group, role, fore)
         p.setColor(group, QPalette.ColorRole.HighlightedText, QColor("#ffffff"))
+    for role in (QPalette.ColorRole.WindowText, QPalette.ColorRole.Text,
+                 QPalette.ColorRole.ButtonText):  # fmt: skip
+        p.setColor(QPalette.ColorGroup.Disabled, role, grey)
     return p
 
 
@@ -127,3 +136,40 @@ def test_a_colour_scheme_change_draws_the_icons_again_in_the_new_palette(
     app.styleHints().colorSchemeChanged.emit(Qt.ColorScheme.Dark)
     assert heard == ["#f0f0f0"]
     assert mean_brightness(icons.icon("start"), QIcon.Mode.Normal) > 200
+
+
+def test_a_dark_screenshot_of_the_task_view_shows_disabled_actions_dimmer(
+    qtbot, context, cairn, repo, with_palette, artifacts_dir
+):
+    """What is painted, not only what the icon holds: the toolbar under a dark palette, saved as
+    a test artifact, with the disabled Stop's icon dimmer than the enabled Start's."""
+    with_palette(DARK)
+    task = cairn.tasks.new(repo, title="Dark", instructions="echo hi").task
+    view = TaskView(context)
+    qtbot.addWidget(view)
+    view.resize(900, 500)
+    view.refresh_icons()
+    view.show()
+    view.set_task(task.id)
+    qtbot.waitUntil(lambda: view.data is not None, timeout=10_000)
+    assert view.buttons[START].isEnabled() and not view.buttons[STOP].isEnabled()
+    qtbot.wait(50)
+    shot = view.grab()
+    shot.save(str(artifacts_dir / "task-view-dark.png"))
+    image = shot.toImage()
+    ratio = shot.devicePixelRatio()
+
+    def icon_brightness(action) -> float:
+        button = view.toolbar.widgetForAction(action)
+        top_left = button.mapTo(view, button.rect().topLeft())
+        side = button.height()  # the icon sits at the button's left, within its height
+        values = []
+        for y in range(int(top_left.y() * ratio), int((top_left.y() + side) * ratio)):
+            for x in range(int(top_left.x() * ratio), int((top_left.x() + side) * ratio)):
+                c = image.pixelColor(x, y)
+                values.append(0.299 * c.red() + 0.587 * c.green() + 0.114 * c.blue())
+        values.sort()
+        return sum(values[-40:]) / 40  # the icon's strokes: the brightest pixels of its square
+
+    on, off = icon_brightness(view.buttons[START]), icon_brightness(view.buttons[STOP])
+    assert on - off > 60, (on, off)

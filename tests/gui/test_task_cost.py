@@ -89,6 +89,17 @@ def test_the_task_view_shows_the_task_and_lineage_cost_and_each_run(qtbot, conte
     assert not panel.isVisible()
 
 
+def test_a_task_with_no_runs_offers_no_table(qtbot, context, repo):
+    task = context.cairn.tasks.new(repo, title="Fresh", engine="claude-code").task
+    panel = CostPanel(context)
+    qtbot.addWidget(panel)
+    panel.show()
+    panel.set_task(task.id)
+    qtbot.waitUntil(lambda: panel.figures is not None, timeout=10_000)
+    assert panel.summary.text() == "Used: nothing yet (no runs)"
+    assert not panel.toggle.isEnabled() and not panel.table.isVisible()
+
+
 def test_a_task_with_no_runs_says_so():
     figures = {
         "task_id": "t",
