@@ -29,6 +29,7 @@ from core.errors import CairnError, Conflict, InputError, VaultError
 from core.locks import FileLock, lock_path
 from core.models import Revision, RevisionTrigger, Task, Workspace, WorkspaceState
 from core.revisions import Revisions
+from core.runs.states import IN_FLIGHT
 from core.safe_fs import fsync_dir, open_dir
 from core.vault import Vault, revisions_ref
 from core.vault.ignore import ALWAYS_IGNORED
@@ -201,11 +202,20 @@ class Restores:
         return task, ws, root
 
     def _refuse_live_run(self, ws: Workspace) -> None:
-        run = self.revisions.active_run_id(ws.id)
+        """Conflict when a run of any task working in the workspace has not ended."""
+        marks = ",".join("?" * len(IN_FLIGHT))
+        row = self.ctx.store.query_one(
+            f"SELECT id, state FROM runs WHERE state IN ({marks}) AND (workspace_id = ? OR "
+            f"task_id IN (SELECT id FROM tasks WHERE workspace_id = ?)) "
+            f"ORDER BY created_at DESC LIMIT 1",
+            (*IN_FLIGHT, ws.id, ws.id),
+        )
+        run = self.revisions.active_run_id(ws.id) or (row["id"] if row else None)
         if run is not None:
+            state = f" ({row['state']})" if row and row["id"] == run else ""
             raise Conflict(
-                f"run {run} is live in workspace {ws.id}; restoring would write under it — "
-                "wait for it to end or stop it first"
+                f"run {run}{state} is live in workspace {ws.id}; restoring would write under "
+                "it — wait for it to end or stop it first"
             )
 
     @contextmanager
@@ -243,6 +253,19 @@ class Restores:
         # A path inside another named one is covered by it.
         return [p for p in out if not any(p != q and _in_scope(p, q) for q in out)]
 
+    def _stopped(self, task: Task, before: Revision, exc: CairnError | OSError) -> CairnError:
+        """A restore that stopped half way: what it wrote is recorded, and the way back named."""
+        why = exc.message if isinstance(exc, CairnError) else (exc.strerror or str(exc))
+        try:
+            rev, _ = self.revisions.capture(task.id, trigger=RevisionTrigger.RESTORE.value)
+            recorded = f"what was written is revision {rev.id[:12]}"
+        except (CairnError, OSError):
+            recorded = "what was written is not recorded yet"
+        return CairnError(
+            f"the restore stopped half way ({why}); {recorded} — restore {before.id[:12]} "
+            "to go back to the files as they were"
+        )
+
     def _apply(
         self,
         task: Task,
@@ -260,7 +283,10 @@ class Restores:
         result = RestoreResult(task.id, ws.id, kind, source, before, captured, None, plan.outcomes)
         if not (plan.writes or plan.deletes or plan.remove_dirs or plan.make_dirs):
             return result
-        _write_plan(root, vault.objects, plan)
+        try:
+            _write_plan(root, vault.objects, plan)
+        except (CairnError, OSError) as exc:
+            raise self._stopped(task, before, exc) from exc
         tree = index.flush(vault.objects)
         if tree == before.tree:
             return result

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ import pytest
 from core.app import Cairn
 from core.errors import CairnError, Conflict, InputError, NotFound
 from core.locks import FileLock, lock_path
-from core.models import WorkspaceState
+from core.models import Run, WorkspaceState
 from core.restore import CONFLICT, DELETED, WRITTEN, restore_note
 from core.vault.objects import run_git
 
@@ -317,14 +318,20 @@ def test_bad_input_is_one_line_and_loses_nothing(made, tmp_path):
     assert len(cairn.revisions.all(task)) == count + 1
 
 
-def test_a_live_run_or_another_recorder_refuses_the_restore(made, monkeypatch):
+def test_a_live_run_or_another_recorder_refuses_the_restore(made):
     cairn, task, root = made
     start = cairn.revisions.resolve(cairn.ctx.task(task), "latest").id
     (root / "a.txt").write_text("kept\n")
-    monkeypatch.setattr(cairn.revisions, "active_run_id", lambda ws: "r_live")
-    with pytest.raises(Conflict, match="run r_live is live"):
+    count = len(cairn.revisions.all(task))
+    run = Run("r_live", task, "running", 1, "shell", created_at=time.time())
+    cairn.ctx.store.add_run(run)  # a queued run has no workspace yet; its task says where
+    with pytest.raises(Conflict, match=r"run r_live \(running\) is live") as raised:
         cairn.restores.restore(task, start)
-    monkeypatch.undo()
+    assert "stop it" in str(raised.value)
+    with pytest.raises(Conflict, match="r_live"):
+        cairn.restores.undo(task, "latest")
+    assert len(cairn.revisions.all(task)) == count
+    cairn.ctx.store.update_run("r_live", state="succeeded")
 
     ws = cairn.ctx.workspace_of(cairn.ctx.task(task))
     lock = FileLock(lock_path(cairn.ctx.data.locks_root, "watch", ws.id))
@@ -368,3 +375,53 @@ def test_the_writes_go_through_a_fresh_name_in_the_same_folder(made, monkeypatch
     tmp, final, same_folder = renames[0]
     assert final == "a.txt" and tmp.startswith(".a.txt.") and same_folder
     assert not [p for p in root.iterdir() if p.name.endswith(".cairn-restore")]
+
+
+def test_links_come_back_as_links_and_a_file_keeps_its_own_permission_bits(made):
+    cairn, task, root = made
+    os.symlink("a.txt", root / "latest")
+    (root / "a.txt").chmod(0o600)
+    start = capture(cairn, task)
+    (root / "latest").unlink()
+    os.symlink("/etc/passwd", root / "latest")
+    (root / "a.txt").write_text("edited\n")
+    (root / "a.txt").chmod(0o700)
+    capture(cairn, task)
+
+    cairn.restores.restore(task, start, ["latest", "a.txt"])
+
+    assert os.readlink(root / "latest") == "a.txt"
+    assert (root / "a.txt").read_text() == "one\ntwo\nthree\n"
+    assert stat.S_IMODE((root / "a.txt").stat().st_mode) == 0o600
+
+
+def test_a_restore_that_stops_half_way_records_what_it_wrote_and_names_the_way_back(
+    made, monkeypatch
+):
+    cairn, task, root = made
+    start = cairn.revisions.resolve(cairn.ctx.task(task), "latest").id
+    (root / "a.txt").write_text("edited\n")
+    (root / "notes.md").write_text("edited\n")
+    capture(cairn, task)
+    real = os.replace
+    calls = []
+
+    def fail_second(src, dst, *, src_dir_fd=None, dst_dir_fd=None):
+        if src_dir_fd is not None:
+            calls.append(dst)
+            if len(calls) == 2:
+                raise OSError(28, "No space left on device")
+        return real(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+
+    monkeypatch.setattr(os, "replace", fail_second)
+    with pytest.raises(CairnError, match="stopped half way") as raised:
+        cairn.restores.restore(task, start, ["a.txt", "notes.md"])
+    monkeypatch.undo()
+    before = cairn.revisions.all(task)[-2]
+    assert f"restore {before.id[:12]}" in str(raised.value)
+    assert "No space left" in str(raised.value)
+    assert (root / "a.txt").read_text() == "one\ntwo\nthree\n"
+    assert (root / "notes.md").read_text() == "edited\n"
+    assert not [p for p in root.iterdir() if p.name.endswith(".cairn-restore")]
+    latest = cairn.revisions.all(task)[-1]
+    assert latest.trigger == "restore" and latest.files_changed == 1
