@@ -102,7 +102,7 @@ class Restores:
         self.ctx = ctx
         self.revisions = revisions
 
-    # -- the three restores --------------------------------------------------------------------
+    # -- restoring and undoing ---------------------------------------------------------------
 
     def restore(
         self, task_ref: str, revision: str, paths: list[str] | None = None
