@@ -33,7 +33,8 @@ class RestoreCommand(Command):
             "paths",
             nargs="*",
             metavar="PATH",
-            help="files or folders in the workspace (default: all of it)",
+            help="files or folders, relative to the workspace or absolute inside it "
+            "(default: all of it)",
         )
         p.add_argument(
             "--undo",
