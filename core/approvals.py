@@ -538,6 +538,15 @@ class Judge:
         )
         return [_approval(r) for r in rows]
 
+    def decided(self, limit: int = 200) -> builtins.list[Approval]:
+        """The decision history: the latest `limit` decided requests, newest first."""
+        rows = self.store.query(
+            f"{_SELECT} WHERE a.state != ? "
+            "ORDER BY COALESCE(a.decided_at, a.created_at) DESC, a.id DESC LIMIT ?",
+            (PENDING, max(0, int(limit))),
+        )
+        return [_approval(r) for r in rows]
+
     def get(self, ref: str) -> Approval:
         """An approval by its id or an unambiguous prefix of it."""
         if not ref:

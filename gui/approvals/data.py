@@ -226,7 +226,7 @@ def load_pending(
                     title = None
                 found[task_id] = title
         pending.append(PendingApproval.of(approval, title))
-    decisions = recent_decisions(cairn.approvals.list(pending_only=False)) if history else None
+    decisions = recent_decisions(cairn.approvals.decided(HISTORY_LIMIT)) if history else None
     return PendingQueue(pending, found, decisions)
 
 

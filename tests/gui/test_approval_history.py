@@ -42,17 +42,16 @@ class CountingApprovals(FakeApprovals):
         super().__init__(items)
         self.history_reads: list[str] = []
         self.queue_reads: list[str] = []
-        self.approvals.list = self.list
+        self.approvals.decided = self.decided
         self.approvals.pending = self.pending
 
     def pending(self):
         self.queue_reads.append(threading.current_thread().name)
         return super().pending()
 
-    def list(self, pending_only=True):
-        if not pending_only:
-            self.history_reads.append(threading.current_thread().name)
-        return super().list(pending_only)
+    def decided(self, limit=200):
+        self.history_reads.append(threading.current_thread().name)
+        return super().decided(limit)
 
 
 def test_the_history_lists_decisions_newest_first_with_who_what_rule_and_reason(qtbot, make_panel):

@@ -31,7 +31,11 @@ class FakeApprovals:
         self.lock = threading.Lock()
         self.notes = {}
         self.approvals = SimpleNamespace(
-            pending=self.pending, list=self.list, approve=self.approve, deny=self.deny
+            pending=self.pending,
+            list=self.list,
+            decided=self.decided,
+            approve=self.approve,
+            deny=self.deny,
         )
         self.tasks = SimpleNamespace(get=self.task)
 
@@ -42,6 +46,12 @@ class FakeApprovals:
     def list(self, pending_only=True):
         with self.lock:
             return [i for i in self.items.values() if i.state == "pending" or not pending_only]
+
+    def decided(self, limit=200):
+        with self.lock:
+            done = [i for i in self.items.values() if i.state != "pending"]
+        done.sort(key=lambda a: (a.decided_at or a.created_at, a.id), reverse=True)
+        return done[:limit]
 
     def task(self, task_id):
         return SimpleNamespace(id=task_id, title=f"Task {task_id.removeprefix('t_')}")

@@ -362,6 +362,9 @@ def test_approvals_badge_and_notification(qtbot, data_dir, settings):
         def list(self, pending_only=True):
             return list(self.queue)
 
+        def decided(self, limit=200):
+            return []
+
         def pending(self):
             return list(self.queue)
 
