@@ -10,6 +10,14 @@ there, except for what the sandbox refuses by construction (a hook write fails w
 spelling, and no hook runs on a later commit). The image has no sudo, npm or curl: stubs of those
 names in /workspace/bin (first on PATH) leave a marker when they run, and are judged as the real
 programs are, by name.
+
+What starts no program cannot be judged at exec level: a language's own file calls (`shutil`,
+`open`), a shell's builtins and redirections. Those forms here aim outside what the run may write
+(.git/hooks, the read-only root) and are shown refused by construction. The same calls on the
+agent's home (writable, restorable from a checkpoint) or on a key planted there (none is, by
+construction: nothing from the host user's home reaches it) are not asked; neither is program
+text that arrives as an argument instead of through a pipe (`sh -c "$(curl ...)"`), beyond the
+programs it starts.
 """
 
 from __future__ import annotations
