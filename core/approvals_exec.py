@@ -98,6 +98,7 @@ class Invocation:
     cwd: str
     via: str = ""  # the wrapper that starts it (`env`, `xargs`, `find -exec`), "" when direct
     args_from_stdin: bool = False  # xargs: more arguments come from its input
+    stdin_marker: str = ""  # xargs -I/-i: the word replaced by what its input holds
 
     def text(self) -> str:
         return shlex.join([self.name, *self.args])
@@ -177,7 +178,8 @@ _WRAPPER_VALUES: dict[str, tuple[str, tuple[str, ...]]] = {
     "time": ("fo", ("--format", "--output")),
     "command": ("", ()),
     "exec": ("a", ()),
-    "xargs": ("adEeIiLlnPs", ("--arg-file", "--delimiter", "--max-args", "--max-procs")),
+    # (-e, -i and -l take a value only when it is attached)
+    "xargs": ("adEILnPs", ("--arg-file", "--delimiter", "--max-args", "--max-procs")),
     "sudo": ("CDghpRTUu", ("--user", "--group", "--chdir", "--prompt", "--host")),
     "doas": ("Cu", ()),
     "flock": ("wEc", ("--timeout", "--conflict-exit-code", "--command")),
@@ -212,7 +214,7 @@ def _after_options(name: str, args: Sequence[str]) -> tuple[int, str | None, lis
                 split = shlex.split(value)
             i += 1
             continue
-        if arg.startswith("-") and len(arg) > 1 and not arg[1:].isdigit():
+        if arg.startswith("-") and len(arg) > 1 and not (name == "nice" and arg[1:].isdigit()):
             letters = arg[1:]
             for j, letter in enumerate(letters):
                 if letter in short_values:
@@ -270,6 +272,22 @@ def _find_execs(args: Sequence[str], cwd: str) -> list[Invocation]:
     return found
 
 
+def _xargs_marker(args: Sequence[str]) -> str:
+    """The replace string of `xargs -I STR` / `-iSTR` / `--replace[=STR]` (`{}` by default)."""
+    for i, arg in enumerate(args):
+        if arg == "-I" and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("-I") and len(arg) > 2:
+            return arg[2:]
+        if arg.startswith("-i") and not arg.startswith("--"):
+            return arg[2:] or "{}"
+        if arg.startswith("--replace"):
+            return arg.partition("=")[2] or "{}"
+        if not arg.startswith("-"):
+            break
+    return ""
+
+
 def unwrap(facts: ExecFacts) -> list[Invocation]:
     """Every program this exec starts or stands for, outermost first: `env X=1 nice git push` is
     env, nice and git; `find / -exec rm {} ;` is find and rm. Each is judged."""
@@ -295,7 +313,12 @@ def unwrap(facts: ExecFacts) -> list[Invocation]:
                 inner_name = "git"
         chain.append(
             Invocation(
-                inner_name, inner_args, cwd, via=outer.name, args_from_stdin=outer.name == "xargs"
+                inner_name,
+                inner_args,
+                cwd,
+                via=outer.name,
+                args_from_stdin=outer.name == "xargs",
+                stdin_marker=_xargs_marker(outer.args) if outer.name == "xargs" else "",
             )
         )
     for inv in list(chain):
@@ -932,7 +955,25 @@ def _publish(inv: Invocation, _facts: ExecFacts) -> bool:
     return any(w in distinct for w in words) or any(w in verbs for w in words[:3])
 
 
+def _text_from_input(inv: Invocation) -> bool:
+    """`... | xargs sh -c` and `... | xargs -I{} sh -c '{}'`: the program text an interpreter is
+    given is what xargs read from its input."""
+    if not inv.args_from_stdin or _interpreter_family(inv.name) is None:
+        return False
+    code = program_text_index(inv.name, inv.args)
+    if code is None:
+        family = _interpreter_family(inv.name) or ""
+        letters = _PROGRAM_OPTIONS.get(family, ("e",))
+        return any(
+            a.startswith("-") and not a.startswith("--") and any(c in a[1:] for c in letters)
+            for a in inv.args
+        ) or any(a in _PROGRAM_LONG_OPTIONS for a in inv.args)
+    return bool(inv.stdin_marker) and inv.stdin_marker in inv.args[code]
+
+
 def _stdin_program(inv: Invocation, facts: ExecFacts) -> bool:
+    if _text_from_input(inv):
+        return True
     script = _script_operand(inv.name, inv.args)
     if script is not None and _DESCRIPTOR_PATH.match(script):
         return True  # `bash <(curl ...)`: the program comes from a descriptor, a pipe as a rule

