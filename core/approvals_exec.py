@@ -479,18 +479,19 @@ def _short_flags(args: Sequence[str]) -> str:
     return "".join(a[1:] for a in args if a.startswith("-") and not a.startswith("--"))
 
 
+FORCE_OPTIONS = (
+    *("--force", "--force-with-lease", "--force-if-includes", "--mirror", "--delete"),
+    "--prune",
+)
+
+
 def is_force_push(git: GitCommand) -> bool:
     if git.subcommand != "push":
         return False
     for arg in git.args:
-        if arg.split("=", 1)[0] in (
-            "--force",
-            "--force-with-lease",
-            "--force-if-includes",
-            "--mirror",
-            "--delete",
-            "--prune",
-        ):
+        name = arg.split("=", 1)[0]
+        # git takes any unambiguous start of a long option (`--mirr`, `--delet`).
+        if len(name) > 3 and any(f.startswith(name) for f in FORCE_OPTIONS):
             return True
         if not arg.startswith("-") and (arg.startswith("+") or ":+" in arg):
             return True
@@ -874,7 +875,10 @@ def _rm_outside(inv: Invocation, facts: ExecFacts) -> bool:
 
 # Where git finds code to run later. The sandbox mounts these read-only (a write fails whatever
 # its spelling); a program aimed at them is still asked, so the attempt is seen and decided.
-GIT_CODE_PATHS = re.compile(r"(?:^|/)\.git/(?:hooks(?:/|$)|config$|info/attributes$)")
+GIT_CODE_PATHS = re.compile(
+    r"(?:^|/)\.git/(?:(?:modules|worktrees)/.+/)?"  # a submodule's or worktree's own too
+    r"(?:hooks(?:/|$)|config(?:\.worktree)?$|info/attributes$)"
+)
 NOT_WRITERS = frozenset(
     {
         *("ls", "stat", "test", "[", "true", "false", "cat", "head", "tail", "less", "more"),

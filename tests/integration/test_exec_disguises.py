@@ -145,6 +145,14 @@ PUSH = [
         ("git", "push", "HEAD:refs/heads/p20"),
         what="git push",
     ),
+    # git takes any unambiguous start of a long option: --mirror, which also deletes.
+    Form(
+        "quoting",
+        "p24",
+        "git init -q --bare /workspace/p24.git && git push -q --mirr /workspace/p24.git",
+        ("git", "push", "--mirr"),
+        rule="git-force-push",
+    ),
     Form("route", "p21", f"git send-pack {push('p21')}", ("git", "send-pack")),
     Form("route", "p22", f"GIT_DIR=/workspace/.git git push -q {push('p22')}", ("git", "push")),
     Form(
@@ -551,9 +559,9 @@ class Where:
     def ev(self, name: str) -> Path:
         return self.ws / "ev" / name
 
-    def branches(self) -> set[str]:
-        heads = self.ws / "remote.git" / "refs" / "heads"
-        packed = self.ws / "remote.git" / "packed-refs"
+    def branches(self, remote: str = "remote.git") -> set[str]:
+        heads = self.ws / remote / "refs" / "heads"
+        packed = self.ws / remote / "packed-refs"
         found = {p.name for p in heads.iterdir()} if heads.is_dir() else set()
         if packed.is_file():
             found |= {
@@ -584,7 +592,9 @@ class Family:
 
 
 FAMILIES = {
-    "git-push": Family("git-push", PUSH, lambda w, tag: tag in w.branches()),
+    "git-push": Family(
+        "git-push", PUSH, lambda w, tag: tag in w.branches() or bool(w.branches(f"{tag}.git"))
+    ),
     "git-hooks-write": Family(
         "git-hooks-write",
         HOOKS,

@@ -711,3 +711,31 @@ def test_a_program_without_a_file_is_asked_and_named_by_what_it_copies():
 )
 def test_program_text_read_by_xargs_is_a_pipe_to_an_interpreter(argv, rule):
     assert rule_of(ex("/usr/bin/xargs", *argv, stdin="pipe")) == rule
+
+
+@pytest.mark.parametrize("option", ["--forc", "--mirr", "--delet", "--force-with", "--prun"])
+def test_abbreviated_force_options_are_force_pushes(option):
+    assert rule_of(ex(GIT, "git", "push", option, "origin", "main")) == "git-force-push"
+
+
+def test_unabbreviated_ordinary_push_options_are_plain_pushes():
+    for option in ("--progress", "--dry-run", "--tags", "--set-upstream"):
+        assert rule_of(ex(GIT, "git", "push", option, "origin")) == "git-push", option
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/workspace/.git/modules/lib/hooks/pre-commit",
+        "/workspace/.git/modules/a/b/config",
+        "/workspace/.git/worktrees/wt/config.worktree",
+        ".git/modules/lib/hooks",
+    ],
+)
+def test_a_submodules_or_worktrees_hooks_and_config_are_where_git_finds_code(path):
+    assert rule_of(ex("/usr/bin/cp", "cp", f"{HOME}/hook", path)) == "git-hooks-write"
+
+
+def test_other_files_under_git_are_not_code_paths():
+    for path in ("/workspace/.git/modules/lib/HEAD", "/workspace/.git/configs/x", "/w/config"):
+        assert rule_of(ex("/usr/bin/cp", "cp", "/workspace/x", path)) is None, path
