@@ -79,7 +79,7 @@ from gui.settings import (
 )
 from gui.shortcuts import TASK_SHORTCUTS, show_shortcuts_on
 from gui.task_view import EMPTY_STATE_TEXT, TaskView
-from gui.task_view.actions import run_arguments
+from gui.task_view.actions import STOP, run_arguments
 from gui.welcome import WelcomeDialog
 
 if TYPE_CHECKING:
@@ -384,6 +384,10 @@ class MainWindow(QMainWindow):
         self.reconcile_action.triggered.connect(self.reconcile)
         menu.addAction(self.reconcile_action)
         self.lineage.set_task_actions(task_actions)
+        # Connected after the task view's own handler: the stop is under way when this runs.
+        self.task_view.buttons[STOP].triggered.connect(
+            lambda _checked=False: self.lineage.show_stopping(self.task_view.task_id)
+        )
         # A tool bar's buttons take no focus by default: Tab reaches them here.
         toolbar = self.task_view.toolbar
         buttons = []

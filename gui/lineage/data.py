@@ -32,6 +32,7 @@ class TaskRow:
     snapshot: str = "none"  # none / fresh / stale
     approvals: int = 0
     instructions: str = ""
+    pending: str | None = None  # an action under way that the run's state does not say yet
 
 
 @dataclass

@@ -552,7 +552,7 @@ class LineageModel(QAbstractItemModel):
 
 def badges(task: TaskRow) -> list[str]:
     """The short badges a task row carries, in reading order."""
-    out = [run_state_label(task.run_state)]
+    out = [task.pending or run_state_label(task.run_state)]
     if task.live:
         out.append("live")
     if task.snapshot == "stale":
@@ -570,7 +570,7 @@ def tooltip(task: TaskRow) -> str:
     lines = [
         task.title,
         f"{task.task_id} · {task.engine} · {task.origin}",
-        f"run: {run_state_label(task.run_state)}",
+        f"run: {run_state_label(task.run_state)}" + (f" ({task.pending})" if task.pending else ""),
         f"sandbox: {'live session' if task.live else 'no live session'}",
         SNAPSHOT_WORDS.get(task.snapshot, task.snapshot),
     ]

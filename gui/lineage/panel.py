@@ -62,6 +62,8 @@ FILTER_DELAY_MS = 150
 STATE_COLUMN_WIDTH = 110  # until the rows have been measured
 STATE_SHARE = 0.34  # the most of the pane's width the state column takes
 NO_TASK = "select a task in the tree first"
+STOPPING = "stopping…"
+STOPPING_AT_MOST_MS = 60_000  # a stop the core never reported ends here; the row is read again
 EXPAND_MATCHES = 50  # matches whose ancestors are expanded when a filter is typed
 
 
@@ -95,6 +97,7 @@ class LineagePanel(QWidget):
         self.proxy.setSourceModel(self.model)
         self._wanted_selection: str | None = None
         self._loaded = False
+        self._stopping: set[str] = set()  # tasks whose Stop is under way
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -199,7 +202,9 @@ class LineagePanel(QWidget):
         # A reload keeps what the user opened and selected: only the rows' values change.
         expanded = self.expanded_keys() if self._loaded else set()
         self._wanted_selection = self.selected_task() or self._wanted_selection
-        self.model.set_rows(data.rows)
+        self.model.set_rows(
+            [replace(r, pending=STOPPING) if r.task_id in self._stopping else r for r in data.rows]
+        )
         self._expand(expanded)
         self._loaded = True
         self._update_stack()
@@ -232,6 +237,8 @@ class LineagePanel(QWidget):
             known = self.model.task_row(row.task_id)
             if known is not None:  # whether its sandbox is live is the sessions check's to say
                 row = replace(row, live=known.live)
+            if row.task_id in self._stopping:
+                row = replace(row, pending=STOPPING)
             self.add_task_row(row)
             self._sessions_timer.start()
             if select:
@@ -564,6 +571,25 @@ class LineagePanel(QWidget):
         self.context.sig_status.emit(f"Deleted task “{done.title}”")
         self.reload()
 
+    def show_stopping(self, task_id: str | None) -> None:
+        """Stop was asked for this task: its row says "stopping…" until the run is recorded as
+        ended (the core's stop can take seconds), not "interrupted" on the way."""
+        if not task_id or self.model.task_node(task_id) is None:
+            return
+        self._stopping.add(task_id)
+        self.model.set_task_fields(task_id, pending=STOPPING)
+        self.update_actions()
+        QTimer.singleShot(STOPPING_AT_MOST_MS, self, lambda: self.stop_settled(task_id))
+
+    def stop_settled(self, task_id: str) -> None:
+        """The stop ended (or failed): the row says the run's own state again."""
+        if task_id not in self._stopping:
+            return
+        self._stopping.discard(task_id)
+        self.model.set_task_fields(task_id, pending=None)
+        self.fetch_task(task_id)
+        self.update_actions()
+
     def refresh_sessions(self) -> None:
         """Ask which sandboxes are live (a job) and update the rows' live badges."""
         cairn = self.context.cairn
@@ -594,6 +620,10 @@ class LineagePanel(QWidget):
                 state = payload.get("state") or (payload.get("report") and "running")
                 if task_id and state:
                     self.model.set_task_fields(task_id, run_state=state)
+                    # A stopped run may look interrupted for a moment (its process went before
+                    # the stop was recorded): the row keeps saying "stopping…" until it ends.
+                    if task_id in self._stopping and state in ENDED and state != "interrupted":
+                        self.stop_settled(task_id)
                 if state in FOLLOWABLE and event.subject:
                     self.context.followers.follow(event.subject)
                 elif task_id and state in ENDED and self.model.task_node(task_id) is not None:
@@ -608,6 +638,9 @@ class LineagePanel(QWidget):
                         self.model.set_task_fields(
                             node.task_row.task_id, workspace_state=payload.get("state")
                         )
+                        # Its sandbox was let go: the last thing a stop does.
+                        if payload.get("state") != "active":
+                            self.stop_settled(node.task_row.task_id)
                 sessions_changed = True
             elif event.kind == ev.TASK_CHANGED and event.subject:
                 if self.model.task_node(event.subject) is not None:
@@ -732,6 +765,8 @@ def _edit_refusal(row: TaskRow | None) -> str | None:
 def _archive_refusal(row: TaskRow | None) -> str | None:
     if row is None:
         return None
+    if row.pending:
+        return f"the task's run is {row.pending.rstrip('…')}; wait for it to finish"
     if row.run_state in IN_FLIGHT:
         return "a run of this task is in flight; stop it or wait for it to end first"
     return None
@@ -740,6 +775,8 @@ def _archive_refusal(row: TaskRow | None) -> str | None:
 def _delete_refusal(row: TaskRow | None, model: LineageModel) -> str | None:
     if row is None:
         return "the task is not loaded yet"
+    if row.pending:
+        return f"the task's run is {row.pending.rstrip('…')}; wait for it to finish"
     if row.run_state in IN_FLIGHT:
         return "a run of this task is in flight; stop it or wait for it to end first"
     children = [n.task_row for n in model.task_nodes() if n.task_row.parent_id == row.task_id]

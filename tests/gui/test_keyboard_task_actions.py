@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
+from core.events import RUN_STATE, Event
 from gui.qt import Qt
 from gui.task_view.actions import BUTTONS, STOP
 
@@ -40,9 +41,20 @@ def test_stop_shows_stopping_at_once_and_what_it_waits_for(qtbot, window, cairn,
     for name in BUTTONS:
         assert not view.buttons[name].isEnabled()
         assert view.buttons[name].toolTip().startswith("stopping the run")
+    # The tree says it too, and a moment of "interrupted" on the way does not change that.
+    lineage = window.lineage
+    assert lineage.model.task_row(task_id).pending == "stopping…"
+    badge = lineage.model.index_of_task(task_id).siblingAtColumn(1)
+    assert badge.data().startswith("stopping…")
+    lineage._on_events([Event(RUN_STATE, "r1", {"task_id": task_id, "state": "interrupted"})])
+    assert badge.data().startswith("stopping…")
+    assert not lineage.delete_action.isEnabled()
     release.set()
     qtbot.waitUntil(lambda: stopped == [task_id], timeout=10_000)
     qtbot.waitUntil(lambda: "stopping…" not in view.state_label.text(), timeout=10_000)
+    lineage._on_events([Event(RUN_STATE, "r1", {"task_id": task_id, "state": "cancelled"})])
+    assert lineage.model.task_row(task_id).pending is None
+    assert lineage.model.index_of_task(task_id).siblingAtColumn(1).data().startswith("cancelled")
 
 
 def test_create_and_start_makes_the_task_and_starts_its_run(
