@@ -558,6 +558,12 @@ class Scenario:
         self.key_action(STOP)
         used.append("stop")
         self.result["stop_pending"] = w.task_view.state_label.text()
+        badges = []  # what the tree's row says until the run is recorded as cancelled
+
+        def badge() -> str:
+            index = w.lineage.model.index_of_task(interrupted.id).siblingAtColumn(1)
+            return str(index.data()).split(" · ")[0]
+
         self.shot("keyboard-stopping")
         if "stopping…" not in self.result["stop_pending"]:
             raise Failed(f"Stop did not say stopping…: {self.result['stop_pending']!r}")
@@ -567,10 +573,15 @@ class Scenario:
             state = self.run_state(interrupted.id) or ""
             if not seen or seen[-1] != state:
                 seen.append(state)
+            shown = badge()
+            if not badges or badges[-1] != shown:
+                badges.append(shown)
             return state == "cancelled"
 
         self.wait(cancelled, "the stopped run to be cancelled")
         self.result["stop_states"] = seen  # what the run went through on its way
+        self.wait(lambda: badge() == "cancelled", "the tree to say cancelled")
+        self.result["stop_badges"] = badges
         self.result["stop_took_s"] = round(time.monotonic() - stop_pressed, 1)
         self.wait(lambda: w.task_view.buttons[RESUME].toolTip() != "", "the buttons back")
 

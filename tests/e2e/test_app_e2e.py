@@ -98,6 +98,9 @@ def test_drop_run_diff_fork_continue_approve_deny_quit_and_relaunch(
     assert first["task_actions_by_keyboard"] == sorted(BUTTONS)
     assert "stopping…" in first["stop_pending"], first["stop_pending"]
     assert first["stop_states"][-1] == "cancelled", first["stop_states"]
+    # The tree said "stopping…" until the run was cancelled, never "interrupted" on the way.
+    assert first["stop_badges"][0] == "stopping…", first["stop_badges"]
+    assert "interrupted" not in first["stop_badges"], first["stop_badges"]
     assert tasks[first["typed_task"]]["title"] == "typed and renamed"
     # The three sizes the window is laid out for, saved as screenshots.
     assert set(first["sizes"]) == {"1024x700", "1366x768", "1920x1080"}
