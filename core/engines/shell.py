@@ -30,11 +30,14 @@ def render_script(commands: list[str], sandbox_run_dir: str) -> str:
         '  n="$1"; shift',
         '  [ "$n" -ge "$start" ] || return 0',
         f'  echo "$n" > {step_file}.tmp && mv -f {step_file}.tmp {step_file}',
+        # A header the output pane makes a block of (printf is the shell's own: no program).
+        f'  printf \'cairn: step %s/{len(commands)}: %s\\n\' "$((n + 1))" "$2"',
         '  CAIRN_SCRIPT_LINE=$((n + 1)) sh -c "$1" || exit $?',
         "}",
     ]
     for i, command in enumerate(commands):
-        lines.append(f"step {i} {shlex.quote(command)}")
+        label = next((line.strip() for line in command.splitlines() if line.strip()), "")[:200]
+        lines.append(f"step {i} {shlex.quote(command)} {shlex.quote(label)}")
     lines.append("")
     return "\n".join(lines)
 

@@ -356,8 +356,12 @@ def test_a_shell_run_in_the_window_shows_a_block_with_its_times(qtbot, shown):  
     qtbot.waitUntil(lambda: "second-line" in output_text(view), timeout=10_000)
     lines = output_text(view).split("\n")
     header = lines[0]
-    assert header.startswith("▾ output · ") and "lines" in header  # when, and how many lines
-    assert lines[1:3] == ["first-line", "second-line"]
+    # One block per step: what ran, when, how it ended, how many lines.
+    assert header.startswith("▾ step 1/") and "$ echo first-line" in header, header
+    assert "exit 0" in header and "1 line" in header, header
+    assert lines[1] == "first-line"
+    assert [line for line in lines if line.startswith("▾ step ")][1].startswith("▾ step 2/4 · ")
+    assert "second-line" in lines
     line = view.output.fontMetrics().lineSpacing()
     assert view.output.height() >= 10 * line
     win.grab().save("/tmp/shots/window_run_output.png")

@@ -81,7 +81,8 @@ def test_a_run_shows_its_output_live_and_its_end(qtbot, shown, tmp_path, monkeyp
     assert meter.longest_ms < 250
     text = output_text(view)
     assert text.index("first-line") < text.index("second-line")
-    assert text.count("first-line") == 1  # backlog and live output never overlap
+    # Backlog and live output never overlap (the step's header names the command too).
+    assert text.split("\n").count("first-line") == 1
     # The run ended; its sandbox is still up, so Stop stays offered to let it go.
     qtbot.waitUntil(lambda: "succeeded" in view.state_label.text())
     assert view.buttons[STOP].isEnabled() == ("workspace active" in view.facts_label.text())
@@ -96,7 +97,7 @@ def test_a_run_shows_its_output_live_and_its_end(qtbot, shown, tmp_path, monkeyp
     view.set_task(None)
     view.set_task(task_id)
     qtbot.waitUntil(lambda: "second-line" in output_text(view), timeout=10_000)
-    assert output_text(view).count("first-line") == 1
+    assert output_text(view).split("\n").count("first-line") == 1
 
     # The run changed a file: the patch can leave through the facade.
     qtbot.waitUntil(lambda: view.buttons[EXPORT_PATCH].isEnabled(), timeout=10_000)
