@@ -45,6 +45,9 @@ class ExecFacts:
     # image's folders: `cp /usr/bin/git ./tig; ./tig push` is judged as git.
     same_as: tuple[str, ...] = ()
     stdin_path: str = ""  # the file stdin reads, when it is one (`cat < FILE`)
+    # Arguments that lead elsewhere through symbolic links: word -> (the file it names, the
+    # word with only its folders resolved). `ln -s ~/x link; rm -rf link/` deletes in the home.
+    links: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
     @property
     def home(self) -> str:
@@ -76,12 +79,25 @@ class ExecFacts:
             env={str(k): str(v) for k, v in env.items()},
             stdin=str(doc.get("stdin") or "null"),
             stdin_path=str(doc.get("stdin_path") or ""),
+            links=_links_of(doc.get("links")),
             git_config={str(k): str(v) for k, v in config.items()},
             pid=int(doc.get("pid") or 0),
             parents=tuple(str(p.get("program", "")) for p in parents if isinstance(p, dict)),
             script_line=number if isinstance(number, int) else None,
             same_as=tuple(str(p) for p in copies if isinstance(p, str) and p.startswith("/")),
         )
+
+
+def _links_of(raw: Any) -> dict[str, tuple[str, str]]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise BadFacts("links must be an object")
+    out = {}
+    for word, pair in raw.items():
+        if isinstance(pair, list) and len(pair) == 2 and all(isinstance(p, str) for p in pair):
+            out[str(word)] = (pair[0], pair[1])
+    return out
 
 
 class BadFacts(ValueError):
@@ -687,12 +703,25 @@ def _not_code(inv: Invocation) -> list[str]:
     return args
 
 
-def _path_args(inv: Invocation, home: str) -> list[str]:
+def _path_args(
+    inv: Invocation,
+    home: str,
+    links: Mapping[str, Sequence[str]] | None = None,
+    *,
+    last: bool = True,
+) -> list[str]:
     """Operands and option values as paths; `@FILE` (curl's "read this file") included. An
-    interpreter's program text (`sh -c TEXT`) is not a path."""
+    interpreter's program text (`sh -c TEXT`) is not a path. With `links` (the supervisor's
+    ExecFacts.links), where a word leads through symbolic links too: the file itself (`last`,
+    what a reader opens) or only through its folders (what `rm link` removes, unless `link/`)."""
     words = [a for a in _operands(_not_code(inv)) if a and a != "-"]
     words += [a[1:] for a in words if a.startswith("@") and len(a) > 1]
-    return [resolve(a, inv.cwd, home) for a in words]
+    paths = [resolve(a, inv.cwd, home) for a in words]
+    for word in words:
+        found = links.get(word) if links else None
+        if found and len(found) == 2:
+            paths.append(found[0] if last or word.endswith(("/", "/.")) else found[1])
+    return paths
 
 
 # -- rule families ---------------------------------------------------------------------------------
@@ -863,9 +892,10 @@ def _rm_outside(inv: Invocation, facts: ExecFacts) -> bool:
     if inv.name == "find" and "-delete" in inv.args:
         starts = [a for a in inv.args if not a.startswith(("-", "(", ")", "!"))][:1] or ["."]
         paths = [resolve(starts[0], inv.cwd, facts.home)]
+        paths += [facts.links[starts[0]][0]] if len(facts.links.get(starts[0], ())) == 2 else []
         return any(not _under(p, WRITABLE_ROOTS) for p in paths)  # contents, not the root
     elif inv.name in DELETERS:
-        paths = _path_args(inv, facts.home)
+        paths = _path_args(inv, facts.home, facts.links, last=False)
         if inv.args_from_stdin:
             return True  # `... | xargs rm`: which paths is not known yet
     else:
@@ -891,7 +921,7 @@ NOT_WRITERS = frozenset(
 def _git_code_write(inv: Invocation, facts: ExecFacts) -> bool:
     if inv.name in NOT_WRITERS or (inv.name == "find" and "-delete" not in inv.args):
         return False
-    paths = _path_args(inv, facts.home)
+    paths = _path_args(inv, facts.home, facts.links)
     paths += [resolve(a.split("=", 1)[1], inv.cwd, facts.home) for a in _not_code(inv) if "=" in a]
     return any(GIT_CODE_PATHS.search(p) for p in paths)
 
@@ -928,7 +958,7 @@ def holds_credentials(path: str, home: str) -> bool:
 def _credential_read(inv: Invocation, facts: ExecFacts) -> bool:
     if inv.name in READERS_SAFE_FOR_CREDENTIALS:
         return False
-    paths = _path_args(inv, facts.home)
+    paths = _path_args(inv, facts.home, facts.links)
     if inv.via == "" and facts.stdin == "file" and facts.stdin_path:
         paths.append(facts.stdin_path)  # `cat < ~/.ssh/id_rsa`
     if any(is_credential_path(p, facts.home) for p in paths):

@@ -855,6 +855,37 @@ def same_as(program, readable=None):
     return list(system_build_ids().get(build_id, []))
 
 
+# -- where arguments lead -------------------------------------------------------------------------
+
+MAX_LINK_WORDS = 256
+
+
+def links_of(ex):
+    """Arguments naming a path that leads elsewhere through a symbolic link: word -> [the file it
+    names, the word with only its folders resolved] (`rm -rf link/` empties the target, `rm -rf
+    link` removes the link). Words that are not existing paths are left out."""
+    out = {}
+    for word in ex.argv[1 : 1 + MAX_LINK_WORDS]:
+        if word.startswith("-") and "=" in word:
+            word = word.split("=", 1)[1]
+        if not word or word.startswith("-") or len(word) > 4096 or word in out:
+            continue
+        path = os.path.join(ex.cwd or "/", word)
+        try:
+            if not os.path.lexists(path):
+                continue
+            plain = os.path.normpath(path)
+            real = os.path.realpath(path)
+            head, tail = os.path.split(plain)
+            follows = word.endswith(("/", "/.")) or not tail  # `link/` is what it points to
+            parent = real if follows else os.path.join(os.path.realpath(head), tail)
+        except (OSError, ValueError):
+            continue
+        if real != plain or parent != plain:
+            out[word] = [real, parent]
+    return out
+
+
 # -- the supervisor --------------------------------------------------------------------------------
 
 
@@ -1005,6 +1036,7 @@ class Supervisor:
             "pid": ex.pid,
             "stdin": ex.stdin,
             "stdin_path": stdin_file(ex.pid) if ex.stdin == "file" else "",
+            "links": links_of(ex),
             "interpreter": ex.interpreter,
             "parents": self.parents_of(ex.pid),
             "script_line": self.script_line(ex),

@@ -382,6 +382,13 @@ RM = [
     Form("route", "r13", "mv ~/rm-r13 /tmp/moved-r13", ("mv", gone("r13"))),
     Form("route", "r14", "cd ~ && rm -rf rm-r14", ("rm", "rm-r14")),
     Form("route", "r15", f"find {gone('r15')} -delete", ("find", gone("r15"), "-delete")),
+    # Through a link: `link/` names the folder it points to, and rm empties it.
+    Form(
+        "route",
+        "r16",
+        "ln -s ~/rm-r16 /workspace/l16 && rm -rf /workspace/l16/",
+        ("rm", "/workspace/l16/"),
+    ),
     Form("language", "r8", python_system(f"rm -rf {gone('r8')}"), ("rm", gone("r8"))),
     Form("language", "r9", perl_system("rm", "-rf", gone("r9")), ("rm", gone("r9"))),
     Form(
@@ -420,6 +427,14 @@ CREDENTIALS = [
         "c14",
         "tar -cf /workspace/ev/c14.tar -C ~ .ssh",
         ("tar", "-C", HOME, ".ssh"),
+    ),
+    # A link made in-process (no program to judge): the reader that follows it is judged.
+    Form(
+        "route",
+        "c15",
+        'python3 -c \'import os; os.symlink(os.path.expanduser("~/.ssh/id_rsa"), '
+        '"/workspace/k15")\'; cat /workspace/k15 > /workspace/ev/c15',
+        ("cat", "/workspace/k15"),
     ),
     Form("quoting", "c2", "c''at \"$HOME/.ssh/id_rsa\" > /workspace/ev/c2", ("cat", KEY)),
     Form("route", "c3", "cp -r ~ /workspace/ev/c3", ("cp", "-r", HOME)),
@@ -609,7 +624,9 @@ FAMILIES = {
     "rm-outside-workspace": Family(
         "rm-outside-workspace",
         RM,
-        lambda w, tag: (not (w.home / f"rm-{tag}").exists()) or w.ev(f"gone-{tag}").exists(),
+        lambda w, tag: (
+            (not (w.home / f"rm-{tag}" / "inside").exists()) or w.ev(f"gone-{tag}").exists()
+        ),
     ),
     "credential-read": Family(
         "credential-read",

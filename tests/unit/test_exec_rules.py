@@ -739,3 +739,46 @@ def test_a_submodules_or_worktrees_hooks_and_config_are_where_git_finds_code(pat
 def test_other_files_under_git_are_not_code_paths():
     for path in ("/workspace/.git/modules/lib/HEAD", "/workspace/.git/configs/x", "/w/config"):
         assert rule_of(ex("/usr/bin/cp", "cp", "/workspace/x", path)) is None, path
+
+
+def test_where_a_link_leads_is_judged():
+    links = {
+        "/workspace/l/": (f"{HOME}/data", f"{HOME}/data"),
+        "/workspace/l": (f"{HOME}/data", "/workspace/l"),
+        "/workspace/k": (f"{HOME}/.ssh/id_rsa", "/workspace/k"),
+    }
+    rm = ExecFacts.from_request(
+        {
+            "program": "/usr/bin/rm",
+            "argv": ["rm", "-rf", "/workspace/l/"],
+            "links": {k: list(v) for k, v in links.items()},
+        }
+    )
+    assert rule_of(rm) == "rm-outside-workspace"  # `link/`: the folder it points to
+    # `rm link` removes the link, not what it points to.
+    assert rule_of(ex("/usr/bin/rm", "rm", "-f", "/workspace/l", links=links)) is None
+    assert rule_of(ex("/usr/bin/cat", "cat", "/workspace/k", links=links)) == "credential-read"
+    with pytest.raises(BadFacts):
+        ExecFacts.from_request({"program": "/x", "argv": ["x"], "links": ["/a"]})
+
+
+def test_supervisor_tells_where_arguments_lead(tmp_path):
+    target = tmp_path / "target"
+    target.mkdir()
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "link").symlink_to(target)
+    (tmp_path / "ws" / "plain").write_text("x")
+    made = supervisor.Exec(
+        1,
+        "/usr/bin/rm",
+        "/usr/bin/rm",
+        ["rm", "-rf", "link/", "link", "plain", "--x=link"],
+        str(tmp_path / "ws"),
+        {},
+        False,
+        False,
+    )
+    found = supervisor.links_of(made)
+    assert found["link/"] == [str(target), str(target)]
+    assert found["link"] == [str(target), str(tmp_path / "ws" / "link")]
+    assert "plain" not in found and "-rf" not in found
