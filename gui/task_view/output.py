@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from core.engines.base import json_object
@@ -244,7 +244,8 @@ ATTEMPT, STEP, CALL, TEXT = "attempt", "step", "call", "text"
 RUNNING, DONE, FAILED, INTERRUPTED = "running", "ok", "failed", "interrupted"
 
 # A line a shell run prints as a step starts: "cairn: step 2/5: make test" (the total is optional).
-STEP_LINE = re.compile(r"^cairn: step (\d+)(?:/(\d+))?: (.*)$")
+# It may follow a step's last line that had no line end, on the same line.
+STEP_LINE = re.compile(r"cairn: step (\d+)(?:/(\d+))?: (.*)$")
 
 
 @dataclass
@@ -425,7 +426,12 @@ class Transcript:
         self.blocks.append(block)
 
     def _plain(self, line: OutputBlock, at: float | None) -> None:
-        step = STEP_LINE.match(line.text) if line.kind == PLAIN else None
+        step = STEP_LINE.search(line.text) if line.kind == PLAIN else None
+        if step is not None and step.start() > 0:
+            # "…no line endcairn: step 3/4: …": the unfinished line stays with its step.
+            self._plain(replace(line, text=line.text[: step.start()]), at)
+            line = replace(line, text=line.text[step.start() :])
+            step = STEP_LINE.match(line.text)
         if step is not None:
             for block in self.blocks:
                 if block.kind == STEP and block.open:

@@ -378,3 +378,11 @@ def test_a_very_long_block_lets_its_earliest_lines_go(qtbot, view, monkeypatch):
     assert doc.blockCount() - 1 == len(view.transcript.blocks[0].lines) <= 600
     assert lines[1] == view.transcript.blocks[0].lines[0].text
     assert "1,200 lines" in lines[0] and "not kept" in lines[0]
+
+
+def test_a_step_header_after_an_unfinished_line_still_starts_its_block(view):
+    view.reset("")
+    view.add_chunk("stdout", "cairn: step 1/2: printf x\nno line endcairn: step 2/2: echo y\ny\n")
+    lines = view.toPlainText().split("\n")
+    assert lines[0].startswith("▾ step 1/2 · $ printf x") and lines[1] == "no line end"
+    assert lines[2].startswith("▾ step 2/2 · $ echo y") and lines[3] == "y"

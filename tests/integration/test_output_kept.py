@@ -79,8 +79,8 @@ def test_a_stopped_run_keeps_everything_it_printed_to_the_last_byte(granted):
             commands=[
                 'echo "before the stop $TOKEN"',
                 'printf "half a line, then %s" "$TOKEN" >&2',
-                "printf 'no line end yet'",
-                "sleep 300",
+                # The unfinished line is the last thing the run prints before the stop.
+                "printf 'no line end yet'; sleep 300",
             ],
         )
         stdout = cairn.runs.files(current(cairn, run)).stdout
