@@ -12,8 +12,10 @@ Facts this module relies on (Claude Code 2.1.332; 2.1.197 has every flag used he
   `$HOME/.claude/projects/<cwd, every non-alphanumeric character as ->/<id>.jsonl`;
   `--resume ID` needs that file and the same cwd. `--fork-session` copies the history into a new
   session whose id `--session-id` may choose. An id already in use is refused.
-- `--resume-session-at UUID` (not in --help) cuts the resumed conversation after the assistant
-  message whose stream line carries that `uuid`; with --fork-session it forks from that point.
+- `--resume-session-at UUID` (not in --help) cuts the resumed conversation after the message
+  whose transcript line carries that `uuid` (an assistant message, or the user message holding
+  a tool's result); with --fork-session it forks from that point. An assistant message whose
+  tool call has no result yet gets a stand-in result saying it is missing.
 - Settings files that fail validation are ignored silently in `-p` mode, and user and project
   settings (the agent can write ~/.claude, the repository can ship .claude/) may switch hooks off.
   So only Cairn's own settings file is loaded (`--setting-sources ""`).
@@ -27,8 +29,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
 import shlex
+import stat
 import uuid
 from pathlib import Path
 from typing import Any
@@ -95,6 +99,13 @@ FALLBACK_NOTE = (
     "be restored ({reason}). The files in {workspace} are as that work left them; "
     "look at them before you change anything."
 )
+AT_REVISION_NOTE = (
+    "This task continues earlier work from an older point of it, whose conversation could not "
+    "be restored ({reason}). {files} Look at the files in {workspace} before you change anything."
+)
+# How far back from a transcript's end its conversation position is looked for: its last
+# messages are at the end, and a transcript may be many megabytes.
+POSITION_TAIL_BYTES = 1 << 20
 
 # The allow answer the gate wrapper gives for a gate that exits 0 without printing a decision.
 _ALLOW = json.dumps(
@@ -156,6 +167,64 @@ def transcript_cwd(path: Path, *, max_lines: int = 200) -> str | None:
     except OSError:
         return None
     return None
+
+
+def is_position_entry(entry: dict[str, Any]) -> bool:
+    """Whether a transcript line is a point the conversation can be cut after with
+    `--resume-session-at`: an assistant message, or the user message that carries tool results
+    (a person's own prompt is not: a cut after it would leave it unanswered). Side chains
+    (subagents) and meta lines are not part of the main conversation."""
+    if not is_session_id(entry.get("uuid")) or entry.get("isSidechain") or entry.get("isMeta"):
+        return False
+    if entry.get("type") == "assistant":
+        return True
+    if entry.get("type") != "user":
+        return False
+    content = object_field(entry, "message").get("content")
+    return (
+        isinstance(content, list)
+        and bool(content)
+        and all(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+    )
+
+
+def last_position(path: Path, *, tail_bytes: int = POSITION_TAIL_BYTES) -> str | None:
+    """The `uuid` of the transcript's last message the conversation can be cut after, or None
+    (no transcript, or nothing in it yet). Only the file's tail is read; the engine home is the
+    sandbox's to write, so only a regular file is read, never what a link or a pipe leads to."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        size = os.lseek(fd, 0, os.SEEK_END)
+        os.lseek(fd, max(0, size - tail_bytes), os.SEEK_SET)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(tail_bytes)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    if len(data) < size and lines:
+        lines = lines[1:]  # the first line of a tail may be cut
+    for line in reversed(lines):
+        entry = json_object(line)
+        if entry is not None and is_position_entry(entry):
+            return entry["uuid"]
+    return None
+
+
+def launched_session(run_dir: Path) -> str | None:
+    """The session id an attempt was prepared with (its launch file), or None."""
+    try:
+        record = json.loads((Path(run_dir) / LAUNCH_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    session_id = record.get("session_id") if isinstance(record, dict) else None
+    return session_id if is_session_id(session_id) else None
 
 
 def _find_elsewhere(home: Path, session_id: str) -> Path | None:
@@ -243,6 +312,8 @@ class ClaudeCodeEngine(Engine):
     api_key_env = API_KEY_ENV
     credential_kinds = CREDENTIAL_KINDS
     default_base_url = DEFAULT_BASE_URL
+    #: A fork can start from any recorded conversation position (`--resume-session-at`).
+    forks_at_position = True
 
     def __init__(self) -> None:
         # What the attempt's first stdout line said, so a fork that kept its parent's id is caught
@@ -291,9 +362,13 @@ class ClaudeCodeEngine(Engine):
             "gated": bool(ctx.gate),
         }
         if ctx.mode == MODE_FALLBACK:
-            launch["note"] = FALLBACK_NOTE.format(
-                reason=ctx.spec.get("fallback_reason") or "it was not found",
-                workspace=ctx.workspace,
+            reason = ctx.spec.get("fallback_reason") or "it was not found"
+            files = ctx.spec.get("files_note")
+            # With a files note the files are an older revision's, not where the work left them.
+            launch["note"] = (
+                AT_REVISION_NOTE.format(reason=reason, files=files, workspace=ctx.workspace)
+                if files
+                else FALLBACK_NOTE.format(reason=reason, workspace=ctx.workspace)
             )
         # The runs folder is writable from the sandbox: never follow a link planted there.
         write_file(
@@ -506,6 +581,20 @@ class ClaudeCodeEngine(Engine):
             f"Claude Code session {session_id} is recorded in "
             f"{path.relative_to(home)} and worked in {ctx.workspace}",
         )
+
+    def conversation_position(
+        self, home: Path, run_dir: Path, session_id: str | None, workspace: str = "/workspace"
+    ) -> tuple[str, str] | None:
+        """Where the conversation of an attempt stands now: (session id, the `uuid` of its last
+        message a fork can resume at), from the transcript in the engine home; None when there is
+        no session or nothing in it yet. The session is the one the attempt in `run_dir` was
+        prepared with, else the one given."""
+        session_id = launched_session(run_dir) or session_id
+        if not is_session_id(session_id):
+            return None
+        assert session_id is not None
+        message = last_position(transcript_path(Path(home), workspace, session_id))
+        return (session_id, message) if message else None
 
     # -- output -------------------------------------------------------------------------------
 
