@@ -186,6 +186,21 @@ def rollout_meta(path: Path) -> dict[str, Any] | None:
     return payload if isinstance(payload, dict) else None
 
 
+def rollout_turns(path: Path) -> int | None:
+    """How many turns a thread's rollout holds (one `turn_context` line each), or None when
+    it cannot be read."""
+    try:
+        with path.open(encoding="utf-8", errors="replace") as f:
+            return sum(1 for line in f if '"turn_context"' in line and _is_turn_context(line))
+    except OSError:
+        return None
+
+
+def _is_turn_context(line: str) -> bool:
+    record = json_object(line)
+    return record is not None and record.get("type") == "turn_context"
+
+
 def unwrap_shell(command: str) -> str:
     """`/bin/bash -lc 'echo hi'` → `echo hi`: the command the model asked for."""
     try:
@@ -284,8 +299,12 @@ class CodexEngine(Engine):
             args += ["resume" if ctx.mode == MODE_CONTINUE else "fork", str(ctx.session_id)]
         elif ctx.mode not in (MODE_START, MODE_FALLBACK):
             raise InputError(f"unknown engine mode {ctx.mode!r}")
+        prompt = ctx.prompt
+        if ctx.mode == MODE_FALLBACK and ctx.spec.get("files_note"):
+            # A new thread on files that are not where the earlier work left them: say so first.
+            prompt = f"{ctx.spec['files_note']}\n\n{prompt}"
         # `--` so a message that starts with a dash stays a message.
-        return [*args, "--", ctx.prompt]
+        return [*args, "--", prompt]
 
     def launch_argv(self, ctx: LaunchContext) -> list[str]:
         # Codex reads stdin when it is not a terminal and appends it to the prompt; it gets nothing.
@@ -370,6 +389,22 @@ class CodexEngine(Engine):
         return None
 
     # -- sessions -----------------------------------------------------------------------------
+
+    #: `codex exec fork` (0.171.0) forks a whole thread: it has no way to fork at an earlier
+    #: turn, so a fork at an older revision starts a new thread instead.
+    forks_at_position = False
+
+    def conversation_position(
+        self, home: Path, run_dir: Path, session_id: str | None, workspace: str = "/workspace"
+    ) -> tuple[str, str] | None:
+        """(thread id, `turn N`): how many turns the thread had when asked; None without a
+        thread or its rollout. Recorded so a fork at an older revision can say how far back it
+        is, although Codex cannot fork there."""
+        if not session_id or not is_thread_id(session_id):
+            return None
+        rollout = find_rollout(Path(home) / CODEX_DIR, session_id)
+        turns = rollout_turns(rollout) if rollout is not None else None
+        return (session_id, f"turn {turns}") if turns else None
 
     def native_resume_check(self, ctx: LaunchContext) -> ResumeCheck:
         thread_id = ctx.session_id
