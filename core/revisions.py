@@ -3,31 +3,60 @@
 Owns the recorders (one per watched workspace, with the file lock that keeps one recording process
 per workspace), full verifying captures (here or in a child process), the revision rows that
 mirror the vault's revision chain, naming revisions (`base`, `latest`, `TASK:REV`) and the diffs
-between them. Snapshots of revisions are core.snapshots'; the run a revision belongs to is
-core.runs'.
+between them; and where the engine's conversation stood when each revision was recorded (kept in
+the spec of the workspace's run whose session it is, under `conversation_positions`). Snapshots
+of revisions are core.snapshots'; the run a revision belongs to is core.runs'.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import logging
 import subprocess
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from core import events as ev
 from core import workspaces
 from core.context import Context
 from core.diffs import Diff, blob_sizes, diff_revisions, diff_stats
+from core.engines import engine_for
 from core.errors import CairnError, Conflict, InputError, NotFound, QuotaExceeded
 from core.launch import python_command
 from core.locks import FileLock, lock_path
-from core.models import Revision, Task, Workspace
-from core.runs.states import IN_FLIGHT
+from core.models import Revision, Run, Task, Workspace
+from core.runs.states import IN_FLIGHT, run_files
 from core.watch import CapturedRevision, Recorder
 
+log = logging.getLogger(__name__)
+
 RECORDER_STOP_S = 30.0  # how long a child recorder may take to write its last capture
+# The key of a run's spec that holds, per revision id, where that run's engine session stood
+# when the revision was recorded: {"session_id", "at", "recorded_at"}.
+POSITIONS = "conversation_positions"
+NOTE_PATHS = 10  # paths named in a files note before "and N more"
+
+# What conversation_at found.
+AT_LATEST = "latest"  # the revision is the workspace's latest: the whole conversation fits it
+AT_POSITION = "position"  # a recorded position (session and point in it)
+AT_EMPTY = "empty"  # no conversation had begun when the revision was recorded
+AT_UNKNOWN = "unknown"  # a conversation had begun, but no position was recorded
+
+
+@dataclass(frozen=True)
+class ConversationAt:
+    """The engine's conversation as it was when a revision was recorded."""
+
+    revision_id: str
+    kind: str  # one of the AT_* values
+    session_id: str | None = None
+    position: str | None = None  # engine-specific: a message uuid, `turn N`
+    recorded_with: str | None = None  # the revision the position was recorded with
+    reason: str = ""  # for the run's report
 
 
 class Revisions:
@@ -125,7 +154,120 @@ class Revisions:
                 captured.created_at,
             )
         )
+        self.record_position(ws.id, rev.id)
         self._announce(rev)
+
+    # -- conversation positions ------------------------------------------------------------------
+
+    def record_position(self, workspace_id: str, revision_id: str) -> None:
+        """Note where the conversation of the workspace's latest run stands now, as the one that
+        goes with `revision_id` (just recorded, or found unchanged by a checkpoint). Engines
+        without sessions, or without a conversation yet, note nothing. Never fails a capture."""
+        store = self.ctx.store
+        try:
+            row = store.query_one(
+                "SELECT id FROM runs WHERE workspace_id = ? ORDER BY created_at DESC LIMIT 1",
+                (workspace_id,),
+            )
+            if row is None:
+                return
+            run = store.get_run(row["id"])
+            eng = engine_for(run.engine)
+            measure = getattr(eng, "conversation_position", None)
+            session = store.session_for(workspace_id)
+            if not eng.has_sessions or measure is None or session is None:
+                return
+            found = measure(
+                self.ctx.data.home_path(session.id),
+                run_files(self.ctx.data.runs_root, run).folder,
+                run.engine_session_id,
+            )
+            if found is None:
+                return
+            entry = {"session_id": found[0], "at": found[1], "recorded_at": time.time()}
+            with store.transaction():
+                spec = dict(store.get_run(run.id).spec)
+                spec[POSITIONS] = {**(spec.get(POSITIONS) or {}), revision_id: entry}
+                store.update_run(run.id, spec=spec)
+        except Exception:
+            log.exception("could not note the conversation position of revision %s", revision_id)
+
+    def conversation_at(self, workspace_id: str, revision_id: str) -> ConversationAt:
+        """The conversation as it was when the revision was recorded: the workspace's latest
+        revision goes with the whole conversation; an older one with the last position noted at
+        or before it (a revision recorded without one, such as an edit outside Cairn, goes with
+        the conversation as the revisions before it left it)."""
+        store = self.ctx.store
+        revs = store.list_revisions(workspace_id)
+        target = store.get_revision(workspace_id, revision_id)
+        short = target.id[:12]
+        if revs and revs[-1].id == target.id:
+            return ConversationAt(target.id, AT_LATEST, reason=f"{short} is the latest revision")
+        seq_of = {r.id: r.seq for r in revs}
+        runs = workspace_runs(self.ctx, workspace_id)
+        best: tuple[tuple[int, float], str, dict] | None = None
+        for run in runs:
+            for rev_id, entry in (run.spec.get(POSITIONS) or {}).items():
+                seq = seq_of.get(rev_id)
+                if seq is None or seq > target.seq or not isinstance(entry, dict):
+                    continue
+                key = (seq, float(entry.get("recorded_at") or 0.0))
+                if best is None or key > best[0]:
+                    best = (key, rev_id, entry)
+        if best is not None:
+            _, rev_id, entry = best
+            return ConversationAt(
+                target.id,
+                AT_POSITION,
+                session_id=entry.get("session_id"),
+                position=entry.get("at"),
+                recorded_with=rev_id,
+                reason=f"noted with revision {rev_id[:12]}",
+            )
+        began = [
+            r
+            for r in runs
+            if engine_for(r.engine).has_sessions
+            and (r.started_at or r.created_at) <= target.created_at
+        ]
+        # A fork's workspace starts with whatever conversation its first run was given.
+        forked = store.query_one(
+            "SELECT id FROM tasks WHERE workspace_id = ? AND source = 'fork' LIMIT 1",
+            (workspace_id,),
+        )
+        if began or forked is not None:
+            return ConversationAt(
+                target.id,
+                AT_UNKNOWN,
+                reason=f"no conversation position was noted at or before revision {short}",
+            )
+        return ConversationAt(
+            target.id, AT_EMPTY, reason=f"no conversation had begun at revision {short}"
+        )
+
+    def files_note(self, workspace: Workspace, revision_id: str) -> str:
+        """For an agent starting on the files of an older revision without its conversation:
+        what those files hold, in a few lines (the paths the work had changed by then, and the
+        ones it changed afterwards that these files do not have)."""
+        git_dir = self.ctx.vault_for(workspace.source_id).git_dir
+        rev = self.ctx.store.get_revision(workspace.id, revision_id)
+        latest = self.ctx.store.latest_revision(workspace.id)
+        before = _paths(diff_revisions(git_dir, workspace.base_revision, rev.id, max_bytes=1))
+        after = (
+            _paths(diff_revisions(git_dir, rev.id, latest.id, max_bytes=1))
+            if latest is not None and latest.id != rev.id
+            else []
+        )
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(rev.created_at))
+        text = f"The files are those of revision {rev.id[:12]} (recorded {when})."
+        text += (
+            f" By then the work had changed {_named(before)}."
+            if before
+            else " By then the work had changed nothing yet."
+        )
+        if after:
+            text += f" Later work changed {_named(after)}; those changes are not in these files."
+        return text
 
     def _recorder(
         self, ws: Workspace, *, on_problem: Callable[[str], None] | None = None
@@ -337,3 +479,21 @@ class Revisions:
                     child.wait()
 
         return stop
+
+
+def workspace_runs(ctx: Context, workspace_id: str) -> list[Run]:
+    """Every run that worked in the workspace, oldest first."""
+    rows = ctx.store.query(
+        "SELECT id FROM runs WHERE workspace_id = ? ORDER BY created_at", (workspace_id,)
+    )
+    return [ctx.store.get_run(r["id"]) for r in rows]
+
+
+def _paths(diff: Diff) -> list[str]:
+    return [f.path for f in diff.files]
+
+
+def _named(paths: list[str]) -> str:
+    shown = ", ".join(paths[:NOTE_PATHS])
+    more = len(paths) - NOTE_PATHS
+    return shown + (f" and {more} more" if more > 0 else "")

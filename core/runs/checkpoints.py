@@ -1,8 +1,9 @@
 """Checkpoints: the durable point a run can be resumed from.
 
-Owns the write order — capture a verifying revision, make its snapshot durable, then write the
-checkpoint row — so a crash between any two steps leaves the previous checkpoint usable and no
-checkpoint ever names a snapshot that is not there. Deciding when to checkpoint is the caller's.
+Owns the write order — capture a verifying revision (noting where the engine's conversation
+stands), make its snapshot durable, then write the checkpoint row — so a crash between any two
+steps leaves the previous checkpoint usable and no checkpoint ever names a snapshot that is not
+there. Deciding when to checkpoint is the caller's.
 """
 
 from __future__ import annotations
@@ -40,7 +41,11 @@ class Checkpoints:
     ) -> Checkpoint:
         store = self.ctx.store
         task = store.get_task(run.task_id)
-        rev, _ = self.revisions.capture(task.id, trigger="checkpoint", run_id=run.id)
+        rev, changed = self.revisions.capture(task.id, trigger="checkpoint", run_id=run.id)
+        if not changed:
+            # The files are as that revision left them, and the conversation may have gone on:
+            # the revision now goes with where it stands (a new revision noted it already).
+            self.revisions.record_position(rev.workspace_id, rev.id)
         failpoint(STEPS[0])
         snap = self.snapshots.make(task.id, rev)
         failpoint(STEPS[1])
