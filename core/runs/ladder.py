@@ -28,11 +28,11 @@ from core.engines.base import (
 )
 from core.errors import CairnError, Conflict, InputError
 from core.ids import new_id
-from core.models import Checkpoint, Revision, Run, Task, Workspace, WorkspaceState
+from core.models import Checkpoint, Revision, Run, Task, TaskSource, Workspace, WorkspaceState
 from core.models import RunState as R
 from core.policy import Policy
 from core.preflight import Ready
-from core.revisions import Revisions
+from core.revisions import AT_EMPTY, AT_LATEST, AT_POSITION, POSITIONS, Revisions
 from core.runs import states as runs
 from core.runs.checkpoints import Checkpoints, parse_workspace_ref
 from core.runs.liveness import Sandboxes
@@ -358,7 +358,7 @@ class Ladder:
             stderr_offset=0,
             workspace_id=run.workspace_id,
             exit_code=None,
-            spec=ctx.spec,
+            spec=self._with_positions(run.id, ctx.spec),
         )
         self.ctx.events.publish(
             ev.RUN_STATE, run.id, state=run.state, task_id=task.id, report=report.to_dict()
@@ -400,13 +400,90 @@ class Ladder:
         files — and the run's record says why."""
         if ctx.mode not in (MODE_CONTINUE, MODE_FORK) or not eng.has_sessions:
             return ctx
+        if ctx.mode == MODE_FORK:
+            ctx = self._fork_point(eng, ctx, run, report)
+            if ctx.mode != MODE_FORK:
+                return ctx
         check = eng.native_resume_check(ctx)
         if check.ok:
-            report.add("engine", f"native {ctx.mode} of session {ctx.session_id}")
+            cut = f" up to {ctx.spec['resume_at']}" if ctx.spec.get("resume_at") else ""
+            report.add("engine", f"native {ctx.mode} of session {ctx.session_id}{cut}")
             return ctx
         report.add("engine", "new session on the same files (fallback)", check.reason)
-        spec = {**run.spec, "mode": MODE_FALLBACK, "fallback_reason": check.reason}
+        spec = {**ctx.spec, "mode": MODE_FALLBACK, "fallback_reason": check.reason}
         return replace(ctx, mode=MODE_FALLBACK, spec=spec)  # stored when the attempt launches
+
+    def _fork_point(
+        self, eng: Engine, ctx: LaunchContext, run: Run, report: ResumeReport
+    ) -> LaunchContext:
+        """A fork's conversation is the parent's as it was when the fork's revision was recorded:
+        the whole of it for the latest revision, else cut at the position noted then. Where the
+        engine cannot cut there, or nothing was noted, a new session starts with a note of what
+        the files hold; where no conversation had begun, a new session starts. Decided once per
+        run (`fork_point` in its spec)."""
+        task = self.store.get_task(run.task_id)
+        if (
+            task.source != TaskSource.FORK.value
+            or not task.from_revision
+            or not task.parent_task_id
+            or "fork_point" in ctx.spec
+        ):
+            return ctx
+        parent_ws = self.ctx.workspace_of(self.store.get_task(task.parent_task_id))
+        found = self.revisions.conversation_at(parent_ws.id, task.from_revision)
+        short = found.revision_id[:12]
+        spec = {**ctx.spec, "fork_point": {"revision": found.revision_id, "kind": found.kind}}
+        if found.kind == AT_LATEST:
+            report.add("conversation", f"all of the parent's, as revision {short} is its latest")
+            position = getattr(eng, "conversation_position", None)
+            at = position(ctx.host_home, ctx.host_run_dir, ctx.session_id) if position else None
+            return self._fork_base_position(replace(ctx, spec=spec), run, at)
+        if found.kind == AT_EMPTY:
+            report.add("conversation", "a new session", found.reason)
+            spec = {k: v for k, v in spec.items() if k not in ("session_id", "resume_at")}
+            return replace(ctx, mode=MODE_START, session_id=None, spec={**spec, "mode": MODE_START})
+        spec["files_note"] = self.revisions.files_note(parent_ws, found.revision_id)
+        if found.kind == AT_POSITION and getattr(eng, "forks_at_position", False):
+            spec.update(session_id=found.session_id, resume_at=found.position)
+            report.add(
+                "conversation",
+                f"as at revision {short}: session {found.session_id} up to {found.position}",
+                found.reason,
+            )
+            at = (found.session_id, found.position) if found.session_id and found.position else None
+            return self._fork_base_position(
+                replace(ctx, session_id=found.session_id, spec=spec), run, at
+            )
+        if found.kind == AT_POSITION:
+            why = (
+                f"the {eng.label} CLI cannot fork a conversation at an earlier point (at revision "
+                f"{short} it was at {found.position} of {found.session_id})"
+            )
+        else:
+            why = found.reason
+        report.add("engine", "new session on the revision's files (fallback)", why)
+        spec.update(mode=MODE_FALLBACK, fallback_reason=why)
+        return replace(ctx, mode=MODE_FALLBACK, spec=spec)
+
+    def _fork_base_position(
+        self, ctx: LaunchContext, run: Run, at: tuple[str, str] | None
+    ) -> LaunchContext:
+        """The fork's first revision goes with the conversation it starts from, so a fork of the
+        fork at that revision starts from it too."""
+        if at is None or not run.workspace_id:
+            return ctx
+        base = self.store.get_workspace(run.workspace_id).base_revision
+        entry = {"session_id": at[0], "at": at[1], "recorded_at": time.time()}
+        positions = {**(ctx.spec.get(POSITIONS) or {}), base: entry}
+        return replace(ctx, spec={**ctx.spec, POSITIONS: positions})
+
+    def _with_positions(self, run_id: str, spec: dict) -> dict:
+        """The attempt's spec with the conversation positions noted while it was launching
+        (its checkpoint's), which the spec it was launched from does not hold."""
+        noted = self.store.get_run(run_id).spec.get(POSITIONS) or {}
+        if not noted:
+            return spec
+        return {**spec, POSITIONS: {**(spec.get(POSITIONS) or {}), **noted}}
 
     # -- resume --------------------------------------------------------------------------------
 
