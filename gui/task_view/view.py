@@ -277,7 +277,8 @@ class TaskView(QWidget):
         self._shown_run = run.id
         if data.output is not None:
             self.output.reset(data.output)
-            self.output.finish()
+            # An ended run's last step (or open tool call) takes the run's own exit status.
+            self.output.finish(run.exit_code if run.state not in FOLLOWABLE else None)
             return
         transcript = self.context.followers.transcript(run.id)
         self.output.reset(transcript or "")
@@ -328,9 +329,9 @@ class TaskView(QWidget):
         if mine:
             self._reload_timer.start()
 
-    def _on_run_ended(self, run_id: str, _run: Run) -> None:
+    def _on_run_ended(self, run_id: str, run: Run) -> None:
         if run_id == self._shown_run:
-            self.output.finish()
+            self.output.finish(run.exit_code)
             self._reload_timer.start()
 
     # -- actions ---------------------------------------------------------------------------------
