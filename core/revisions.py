@@ -245,13 +245,20 @@ class Revisions:
             target.id, AT_EMPTY, reason=f"no conversation had begun at revision {short}"
         )
 
-    def files_note(self, workspace: Workspace, revision_id: str) -> str:
+    def files_note(
+        self, workspace: Workspace, revision_id: str, later_id: str | None = None
+    ) -> str:
         """For an agent starting on the files of an older revision without its conversation:
         what those files hold, in a few lines (the paths the work had changed by then, and the
-        ones it changed afterwards that these files do not have)."""
+        ones it changed afterwards, up to `later_id` or the latest revision, that these files do
+        not have)."""
         git_dir = self.ctx.vault_for(workspace.source_id).git_dir
         rev = self.ctx.store.get_revision(workspace.id, revision_id)
-        latest = self.ctx.store.latest_revision(workspace.id)
+        latest = (
+            self.ctx.store.get_revision(workspace.id, later_id)
+            if later_id
+            else self.ctx.store.latest_revision(workspace.id)
+        )
         before = _paths(diff_revisions(git_dir, workspace.base_revision, rev.id, max_bytes=1))
         after = (
             _paths(diff_revisions(git_dir, rev.id, latest.id, max_bytes=1))

@@ -28,7 +28,16 @@ from core.engines.base import (
 )
 from core.errors import CairnError, Conflict, InputError
 from core.ids import new_id
-from core.models import Checkpoint, Revision, Run, Task, TaskSource, Workspace, WorkspaceState
+from core.models import (
+    Checkpoint,
+    Revision,
+    RevisionTrigger,
+    Run,
+    Task,
+    TaskSource,
+    Workspace,
+    WorkspaceState,
+)
 from core.models import RunState as R
 from core.policy import Policy
 from core.preflight import Ready
@@ -400,10 +409,12 @@ class Ladder:
         files — and the run's record says why."""
         if ctx.mode not in (MODE_CONTINUE, MODE_FORK) or not eng.has_sessions:
             return ctx
+        if ctx.mode == MODE_CONTINUE:
+            ctx = self._continue_point(eng, ctx, run, report)
         if ctx.mode == MODE_FORK:
             ctx = self._fork_point(eng, ctx, run, report)
-            if ctx.mode != MODE_FORK:
-                return ctx
+        if ctx.mode not in (MODE_CONTINUE, MODE_FORK):
+            return ctx
         check = eng.native_resume_check(ctx)
         if check.ok:
             cut = f" up to {ctx.spec['resume_at']}" if ctx.spec.get("resume_at") else ""
@@ -463,6 +474,58 @@ class Ladder:
             why = found.reason
         report.add("engine", "new session on the revision's files (fallback)", why)
         spec.update(mode=MODE_FALLBACK, fallback_reason=why)
+        return replace(ctx, mode=MODE_FALLBACK, spec=spec)
+
+    def _continue_point(
+        self, eng: Engine, ctx: LaunchContext, run: Run, report: ResumeReport
+    ) -> LaunchContext:
+        """A Continue right after the whole workspace was restored to an older revision goes on
+        from the conversation as it was at that revision: a fork of the session at the position
+        noted then (a new session id), or the fallback of a fork there. A partial restore leaves
+        a mix of files no conversation matches; the conversation then goes on as it is."""
+        task = self.store.get_task(run.task_id)
+        if task.source != TaskSource.CONTINUE.value or "continue_point" in ctx.spec:
+            return ctx
+        ws = self.ctx.workspace_of(task)
+        revs = self.store.list_revisions(ws.id)
+        if len(revs) < 3 or revs[-1].trigger != RevisionTrigger.RESTORE.value:
+            return ctx
+        same = [r for r in revs[:-2] if r.tree == revs[-1].tree]
+        if not same or revs[-2].tree == revs[-1].tree:
+            return ctx
+        target = same[-1]
+        found = self.revisions.conversation_at(ws.id, target.id)
+        short = target.id[:12]
+        spec = {**ctx.spec, "continue_point": {"revision": target.id, "kind": found.kind}}
+        if found.kind == AT_POSITION and getattr(eng, "forks_at_position", False):
+            spec.update(
+                mode=MODE_FORK,
+                session_id=found.session_id,
+                resume_at=found.position,
+                files_note=self.revisions.files_note(ws, target.id, revs[-2].id),
+            )
+            report.add(
+                "conversation",
+                f"as at revision {short}, which the workspace was restored to: session "
+                f"{found.session_id} up to {found.position}, forked",
+                found.reason,
+            )
+            return replace(ctx, mode=MODE_FORK, session_id=found.session_id, spec=spec)
+        if found.kind == AT_EMPTY:
+            report.add("conversation", "a new session", found.reason)
+            spec = {k: v for k, v in spec.items() if k not in ("session_id", "resume_at")}
+            return replace(ctx, mode=MODE_START, session_id=None, spec={**spec, "mode": MODE_START})
+        why = (
+            f"the {eng.label} CLI cannot fork a conversation at an earlier point"
+            if found.kind == AT_POSITION
+            else found.reason
+        ) + f"; the workspace was restored to revision {short}"
+        report.add("engine", "new session on the restored files (fallback)", why)
+        spec.update(
+            mode=MODE_FALLBACK,
+            fallback_reason=why,
+            files_note=self.revisions.files_note(ws, target.id, revs[-2].id),
+        )
         return replace(ctx, mode=MODE_FALLBACK, spec=spec)
 
     def _fork_base_position(

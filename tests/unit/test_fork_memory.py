@@ -16,6 +16,7 @@ import pytest
 
 from core.app import Cairn
 from core.engines.base import (
+    MODE_CONTINUE,
     MODE_FALLBACK,
     MODE_FORK,
     MODE_START,
@@ -430,3 +431,93 @@ def test_a_link_or_a_pipe_planted_for_the_transcript_is_not_read(tmp_path):
     pipe = tmp_path / "pipe.jsonl"
     os.mkfifo(pipe)
     assert last_position(pipe) is None  # and does not wait for a writer
+
+
+# -- continuing after the workspace was restored ----------------------------------------------------
+
+
+def continue_of(cairn: Cairn, parent: Task, engine: str) -> tuple[Run, LaunchContext]:
+    child = Task(
+        new_id("task"),
+        "go on",
+        parent.source_id,
+        parent.workspace_id,
+        engine,
+        "go on",
+        parent.id,
+        TaskSource.CONTINUE.value,
+        None,
+        time.time(),
+    )
+    cairn.ctx.store.add_task(child)
+    run = Run(
+        new_id("run"),
+        child.id,
+        "preparing",
+        0,
+        engine,
+        {"prompt": "go on", "mode": MODE_CONTINUE, "session_id": SESSION},
+        attempt=1,
+        workspace_id=parent.workspace_id,
+        created_at=time.time(),
+    )
+    cairn.ctx.store.add_run(run)
+    home = Path(cairn.ctx.data.home_path(cairn.ctx.store.session_for(parent.workspace_id).id))
+    ctx = LaunchContext(
+        run_id=run.id,
+        mode=MODE_CONTINUE,
+        prompt="go on",
+        spec=run.spec,
+        settings=EngineSettings(),
+        host_run_dir=home.parent / "run-dir",
+        sandbox_run_dir="/cairn/runs/x",
+        host_home=home,
+        sandbox_home="/home/agent",
+        session_id=SESSION,
+    )
+    return run, ctx
+
+
+def test_a_continue_after_the_workspace_was_restored_forks_the_conversation_there(made):
+    cairn, src = made
+    task, ws, said, r1, _ = three_revisions(cairn, src, "claude-code")
+    for run in cairn.ctx.store.runs_of([task.id]):
+        cairn.ctx.store.update_run(run.id, state="succeeded")
+    ladder = cairn.runs.ladder
+    # Without a restore the conversation goes on as it is.
+    run, ctx = continue_of(cairn, task, "claude-code")
+    assert ladder._continue_point(ClaudeCodeEngine(), ctx, run, ResumeReport(run.id)) is ctx
+    cairn.ctx.store.update_run(run.id, state="succeeded")
+
+    cairn.restores.restore(task.id, r1)
+    run, ctx = continue_of(cairn, task, "claude-code")
+    report = ResumeReport(run.id)
+    out = ladder._continue_point(ClaudeCodeEngine(), ctx, run, report)
+    assert out.mode == MODE_FORK and out.session_id == SESSION
+    assert out.spec["resume_at"] == said["uuid"] and out.spec["mode"] == MODE_FORK
+    assert "which the workspace was restored to" in report.path[0]
+    assert "Later work changed b.txt" in out.spec["files_note"]
+    cairn.ctx.store.update_run(run.id, state="succeeded")
+
+    # Codex cannot cut its thread there: a new thread, and the note says what the files hold.
+    run, ctx = continue_of(cairn, task, "codex")
+    report = ResumeReport(run.id)
+    out = ladder._continue_point(CodexEngine(), ctx, run, report)
+    assert out.mode == MODE_FALLBACK
+    assert "restored to revision" in out.spec["fallback_reason"]
+    assert any("fallback" in p for p in report.path)
+
+
+def test_a_continue_after_restoring_one_file_to_a_mix_goes_on_as_it_is(made):
+    cairn, src = made
+    task, ws, _, r1, _ = three_revisions(cairn, src, "claude-code")
+    (Path(ws.root) / "a.txt").write_text("changed\n")
+    (Path(ws.root) / "b.txt").write_text("changed\n")
+    cairn.revisions.capture(task.id, trigger="watch")
+    for run in cairn.ctx.store.runs_of([task.id]):
+        cairn.ctx.store.update_run(run.id, state="succeeded")
+    cairn.restores.restore(task.id, r1, ["a.txt"])
+    run, ctx = continue_of(cairn, task, "claude-code")
+    assert (
+        cairn.runs.ladder._continue_point(ClaudeCodeEngine(), ctx, run, ResumeReport(run.id)) is ctx
+    )
