@@ -21,7 +21,7 @@ from core.context import Context, Lazy
 from core.credentials import Credentials
 from core.engines import engine_for
 from core.engines.base import MODE_START
-from core.errors import CairnError, Conflict
+from core.errors import CairnError, Conflict, IllegalTransition
 from core.models import Checkpoint, Run, RunState, Task, WorkspaceState
 from core.preflight import Ready
 from core.revisions import Revisions
@@ -34,6 +34,9 @@ from core.runs.states import IN_FLIGHT, OutputTail, RunFiles, move, output_of, r
 from core.sandbox.base import Attached
 
 log = logging.getLogger(__name__)
+
+# The note of a run being stopped: its end, however it comes, makes it cancelled.
+STOPPING_NOTE = "stopping: asked by the user"
 
 
 class Runs:
@@ -176,7 +179,10 @@ class Runs:
                     self.checkpoints.of_task(run.task_id)
             except CairnError as exc:
                 log.warning("could not record the files of run %s: %s", run.id, exc)
-        if exit_code is None:
+        if run.note == STOPPING_NOTE:
+            target = RunState.CANCELLED  # ended because the user stopped it, however it ended
+            note = note or "stopped by the user"
+        elif exit_code is None:
             target = RunState.INTERRUPTED
         else:
             target = RunState.SUCCEEDED if exit_code == 0 else RunState.FAILED
@@ -330,6 +336,8 @@ class Runs:
             live = attached.live if isinstance(attached, Attached) else None
         if run is not None:
             files = self.files(run)
+            # Whoever sees the process end first (a follower, reconcile) ends it as cancelled.
+            self.ctx.store.update_run(run.id, note=STOPPING_NOTE)
             if live is not None and files.pid:
                 live.signal_process(files.pid, "TERM")
                 deadline = time.monotonic() + grace
@@ -339,14 +347,18 @@ class Runs:
                     live.signal_process(files.pid, "KILL")
             OutputTail(self.ctx.store, run.id, files).poll(final=True)
             self.revisions.capture(task.id, trigger="watch", run_id=run.id)
-            run = move(
-                self.ctx.store,
-                run.id,
-                RunState.CANCELLED,
-                exit_code=files.exit_code,
-                note="stopped by the user",
-            )
-            self.ctx.events.publish(ev.RUN_STATE, run.id, state=run.state, task_id=task.id)
+            try:
+                run = move(
+                    self.ctx.store,
+                    run.id,
+                    RunState.CANCELLED,
+                    exit_code=files.exit_code,
+                    note="stopped by the user",
+                )
+            except IllegalTransition:
+                run = self.ctx.store.get_run(run.id)  # a follower saw it end first: cancelled
+            else:
+                self.ctx.events.publish(ev.RUN_STATE, run.id, state=run.state, task_id=task.id)
             result["run"] = run.id
         if live is not None and record is not None:
             live.stop()

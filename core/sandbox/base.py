@@ -91,10 +91,13 @@ RUN_EXIT_CODE_FILE = "exit_code"
 # the exit code through a rename so a reader never sees a half-written number. Nothing outside
 # holds a connection to it, so closing Cairn does not stop it. `$1` is the run folder, the rest the
 # command.
+# The wrapper outlives a TERM sent to its process group (a stop) and writes the exit code the
+# command ended with; the command itself gets TERM's default action back.
 DETACHED_WRAPPER = (
     'd="$1"; shift; '
     'echo "$$" > "$d/pid.tmp" && mv -f "$d/pid.tmp" "$d/pid"; '
-    '"$@" < /dev/null > "$d/stdout" 2> "$d/stderr"; '
+    "trap '' TERM; "
+    '( trap - TERM; exec "$@" ) < /dev/null > "$d/stdout" 2> "$d/stderr"; '
     "rc=$?; "
     'echo "$rc" > "$d/exit_code.tmp" && mv -f "$d/exit_code.tmp" "$d/exit_code"; '
     'exit "$rc"'
