@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from core import events as ev
-from core import lineage, workspaces
+from core import history, lineage, workspaces
 from core.context import Context
 from core.errors import CairnError
+from core.history import Activity, Described, Marker
 from core.models import Revision, Run, Snapshot, Task
 from core.output_blocks import encode, read_records
+from core.restore import restore_note
 from core.revisions import Revisions
 from core.runs.liveness import Sandboxes
 from core.runs.states import IN_FLIGHT
@@ -35,6 +37,11 @@ class Views:
         self.ctx = ctx
         self.revisions = revisions
         self._sandboxes = sandboxes
+        # What never changes once known: the paths a revision changed, an ended run's steps
+        # and tool calls, a restore's source.
+        self._paths: dict[str, list[str]] = {}
+        self._activities: dict[str, list[Activity]] = {}
+        self._restores: dict[str, tuple[str, str] | None] = {}
 
     def session_stats(self, session_id: str) -> dict[str, Any]:
         """Live figures of one sandbox (see SandboxManager.session_stats); about a second."""
@@ -143,6 +150,131 @@ class Views:
             "revisions": [revision_json(r) for r in revs],
             "snapshots": [snapshot_json(s) for s in self.ctx.store.list_snapshots(ws.id)],
         }
+
+    # -- a history people can read ------------------------------------------------------------
+
+    def history(self, task_ref: str) -> list[Described]:
+        """The task's revisions, oldest first, each with what produced it and the paths it
+        changed (core.history)."""
+        task = self.ctx.task(task_ref)
+        revs = self.revisions.all(task.id)
+        vault = self.ctx.vault_for(task.source_id)
+        missing = [r.id for r in revs if r.id not in self._paths]
+        if missing:
+            self._paths.update(history.changed_paths(vault.git_dir, missing))
+        acts: dict[str, list[Activity]] = {}
+        for run_id in dict.fromkeys(r.run_id for r in revs if r.run_id):
+            acts[run_id] = self._run_activities(run_id)
+        notes: dict[str, tuple[str, str]] = {}
+        for rev in revs:
+            if rev.trigger != "restore":
+                continue
+            if rev.id not in self._restores:
+                try:
+                    self._restores[rev.id] = restore_note(vault, rev.id)
+                except CairnError:
+                    self._restores[rev.id] = None
+            note = self._restores[rev.id]
+            if note is not None:
+                notes[rev.id] = note
+        return history.describe(
+            revs,
+            {r.id: self._paths.get(r.id, []) for r in revs},
+            run_activities=acts,
+            restores=notes,
+        )
+
+    def _run_activities(self, run_id: str) -> list[Activity]:
+        cached = self._activities.get(run_id)
+        if cached is not None:
+            return cached
+        try:
+            run = self.ctx.store.get_run(run_id)
+        except CairnError:
+            return []
+        found = history.activities(run_id, read_records(self.ctx.store, run_id))
+        if run.state not in IN_FLIGHT:
+            self._activities[run_id] = found  # its output is complete
+        return found
+
+    def markers(self, task_ref: str) -> list[Marker]:
+        """Checkpoints, snapshots, approvals and forks of the task's workspace, each at the
+        revision it belongs to, oldest first."""
+        task = self.ctx.task(task_ref)
+        ws = self.ctx.workspace_of(task)
+        revs = self.ctx.store.list_revisions(ws.id)
+        known = {r.id for r in revs}
+        out: list[Marker] = []
+        runs = self.ctx.store.query(
+            "SELECT id FROM runs WHERE workspace_id = ? OR task_id IN "
+            "(SELECT id FROM tasks WHERE workspace_id = ?)",
+            (ws.id, ws.id),
+        )
+        run_ids = [r["id"] for r in runs]
+        snapshots = {s.id: s for s in self.ctx.store.list_snapshots(ws.id)}
+        checkpointed: set[str] = set()
+        for run_id in run_ids:
+            for cp in self.ctx.store.list_checkpoints(run_id):
+                snap = snapshots.get(cp.snapshot_id)
+                if snap is None or snap.revision_id not in known:
+                    continue
+                checkpointed.add(snap.id)
+                step = f" before {cp.pending_step}" if cp.pending_step else ""
+                out.append(
+                    Marker(
+                        "checkpoint",
+                        cp.created_at,
+                        snap.revision_id,
+                        f"checkpoint of run {run_id}{step}",
+                        cp.id,
+                    )
+                )
+        for snap in snapshots.values():
+            if snap.id in checkpointed or snap.revision_id not in known:
+                continue
+            out.append(
+                Marker(
+                    "snapshot",
+                    snap.created_at,
+                    snap.revision_id,
+                    f"snapshot {snap.name}" if snap.name else f"snapshot {snap.id}",
+                    snap.id,
+                )
+            )
+        if run_ids and revs:
+            marks = ",".join("?" * len(run_ids))
+            rows = self.ctx.store.query(
+                f"SELECT id, command, state, created_at FROM approvals WHERE run_id IN ({marks}) "
+                "ORDER BY created_at",
+                tuple(run_ids),
+            )
+            for row in rows:
+                rev = history.revision_at(revs, row["created_at"])
+                if rev is None:
+                    continue
+                out.append(
+                    Marker(
+                        "approval",
+                        row["created_at"],
+                        rev.id,
+                        f"approval ({row['state']}): {history.clip(row['command'], 60)}",
+                        row["id"],
+                    )
+                )
+        for child in self.ctx.store.list_tasks():
+            if child.parent_task_id != task.id or child.from_revision not in known:
+                continue
+            out.append(
+                Marker(
+                    "fork",
+                    child.created_at,
+                    child.from_revision or "",
+                    f"fork: {child.title}",
+                    child.id,
+                )
+            )
+        out.sort(key=lambda m: m.at)
+        return out
 
     # -- tokens and cost --------------------------------------------------------------------------
 
@@ -328,3 +460,21 @@ def snapshot_json(snap: Snapshot) -> dict:
         "setup_command": snap.setup_command,
         "engine_home_archive": snap.engine_home_archive,
     }
+
+
+def described_json(d: Described) -> dict:
+    """A revision with what produced it, for `cairnctl revisions --json`."""
+    act = d.activity
+    return {
+        **revision_json(d.revision),
+        "description": d.description,
+        "what": d.what,
+        "paths": list(d.paths),
+        "activity": (
+            {"kind": act.kind, "key": act.key, "label": act.label, "at": act.at} if act else None
+        ),
+    }
+
+
+def marker_json(m: Marker) -> dict:
+    return {"kind": m.kind, "at": m.at, "revision": m.revision_id, "label": m.label, "id": m.ref}

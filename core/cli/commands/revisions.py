@@ -16,8 +16,9 @@ from core.cli.command import Command
 from core.cli.output import emit, progress, when
 from core.diffs import diff_to_json, render_unified
 from core.events import Event
+from core.history import matches
 from core.models import RevisionTrigger
-from core.views import revision_json
+from core.views import described_json, marker_json
 
 # What a revision captured by hand may say caused it (the others are Cairn's own).
 _CAPTURE_TRIGGERS = tuple(
@@ -37,18 +38,40 @@ class RevisionsCommand(Command):
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
         p.add_argument("task")
+        p.add_argument(
+            "--search",
+            default="",
+            metavar="TEXT",
+            help="only revisions whose description, paths or run hold every word of TEXT",
+        )
 
     def run(self, app: Cairn, args: argparse.Namespace) -> None:
-        revs = [revision_json(r) for r in app.revisions.all(args.task)]
+        described = [d for d in app.views.history(args.task) if matches(d, args.search)]
+        revs = [described_json(d) for d in described]
+        markers = [marker_json(m) for m in app.views.markers(args.task)]
         emit(
             args,
-            {"revisions": revs},
-            lambda: "\n".join(
-                f"{r['seq']:>4}  {r['id'][:12]}  {when(r['created_at'])}  {r['trigger']:10}  "
-                f"{r['files_changed']} file(s)" + (f"  run {r['run_id']}" if r["run_id"] else "")
-                for r in revs
-            ),
+            {"revisions": revs, "markers": markers},
+            lambda: _history_text(revs, markers),
         )
+
+
+def _history_text(revs: list[dict[str, Any]], markers: list[dict[str, Any]]) -> str:
+    """One line per revision (what produced it and the paths it changed), the markers that
+    belong to it under it."""
+    by_rev: dict[str, list[dict[str, Any]]] = {}
+    for m in markers:
+        by_rev.setdefault(m["revision"], []).append(m)
+    lines = []
+    for r in revs:
+        lines.append(
+            f"{r['seq']:>4}  {r['id'][:12]}  {when(r['created_at'])}  {r['trigger']:10}  "
+            f"{r['files_changed']} file(s)" + (f"  run {r['run_id']}" if r["run_id"] else "")
+        )
+        lines.append(f"      {r['description']}")
+        for m in by_rev.get(r["id"], []):
+            lines.append(f"      ◆ {m['label']}")
+    return "\n".join(lines)
 
 
 class CaptureCommand(Command):
