@@ -17,7 +17,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from core import events as ev
@@ -28,7 +28,7 @@ from core.engines import engine_for
 from core.errors import CairnError, Conflict, InputError, NotFound, QuotaExceeded
 from core.launch import python_command
 from core.locks import FileLock, lock_path
-from core.models import Revision, Run, Task, Workspace
+from core.models import Revision, RevisionTrigger, Run, Task, Workspace
 from core.runs.states import IN_FLIGHT, run_files
 from core.watch import CapturedRevision, Recorder
 
@@ -174,9 +174,20 @@ class Revisions:
             run = store.get_run(row["id"])
             eng = engine_for(run.engine)
             measure = getattr(eng, "conversation_position", None)
-            session = store.session_for(workspace_id)
-            if not eng.has_sessions or measure is None or session is None:
+            if not eng.has_sessions or measure is None:
                 return
+            session = store.session_for(workspace_id)
+            if session is None:
+                return
+            rev = store.get_revision(workspace_id, revision_id)
+            if rev.trigger == RevisionTrigger.RESTORE.value:
+                revs = store.list_revisions(workspace_id)
+                if restored_from(revs, rev) is not None and not self._launched_since(
+                    [run], revs, rev
+                ):
+                    # The files went back and the conversation did not: until a run works on
+                    # them, conversation_at answers with the one of the revision they went to.
+                    return
             found = measure(
                 self.ctx.data.home_path(session.id),
                 run_files(self.ctx.data.runs_root, run).folder,
@@ -196,15 +207,24 @@ class Revisions:
         """The conversation as it was when the revision was recorded: the workspace's latest
         revision goes with the whole conversation; an older one with the last position noted at
         or before it (a revision recorded without one, such as an edit outside Cairn, goes with
-        the conversation as the revisions before it left it)."""
+        the conversation as the revisions before it left it). After a restore that put an
+        earlier revision's files back, and until a run works on them, the conversation is the
+        one that goes with that earlier revision."""
         store = self.ctx.store
         revs = store.list_revisions(workspace_id)
         target = store.get_revision(workspace_id, revision_id)
         short = target.id[:12]
-        if revs and revs[-1].id == target.id:
+        runs = workspace_runs(self.ctx, workspace_id)
+        restores = [
+            (r, source)
+            for r in revs
+            if r.seq <= target.seq and (source := restored_from(revs, r)) is not None
+        ]
+        restore, source = restores[-1] if restores else (None, None)
+        latest = bool(revs) and revs[-1].id == target.id
+        if latest and (restore is None or self._launched_since(runs, revs, restore)):
             return ConversationAt(target.id, AT_LATEST, reason=f"{short} is the latest revision")
         seq_of = {r.id: r.seq for r in revs}
-        runs = workspace_runs(self.ctx, workspace_id)
         best: tuple[tuple[int, float], str, dict] | None = None
         for run in runs:
             for rev_id, entry in (run.spec.get(POSITIONS) or {}).items():
@@ -214,6 +234,18 @@ class Revisions:
                 key = (seq, float(entry.get("recorded_at") or 0.0))
                 if best is None or key > best[0]:
                     best = (key, rev_id, entry)
+        if (
+            restore is not None
+            and source is not None
+            and (best is None or best[0][0] < restore.seq)
+        ):
+            found = self.conversation_at(workspace_id, source.id)
+            return replace(
+                found,
+                revision_id=target.id,
+                reason=f"{found.reason}; revision {restore.id[:12]} restored the files of "
+                f"revision {source.id[:12]}",
+            )
         if best is not None:
             _, rev_id, entry = best
             return ConversationAt(
@@ -244,6 +276,16 @@ class Revisions:
         return ConversationAt(
             target.id, AT_EMPTY, reason=f"no conversation had begun at revision {short}"
         )
+
+    def _launched_since(self, runs: list[Run], revs: list[Revision], rev: Revision) -> bool:
+        """Whether one of the runs launched an attempt on `rev`'s files or later ones: each
+        launch writes a checkpoint naming the revision it started from."""
+        seq_of = {r.id: r.seq for r in revs}
+        for run in runs:
+            for ck in self.ctx.store.list_checkpoints(run.id):
+                if seq_of.get(ck.workspace_ref.rpartition("@")[2], -1) >= rev.seq:
+                    return True
+        return False
 
     def files_note(
         self, workspace: Workspace, revision_id: str, later_id: str | None = None
@@ -486,6 +528,19 @@ class Revisions:
                     child.wait()
 
         return stop
+
+
+def restored_from(revs: list[Revision], rev: Revision) -> Revision | None:
+    """The earlier revision whose files a restore put back whole (`rev`'s tree is that one's
+    and not its parent's), or None: a restore of some files that leaves a mix no revision had,
+    or anything but a restore."""
+    if rev.trigger != RevisionTrigger.RESTORE.value:
+        return None
+    before = [r for r in revs if r.seq < rev.seq]
+    if not before or before[-1].tree == rev.tree:
+        return None
+    same = [r for r in before if r.tree == rev.tree]
+    return same[-1] if same else None
 
 
 def workspace_runs(ctx: Context, workspace_id: str) -> list[Run]:

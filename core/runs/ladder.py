@@ -31,7 +31,6 @@ from core.ids import new_id
 from core.models import (
     Checkpoint,
     Revision,
-    RevisionTrigger,
     Run,
     Task,
     TaskSource,
@@ -41,7 +40,14 @@ from core.models import (
 from core.models import RunState as R
 from core.policy import Policy
 from core.preflight import Ready
-from core.revisions import AT_EMPTY, AT_LATEST, AT_POSITION, POSITIONS, Revisions
+from core.revisions import (
+    AT_EMPTY,
+    AT_LATEST,
+    AT_POSITION,
+    POSITIONS,
+    Revisions,
+    restored_from,
+)
 from core.runs import states as runs
 from core.runs.checkpoints import Checkpoints, parse_workspace_ref
 from core.runs.liveness import Sandboxes
@@ -481,33 +487,39 @@ class Ladder:
     ) -> LaunchContext:
         """A Continue right after the whole workspace was restored to an older revision goes on
         from the conversation as it was at that revision: a fork of the session at the position
-        noted then (a new session id), or the fallback of a fork there. A partial restore leaves
-        a mix of files no conversation matches; the conversation then goes on as it is."""
+        noted then (a new session id), or the fallback of a fork there. A restore of some files
+        that leaves a mix no revision had keeps the conversation as it is. Decided once per run
+        (`continue_point` in its spec)."""
         task = self.store.get_task(run.task_id)
         if task.source != TaskSource.CONTINUE.value or "continue_point" in ctx.spec:
             return ctx
         ws = self.ctx.workspace_of(task)
+        latest = self.store.latest_revision(ws.id)
+        if latest is None:
+            return ctx
+        found = self.revisions.conversation_at(ws.id, latest.id)
+        if found.kind == AT_LATEST:
+            return ctx
         revs = self.store.list_revisions(ws.id)
-        if len(revs) < 3 or revs[-1].trigger != RevisionTrigger.RESTORE.value:
-            return ctx
-        same = [r for r in revs[:-2] if r.tree == revs[-1].tree]
-        if not same or revs[-2].tree == revs[-1].tree:
-            return ctx
-        target = same[-1]
-        found = self.revisions.conversation_at(ws.id, target.id)
-        short = target.id[:12]
-        spec = {**ctx.spec, "continue_point": {"revision": target.id, "kind": found.kind}}
+        restores = [(r, src) for r in revs if (src := restored_from(revs, r)) is not None]
+        if restores:
+            restore, source = restores[-1]
+            before = [r for r in revs if r.seq < restore.seq][-1]
+            note = self.revisions.files_note(ws, source.id, before.id)
+        else:
+            note = self.revisions.files_note(ws, latest.id)
+        spec = {**ctx.spec, "continue_point": {"revision": latest.id, "kind": found.kind}}
         if found.kind == AT_POSITION and getattr(eng, "forks_at_position", False):
             spec.update(
                 mode=MODE_FORK,
                 session_id=found.session_id,
                 resume_at=found.position,
-                files_note=self.revisions.files_note(ws, target.id, revs[-2].id),
+                files_note=note,
             )
             report.add(
                 "conversation",
-                f"as at revision {short}, which the workspace was restored to: session "
-                f"{found.session_id} up to {found.position}, forked",
+                f"as before the workspace was restored: session {found.session_id} up to "
+                f"{found.position}, forked",
                 found.reason,
             )
             return replace(ctx, mode=MODE_FORK, session_id=found.session_id, spec=spec)
@@ -516,16 +528,12 @@ class Ladder:
             spec = {k: v for k, v in spec.items() if k not in ("session_id", "resume_at")}
             return replace(ctx, mode=MODE_START, session_id=None, spec={**spec, "mode": MODE_START})
         why = (
-            f"the {eng.label} CLI cannot fork a conversation at an earlier point"
+            f"the {eng.label} CLI cannot fork a conversation at an earlier point; "
             if found.kind == AT_POSITION
-            else found.reason
-        ) + f"; the workspace was restored to revision {short}"
+            else ""
+        ) + found.reason
         report.add("engine", "new session on the restored files (fallback)", why)
-        spec.update(
-            mode=MODE_FALLBACK,
-            fallback_reason=why,
-            files_note=self.revisions.files_note(ws, target.id, revs[-2].id),
-        )
+        spec.update(mode=MODE_FALLBACK, fallback_reason=why, files_note=note)
         return replace(ctx, mode=MODE_FALLBACK, spec=spec)
 
     def _fork_base_position(

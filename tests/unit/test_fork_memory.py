@@ -495,17 +495,38 @@ def test_a_continue_after_the_workspace_was_restored_forks_the_conversation_ther
     out = ladder._continue_point(ClaudeCodeEngine(), ctx, run, report)
     assert out.mode == MODE_FORK and out.session_id == SESSION
     assert out.spec["resume_at"] == said["uuid"] and out.spec["mode"] == MODE_FORK
-    assert "which the workspace was restored to" in report.path[0]
+    assert report.path[0].startswith("conversation: as before the workspace was restored")
+    assert f"revision {r1[:12]}" in out.spec["files_note"]
     assert "Later work changed b.txt" in out.spec["files_note"]
     cairn.ctx.store.update_run(run.id, state="succeeded")
+    forked = run
 
     # Codex cannot cut its thread there: a new thread, and the note says what the files hold.
     run, ctx = continue_of(cairn, task, "codex")
     report = ResumeReport(run.id)
     out = ladder._continue_point(CodexEngine(), ctx, run, report)
     assert out.mode == MODE_FALLBACK
-    assert "restored to revision" in out.spec["fallback_reason"]
+    assert "cannot fork a conversation at an earlier point" in out.spec["fallback_reason"]
+    assert f"restored the files of revision {r1[:12]}" in out.spec["fallback_reason"]
     assert any("fallback" in p for p in report.path)
+    cairn.ctx.store.update_run(run.id, state="succeeded")
+
+    # Once a run has launched on the restored files, the conversation goes on from there.
+    cairn.runs.checkpoints.write(
+        forked, pending_step=None, tool_contract=ToolContract(None), policy_version=1
+    )
+    again, again_ctx = continue_of(cairn, task, "claude-code")
+    assert ladder._continue_point(ClaudeCodeEngine(), again_ctx, again, ResumeReport("x")) is (
+        again_ctx
+    )
+    cairn.ctx.store.update_run(again.id, state="succeeded")
+    # A fork at the restore, later on, starts from the conversation of the files it put back.
+    (Path(ws.root) / "e.txt").write_text("e\n")
+    cairn.revisions.capture(task.id, trigger="watch")
+    restore = cairn.ctx.store.list_revisions(ws.id)[-2]
+    at = cairn.revisions.conversation_at(ws.id, restore.id)
+    assert (at.kind, at.position) == (AT_POSITION, said["uuid"])
+    assert f"restored the files of revision {r1[:12]}" in at.reason
 
 
 def test_a_continue_after_restoring_one_file_to_a_mix_goes_on_as_it_is(made):
