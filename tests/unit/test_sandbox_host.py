@@ -106,7 +106,12 @@ def test_process_alive_checks_the_run_and_signal_stops_the_group(backend, spec):
     while live.process_alive(process.pid):
         assert time.monotonic() < deadline
         time.sleep(0.02)
-    assert process.read_exit_code() is None
+    # The wrapper outlives the group's TERM and records how the command ended.
+    deadline = time.monotonic() + 5
+    while process.read_exit_code() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert process.read_exit_code() == 143
 
 
 def test_exec_sees_its_env_and_not_cairns_own(backend, spec, monkeypatch):
