@@ -12,6 +12,7 @@ dropped by a request counter (and their work cancelled).
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 
 from core.diffs import Diff, DiffLine, FileDiff
 from gui.diff.data import WholeFile
@@ -92,6 +93,17 @@ NEXT_FILE, PREVIOUS_FILE, NEXT_HUNK, PREVIOUS_HUNK = (
 MOVE_KEYS = (NEXT_FILE, PREVIOUS_FILE, NEXT_HUNK, PREVIOUS_HUNK)
 
 
+@dataclass(frozen=True)
+class FileAction:
+    """An action the viewer's owner offers on one changed file ("Restore this file to #12…"),
+    shown in the file list's and the diff's context menus; `refused` says why it cannot be done
+    now (the action is shown disabled with that reason)."""
+
+    name: str
+    text: str
+    refused: str = ""
+
+
 class _SideBySide(QWidget):
     """Old and new side in two text views that scroll together, row for row."""
 
@@ -138,6 +150,9 @@ class DiffViewer(QWidget):
     """Every loaded row of the file at this index is coloured."""
 
     sig_context_ready = Signal(int)
+
+    sig_file_action = Signal(str, str)
+    """One of the owner's file actions was chosen: (action name, the file's path)."""
     """The whole file is known for the file at this index: its hunks can show more context."""
 
     def __init__(self, jobs, parent: QWidget | None = None, *, settings: QSettings | None = None):
@@ -169,6 +184,7 @@ class DiffViewer(QWidget):
         self._batch = FIRST_DECORATE_BATCH
         self._pending_file = -1
         self._order: list[int] = []
+        self._file_actions: list[FileAction] = []
 
         self.banner = QLabel(self)
         self.banner.setObjectName("diffTruncatedBanner")
@@ -268,6 +284,9 @@ class DiffViewer(QWidget):
             view.viewport().installEventFilter(self)
         for widget in (self.file_list, self.file_tree):
             widget.installEventFilter(self)
+            widget.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.file_list.customContextMenuRequested.connect(self._file_list_menu)
+        self.file_tree.customContextMenuRequested.connect(self._file_tree_menu)
 
         self.find_bar = FindBar(self, self)
         self.find_bar.sig_closed.connect(self._find_closed)
@@ -743,6 +762,9 @@ class DiffViewer(QWidget):
             action = menu.addAction(text)
             action.setEnabled(hunk >= 0 and self.can_expand())
             action.triggered.connect(lambda _c=False, w=where, h=hunk: self.expand(h, w))
+        if self._file is not None and self._file_actions:
+            menu.addSeparator()
+            self._add_file_actions(menu, self._file.path)
         menu.addSeparator()
         copy = menu.addAction("Copy")
         copy.setEnabled(view.textCursor().hasSelection())
@@ -750,6 +772,57 @@ class DiffViewer(QWidget):
         find = menu.addAction("Find…")
         find.triggered.connect(self.open_find)
         menu.popup(view.viewport().mapToGlobal(pos))
+
+    # -- the owner's actions on one file ----------------------------------------------------------
+
+    def set_file_actions(self, actions: list[FileAction]) -> None:
+        """What the file list's and the diff's context menus offer on a file."""
+        self._file_actions = list(actions)
+
+    @property
+    def file_actions(self) -> list[FileAction]:
+        return list(self._file_actions)
+
+    def file_menu(self, path: str) -> QMenu:
+        """The context menu of a changed file (for the file list and the folder tree)."""
+        menu = QMenu(self)
+        menu.setObjectName("diffFileMenu")
+        self._add_file_actions(menu, path)
+        return menu
+
+    def _add_file_actions(self, menu: QMenu, path: str) -> None:
+        menu.setToolTipsVisible(True)
+        for action in self._file_actions:
+            item = menu.addAction(action.text)
+            item.setObjectName(f"fileAction-{action.name}")
+            item.setEnabled(not action.refused)
+            if action.refused:
+                item.setToolTip(action.refused)
+                item.setStatusTip(action.refused)
+            item.triggered.connect(
+                lambda _c=False, n=action.name, p=path: self.sig_file_action.emit(n, p)
+            )
+
+    def _file_list_menu(self, pos: QPoint) -> None:
+        index = self.file_list.indexAt(pos)
+        if not index.isValid() or not self._file_actions:
+            return
+        path = self.file_model.file(index.row()).path
+        menu = self.file_menu(path)
+        menu.exec(self.file_list.viewport().mapToGlobal(pos))
+        menu.deleteLater()
+
+    def _file_tree_menu(self, pos: QPoint) -> None:
+        index = self.file_tree.indexAt(pos)
+        if not index.isValid() or not self._file_actions or self._diff is None:
+            return
+        item = self.tree_model.itemFromIndex(index.siblingAtColumn(0))
+        file_index = item.data(FILE_ROLE) if item is not None else -1
+        if not isinstance(file_index, int) or not 0 <= file_index < len(self._diff.files):
+            return  # a folder
+        menu = self.file_menu(self._diff.files[file_index].path)
+        menu.exec(self.file_tree.viewport().mapToGlobal(pos))
+        menu.deleteLater()
 
     # -- internals ----------------------------------------------------------------------------
 

@@ -1,9 +1,12 @@
-"""The Revisions tab: one task's timeline, "fork from here", and the diff of any two revisions,
-including revisions of its parent and child tasks.
+"""The Revisions tab: one task's timeline, "fork from here", restoring in place, and the diff of
+any two revisions, including revisions of its parent and child tasks.
 
 Owns choosing what to compare and asking for it: every facade call goes through the job runner,
 selection changes are debounced, and a request counter drops a diff that arrives for a selection
-that is no longer current. Showing the diff belongs to gui.diff.
+that is no longer current. Also the timeline's search, opening bursts, markers that select their
+revision, and offering restores ("Restore workspace to this revision", "Undo this revision's
+change", "Restore this file to here" from the diff) — refused with the reason while a run is
+live. Showing the diff belongs to gui.diff; the restores' sequence to gui.restore_actions.
 """
 
 from __future__ import annotations
@@ -11,17 +14,22 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from core import events as ev
-from gui.diff import DiffViewer
+from gui.diff import DiffViewer, FileAction
 from gui.diff.data import WholeFile, whole_file_reader
 from gui.qt import (
     QAbstractItemView,
     QComboBox,
+    QEvent,
     QGuiApplication,
     QHBoxLayout,
     QHeaderView,
     QItemSelectionModel,
+    QKeyEvent,
     QLabel,
+    QLineEdit,
     QMenu,
+    QModelIndex,
+    QObject,
     QPoint,
     QPushButton,
     QSizePolicy,
@@ -33,8 +41,17 @@ from gui.qt import (
     QWidget,
     Signal,
 )
+from gui.restore_actions import FILE, UNDO, WORKSPACE, Request, RestoreActions
 from gui.revisions import data
-from gui.revisions.timeline_model import COL_RUN, TimelineModel
+from gui.revisions.file_history import FileHistoryDialog
+from gui.revisions.timeline_model import (
+    BURST,
+    COL_SEQ,
+    COL_WHAT,
+    HEADING,
+    MARKER,
+    TimelineModel,
+)
 
 if TYPE_CHECKING:
     from gui.context import AppContext
@@ -80,14 +97,26 @@ class RevisionsPanel(QWidget):
         self.table.setWordWrap(False)
         self.table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.table.customContextMenuRequested.connect(self._show_context_menu)
+        self.table.clicked.connect(self._on_clicked)
+        self.table.installEventFilter(self)
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(COL_RUN, QHeaderView.ResizeMode.Stretch)
+        header.setSectionResizeMode(COL_WHAT, QHeaderView.ResizeMode.Stretch)
         self.table.selectionModel().selectionChanged.connect(self._on_selection_changed)
         self.table.setToolTip(
             "Select one revision to see what it changed, or two to compare them. "
-            "Right-click a revision to fork from it."
+            "Right-click a revision to fork from it, restore the workspace to it or undo it; "
+            "click ▸ to open a group of revisions, a marker to select its revision."
         )
+        self.search = QLineEdit(self)
+        self.search.setObjectName("revisionsSearch")
+        self.search.setPlaceholderText("Search paths and descriptions…")
+        self.search.setClearButtonEnabled(True)
+        self.search.setToolTip(
+            "Show only revisions whose changed paths, description (step, command or tool "
+            "call), run or id hold every word"
+        )
+        self.search.textChanged.connect(self._on_search)
 
         self.other_label = QLabel("Compare with another task:", self)
         self.other_picker = QComboBox(self)
@@ -101,6 +130,16 @@ class RevisionsPanel(QWidget):
         self.fork_button = QPushButton("Fork from here…", self)
         self.fork_button.setEnabled(False)
         self.fork_button.clicked.connect(self._fork_selected)
+        self.restore_button = QPushButton("Restore workspace…", self)
+        self.restore_button.setObjectName("revisionsRestore")
+        self.restore_button.setEnabled(False)
+        self.restore_button.clicked.connect(lambda: self._restore_selected(WORKSPACE))
+        self.undo_button = QPushButton("Undo change…", self)
+        self.undo_button.setObjectName("revisionsUndo")
+        self.undo_button.setEnabled(False)
+        self.undo_button.clicked.connect(lambda: self._restore_selected(UNDO))
+        self.restores = RestoreActions(context, self)
+        self.restores.sig_done.connect(self._on_restored)
         self.comparison = QLabel(self)
         self.comparison.setObjectName("revisionsComparison")
         self.status = QLabel(self)
@@ -115,6 +154,8 @@ class RevisionsPanel(QWidget):
         bar.addWidget(self.other_label)
         bar.addWidget(self.other_picker)
         bar.addWidget(self.fork_button)
+        bar.addWidget(self.restore_button)
+        bar.addWidget(self.undo_button)
         below = QHBoxLayout()
         below.addWidget(self.comparison)
         below.addWidget(self.status, 1)
@@ -122,10 +163,13 @@ class RevisionsPanel(QWidget):
         top_layout = QVBoxLayout(top)
         top_layout.setContentsMargins(0, 0, 0, 0)
         top_layout.addLayout(bar)
+        top_layout.addWidget(self.search)
         top_layout.addWidget(self.table, 1)
         top_layout.addLayout(below)
 
         self.viewer = DiffViewer(self._jobs, self, settings=context.settings)
+        self.viewer.sig_file_action.connect(self._on_file_action)
+        self._here: tuple[str, int] | None = None  # (revision, seq) the shown diff leads to
         splitter = QSplitter(Qt.Orientation.Vertical, self)
         splitter.addWidget(top)
         splitter.addWidget(self.viewer)
@@ -170,7 +214,9 @@ class RevisionsPanel(QWidget):
         self._jobs.supersede(f"{self._key}-diff")
         self.model.set_entries([])
         self._fill_other_picker([])
-        self.fork_button.setEnabled(False)
+        self._here = None
+        self.viewer.set_file_actions([])
+        self._update_buttons()
         self.comparison.setText("")
         self.status.setText("")
         if task_id is None:
@@ -213,7 +259,7 @@ class RevisionsPanel(QWidget):
         selection = self.table.selectionModel()
         selection.blockSignals(True)
         try:
-            self.model.set_entries(timeline.entries, keep_stats=keep)
+            self.model.set_entries(timeline.entries, keep_stats=keep, markers=timeline.markers)
             for rev in selected:
                 row = self.model.row_of(rev)
                 if row >= 0:
@@ -221,7 +267,8 @@ class RevisionsPanel(QWidget):
         finally:
             selection.blockSignals(False)
         self._fill_other_picker(timeline.others, keep=other)
-        self._update_fork_button()
+        self._update_buttons()
+        self._update_file_actions()
 
     def _add_row(self, row: int) -> None:
         flags = QItemSelectionModel.SelectionFlag.Select | QItemSelectionModel.SelectionFlag.Rows
@@ -262,25 +309,96 @@ class RevisionsPanel(QWidget):
         if event.kind == ev.REVISION_RECORDED:
             if timeline is None or event.subject == timeline.workspace_id or timeline.others:
                 self.reload()
-        elif event.kind in (ev.TASK_CREATED, ev.SNAPSHOT_CREATED):
-            self.reload()
+        elif event.kind in (
+            ev.TASK_CREATED,
+            ev.SNAPSHOT_CREATED,
+            ev.SNAPSHOT_RENAMED,
+            ev.RUN_STATE,
+            ev.APPROVAL_REQUESTED,
+            ev.APPROVAL_DECIDED,
+        ):
+            self.reload()  # markers, and whether a run is live (restores are refused then)
 
     # -- selection and diff -------------------------------------------------------------------
 
+    def selected_rows(self) -> list[int]:
+        return sorted({i.row() for i in self.table.selectionModel().selectedRows()})
+
     def selected_revisions(self) -> list[str]:
-        """Selected revision ids, oldest first."""
-        rows = sorted({i.row() for i in self.table.selectionModel().selectedRows()})
-        entries = [self.model.entry(r) for r in rows]
+        """Selected revision ids, oldest first (a group of revisions stands for its newest)."""
+        entries = [self.model.entry(r) for r in self.selected_rows()]
         entries.sort(key=lambda e: e.seq)
-        return [e.id for e in entries]
+        return list(dict.fromkeys(e.id for e in entries))
 
     def select_revisions(self, *revision_ids: str) -> None:
-        """Select these revisions in the timeline (as a click would)."""
+        """Select these revisions in the timeline (as a click would), opening a group that
+        holds one."""
+        rows = []
+        for rev in revision_ids:
+            self.model.reveal(rev)
         self.table.clearSelection()
         for rev in revision_ids:
             row = self.model.row_of(rev)
             if row >= 0:
                 self._add_row(row)
+                rows.append(row)
+        if rows:
+            self.table.scrollTo(self.model.index(rows[0], 0))
+
+    def open_group(self, row: int, opened: bool = True) -> None:
+        """Open (or close) the group of revisions at `row`, keeping the selection."""
+        selected = self.selected_revisions()
+        selection = self.table.selectionModel()
+        selection.blockSignals(True)
+        try:
+            self.model.set_open(row, opened)
+            for rev in selected:
+                r = self.model.row_of(rev)
+                if r >= 0:
+                    self._add_row(r)
+        finally:
+            selection.blockSignals(False)
+
+    def set_search(self, text: str) -> None:
+        """Search the timeline by path and text (as typing in the search field does)."""
+        self.search.setText(text)
+
+    def _on_search(self, text: str) -> None:
+        selected = self.selected_revisions()
+        selection = self.table.selectionModel()
+        selection.blockSignals(True)
+        try:
+            self.model.set_search(text)
+            for rev in selected:
+                r = self.model.row_of(rev)
+                if r >= 0:
+                    self._add_row(r)
+        finally:
+            selection.blockSignals(False)
+        self._on_selection_changed()
+
+    def _on_clicked(self, index: QModelIndex) -> None:
+        if not index.isValid():
+            return
+        kind = self.model.kind(index.row())
+        if kind == MARKER:
+            self.select_revisions(self.model.entry(index.row()).id)
+        elif kind == BURST and index.column() == COL_SEQ:
+            self.open_group(index.row(), not self.model.is_open(index.row()))
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.table and event.type() == QEvent.Type.KeyPress:
+            assert isinstance(event, QKeyEvent)
+            row = self.table.currentIndex().row()
+            if row >= 0 and self.model.kind(row) == BURST:
+                key = event.key()
+                if key == Qt.Key.Key_Space or (
+                    key in (Qt.Key.Key_Right, Qt.Key.Key_Left)
+                    and (key == Qt.Key.Key_Right) != self.model.is_open(row)
+                ):
+                    self.open_group(row, not self.model.is_open(row))
+                    return True
+        return super().eventFilter(watched, event)
 
     def compare_with_other(self, ref: str) -> None:
         """Choose a `TASK:REV` of another task to compare the selection with."""
@@ -290,11 +408,43 @@ class RevisionsPanel(QWidget):
         self.other_picker.setCurrentIndex(index)
 
     def _on_selection_changed(self, *_args) -> None:
-        self._update_fork_button()
+        self._update_buttons()
         self._schedule_diff()
 
-    def _update_fork_button(self) -> None:
+    def refused(self) -> str:
+        """Why a restore cannot be done now ("" when it can)."""
+        if self._timeline is None:
+            return "the revisions are still loading"
+        if self.restores.busy:
+            return "a restore is under way"
+        return self._timeline.refused
+
+    def _undo_refused(self, row: int) -> str:
+        entry = self.model.entry(row)
+        if self.model.kind(row) == BURST:
+            return (
+                "this row is a group of revisions: open it (▸) and pick one to undo, or "
+                "restore the workspace to the revision before the group"
+            )
+        if entry.parent_id is None:
+            return "the base revision is where the task started; it has no change to undo"
+        return self.refused()
+
+    def _update_buttons(self) -> None:
+        rows = self.selected_rows()
+        one = len(rows) == 1
         self.fork_button.setEnabled(len(self.selected_revisions()) == 1)
+        refused = self.refused() if one else "select one revision"
+        self.restore_button.setEnabled(not refused)
+        self.restore_button.setToolTip(
+            refused or "Put every file back as it was at the selected revision (asks first)"
+        )
+        undo_refused = self._undo_refused(rows[0]) if one else "select one revision"
+        self.undo_button.setEnabled(not undo_refused)
+        self.undo_button.setToolTip(
+            undo_refused
+            or "Take back the selected revision's change on top of the current files (asks first)"
+        )
 
     def _schedule_diff(self) -> None:
         self._diff_timer.start()
@@ -313,6 +463,10 @@ class RevisionsPanel(QWidget):
                 else (timeline.entries[-1].id if timeline.entries else None)
             )
             return (other, new) if new else None
+        rows = self.selected_rows()
+        if len(rows) == 1 and self.model.kind(rows[0]) == BURST:
+            old, new = self.model.row(rows[0]).span
+            return (old, new) if old else None
         if len(selected) >= 2:
             return selected[0], selected[-1]
         if len(selected) == 1:
@@ -328,6 +482,8 @@ class RevisionsPanel(QWidget):
         refs = self.comparison_refs()
         task_id = self._task_id
         self.status.setText("")  # the figures of the last diff describe it, not what comes next
+        self._here = None
+        self._update_file_actions()
         if refs is None or task_id is None:
             self._jobs.supersede(f"{self._key}-diff")
             selected = self.selected_revisions()
@@ -381,6 +537,9 @@ class RevisionsPanel(QWidget):
         if request != self._diff_request:
             return  # the selection changed since this diff was asked for
         self.viewer.set_diff(result.diff, blob_sizes=result.blob_sizes, whole_file=whole_file)
+        here = self._entry(result.new_ref)
+        self._here = (here.id, here.seq) if here is not None else None
+        self._update_file_actions()
         d = result.diff
         self.status.setText(
             f"{d.files_changed} file{'' if d.files_changed == 1 else 's'} changed, "
@@ -395,27 +554,28 @@ class RevisionsPanel(QWidget):
 
     # -- +/− per visible row ------------------------------------------------------------------
 
-    def _want_stats(self, revision_id: str) -> None:
-        self._stats_wanted.append(revision_id)
+    def _want_stats(self, key: str) -> None:
+        self._stats_wanted.append(key)
         self._stats_timer.start()
 
     def _request_stats(self) -> None:
         if self._timeline is None or not self._stats_wanted:
             return
-        parents = {e.id: e.parent_id for e in self._timeline.entries}
-        pairs = [
-            (parents.get(rev), rev) for rev in dict.fromkeys(self._stats_wanted) if rev in parents
-        ]
+        spans = {}
+        for key in dict.fromkeys(self._stats_wanted):
+            span = self.model.stats_span(key)
+            if span is not None:
+                spans[key] = span
         self._stats_wanted = []
-        if not pairs:
+        if not spans:
             return
         task_id, generation, cairn = self._timeline.task_id, self._task_generation, self._cairn
         self._jobs.job(
-            lambda: data.revision_stats(cairn, task_id, pairs),
+            lambda: data.span_stats(cairn, task_id, spans),
             what="count the changed lines",
             parent=self,
         ).success(lambda stats: self._show_stats(generation, stats)).failure(
-            lambda _f: self.model.forget_asked([rev for _p, rev in pairs])
+            lambda _f: self.model.forget_asked(list(spans))
         ).run()
 
     def _show_stats(self, generation: int, stats: dict) -> None:
@@ -425,12 +585,39 @@ class RevisionsPanel(QWidget):
     # -- fork ---------------------------------------------------------------------------------
 
     def context_menu_for(self, row: int) -> QMenu:
-        """The menu of a timeline row: "Fork from here" (and copying its id)."""
+        """The menu of a timeline row: "Fork from here", restoring the workspace to it, undoing
+        its change, opening a group, copying its id."""
         entry = self.model.entry(row)
+        kind = self.model.kind(row)
         menu = QMenu(self)
+        menu.setToolTipsVisible(True)
+        if kind == BURST:
+            opened = self.model.is_open(row)
+            group = menu.addAction("Close the group" if opened else "Open the group")
+            group.setObjectName("openGroup")
+            group.triggered.connect(lambda: self.open_group(row, not opened))
+        if kind == MARKER:
+            select = menu.addAction(f"Select #{entry.seq}, the revision it belongs to")
+            select.triggered.connect(lambda: self.select_revisions(entry.id))
         fork = menu.addAction(f"Fork from here (#{entry.seq})")
         fork.setObjectName("forkFromHere")
         fork.triggered.connect(lambda: self._request_fork(entry.id))
+        menu.addSeparator()
+        refused = self.refused()
+        restore = menu.addAction(f"Restore workspace to this revision (#{entry.seq})…")
+        restore.setObjectName("restoreWorkspace")
+        restore.setEnabled(not refused)
+        restore.setToolTip(refused)
+        restore.triggered.connect(lambda: self.request_restore(WORKSPACE, entry.id))
+        undo_refused = "" if kind in (HEADING, MARKER) else self._undo_refused(row)
+        if kind in (HEADING, MARKER) and entry.parent_id is None:
+            undo_refused = "the base revision is where the task started; it has no change to undo"
+        undo = menu.addAction(f"Undo this revision's change (#{entry.seq})…")
+        undo.setObjectName("undoRevision")
+        undo.setEnabled(not undo_refused)
+        undo.setToolTip(undo_refused)
+        undo.triggered.connect(lambda: self.request_restore(UNDO, entry.id))
+        menu.addSeparator()
         copy = menu.addAction("Copy revision id")
         copy.triggered.connect(lambda: self._copy(entry.id))
         return menu
@@ -454,3 +641,66 @@ class RevisionsPanel(QWidget):
 
     def _copy(self, text: str) -> None:
         QGuiApplication.clipboard().setText(text)
+
+    # -- restoring in place -------------------------------------------------------------------
+
+    def _entry(self, ref: str) -> data.TimelineEntry | None:
+        timeline = self._timeline
+        if timeline is None or ":" in ref:
+            return None
+        return next((e for e in timeline.entries if e.id == ref), None)
+
+    def _restore_selected(self, kind: str) -> None:
+        rows = self.selected_rows()
+        if len(rows) == 1:
+            self.request_restore(kind, self.model.entry(rows[0]).id)
+
+    def request_restore(self, kind: str, revision_id: str, path: str = "") -> None:
+        """Restore the workspace (or one file) to a revision, or undo its change: asks with
+        what will be written, then restores in a job; refused with the reason while a run is
+        live."""
+        entry = self._entry(revision_id)
+        refused = self.refused()
+        if self._task_id is None or entry is None:
+            return
+        if refused:
+            self.status.setText(f"Cannot restore: {refused}")
+            return
+        self.status.setText("")
+        self.restores.start(Request(kind, self._task_id, entry.id, entry.seq, path))
+        self._update_buttons()
+        self._update_file_actions()
+
+    def _on_restored(self, text: str, problem: bool) -> None:
+        self.status.setText(text.splitlines()[0] if text else "")
+        self.status.setToolTip(text)
+        self._update_buttons()
+        self._update_file_actions()
+        self.reload()
+
+    def _update_file_actions(self) -> None:
+        here = self._here
+        if here is None or self._task_id is None:
+            self.viewer.set_file_actions([])
+            return
+        _rev, seq = here
+        self.viewer.set_file_actions(
+            [
+                FileAction("restore", f"Restore this file to here (#{seq})…", self.refused()),
+                FileAction("history", "Show this file's history…"),
+            ]
+        )
+
+    def _on_file_action(self, name: str, path: str) -> None:
+        if name == "restore" and self._here is not None:
+            self.request_restore(FILE, self._here[0], path)
+        elif name == "history":
+            self.show_file_history(path)
+
+    def show_file_history(self, path: str) -> FileHistoryDialog | None:
+        """Open the history of one file: every revision that changed it, with its diff."""
+        if self._task_id is None:
+            return None
+        dialog = FileHistoryDialog(self._context, self._task_id, path, self)
+        dialog.show()
+        return dialog
