@@ -295,6 +295,7 @@ class WelcomeDialog(QDialog):
             row.sig_sign_in.connect(self.open_sign_in)
             row.sig_choose_binary.connect(self.choose_binary)
             self.rows_layout.addWidget(row)
+            row.show()  # at once: a child added to a shown widget is otherwise shown later
             self.rows.append(row)
         result = summary(self.checks)
         self.status_label.setText(result.headline)
