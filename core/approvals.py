@@ -366,6 +366,13 @@ def exec_details(facts: ExecFacts, what: str, run: Run) -> dict[str, Any]:
         "stdin": facts.stdin,
         "parents": list(facts.parents),
     }
+    # What the program really is or touches, when its words say otherwise.
+    if facts.same_as:
+        details["same_as"] = list(facts.same_as)  # a copy of an image program
+    if facts.stdin_path:
+        details["stdin_path"] = facts.stdin_path
+    if facts.links:
+        details["links"] = {word: target for word, (target, _) in facts.links.items()}
     commands = run.spec.get("commands") if isinstance(run.spec, dict) else None
     step = facts.script_line
     if isinstance(commands, list) and step is not None and 0 < step <= len(commands):

@@ -272,13 +272,23 @@ class ApprovalCard(QFrame):
             named = _plain_label(f"started as {visible(program.started_as, 200)}", runs)
             named.setEnabled(False)
             runs_layout.addWidget(named)
+        if program.same_as:
+            copy = ", ".join(visible(p, 200) for p in program.same_as)
+            self.same_as_label = _plain_label(f"a copy of {copy}", runs)
+            runs_layout.addWidget(self.same_as_label)
+        for word, target in program.links:
+            runs_layout.addWidget(
+                _plain_label(f"{visible(word, 200)} leads to {visible(target, 300)}", runs)
+            )
         form.addRow("Runs", runs)
 
         where = visible(program.cwd or "?", 1000)
         self.cwd_label = _plain_label(where, self, fixed=True)
         self.cwd_label.setObjectName("approvalCwd")
         form.addRow("In", self.cwd_label)
-        if program.stdin in ("pipe", "file", "socket"):
+        if program.stdin_path:
+            form.addRow("Input", _plain_label(f"reads {visible(program.stdin_path, 300)}", self))
+        elif program.stdin in ("pipe", "file", "socket"):
             form.addRow("Input", _plain_label(f"reads its input from a {program.stdin}", self))
 
         why_box = QWidget(self)

@@ -66,6 +66,11 @@ class ProgramStart:
     script: tuple[str, ...] = ()  # every step of the run's shell script
     step: int | None = None  # the index in `script` this program came from
     rule_reason: str | None = None
+    # What the program really is or touches when its words say otherwise: the image programs it
+    # is a copy of, the file its input reads, arguments that lead elsewhere through links.
+    same_as: tuple[str, ...] = ()
+    stdin_path: str | None = None
+    links: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def of(cls, details: Mapping[str, Any]) -> ProgramStart | None:
@@ -95,6 +100,14 @@ class ProgramStart:
             script=script,
             step=step,
             rule_reason=_text(details.get("rule_reason")),
+            same_as=tuple(str(p) for p in details.get("same_as") or () if isinstance(p, str)),
+            stdin_path=_text(details.get("stdin_path")),
+            links=tuple(
+                (str(word), str(target))
+                for word, target in (
+                    details["links"].items() if isinstance(details.get("links"), Mapping) else ()
+                )
+            ),
         )
 
     @property

@@ -285,3 +285,36 @@ def test_a_narrow_card_puts_deny_under_approve_and_a_wide_one_beside_it(qtbot):
     card.resize(420, card.height())
     qtbot.waitUntil(lambda: card.stacked)
     assert card.reason_edit.isVisible() and card.deny_button.isVisible()
+
+
+def test_a_card_says_what_a_renamed_copy_really_is_and_where_its_words_lead(qtbot):
+    details = {
+        "kind": "exec",
+        "program": "/workspace/tig",
+        "argv": ["./tig", "push"],
+        "cwd": "/workspace",
+        "same_as": ["/usr/bin/git"],
+        "stdin_path": "/home/agent/.ssh/id_rsa",
+        "links": {"l/": "/home/agent/keep"},
+    }
+    program = ProgramStart.of(details)
+    assert program is not None
+    assert program.same_as == ("/usr/bin/git",)
+    assert program.stdin_path == "/home/agent/.ssh/id_rsa"
+    assert program.links == (("l/", "/home/agent/keep"),)
+    card = card_for(
+        qtbot,
+        program_start(
+            details={
+                "program": "/workspace/tig",
+                "argv": ["./tig", "push"],
+                "same_as": ["/usr/bin/git"],
+                "stdin_path": "/home/agent/.ssh/id_rsa",
+                "links": {"l/": "/home/agent/keep"},
+            }
+        ),
+    )
+    shown = " ".join(label.text() for label in card.findChildren(type(card.why_label)))
+    assert "a copy of /usr/bin/git" in shown
+    assert "reads /home/agent/.ssh/id_rsa" in shown
+    assert "l/ leads to /home/agent/keep" in shown

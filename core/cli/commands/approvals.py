@@ -33,6 +33,12 @@ def approval_text(a: Approval, now: float) -> str:
     details = a.details
     if details.get("kind") == "exec":
         lines.append(f"    program {details.get('program')}  in {details.get('cwd')}")
+        if details.get("same_as"):
+            lines.append(f"    a copy of {', '.join(map(str, details['same_as']))}")
+        if details.get("stdin_path"):
+            lines.append(f"    reads {details['stdin_path']} as its input")
+        for word, target in (details.get("links") or {}).items():
+            lines.append(f"    {word} leads to {target}")
         parents = details.get("parents") or []
         if parents:
             lines.append(f"    started by {str(parents[0])[:200]}")
