@@ -29,7 +29,7 @@ from core.runs.service import Runs
 from core.settings import Settings, default_policy, engine_endpoint, refuse_unreachable
 from core.snapshots import Snapshots
 from core.vault import Vault, base_ref, revisions_ref
-from core.vault.importer import check_importable, import_folder
+from core.vault.importer import check_importable, import_folder, inside_repository_note
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,7 @@ class NewTask:
     task: Task
     workspace: Workspace
     base_revision: str
+    note: str | None = None  # what the person should know about the folder (inside a repository)
 
 
 class Tasks:
@@ -233,7 +234,7 @@ class Tasks:
         self.ctx.remember_vault(source.id, vault)
         ws = self.ctx.store.get_workspace(ws_id)
         self.ctx.events.publish(ev.TASK_CREATED, task_id, workspace_id=ws_id, source=str(folder))
-        return NewTask(task, ws, result.base_commit)
+        return NewTask(task, ws, result.base_commit, inside_repository_note(folder))
 
     def _undo_new_task(
         self,

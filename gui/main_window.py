@@ -823,12 +823,14 @@ class MainWindow(QMainWindow):
                 made = cairn.tasks.new(
                     r.folder, title=r.title, engine=r.engine, instructions=r.instructions
                 )
-                return task_row(cairn, made.task.id)
+                return task_row(cairn, made.task.id), made.note
 
-            def created(row, r: NewTaskRequest = request) -> None:
+            def created(result, r: NewTaskRequest = request) -> None:
+                row, note = result
                 self.lineage.add_task_row(row)
                 self.lineage.select_task(row.task_id)
-                self.show_status(f"Task “{row.title}” created from {r.folder}")
+                said = f"Task “{row.title}” created from {r.folder}"
+                self.show_status(f"{said}. Note: {note}" if note else said)
                 if r.start:
                     self.start_task(row.task_id, row.title, r.engine, r.instructions)
 

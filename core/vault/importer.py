@@ -62,6 +62,29 @@ def check_importable(folder: Path, data_dir: DataDir) -> Path:
     return path
 
 
+def enclosing_repository(folder: Path) -> Path | None:
+    """The git work tree `folder` lies inside (not at its top), or None: importing it takes the
+    folder's files as they are, not the repository's history."""
+    for parent in folder.parents:
+        try:
+            if (parent / ".git").exists():
+                return parent
+        except OSError:
+            return None
+    return None
+
+
+def inside_repository_note(folder: Path) -> str | None:
+    """One line for a folder imported from inside a repository's work tree, or None."""
+    top = enclosing_repository(folder)
+    if top is None:
+        return None
+    return (
+        f"{folder} is inside the git repository {top}: its files are imported as a plain folder, "
+        f"without the repository's history (drop {top} to work on the whole repository)"
+    )
+
+
 def _resolve_folder(folder: Path) -> Path:
     shown = folder.expanduser()
     try:

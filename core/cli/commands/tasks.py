@@ -77,12 +77,13 @@ class NewCommand(Command):
             "workspace_id": made.workspace.id,
             "workspace_root": made.workspace.root,
             "base_revision": made.base_revision,
+            "note": made.note,
         }
         text = (
             f"task {made.task.id} ({made.task.title})\n"
             f"workspace {made.workspace.id} at {made.workspace.root}\n"
             f"base revision {made.base_revision}"
-        )
+        ) + (f"\nnote: {made.note}" if made.note else "")
         if not args.message:
             emit(args, obj, text)
             return
