@@ -471,6 +471,18 @@ class Ladder:
             return self._fork_base_position(
                 replace(ctx, session_id=found.session_id, spec=spec), run, at
             )
+        if found.kind == AT_POSITION and found.session_id:
+            position = getattr(eng, "conversation_position", None)
+            now = position(ctx.host_home, ctx.host_run_dir, found.session_id) if position else None
+            if now == (found.session_id, found.position):
+                # The conversation has not moved since: the whole of it is the one to fork.
+                spec["session_id"] = found.session_id
+                report.add(
+                    "conversation",
+                    f"as at revision {short}: session {found.session_id}, unchanged since",
+                    found.reason,
+                )
+                return replace(ctx, session_id=found.session_id, spec=spec)
         if found.kind == AT_POSITION:
             why = (
                 f"the {eng.label} CLI cannot fork a conversation at an earlier point (at revision "

@@ -542,3 +542,27 @@ def test_a_continue_after_restoring_one_file_to_a_mix_goes_on_as_it_is(made):
     assert (
         cairn.runs.ladder._continue_point(ClaudeCodeEngine(), ctx, run, ResumeReport(run.id)) is ctx
     )
+
+
+def test_a_codex_fork_at_an_older_revision_is_native_while_its_thread_has_not_moved(made):
+    cairn, src = made
+    task, ws, run, home = agent_task(cairn, src, "codex")
+    thread = str(uuid.uuid4())
+    cairn.ctx.store.update_run(run.id, engine_session_id=thread)
+    rollout = (
+        home / CODEX_DIR / "sessions/2026/12/01" / f"rollout-2026-12-01T00-00-00-{thread}.jsonl"
+    )
+    write(rollout, [{"type": "session_meta", "payload": {"id": thread}}, {"type": "turn_context"}])
+    r1 = capture(cairn, task, Path(ws.root), "a.txt", "a\n")
+    (Path(ws.root) / "hand.txt").write_text("by hand\n")  # a later edit, no new turn
+    cairn.revisions.capture(task.id, trigger="external")
+    run1, ctx1 = fork_of(cairn, task, r1, "codex")
+    report = ResumeReport(run1.id)
+    out = ladder_fork_point(cairn, CodexEngine(), replace(ctx1, session_id=thread), run1, report)
+    assert out.mode == MODE_FORK and out.session_id == thread and "resume_at" not in out.spec
+    assert "unchanged since" in report.path[0]
+    # Once the thread has another turn, a fork there can no longer be native.
+    write(rollout, [{"type": "turn_context"}], append=True)
+    run2, ctx2 = fork_of(cairn, task, r1, "codex")
+    out2 = ladder_fork_point(cairn, CodexEngine(), ctx2, run2, ResumeReport(run2.id))
+    assert out2.mode == MODE_FALLBACK and "turn 1" in out2.spec["fallback_reason"]
