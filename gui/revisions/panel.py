@@ -138,6 +138,10 @@ class RevisionsPanel(QWidget):
         self.undo_button.setObjectName("revisionsUndo")
         self.undo_button.setEnabled(False)
         self.undo_button.clicked.connect(lambda: self._restore_selected(UNDO))
+        self.refusal = QLabel(self)
+        self.refusal.setObjectName("revisionsRefusal")
+        self.refusal.setWordWrap(True)
+        self.refusal.setVisible(False)
         self.restores = RestoreActions(context, self)
         self.restores.sig_done.connect(self._on_restored)
         self.comparison = QLabel(self)
@@ -164,6 +168,7 @@ class RevisionsPanel(QWidget):
         top_layout.setContentsMargins(0, 0, 0, 0)
         top_layout.addLayout(bar)
         top_layout.addWidget(self.search)
+        top_layout.addWidget(self.refusal)
         top_layout.addWidget(self.table, 1)
         top_layout.addLayout(below)
 
@@ -431,6 +436,9 @@ class RevisionsPanel(QWidget):
         return self.refused()
 
     def _update_buttons(self) -> None:
+        live = self._timeline.refused if self._timeline is not None else ""
+        self.refusal.setText(f"Restoring is off: {live}." if live else "")
+        self.refusal.setVisible(bool(live))
         rows = self.selected_rows()
         one = len(rows) == 1
         self.fork_button.setEnabled(len(self.selected_revisions()) == 1)

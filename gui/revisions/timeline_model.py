@@ -31,7 +31,7 @@ MEMBER = "member"  # one revision of an opened burst
 HEADING = "heading"  # the run and step or tool call the rows below it belong to
 MARKER = "marker"  # a checkpoint, snapshot, approval or fork
 
-MARKER_SIGNS = {"checkpoint": "◆", "snapshot": "●", "approval": "✔", "fork": "⑂"}
+MARKER_SIGNS = {"checkpoint": "◆", "snapshot": "●", "approval": "✔", "fork": "↗"}
 
 TRIGGER_WORDS = {
     "base": "base (imported folder)",

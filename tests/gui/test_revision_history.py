@@ -180,7 +180,7 @@ def test_markers_sit_at_their_revision_and_a_click_selects_it(qtbot, panel, cair
     markers = {m.row(r).marker.kind: r for r in m.marker_rows()}
     assert m.data(m.index(markers["snapshot"], COL_WHAT)) == "● snapshot known good"
     assert m.row(markers["snapshot"]).marker.ref == snap.id
-    assert m.data(m.index(markers["fork"], COL_WHAT)) == f"⑂ fork: {child.title}"
+    assert m.data(m.index(markers["fork"], COL_WHAT)) == f"↗ fork: {child.title}"
     # Both sit just above the revision they belong to.
     below = max(markers.values()) + 1
     assert m.entry(below).id == first.id
@@ -295,6 +295,7 @@ def test_restores_are_refused_with_the_reason_while_a_run_is_live(qtbot, panel, 
     assert "run r_live is live" in panel.restore_button.toolTip()
     assert not panel.undo_button.isEnabled()
     assert "run r_live is live" in panel.undo_button.toolTip()
+    assert panel.refusal.isVisible() and "run r_live is live" in panel.refusal.text()
     menu = panel.context_menu_for(panel.model.row_of(rev.id))
     for name in ("restoreWorkspace", "undoRevision"):
         action = next(a for a in menu.actions() if a.objectName() == name)
