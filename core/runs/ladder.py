@@ -26,7 +26,7 @@ from core.engines.base import (
     LaunchContext,
     ToolContract,
 )
-from core.errors import CairnError, Conflict, InputError
+from core.errors import CairnError, Conflict, InputError, NotFound
 from core.ids import new_id
 from core.models import (
     Checkpoint,
@@ -447,7 +447,16 @@ class Ladder:
         ):
             return ctx
         parent_ws = self.ctx.workspace_of(self.store.get_task(task.parent_task_id))
-        found = self.revisions.conversation_at(parent_ws.id, task.from_revision)
+        try:
+            found = self.revisions.conversation_at(parent_ws.id, task.from_revision)
+        except NotFound:
+            # A revision of another task (`TASK:REV`): no position of the parent's goes with it.
+            report.add(
+                "conversation",
+                "the parent's, as it is now",
+                f"revision {task.from_revision[:12]} is not one of the parent's workspace",
+            )
+            return replace(ctx, spec={**ctx.spec, "fork_point": {"kind": "elsewhere"}})
         short = found.revision_id[:12]
         spec = {**ctx.spec, "fork_point": {"revision": found.revision_id, "kind": found.kind}}
         if found.kind == AT_LATEST:

@@ -566,3 +566,13 @@ def test_a_codex_fork_at_an_older_revision_is_native_while_its_thread_has_not_mo
     run2, ctx2 = fork_of(cairn, task, r1, "codex")
     out2 = ladder_fork_point(cairn, CodexEngine(), ctx2, run2, ResumeReport(run2.id))
     assert out2.mode == MODE_FALLBACK and "turn 1" in out2.spec["fallback_reason"]
+
+
+def test_a_fork_at_another_tasks_revision_keeps_the_parents_conversation(made):
+    cairn, src = made
+    task, ws, _, _, _ = three_revisions(cairn, src, "claude-code")
+    run, ctx = fork_of(cairn, task, "f" * 40, "claude-code")
+    report = ResumeReport(run.id)
+    out = ladder_fork_point(cairn, ClaudeCodeEngine(), ctx, run, report)
+    assert out.mode == MODE_FORK and out.session_id == SESSION and "resume_at" not in out.spec
+    assert "not one of the parent's workspace" in report.notes[0]
