@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from core import cli
 from core import events as ev
 from core.app import Cairn
 from core.history import (
@@ -232,3 +233,24 @@ def test_markers_sit_at_the_revision_they_belong_to(made):
     assert kinds["snapshot"].ref == snap.id
     assert kinds["fork"].revision_id == rev1.id and kinds["fork"].ref == child.id
     assert markers == sorted(markers, key=lambda m: m.at)
+
+
+def test_cairnctl_revisions_prints_descriptions_markers_and_searches(made, capsys):
+    cairn, task, ws, root = made
+    (root / "notes.md").write_text("by hand\n")
+    cairn.revisions.capture(task, trigger="external")
+    cairn.snapshots.take(task, name="kept")
+    data = str(cairn.ctx.data.root)
+    cairn.close()
+
+    assert cli.main(["--data-dir", data, "revisions", task]) == 0
+    out = capsys.readouterr().out
+    assert "      the folder the task started from · app.py" in out
+    assert "      edited outside the sandbox · notes.md" in out
+    assert "      ◆ snapshot kept" in out
+
+    assert cli.main(["--data-dir", data, "--json", "revisions", task, "--search", "notes"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert [r["paths"] for r in found["revisions"]] == [["notes.md"]]
+    assert found["revisions"][0]["description"] == "edited outside the sandbox · notes.md"
+    assert [m["kind"] for m in found["markers"]] == ["snapshot"]
