@@ -396,6 +396,21 @@ def remove_measured(top: str | os.PathLike[str]) -> int:
 # -- archiving ---------------------------------------------------------------------------------
 
 
+def _still_archived_and_idle(ctx: Context, workspace_id: str) -> tuple[Workspace | None, str]:
+    """The workspace when it is still archived with no run in flight; else None and why not (a
+    plan's item is checked again when it is carried out)."""
+    try:
+        ws = ctx.store.get_workspace(workspace_id)
+    except NotFound:
+        return None, f"workspace {workspace_id} no longer exists"
+    if ws.state != WorkspaceState.ARCHIVED.value:
+        return None, f"workspace {ws.id} is {ws.state} now, no longer archived"
+    run = _in_flight_run(ctx, ws.id)
+    if run:
+        return None, f"workspace {ws.id} has run {run} in flight"
+    return ws, ""
+
+
 def _in_flight_run(ctx: Context, workspace_id: str) -> str | None:
     marks = ",".join("?" * len(runs_mod.IN_FLIGHT))
     row = ctx.store.query_one(
@@ -1111,15 +1126,9 @@ def _clean_container(ctx: Context, sandboxes: Sandboxes | None, item: PlanItem) 
     assert item.workspace_id
     if sandboxes is None:
         return "the sandbox backend was not asked"
-    try:
-        ws = ctx.store.get_workspace(item.workspace_id)
-    except NotFound:
-        return f"workspace {item.workspace_id} no longer exists"
-    if ws.state != WorkspaceState.ARCHIVED.value:
-        return f"workspace {ws.id} is {ws.state} now, no longer archived"
-    run = _in_flight_run(ctx, ws.id)
-    if run:
-        return f"workspace {ws.id} has run {run} in flight"
+    ws, why = _still_archived_and_idle(ctx, item.workspace_id)
+    if ws is None:
+        return why
     manager = sandboxes.get()
     summary = next(
         (s for s in manager.backend.list_sessions() if s.container_id == item.path), None
@@ -1164,15 +1173,9 @@ def _clean_workspace(ctx: Context, item: PlanItem, result: Result) -> str | None
         )
         moved = False
         with ctx.store.transaction():
-            try:
-                ws = ctx.store.get_workspace(item.workspace_id)
-            except NotFound:
-                return f"workspace {item.workspace_id} no longer exists"
-            if ws.state != WorkspaceState.ARCHIVED.value:
-                return f"workspace {ws.id} is {ws.state} now, no longer archived"
-            run = _in_flight_run(ctx, ws.id)
-            if run:
-                return f"workspace {ws.id} has run {run} in flight"
+            ws, why = _still_archived_and_idle(ctx, item.workspace_id)
+            if ws is None:
+                return why
             root = _owned_tree(ctx, ws)
             if root is not None:
                 os.rename(root, trash)
