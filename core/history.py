@@ -129,27 +129,44 @@ def activities(run_id: str, records: Iterable[Record]) -> list[Activity]:
     """The shell steps and tool calls of one run, in the order they started, from its stored
     output (core.output_blocks records). Lines without a time (output stored before times were)
     cannot be placed and are left out."""
-    out: list[Activity] = []
-    buffer, buffer_at = "", None  # a line not ended yet, and when it began
-    for record in records:
-        if isinstance(record, AttemptStart):
-            buffer, buffer_at = "", None
-            continue
-        if not isinstance(record, OutputRecord) or record.stream != "stdout":
-            continue
-        if not buffer:
-            buffer_at = record.at
-        lines = (buffer + record.text).split("\n")
-        buffer = lines.pop()
-        for i, line in enumerate(lines):
-            at = buffer_at if i == 0 else record.at
-            if at is not None:
-                out.extend(_line_activities(run_id, line, at, len(out)))
-        if lines:
-            buffer_at = record.at
-    if buffer and buffer_at is not None:
-        out.extend(_line_activities(run_id, buffer, buffer_at, len(out)))
-    return out
+    reader = ActivityReader(run_id)
+    reader.feed(records)
+    return reader.activities()
+
+
+class ActivityReader:
+    """`activities` a piece at a time: a run's output read as it grows, each part once."""
+
+    def __init__(self, run_id: str):
+        self.run_id = run_id
+        self._found: list[Activity] = []
+        self._buffer = ""  # a line not ended yet
+        self._buffer_at: float | None = None  # and when it began
+
+    def feed(self, records: Iterable[Record]) -> None:
+        for record in records:
+            if isinstance(record, AttemptStart):
+                self._buffer, self._buffer_at = "", None
+                continue
+            if not isinstance(record, OutputRecord) or record.stream != "stdout":
+                continue
+            if not self._buffer:
+                self._buffer_at = record.at
+            lines = (self._buffer + record.text).split("\n")
+            self._buffer = lines.pop()
+            for i, line in enumerate(lines):
+                at = self._buffer_at if i == 0 else record.at
+                if at is not None:
+                    self._found.extend(_line_activities(self.run_id, line, at, len(self._found)))
+            if lines:
+                self._buffer_at = record.at
+
+    def activities(self) -> list[Activity]:
+        """What was found so far, the line not ended yet included."""
+        out = list(self._found)
+        if self._buffer and self._buffer_at is not None:
+            out.extend(_line_activities(self.run_id, self._buffer, self._buffer_at, len(out)))
+        return out
 
 
 def _line_activities(run_id: str, line: str, at: float, calls: int) -> list[Activity]:

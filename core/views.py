@@ -9,6 +9,7 @@ is recorded the first time it is read after the run ended (so later price change
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -20,7 +21,7 @@ from core.context import Context
 from core.errors import CairnError
 from core.history import Activity, Described, Marker
 from core.models import Revision, Run, Snapshot, Task
-from core.output_blocks import encode, read_records
+from core.output_blocks import encode, read_records, records_from_events
 from core.restore import restore_note
 from core.revisions import Revisions
 from core.runs.liveness import Sandboxes
@@ -40,7 +41,8 @@ class Views:
         # What never changes once known: the paths a revision changed, an ended run's steps
         # and tool calls, a restore's source.
         self._paths: dict[str, list[str]] = {}
-        self._activities: dict[str, list[Activity]] = {}
+        self._readers: dict[str, tuple[history.ActivityReader, int]] = {}  # and the last seq
+        self._readers_lock = threading.Lock()  # jobs on several threads read histories
         self._restores: dict[str, tuple[str, str] | None] = {}
 
     def session_stats(self, session_id: str) -> dict[str, Any]:
@@ -185,17 +187,27 @@ class Views:
         )
 
     def _run_activities(self, run_id: str) -> list[Activity]:
-        cached = self._activities.get(run_id)
-        if cached is not None:
-            return cached
-        try:
-            run = self.ctx.store.get_run(run_id)
-        except CairnError:
-            return []
-        found = history.activities(run_id, read_records(self.ctx.store, run_id))
-        if run.state not in IN_FLIGHT:
-            self._activities[run_id] = found  # its output is complete
-        return found
+        """The run's steps and tool calls; its output is read once, what was added since the
+        last call each time after that."""
+        with self._readers_lock:
+            return self._read_activities(run_id)
+
+    def _read_activities(self, run_id: str) -> list[Activity]:
+        reader, last = self._readers.get(run_id) or (history.ActivityReader(run_id), 0)
+        rows = self.ctx.store.query(
+            "SELECT seq, kind, payload, created_at FROM events WHERE subject = ? AND kind IN "
+            "(?, ?) AND seq > ? ORDER BY seq",
+            (run_id, ev.RUN_OUTPUT, ev.RUN_RESUMED, last),
+        )
+        if rows:
+            reader.feed(
+                records_from_events(
+                    (row["kind"], json.loads(row["payload"]), row["created_at"]) for row in rows
+                )
+            )
+            last = rows[-1]["seq"]
+        self._readers[run_id] = (reader, last)
+        return reader.activities()
 
     def markers(self, task_ref: str) -> list[Marker]:
         """Checkpoints, snapshots, approvals and forks of the task's workspace, each at the
