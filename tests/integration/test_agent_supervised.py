@@ -7,34 +7,24 @@ call is not asked twice for the program it names."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import uuid
 from pathlib import Path
 
 import pytest
 
-from core.approvals import stop_judge
-from core.sandbox import egress
 from tests.agents.fake_anthropic import Bash, FakeAnthropic, Reply, text_of, tool_results
-from tests.agents.locate import claude_binary, missing
+from tests.integration.claude_support import binary, release, use_scripted_server
 from tests.support import as_json, cairnctl, git, wait_for
 
-API_KEY = "sk-ant-test-not-a-real-key"
+__all__ = ["binary"]  # the fixture, used by name
+
 PUSH = "git push --force /workspace/remote.git HEAD:refs/heads/main"
 # The same push, spelled so no text rule sees it.
 DISGUISED = "bash -c \"g''it pu''sh -f /workspace/remote.git HEAD:refs/heads/main\""
 PUSH_ARGV = ["git", "push", "-f", "/workspace/remote.git", "HEAD:refs/heads/main"]
 
 pytestmark = pytest.mark.docker
-
-
-@pytest.fixture(scope="module")
-def binary() -> Path:
-    found = claude_binary()
-    if found is None:
-        pytest.skip(missing())
-    return found
 
 
 def _project(tmp_path: Path) -> Path:
@@ -52,32 +42,6 @@ def _pending(data: Path) -> list[dict]:
     return as_json(cairnctl(data, "approvals", "--json"))["approvals"]
 
 
-def _settings(data: Path, binary: Path, url: str, secret: str) -> None:
-    (data / "settings.json").write_text(
-        json.dumps(
-            {
-                "engines": {
-                    "claude-code": {
-                        "binary": str(binary),
-                        "base_url": url,
-                        "api_key_secret": secret,
-                    }
-                }
-            }
-        )
-    )
-
-
-def _cleanup(data: Path, secret: str, docker_client) -> None:
-    cairnctl(data, "secret", "rm", secret, check=False)
-    label = f"cairn.data_dir={data.resolve()}"
-    for c in docker_client.containers.list(all=True, filters={"label": label}):
-        c.remove(force=True)
-    for sock in (data / "egress").glob("*/sandbox/egress.sock"):
-        egress.stop(sock)
-    stop_judge(data.resolve())
-
-
 def test_a_refused_tool_call_tried_again_through_bash_c_is_asked_and_refused(
     binary, sandbox_image, docker_client, secret_service, tmp_path
 ):
@@ -91,8 +55,7 @@ def test_a_refused_tool_call_tried_again_through_bash_c_is_asked_and_refused(
         Reply("The push was refused both ways."),
     ]
     with FakeAnthropic(script) as server:
-        _settings(data, binary, server.url, secret)
-        cairnctl(data, "secret", "set", secret, input=API_KEY)
+        use_scripted_server(data, binary, server.url, secret)
         try:
             made = as_json(
                 cairnctl(
@@ -136,7 +99,7 @@ def test_a_refused_tool_call_tried_again_through_bash_c_is_asked_and_refused(
                 "denied",
             ]
         finally:
-            _cleanup(data, secret, docker_client)
+            release(data, secret, docker_client)
 
 
 def test_an_approved_tool_call_is_not_asked_again_for_the_program_it_names(
@@ -147,8 +110,7 @@ def test_an_approved_tool_call_is_not_asked_again_for_the_program_it_names(
     data.mkdir()
     secret = f"claude-sup-{uuid.uuid4().hex[:12]}"
     with FakeAnthropic([Bash(PUSH), Reply("Pushed.")]) as server:
-        _settings(data, binary, server.url, secret)
-        cairnctl(data, "secret", "set", secret, input=API_KEY)
+        use_scripted_server(data, binary, server.url, secret)
         try:
             made = as_json(
                 cairnctl(
@@ -167,4 +129,4 @@ def test_an_approved_tool_call_is_not_asked_again_for_the_program_it_names(
             covered = [a for a in decided if a["details"].get("covered_by") == card["id"]]
             assert [a["state"] for a in covered] == ["auto-allowed"], decided
         finally:
-            _cleanup(data, secret, docker_client)
+            release(data, secret, docker_client)
