@@ -140,6 +140,7 @@ class ActivityReader:
     def __init__(self, run_id: str):
         self.run_id = run_id
         self._found: list[Activity] = []
+        self._keys: set[str] = set()
         self._buffer = ""  # a line not ended yet
         self._buffer_at: float | None = None  # and when it began
 
@@ -156,8 +157,13 @@ class ActivityReader:
             self._buffer = lines.pop()
             for i, line in enumerate(lines):
                 at = self._buffer_at if i == 0 else record.at
-                if at is not None:
-                    self._found.extend(_line_activities(self.run_id, line, at, len(self._found)))
+                if at is None:
+                    continue
+                for act in _line_activities(self.run_id, line, at, len(self._found)):
+                    if act.kind == "tool" and act.key in self._keys:
+                        continue  # the same call again (Codex: started, then completed)
+                    self._keys.add(act.key)
+                    self._found.append(act)
             if lines:
                 self._buffer_at = record.at
 

@@ -749,6 +749,11 @@ class DiffViewer(QWidget):
         return True
 
     def _context_menu(self, view: DiffTextView, pos: QPoint) -> None:
+        self.text_menu(view, pos).popup(view.viewport().mapToGlobal(pos))
+
+    def text_menu(self, view: DiffTextView, pos: QPoint) -> QMenu:
+        """The diff view's context menu at `pos`: more context, the owner's actions on the
+        shown file, copy, find."""
         menu = QMenu(self)
         cursor = view.cursorForPosition(pos)
         if not view.textCursor().hasSelection():
@@ -771,7 +776,7 @@ class DiffViewer(QWidget):
         copy.triggered.connect(view.copy)
         find = menu.addAction("Find…")
         find.triggered.connect(self.open_find)
-        menu.popup(view.viewport().mapToGlobal(pos))
+        return menu
 
     # -- the owner's actions on one file ----------------------------------------------------------
 

@@ -16,7 +16,7 @@ from core import events as ev
 from core.app import Cairn
 from core.models import Run
 from gui.context import AppContext
-from gui.qt import QCoreApplication, QEvent, QSettings, Qt
+from gui.qt import QCoreApplication, QEvent, QPoint, QSettings, Qt
 from gui.revisions import RevisionsPanel
 from gui.revisions.timeline_model import BURST, COL_SEQ, COL_WHAT, HEADING, MARKER, MEMBER
 
@@ -262,7 +262,16 @@ def test_restore_this_file_from_the_diff_and_its_history(qtbot, panel, cairn, ma
     assert "Restore app.py to #2: wrote 1 file (app.py)" in told[0]
 
     # The diff view's own menu offers the same for the shown file.
-    panel.viewer.grab().save("/tmp/revisions_diff_file_actions.png")
+    panel.viewer.select_file(
+        next(i for i, f in enumerate(panel.viewer.diff.files) if f.path == "app.py")
+    )
+    menu = panel.viewer.text_menu(panel.viewer.unified, QPoint(5, 5))
+    restore = next(a for a in menu.actions() if a.objectName() == "fileAction-restore")
+    assert restore.text() == "Restore this file to here (#2)…" and restore.isEnabled()
+    menu.popup(panel.viewer.mapToGlobal(QPoint(300, 40)))
+    qtbot.waitExposed(menu)
+    menu.grab().save("/tmp/revisions_diff_menu.png")
+    menu.close()
 
     panel.viewer.file_menu("app.py").actions()[1].trigger()
     dialogs = [w for w in panel.findChildren(object) if w.objectName() == "fileHistory"]

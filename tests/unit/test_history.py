@@ -89,7 +89,7 @@ def test_codex_commands_and_file_changes_are_tool_calls():
     }
     records = [
         OutputRecord("stdout", json.dumps(e) + "\n", 5.0 + i)
-        for i, e in enumerate([started, change])
+        for i, e in enumerate([started, change, {**change, "type": "item.started"}])
     ]
     assert [a.label for a in activities("r", records)] == ["Shell: rm old.txt", "Add n.py"]
 
