@@ -21,6 +21,7 @@ from gui.dialogs import ContinueDialog, ForkDialog, ask_resume_choice
 from gui.errors import describe_error
 from gui.icons import icon
 from gui.jobs import JobFailure
+from gui.promote_result import show_promoted
 from gui.qt import (
     QAction,
     QFileDialog,
@@ -537,6 +538,8 @@ class TaskView(QWidget):
             "promote to a branch",
             lambda: cairn.artifacts.promote_to_branch(task_id, branch),
             done=f"Promoted {title} to the branch {branch}",
+            # What people do next with a branch: open it, copy its name, push it.
+            on_success=lambda promoted: show_promoted(self.context, self, promoted),
             busy="promoting",
         )
 

@@ -35,6 +35,7 @@ import gui.main as app_main
 from gui.diff.file_list import COL_PATH
 from gui.lineage.model import ROLE_TASK_ID
 from gui.main_window import MainWindow
+from gui.promote_result import PromotedDialog
 from gui.qt import is_alive
 from gui.shortcuts import TASK_SHORTCUTS
 from gui.task_view.actions import (
@@ -668,6 +669,27 @@ class Scenario:
             ).stdout,
             "the promoted branch",
         )  # fmt: skip
+        # Promote offers the next steps; Escape closes them and the window has the keys again.
+        promoted = self.wait(
+            lambda: next(
+                (
+                    t
+                    for t in QApplication.topLevelWidgets()
+                    if isinstance(t, PromotedDialog) and t.isVisible()
+                ),
+                None,
+            ),
+            "the promoted branch's next steps",
+        )
+        if BRANCH not in promoted.summary.text():
+            raise Failed(f"the next steps do not name the branch: {promoted.summary.text()!r}")
+        self.shot("promoted-next-steps")
+        promoted.activateWindow()
+        self.wait(lambda: QApplication.activeWindow() is promoted, "the next steps to have focus")
+        self.press("Escape")
+        self.wait(lambda: not is_alive(promoted) or not promoted.isVisible(), "them to close")
+        w.activateWindow()  # what a window manager does when a dialog closes
+        self.wait(lambda: QApplication.activeWindow() is w, "the window to have the keys again")
         patch = self.shots.parent / f"{self.args.phase}-typed.patch"
         patch.unlink(missing_ok=True)
         self.answer_next_modal("Return", text=str(patch), what="the patch file")
