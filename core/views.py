@@ -231,7 +231,15 @@ class Views:
                 if snap is None or snap.revision_id not in known:
                     continue
                 checkpointed.add(snap.id)
-                step = f" before {cp.pending_step}" if cp.pending_step else ""
+                pending = cp.pending_step or ""
+                # A shell run notes the 0-based index of the step it had not finished.
+                step = (
+                    f" before step {int(pending) + 1}"
+                    if pending.isdigit()
+                    else f" before {pending}"
+                    if pending
+                    else ""
+                )
                 out.append(
                     Marker(
                         "checkpoint",
