@@ -11,6 +11,7 @@ panel's.
 from __future__ import annotations
 
 import html
+import shlex
 import time
 
 from gui.approvals.data import PendingApproval, ProgramStart, visible, waited
@@ -20,6 +21,7 @@ from gui.qt import (
     QCheckBox,
     QColor,
     QEvent,
+    QFont,
     QFontDatabase,
     QFormLayout,
     QFrame,
@@ -85,10 +87,19 @@ class ScriptView(QPlainTextEdit):
     the palette's highlight, so light and dark palettes both read, and a ▶ for who cannot tell
     the colours apart). Taller than SCRIPT_LINES lines, it scrolls, starting at the marked step."""
 
-    def __init__(self, steps: tuple[str, ...], step: int | None, parent: QWidget | None = None):
+    def __init__(
+        self,
+        steps: tuple[str, ...],
+        step: int | None,
+        parent: QWidget | None = None,
+        *,
+        words: tuple[str, ...] = (),
+    ):
         super().__init__(parent)
         self.steps = steps
         self.step = step
+        self.words = words  # how the program may be written in the step, most exact first
+        self.matched = ""  # the words found and underlined in the marked step
         self._blocks: tuple[int, int] | None = None  # the marked step's first and last block
         self._fitted_width = -1
         self.setObjectName("approvalScript")
@@ -122,6 +133,23 @@ class ScriptView(QPlainTextEdit):
             block += len(parts)
         return "\n".join(lines)
 
+    def _underline(self, start: int, end: int) -> None:
+        """The program's own words in the marked step, bold and underlined, when they are there
+        as written (a disguised spelling is marked by its step only)."""
+        doc = self.document()
+        for words in self.words:
+            if not words.strip():
+                continue
+            found = doc.find(words, start)
+            if found.isNull() or found.selectionEnd() > end:
+                continue
+            fmt = found.charFormat()
+            fmt.setFontUnderline(True)
+            fmt.setFontWeight(QFont.Weight.Bold)
+            found.mergeCharFormat(fmt)
+            self.matched = words
+            return
+
     def marked_text(self) -> str:
         """The text of the marked step's lines, as shown (empty without a marked step)."""
         if self._blocks is None:
@@ -150,6 +178,10 @@ class ScriptView(QPlainTextEdit):
         fmt = cursor.blockFormat()
         fmt.setBackground(self.mark_colour())
         cursor.setBlockFormat(fmt)
+        last_block = doc.findBlockByNumber(last)
+        self._underline(
+            doc.findBlockByNumber(first).position(), last_block.position() + last_block.length()
+        )
         self.setTextCursor(QTextCursor(doc.findBlockByNumber(first)))
 
     def _fit(self) -> None:
@@ -323,7 +355,12 @@ class ApprovalCard(QFrame):
             form.addRow("Started by", self.parents_label)
 
         if program.script:
-            self.script_view = ScriptView(program.script, program.step, self)
+            self.script_view = ScriptView(
+                program.script,
+                program.step,
+                self,
+                words=tuple(w for w in (program.what, shlex.join(program.argv)) if w),
+            )
             form.addRow("Script", self.script_view)
         layout.addLayout(form)
 

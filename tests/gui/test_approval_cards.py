@@ -318,3 +318,18 @@ def test_a_card_says_what_a_renamed_copy_really_is_and_where_its_words_lead(qtbo
     assert "a copy of /usr/bin/git" in shown
     assert "reads /home/agent/.ssh/id_rsa" in shown
     assert "l/ leads to /home/agent/keep" in shown
+
+
+def test_the_script_underlines_the_program_where_the_step_writes_it_as_is(qtbot):
+    card = card_for(qtbot, program_start())
+    assert card.script_view.matched == "git push --force origin main"
+    disguised = program_start(
+        2,
+        details={
+            "script": {"step": 0, "commands": ["g''it pu''sh --force origin main"]},
+            "what": "git push --force origin main",
+        },
+    )
+    other = card_for(qtbot, disguised)
+    assert other.script_view.matched == ""  # marked by its step alone
+    assert "g''it" in other.script_view.marked_text()
