@@ -1,13 +1,15 @@
 """What the lineage tree reads through the facade, composed into plain values (no Qt).
 
-Owns every task's row (run state, live session, snapshot freshness, approvals waiting) and the
-counts and sets the tree updates its badges from; the functions here run inside jobs, never on
-the GUI thread. Showing the rows belongs to gui.lineage.model.
+Owns every task's row (run state, live session, snapshot freshness, approvals waiting, and, when
+the tree's Cost column is shown, what its runs used: core.views' usage figures) and the counts
+and sets the tree updates its badges from; the functions here run inside jobs, never on the GUI
+thread. Showing the rows belongs to gui.lineage.model.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from core.app import Cairn
 from core.models import Task
@@ -33,6 +35,8 @@ class TaskRow:
     approvals: int = 0
     instructions: str = ""
     pending: str | None = None  # an action under way that the run's state does not say yet
+    # What the task's runs used (cairn.views' figures: tokens, cost_usd, runs...); None: not read
+    usage: dict[str, Any] | None = None
 
 
 @dataclass
@@ -60,8 +64,16 @@ def live_workspaces(status: dict) -> set[str]:
     return {s["workspace_id"] for s in status.get("sessions", []) if s.get("state") == "running"}
 
 
-def load_lineage(cairn: Cairn, *, with_sessions: bool = True) -> LineageData:
-    """Every task with what its row shows (run state, live session, snapshot, approvals)."""
+def usage_by_task(cairn: Cairn) -> dict[str, dict[str, Any]]:
+    """What each task's runs used, by task id (every task, those with no runs at zero)."""
+    return {row["task_id"]: row for row in cairn.views.usage_all()["tasks"]}
+
+
+def load_lineage(
+    cairn: Cairn, *, with_sessions: bool = True, with_usage: bool = False
+) -> LineageData:
+    """Every task with what its row shows (run state, live session, snapshot, approvals, and
+    with `with_usage` what its runs used)."""
     tasks = cairn.tasks.all()
     source_paths: dict[str, str] = {}
     for task in tasks:
@@ -77,9 +89,13 @@ def load_lineage(cairn: Cairn, *, with_sessions: bool = True) -> LineageData:
         problem = status.get("problem")
         live = live_workspaces(status)
     approvals = pending_approvals_by_task(cairn)
+    used = usage_by_task(cairn) if with_usage and tasks else {}
     rows = []
     for task in tasks:
-        rows.append(_row(cairn, task, source_paths[task.source_id], snapshots, live, approvals))
+        row = _row(cairn, task, source_paths[task.source_id], snapshots, live, approvals)
+        if with_usage:
+            row.usage = used.get(task.id)
+        rows.append(row)
     return LineageData(rows, problem)
 
 
@@ -114,9 +130,12 @@ def _row(
     )
 
 
-def task_row(cairn: Cairn, task_id: str) -> TaskRow:
+def task_row(cairn: Cairn, task_id: str, *, with_usage: bool = False) -> TaskRow:
     """One task's row (after it was created, or when its state changed)."""
     task = cairn.tasks.get(task_id)
     details = cairn.views.task_details(task.id)
     snaps = {details["workspace_id"]: [s["revision"] for s in details["snapshots"]]}
-    return _row(cairn, task, details["source_path"], snaps, set(), pending_approvals_by_task(cairn))
+    row = _row(cairn, task, details["source_path"], snaps, set(), pending_approvals_by_task(cairn))
+    if with_usage:
+        row.usage = cairn.views.usage(task.id)["task"]
+    return row

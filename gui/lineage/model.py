@@ -7,8 +7,11 @@ are handed to views lazily (`canFetchMore`/`fetchMore`, a chunk at a time), so a
 thousand tasks costs what the expanded part of it costs. A fetch asked for while the model is
 announcing a change (from a slot of its own signals) is deferred to the next turn of the event
 loop instead of nesting a second change inside the first. `LineageFilter` filters through a
-QSortFilterProxyModel; it also finds matches in subtrees not fetched yet. Loading the rows is a
-job's work (gui.lineage.data.load_lineage); this module never calls the facade.
+QSortFilterProxyModel; it also finds matches in subtrees not fetched yet. The optional Cost
+column shows each task's cost (tokens in its tooltip), the sum over a task and the tasks below
+it in a parent's tooltip, and a folder's sum on its row; the sums are made once per change of
+the figures, not per paint. Loading the rows and their figures is a job's work
+(gui.lineage.data.load_lineage); this module never calls the facade.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import PurePath
 from typing import Any, overload
 
+from core.usage import Usage, cost_text, count_text, summary_text, tokens_text
 from gui.icons import icon
 from gui.lineage.data import TaskRow
 from gui.qt import (
@@ -32,11 +36,11 @@ from gui.qt import (
     Qt,
     QTimer,
 )
-from gui.run_state import STATE_COLOURS, run_state_label
+from gui.run_state import IN_FLIGHT, STATE_COLOURS, run_state_label
 
 FETCH_CHUNK = 256
-COLUMNS = ("Task", "State")
-TITLE_COLUMN, STATE_COLUMN = 0, 1
+COLUMNS = ("Task", "State", "Cost")
+TITLE_COLUMN, STATE_COLUMN, COST_COLUMN = 0, 1, 2
 
 ROLE_TASK_ID = Qt.ItemDataRole.UserRole + 1
 ROLE_KIND = Qt.ItemDataRole.UserRole + 2
@@ -46,6 +50,7 @@ ROLE_SNAPSHOT = Qt.ItemDataRole.UserRole + 5
 ROLE_APPROVALS = Qt.ItemDataRole.UserRole + 6
 ROLE_SOURCE_PATH = Qt.ItemDataRole.UserRole + 7
 ROLE_BADGES = Qt.ItemDataRole.UserRole + 8
+ROLE_USAGE = Qt.ItemDataRole.UserRole + 9
 # The roles that hand out one field of a task's row as it is.
 TASK_ROLE_FIELDS = {
     ROLE_TASK_ID: "task_id",
@@ -54,6 +59,7 @@ TASK_ROLE_FIELDS = {
     ROLE_SNAPSHOT: "snapshot",
     ROLE_APPROVALS: "approvals",
     ROLE_SOURCE_PATH: "source_path",
+    ROLE_USAGE: "usage",
 }
 
 ROOT, SOURCE, TASK = "root", "source", "task"
@@ -194,6 +200,7 @@ class LineageModel(QAbstractItemModel):
         self._root, self._tasks, self._sources = build_forest([])
         self._by_workspace: dict[str, LineageNode] = {}
         self._icons: dict[str, object] = {}
+        self._sums: dict[int, Sum] | None = None  # by id(node); None: to be made again
         self._announcing = 0
         self._deferred: list[QPersistentModelIndex | None] = []  # None: the root
         self._defer_timer = QTimer(self)
@@ -222,6 +229,7 @@ class LineageModel(QAbstractItemModel):
                 n.task_row.workspace_id: n for n in self._tasks.values() if n.task_row.workspace_id
             }
             self._deferred.clear()
+            self._sums = None
             self.endResetModel()
 
     def task_node(self, task_id: str) -> LineageNode | None:
@@ -262,6 +270,10 @@ class LineageModel(QAbstractItemModel):
         self._append_child(parent, node)
         source.task_count += 1
         self._changed(source, (Qt.ItemDataRole.DisplayRole,), STATE_COLUMN)
+        if row.usage is not None:
+            self._usage_changed([node])
+        else:
+            self._sums = None
         return True
 
     def _append_child(self, parent: LineageNode, node: LineageNode) -> None:
@@ -303,12 +315,15 @@ class LineageModel(QAbstractItemModel):
         if node is None:
             return
         old_ws = node.task_row.workspace_id
+        old_usage = node.task_row.usage
         node.task = row
         node.haystack = _task_haystack(row)
         if row.workspace_id and row.workspace_id != old_ws:
             self._by_workspace.pop(old_ws or "", None)
             self._by_workspace[row.workspace_id] = node
         self._changed(node)
+        if row.usage != old_usage:
+            self._usage_changed([node])
 
     def set_task_fields(self, task_id: str, **changes: object) -> bool:
         """Change some fields of a task's row (run_state, live, snapshot, approvals...)."""
@@ -319,7 +334,39 @@ class LineageModel(QAbstractItemModel):
             setattr(node.task_row, name, value)
         node.haystack = _task_haystack(node.task_row)
         self._changed(node)
+        if "usage" in changes:
+            self._usage_changed([node])
         return True
+
+    def set_usage(self, by_task: dict[str, dict[str, Any]]) -> None:
+        """What each task's runs used (a fresh read of every task's figures): the Cost column
+        and the sums above each task are shown again."""
+        changed = []
+        for task_id, node in self._tasks.items():
+            figures = by_task.get(task_id)
+            if figures is not None and figures != node.task_row.usage:
+                node.task_row.usage = figures
+                changed.append(node)
+        if changed:
+            self._usage_changed(changed)
+
+    def usage_sum(self, node: LineageNode) -> Sum:
+        """The figures of a task and every task below it (of a folder: of its tasks)."""
+        if self._sums is None:
+            self._sums = _sums(self._root)
+        return self._sums.get(id(node)) or Sum()
+
+    def _usage_changed(self, nodes: list[LineageNode]) -> None:
+        """Figures changed for these tasks: the sums are made again, and their rows' and their
+        ancestors' Cost cells (and tooltips) are shown again."""
+        self._sums = None
+        seen: set[int] = set()
+        for node in nodes:
+            walker: LineageNode | None = node
+            while walker is not None and walker.kind != ROOT and id(walker) not in seen:
+                seen.add(id(walker))
+                self._changed(walker, (), COST_COLUMN)
+                walker = walker.parent
 
     def task_for_workspace(self, workspace_id: str) -> str | None:
         node = self._by_workspace.get(workspace_id)
@@ -499,6 +546,8 @@ class LineageModel(QAbstractItemModel):
         return self._task_data(node, node.task_row, column, role)
 
     def _source_data(self, node: LineageNode, column: int, role: int):
+        if column == COST_COLUMN and role in COST_ROLES:
+            return self._source_cost(node, role)
         if role == Qt.ItemDataRole.DisplayRole:
             if column == TITLE_COLUMN:
                 return node.title
@@ -513,7 +562,35 @@ class LineageModel(QAbstractItemModel):
             return node.source_path
         return None
 
+    def _source_cost(self, node: LineageNode, role: int):
+        summed = self.usage_sum(node)
+        runs = summed.figures()["runs"]
+        if role == Qt.ItemDataRole.DisplayRole:
+            return cost_text(summed.figures()) if runs else ""
+        if role == Qt.ItemDataRole.ToolTipRole:
+            used = summed.words() if runs else "nothing yet"
+            return f"{node.source_path}\nIts tasks used: {used}"
+        if role == Qt.ItemDataRole.TextAlignmentRole:
+            return RIGHT
+        return None
+
+    def _task_cost(self, node: LineageNode, task: TaskRow, role: int):
+        if role == Qt.ItemDataRole.DisplayRole:
+            if task.usage is None:
+                return ""
+            return cost_text(task.usage) if task.usage.get("runs") else ""
+        if role == Qt.ItemDataRole.ToolTipRole:
+            below = self.usage_sum(node) if node.has_children() else None
+            return cost_tooltip(
+                task, below, lineage_root=node.parent is None or node.parent.kind != TASK
+            )
+        if role == Qt.ItemDataRole.TextAlignmentRole:
+            return RIGHT
+        return None
+
     def _task_data(self, node: LineageNode, task: TaskRow, column: int, role: int):
+        if column == COST_COLUMN and role in COST_ROLES:
+            return self._task_cost(node, task, role)
         if role == Qt.ItemDataRole.DisplayRole:
             if column == TITLE_COLUMN:
                 return task.title
@@ -548,6 +625,86 @@ class LineageModel(QAbstractItemModel):
                     self.index(len(self._root.children) - 1, 0),
                     [Qt.ItemDataRole.DecorationRole],
                 )
+
+
+RIGHT = int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+COST_ROLES = (
+    Qt.ItemDataRole.DisplayRole,
+    Qt.ItemDataRole.ToolTipRole,
+    Qt.ItemDataRole.TextAlignmentRole,
+)
+
+
+class Sum:
+    """The figures of some tasks added up (no Qt): their usage and how many tasks there are."""
+
+    __slots__ = ("usage", "tasks")
+
+    def __init__(self) -> None:
+        self.usage = Usage()
+        self.tasks = 0
+
+    def add_task(self, figures: dict[str, Any] | None) -> None:
+        self.tasks += 1
+        if figures is not None:
+            self.usage.add(Usage.from_json(figures))
+
+    def add(self, other: Sum) -> None:
+        self.usage.add(other.usage)
+        self.tasks += other.tasks
+
+    def figures(self) -> dict[str, Any]:
+        return self.usage.to_json()
+
+    def words(self) -> str:
+        """`$0.0624  (15.1k in · …) over 3 tasks, 2 runs`."""
+        figures = self.figures()
+        runs = figures["runs"]
+        return (
+            f"{summary_text(figures)} over {self.tasks} task{'s' if self.tasks != 1 else ''}, "
+            f"{runs} run{'s' if runs != 1 else ''}"
+        )
+
+
+def _sums(root: LineageNode) -> dict[int, Sum]:
+    """Each folder's and task's sum over itself and everything below it (fetched or not), in
+    one pass from the leaves up (iteratively: chains are deep)."""
+    order = list(root.walk())
+    sums: dict[int, Sum] = {}
+    for node in reversed(order):  # every node comes after its parent in `order`
+        mine = Sum()
+        if node.kind == TASK:
+            mine.add_task(node.task_row.usage)
+        for child in node.all_children():
+            below = sums.get(id(child))
+            if below is not None:
+                mine.add(below)
+        sums[id(node)] = mine
+    return sums
+
+
+def cost_tooltip(task: TaskRow, below: Sum | None, *, lineage_root: bool) -> str:
+    """What a task's runs used, in words; with the sum over it and the tasks below it when it
+    has any (at the top of a lineage: the lineage's total)."""
+    figures = task.usage
+    if figures is None:
+        return "Not read yet"
+    runs = int(figures.get("runs") or 0)
+    if runs:
+        lines = [f"This task: {cost_text(figures)} over {runs} run{'s' if runs != 1 else ''}"]
+        lines.append(
+            f"Tokens: {count_text(int(figures.get('total_tokens') or 0))} ({tokens_text(figures)})"
+        )
+        if figures.get("cost_source"):
+            lines.append(f"Cost from the {figures['cost_source']}")
+        if task.run_state in IN_FLIGHT:
+            lines.append("A run is in flight: so far")
+    else:
+        lines = ["This task: nothing used yet (no runs)"]
+    if below is not None:
+        what = "Lineage total" if lineage_root else "With the tasks below it"
+        lines.append(f"{what}: {below.words()}")
+    return "\n".join(lines)
 
 
 def badges(task: TaskRow) -> list[str]:

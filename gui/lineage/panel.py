@@ -1,9 +1,10 @@
 """The left side of the window: the lineage tree with its filter box.
 
 Owns loading the tree (a job), keeping it current from events (new tasks, run states, workspace
-states, snapshots, revisions, approvals), filtering it, and telling the window which task is
-selected. The tree's shape and rows belong to gui.lineage.model, the reads behind them to
-gui.lineage.data.
+states, snapshots, revisions, approvals, and while the Cost column is shown what runs used),
+filtering it, the columns shown (the header's context menu; kept in the Qt settings), and telling
+the window which task is selected. The tree's shape and rows belong to gui.lineage.model, the
+reads behind them to gui.lineage.data.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from gui.lineage.data import (
     load_lineage,
     pending_approvals_by_task,
     task_row,
+    usage_by_task,
 )
 from gui.lineage.dialogs import InstructionsDialog
-from gui.lineage.model import ROLE_TASK_ID, LineageFilter, LineageModel
+from gui.lineage.model import COST_COLUMN, ROLE_TASK_ID, LineageFilter, LineageModel
 from gui.qt import (
     QAbstractItemView,
     QAction,
@@ -57,6 +59,10 @@ if TYPE_CHECKING:
 LOAD_KEY = "lineage"
 SESSIONS_KEY = "lineage-sessions"
 APPROVALS_KEY = "lineage-approvals"
+USAGE_KEY = "lineage-usage"
+COST_COLUMN_SETTING = "lineage/cost_column"  # Qt setting: whether the Cost column is shown
+USAGE_LIVE_MS = 5000  # at most this often the figures are read again while runs write output
+COST_SHARE = 0.25  # the most of the pane's width the cost column takes
 NO_TASKS_TEXT = "No tasks yet.\nDrop a repository folder on the window, or choose File ▸ New Task…"
 FILTER_DELAY_MS = 150
 STATE_COLUMN_WIDTH = 110  # until the rows have been measured
@@ -126,6 +132,19 @@ class LineagePanel(QWidget):
         # elide; the tooltip has them whole), so the titles keep most of a narrow pane.
         header.setSectionResizeMode(1, QHeaderView.ResizeMode.Interactive)
         header.resizeSection(1, STATE_COLUMN_WIDTH)
+        header.setSectionResizeMode(COST_COLUMN, QHeaderView.ResizeMode.Interactive)
+        header.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        header.customContextMenuRequested.connect(self._show_header_menu)
+        self.cost_column_action = QAction("Cost", self)
+        self.cost_column_action.setObjectName("action_cost_column")
+        self.cost_column_action.setCheckable(True)
+        self.cost_column_action.setToolTip(
+            "Show what each task's runs cost (tokens, and a lineage's total, in the tooltip)"
+        )
+        shown = bool(context.settings.value(COST_COLUMN_SETTING, False, type=bool))
+        self.cost_column_action.setChecked(shown)
+        self.tree.setColumnHidden(COST_COLUMN, not shown)
+        self.cost_column_action.toggled.connect(self.show_cost_column)
         self.tree.sig_resized.connect(self._fit_state_column)
         self.empty_label = QLabel(NO_TASKS_TEXT, self)
         self.empty_label.setObjectName("lineageEmpty")
@@ -168,6 +187,10 @@ class LineagePanel(QWidget):
         self._approvals_timer.setSingleShot(True)
         self._approvals_timer.setInterval(200)
         self._approvals_timer.timeout.connect(self.refresh_approvals)
+        self._usage_timer = QTimer(self)
+        self._usage_timer.setSingleShot(True)
+        self._usage_timer.setInterval(USAGE_LIVE_MS)
+        self._usage_timer.timeout.connect(self.refresh_usage)
         context.events.sig_events.connect(self._on_events)
 
     # -- loading ---------------------------------------------------------------------------------
@@ -175,11 +198,67 @@ class LineagePanel(QWidget):
     def reload(self) -> None:
         """Load every task (a job); the selection is kept across the reload."""
         cairn = self.context.cairn
+        with_usage = self.cost_column_shown()
         if self._loaded:
             self._wanted_selection = self.selected_task() or self._wanted_selection
         self.context.jobs.job(
-            lambda: load_lineage(cairn), key=LOAD_KEY, what="load the tasks", parent=self
+            lambda: load_lineage(cairn, with_usage=with_usage),
+            key=LOAD_KEY,
+            what="load the tasks",
+            parent=self,
         ).success(self._loaded_rows).run()
+
+    # -- the Cost column -------------------------------------------------------------------------
+
+    def cost_column_shown(self) -> bool:
+        return self.cost_column_action.isChecked()
+
+    def show_cost_column(self, shown: bool) -> None:
+        """Show or hide the Cost column (kept in the Qt settings); shown, the tasks' figures
+        are read again (a job): hidden, the tree did not keep them current."""
+        if self.cost_column_action.isChecked() != shown:
+            self.cost_column_action.setChecked(shown)  # toggled comes back here
+            return
+        self.context.settings.setValue(COST_COLUMN_SETTING, shown)
+        self.tree.setColumnHidden(COST_COLUMN, not shown)
+        if shown:
+            if self._loaded:
+                self.refresh_usage()
+            self._fit_state_column()
+        else:
+            self._usage_timer.stop()
+            self.context.jobs.supersede(USAGE_KEY)
+
+    def refresh_usage(self) -> None:
+        """Read what every task's runs used (a job) and show it in the Cost column."""
+        if not self.cost_column_shown():
+            return
+        cairn = self.context.cairn
+        self.context.jobs.job(
+            lambda: usage_by_task(cairn),
+            key=USAGE_KEY,
+            what="read what the tasks' runs used",
+            parent=self,
+        ).success(self._usage_read).run()
+
+    def _usage_read(self, by_task: dict[str, dict[str, Any]]) -> None:
+        if self.cost_column_shown():
+            self.model.set_usage(by_task)
+
+    def header_menu(self) -> QMenu:
+        """The columns that can be shown or hidden (the tree's header's context menu)."""
+        menu = QMenu(self)
+        menu.setObjectName("lineageHeaderMenu")
+        menu.addAction(self.cost_column_action)
+        menu.setToolTipsVisible(True)
+        return menu
+
+    def _show_header_menu(self, pos: QPoint) -> None:
+        previous = getattr(self, "header_context_menu", None)
+        if previous is not None:  # the action is shared; the menu around it is not
+            previous.deleteLater()
+        self.header_context_menu = self.header_menu()
+        self.header_context_menu.popup(self.tree.header().mapToGlobal(pos))
 
     def expanded_keys(self) -> set[tuple[str, str]]:
         """The (kind, key) of every folder and task row shown expanded."""
@@ -207,6 +286,8 @@ class LineagePanel(QWidget):
         )
         self._expand(expanded)
         self._loaded = True
+        if self.cost_column_shown() and any(r.usage is None for r in data.rows):
+            self.refresh_usage()  # the column was shown while the rows were read without it
         self._update_stack()
         if self._wanted_selection:
             self.select_task(self._wanted_selection)
@@ -232,11 +313,14 @@ class LineagePanel(QWidget):
     def fetch_task(self, task_id: str, *, select: bool = False) -> None:
         """Load one task's row (a new task, or one whose state changed) and show it."""
         cairn = self.context.cairn
+        with_usage = self.cost_column_shown()
 
         def shown(row: TaskRow) -> None:
             known = self.model.task_row(row.task_id)
             if known is not None:  # whether its sandbox is live is the sessions check's to say
                 row = replace(row, live=known.live)
+                if row.usage is None:
+                    row = replace(row, usage=known.usage)
             if row.task_id in self._stopping:
                 row = replace(row, pending=STOPPING)
             self.add_task_row(row)
@@ -245,7 +329,9 @@ class LineagePanel(QWidget):
                 self.select_task(row.task_id)
 
         self.context.jobs.job(
-            lambda: task_row(cairn, task_id), what="load the task", parent=self
+            lambda: task_row(cairn, task_id, with_usage=with_usage),
+            what="load the task",
+            parent=self,
         ).success(shown).run()
 
     # -- the row's context menu ------------------------------------------------------------------
@@ -396,13 +482,19 @@ class LineagePanel(QWidget):
             self.context_menu.popup(self.tree.viewport().mapToGlobal(pos))
 
     def _fit_state_column(self) -> None:
-        """The state column as wide as its widest badge in view, but at most a share of the
-        pane, so titles keep the rest."""
+        """The state column (and the cost column when shown) as wide as its widest text in
+        view, but at most a share of the pane, so titles keep the rest."""
         width = self.tree.viewport().width()
         if width <= 0:
             return
-        wanted = max(self.tree.sizeHintForColumn(1), self.tree.header().sectionSizeHint(1))
-        self.tree.header().resizeSection(1, max(48, min(wanted + 8, int(width * STATE_SHARE))))
+        header = self.tree.header()
+        wanted = max(self.tree.sizeHintForColumn(1), header.sectionSizeHint(1))
+        header.resizeSection(1, max(48, min(wanted + 8, int(width * STATE_SHARE))))
+        if not self.tree.isColumnHidden(COST_COLUMN):
+            wanted = max(
+                self.tree.sizeHintForColumn(COST_COLUMN), header.sectionSizeHint(COST_COLUMN)
+            )
+            header.resizeSection(COST_COLUMN, max(48, min(wanted + 8, int(width * COST_SHARE))))
 
     def set_archived(self, task_id: str, archived: bool, *, shared_ok: bool = False) -> None:
         """Archive or unarchive a task's workspace (a write job); the core refuses while a run or
@@ -612,6 +704,12 @@ class LineagePanel(QWidget):
         sessions_changed = False
         for event in events:
             payload = event.payload
+            if (
+                event.kind == ev.RUN_OUTPUT
+                and self.cost_column_shown()
+                and not self._usage_timer.isActive()
+            ):
+                self._usage_timer.start()  # a run in flight: its figures so far, now and then
             if event.kind == ev.TASK_CREATED and event.subject:
                 if self.model.task_node(event.subject) is None:
                     self.fetch_task(event.subject)
