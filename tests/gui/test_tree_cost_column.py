@@ -18,7 +18,7 @@ from gui.lineage import LineagePanel
 from gui.lineage.data import load_lineage
 from gui.lineage.model import COST_COLUMN, ROLE_USAGE, LineageModel
 from gui.lineage.panel import COST_COLUMN_SETTING
-from gui.qt import QModelIndex, Qt
+from gui.qt import QModelIndex, QPoint, Qt
 from tests.gui.support import task_row
 
 SAMPLE = (
@@ -250,3 +250,26 @@ def test_a_hidden_column_reads_no_figures(cairn, lineage, monkeypatch):
     monkeypatch.setattr(cairn.views, "usage_all", lambda: pytest.fail("read figures nobody shows"))
     data = load_lineage(cairn, with_sessions=False)
     assert data.rows and all(r.usage is None for r in data.rows)
+
+
+def test_the_header_s_context_menu_offers_the_column(qtbot, context, lineage):
+    panel = shown_panel(qtbot, context)
+    header = panel.tree.header()
+    header.customContextMenuRequested.emit(QPoint(10, header.height() // 2))
+    menu = panel.header_context_menu
+    qtbot.waitUntil(menu.isVisible, timeout=5_000)
+    assert [a.text() for a in menu.actions()] == ["Cost"]
+    assert "tokens" in menu.actions()[0].toolTip()
+    menu.close()
+
+
+def test_a_run_writing_output_updates_the_cell_now_and_then(qtbot, context, lineage):
+    root, child = lineage
+    context.settings.setValue(COST_COLUMN_SETTING, True)
+    panel = shown_panel(qtbot, context)
+    panel._usage_timer.setInterval(50)
+    run_id = add_run(context.cairn, child, LINES[15:19], state="running")
+    context.cairn.ctx.events.publish(ev.RUN_OUTPUT, run_id, run_id=run_id, stream="stdout", text="")
+    qtbot.waitUntil(lambda: panel.model.task_row(child.id).usage["runs"] == 2, timeout=10_000)
+    panel.model.set_task_fields(child.id, run_state="running")
+    assert "A run is in flight: so far" in cell(panel, child.id, TOOLTIP)
