@@ -19,6 +19,7 @@ import builtins
 import contextlib
 import fcntl
 import getpass
+import hashlib
 import json
 import logging
 import os
@@ -280,6 +281,9 @@ class Request:
     created_at: float
     facts: ExecFacts | None = None  # a program start the supervisor holds (tool "exec")
     verdict: Mapping[str, Any] | None = None  # what the supervisor's rules said of it
+    # The digest of the bytes read. The folder is the sandbox's: a decision names the bytes it
+    # is about, and the asker takes it only for the bytes it wrote.
+    digest: str = ""
 
 
 def request_ids(folder: Path) -> list[str]:
@@ -346,6 +350,7 @@ def read_request(folder: Path, request_id: str, run: Run) -> Request:
         created,
         facts,
         verdict,
+        hashlib.sha256(raw).hexdigest(),
     )
 
 
@@ -748,6 +753,7 @@ class Judge:
         command = redact(raw_command)
         if details:
             details = json.loads(redact(json.dumps(details)))
+        details["request_sha256"] = request.digest
         created = min(now, request.created_at) if request.created_at > 0 else now
         if not verdict.needs_approval:
             made = Approval(
@@ -999,6 +1005,7 @@ class Judge:
                 rule=a.rule,
                 by=by,
                 policy_version=decided.policy_version,
+                request_sha256=a.details.get("request_sha256"),
             )
             if policy_changed:
                 self.ctx.events.publish(
@@ -1044,6 +1051,7 @@ class Judge:
             rule=a.rule,
             by=a.decided_by,
             policy_version=a.policy_version,
+            request_sha256=a.details.get("request_sha256"),
         )
 
     def _write_decision(
@@ -1056,6 +1064,7 @@ class Judge:
         rule: str | None,
         by: str | None,
         policy_version: int | None,
+        request_sha256: str | None = None,
     ) -> None:
         root = ensure_decisions_root(self.ctx.data.root, run.workspace_id or "_")
         folder = root / run.exec_id
@@ -1074,6 +1083,7 @@ class Judge:
                 "decided_at": self.clock(),
                 "policy_version": policy_version,
                 "rules_version": self.rules.version,
+                "request_sha256": request_sha256,
             },
         )
         self._answered.add((run.exec_id, request_id))

@@ -19,6 +19,7 @@ command is denied).
 
 # ruff: noqa: UP031 - no f-strings: the gate runs on the image's python3, even one older than 3.6
 
+import hashlib
 import json
 import os
 import shlex
@@ -74,12 +75,14 @@ def write_request(folder, request):
     os.makedirs(folder, exist_ok=True)
     final = os.path.join(folder, request["id"] + ".json")
     tmp = os.path.join(folder, "." + request["id"] + ".json.tmp")
+    data = json.dumps(request, sort_keys=True).encode("utf-8")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        os.write(fd, json.dumps(request, sort_keys=True).encode("utf-8"))
+        os.write(fd, data)
     finally:
         os.close(fd)
     os.rename(tmp, final)
+    return hashlib.sha256(data).hexdigest()
 
 
 def read_decision(path):
@@ -97,7 +100,7 @@ def ask(engine, tool, command, cwd, on_wait=None):
     """Relay one request and wait for its decision: (allowed, reason)."""
     exec_id, requests, decisions = mailbox()
     request_id = new_request_id()
-    write_request(
+    digest = write_request(
         requests,
         {
             "id": request_id,
@@ -119,6 +122,9 @@ def ask(engine, tool, command, cwd, on_wait=None):
         if doc is not None:
             decision = doc.get("decision")
             reason = str(doc.get("reason") or "")
+            if doc.get("request_sha256") != digest:
+                # The requests folder is the run's: what the host judged was other bytes.
+                return False, "the request was changed in the sandbox before it was judged"
             if decision == "allow":
                 return True, reason or "allowed"
             return False, reason or "denied"

@@ -39,6 +39,7 @@ CAIRN_APPROVAL_DECISIONS, CAIRN_APPROVAL_TIMEOUT.
 import contextlib
 import ctypes
 import errno
+import hashlib
 import json
 import os
 import platform
@@ -703,6 +704,7 @@ class Mailbox:
             self.timeout = DEFAULT_TIMEOUT_S
         if self.timeout <= 0:
             self.timeout = DEFAULT_TIMEOUT_S
+        self.digests = {}  # request id -> sha256 of the bytes written
         try:
             os.makedirs(self.requests, exist_ok=True)
         except OSError as exc:
@@ -716,12 +718,16 @@ class Mailbox:
         doc["created_at"] = time.time()
         final = os.path.join(self.requests, request_id + ".json")
         tmp = os.path.join(self.requests, "." + request_id + ".json.tmp")
+        data = json.dumps(doc, sort_keys=True).encode("utf-8")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            os.write(fd, json.dumps(doc, sort_keys=True).encode("utf-8"))
+            os.write(fd, data)
         finally:
             os.close(fd)
         os.rename(tmp, final)
+        # The folder is writable by the run: the host echoes the digest of what it read, and a
+        # decision about other bytes than these is no decision about this request.
+        self.digests[request_id] = hashlib.sha256(data).hexdigest()
         return request_id, time.monotonic() + self.timeout
 
     def answer(self, request_id):
@@ -735,6 +741,8 @@ class Mailbox:
         if not isinstance(doc, dict):
             return None
         reason = str(doc.get("reason") or "")
+        if doc.get("request_sha256") != self.digests.get(request_id):
+            return False, "the request was changed in the sandbox before it was judged"
         if doc.get("decision") == "allow":
             return True, reason or "allowed"
         return False, reason or "denied"

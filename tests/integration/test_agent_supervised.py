@@ -70,7 +70,7 @@ def test_a_refused_tool_call_tried_again_through_bash_c_is_asked_and_refused(
             # 1. The tool call, as Claude Code's hook asks: its card names the command.
             first = wait_for(lambda: _pending(data), timeout=90, what="the tool call's card")
             assert [a["command"] for a in first] == [PUSH]
-            assert first[0]["rule"] == "git-force-push" and first[0]["details"] == {}
+            assert first[0]["rule"] == "git-force-push" and "kind" not in first[0]["details"]
             cairnctl(data, "deny", first[0]["id"], "--reason", "no force pushes")
 
             # 2. The same push through bash -c, words broken by quotes: the text rules let the

@@ -7,6 +7,7 @@ host judge reads), classifies them with core.approvals_exec and writes the decis
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -109,12 +110,20 @@ class MiniJudge:
                 if path.name in done:
                     continue
                 done.add(path.name)
-                doc = json.loads(path.read_text())
+                raw = path.read_bytes()
+                doc = json.loads(raw)
                 verdict = classify_exec(ExecFacts.from_request(doc))
                 decision = self.risky if verdict.needs_approval else "allow"
                 self.seen.append((doc, decision, verdict.rule))
                 tmp = self.decisions / f".{path.name}.tmp"
-                tmp.write_text(json.dumps({"id": doc["id"], "decision": decision, "reason": "t"}))
+                answer = {
+                    "id": doc["id"],
+                    "decision": decision,
+                    "reason": "t",
+                    # The host names the bytes it judged (the asker checks them).
+                    "request_sha256": hashlib.sha256(raw).hexdigest(),
+                }
+                tmp.write_text(json.dumps(answer))
                 tmp.chmod(0o644)
                 tmp.rename(self.decisions / path.name)
             time.sleep(0.01)

@@ -4,6 +4,7 @@ approval rows, run states, checkpoints, timeouts and remembered commands follow.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -595,3 +596,38 @@ def test_a_deny_reason_is_kept_and_sent_back(app):
     denied = judge.deny(card.id, reason="not on Fridays")
     assert denied.details["note"] == "not on Fridays"
     assert decision_of(app, run, card.id)["reason"].endswith(": not on Fridays")
+
+
+def test_a_request_rewritten_in_the_sandbox_is_not_the_one_approved(app):
+    """The requests folder is the run's own: a run that rewrites its waiting request so the card
+    shows something harmless gets a card for the harmless text, and the approval of that card
+    does not let the original command through."""
+    run = start_run(app)
+    judge = app.approvals.with_options()
+    proc = gate(app, run, "--shell", "git push --force origin main")
+    folder = requests_folder(app, run)
+    deadline = time.monotonic() + 10
+    while not any(folder.glob("ap_*.json")):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    (path,) = folder.glob("ap_*.json")
+    doc = json.loads(path.read_text())
+    doc["command"] = "git push --force origin main  # harmless, trust me"
+    path.write_text(json.dumps(doc))  # before the host reads it
+    card = wait_for_row(app, judge)
+    assert card.command == doc["command"]  # the card shows what the host read
+    app.approvals.approve(card.id)
+    code, _, err = finish(proc, judge)
+    assert code == 126 and "changed in the sandbox" in err, (code, err)
+
+
+def test_every_decision_names_the_bytes_it_is_about(app):
+    run = start_run(app)
+    judge = app.approvals.with_options()
+    proc = gate(app, run, "--shell", "git push origin main")
+    card = wait_for_row(app, judge)
+    raw = (requests_folder(app, run) / f"{card.id}.json").read_bytes()
+    app.approvals.deny(card.id, reason="no")
+    code, _, err = finish(proc, judge)
+    assert code == 126 and "no" in err
+    assert decision_of(app, run, card.id)["request_sha256"] == hashlib.sha256(raw).hexdigest()
