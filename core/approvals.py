@@ -60,7 +60,7 @@ from core.redact import install_log_redaction, redact
 from core.revisions import Revisions
 from core.runs.checkpoints import Checkpoints
 from core.runs.liveness import Sandboxes, run_liveness
-from core.sandbox.base import CONTAINER_RUNS
+from core.sandbox.base import CONTAINER_RUNS, CONTAINER_WORKSPACE
 from core.sandboxes import sandbox_provider
 from core.settings import Settings, replace_file
 from core.snapshots import Snapshots
@@ -1173,7 +1173,9 @@ def supervise_command(ctx: Context, workspace_id: str, live: LiveSession) -> lis
             "this sandbox cannot hold the programs a run starts for approval "
             f"({reason.removeprefix('cairn: ')[:200]}); the run did not start"
         )
-    return [*argv, "--judge", "--rules", rules]
+    # The workspace as the run sees it: /workspace in a container, the folder on the host.
+    workspace = live.visible_path(CONTAINER_WORKSPACE)
+    return [*argv, "--judge", "--rules", rules, "--workspace", workspace]
 
 
 def gate_environment(run: Run, live: LiveSession) -> dict[str, str]:

@@ -48,6 +48,15 @@ class ExecFacts:
     # Arguments that lead elsewhere through symbolic links: word -> (the file it names, the
     # word with only its folders resolved). `ln -s ~/x link; rm -rf link/` deletes in the home.
     links: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    # Where the run's workspace is as its programs see it: /workspace in a container; the
+    # folder itself when the sandbox is the host (the host backend). Set by the supervisor's
+    # launch, not by the run.
+    workspace: str = WORKSPACE
+
+    @property
+    def writable_roots(self) -> tuple[str, ...]:
+        """Where deleting takes nothing that is not recorded or scratch."""
+        return (self.workspace, "/tmp") if self.workspace != WORKSPACE else WRITABLE_ROOTS
 
     @property
     def home(self) -> str:
@@ -85,6 +94,7 @@ class ExecFacts:
             parents=tuple(str(p.get("program", "")) for p in parents if isinstance(p, dict)),
             script_line=number if isinstance(number, int) else None,
             same_as=tuple(str(p) for p in copies if isinstance(p, str) and p.startswith("/")),
+            workspace=_workspace_of(doc.get("workspace")),
         )
 
 
@@ -98,6 +108,13 @@ def _links_of(raw: Any) -> dict[str, tuple[str, str]]:
         if isinstance(pair, list) and len(pair) == 2 and all(isinstance(p, str) for p in pair):
             out[str(word)] = (pair[0], pair[1])
     return out
+
+
+def _workspace_of(value: object) -> str:
+    """An absolute, normal folder other than the root; /workspace otherwise."""
+    if not isinstance(value, str) or value == "/" or not value.startswith("/"):
+        return WORKSPACE
+    return value if posixpath.normpath(value) == value else WORKSPACE
 
 
 class BadFacts(ValueError):
@@ -851,7 +868,7 @@ def _git_shell_alias(inv: Invocation, facts: ExecFacts) -> bool:
 MOVABLE_ROOTS = (*WRITABLE_ROOTS, "/cairn/runs")
 
 
-def _moved_away(inv: Invocation, home: str) -> list[str]:
+def _moved_away(inv: Invocation, home: str, roots: tuple[str, ...] = MOVABLE_ROOTS) -> list[str]:
     """What `mv` takes away from outside the workspace: every operand but the destination (`-t
     DIR` names it apart), unless it stays inside the home it came from."""
     target = None
@@ -880,27 +897,27 @@ def _moved_away(inv: Invocation, home: str) -> list[str]:
     return [
         p
         for p in sources
-        if not _under(p, MOVABLE_ROOTS)
-        and not (_under(p, [home]) and p != home and _under(into, [home]))
+        if not _under(p, roots) and not (_under(p, [home]) and p != home and _under(into, [home]))
     ]
 
 
 def _rm_outside(inv: Invocation, facts: ExecFacts) -> bool:
     if inv.name == "mv" and not inv.args_from_stdin:
         # Moving a folder away deletes it from where it was.
-        return bool(_moved_away(inv, facts.home))
+        return bool(_moved_away(inv, facts.home, (*facts.writable_roots, "/cairn/runs")))
     if inv.name == "find" and "-delete" in inv.args:
         starts = [a for a in inv.args if not a.startswith(("-", "(", ")", "!"))][:1] or ["."]
         paths = [resolve(starts[0], inv.cwd, facts.home)]
         paths += [facts.links[starts[0]][0]] if len(facts.links.get(starts[0], ())) == 2 else []
-        return any(not _under(p, WRITABLE_ROOTS) for p in paths)  # contents, not the root
+        return any(not _under(p, facts.writable_roots) for p in paths)  # contents, not the root
     elif inv.name in DELETERS:
         paths = _path_args(inv, facts.home, facts.links, last=False)
         if inv.args_from_stdin:
             return True  # `... | xargs rm`: which paths is not known yet
     else:
         return False
-    return any(not _under(p, WRITABLE_ROOTS) or p in WRITABLE_ROOTS for p in paths)
+    roots = facts.writable_roots
+    return any(not _under(p, roots) or p in roots for p in paths)
 
 
 # Where git finds code to run later. The sandbox mounts these read-only (a write fails whatever

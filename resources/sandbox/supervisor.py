@@ -2,8 +2,8 @@
 """Cairn's exec supervisor: runs inside the sandbox and holds every program start of a command's
 process tree until it is allowed.
 
-    supervisor.py [--policy FILE] [--rules FILE] [--judge] [--log FILE] [--script FILE]
-                  -- COMMAND [ARG...]
+    supervisor.py [--policy FILE] [--rules FILE] [--workspace DIR] [--judge] [--log FILE]
+                  [--script FILE] -- COMMAND [ARG...]
     supervisor.py --check        exit 0 when supervision can be set up here
 
 It starts COMMAND as a traced child (ptrace of one's own child, no capability needed) with a
@@ -971,9 +971,10 @@ def load_rules(path):
 
 
 class Supervisor:
-    def __init__(self, policy, mailbox=None, log=None, script=None, rules=None):
+    def __init__(self, policy, mailbox=None, log=None, script=None, rules=None, workspace=None):
         self.policy = policy
         self.rules = rules
+        self.workspace = workspace  # where the workspace is as the run sees it (the rules ask)
         self.mailbox = mailbox
         self.log = log
         self.script_lines = None
@@ -1052,6 +1053,7 @@ class Supervisor:
             "same_as": copies,
             "observed_after_exec": ex.observed,
             "policy_rule": rule,
+            "workspace": self.workspace or "/workspace",
         }
 
     def record(self, ex, verdict, rule, reason, request_id=None):
@@ -1401,13 +1403,13 @@ def check():
 
 
 USAGE = (
-    "usage: supervisor.py [--policy FILE] [--rules FILE] [--judge] [--log FILE] [--script FILE]"
-    " -- CMD [ARG...]\n       supervisor.py [--rules FILE] --check\n"
+    "usage: supervisor.py [--policy FILE] [--rules FILE] [--workspace DIR] [--judge] [--log FILE]"
+    " [--script FILE] -- CMD [ARG...]\n       supervisor.py [--rules FILE] --check\n"
 )
 
 
 def main(argv):
-    policy_file = log_file = script = rules_file = None
+    policy_file = log_file = script = rules_file = workspace = None
     use_judge = False
     i = 0
     while i < len(argv):
@@ -1415,10 +1417,12 @@ def main(argv):
         if arg == "--":
             i += 1
             break
-        if arg in ("--policy", "--log", "--script", "--rules") and i + 1 < len(argv):
+        if arg in ("--policy", "--log", "--script", "--rules", "--workspace") and i + 1 < len(argv):
             value = argv[i + 1]
             if arg == "--policy":
                 policy_file = value
+            elif arg == "--workspace":
+                workspace = value
             elif arg == "--log":
                 log_file = value
             elif arg == "--rules":
@@ -1457,7 +1461,7 @@ def main(argv):
         log = open(log_file, "a", encoding="utf-8") if log_file else None  # noqa: SIM115 - for the whole run
         # Other processes of the sandbox's user must not read or write this one's memory.
         prctl(PR_SET_DUMPABLE, 0)
-        return start(command, Supervisor(policy, mailbox, log, script, rules))
+        return start(command, Supervisor(policy, mailbox, log, script, rules, workspace))
     except (SetupError, OSError, ValueError) as exc:
         sys.stderr.write("cairn: supervision is unavailable, the command did not start: %s\n" % exc)
         return UNSUPERVISED_EXIT

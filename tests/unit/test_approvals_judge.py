@@ -491,7 +491,10 @@ def test_a_sandbox_that_can_supervise_runs_under_the_supervisor(app):
     ws = app.tasks.workspace_of(app.tasks.all()[0])
     argv = approvals.supervise_command(app.ctx, ws.id, Fine())
     assert argv[:2] == ["python3", "/cairn/tools/supervisor.py"]
-    assert argv[2:] == ["--judge", "--rules", "/cairn/decisions/.rules/exec_rules.py"]
+    assert argv[2:] == [
+        *("--judge", "--rules", "/cairn/decisions/.rules/exec_rules.py"),
+        *("--workspace", "/workspace"),
+    ]
 
 
 # -- program starts (the supervisor's requests) ---------------------------------------------------

@@ -782,3 +782,20 @@ def test_supervisor_tells_where_arguments_lead(tmp_path):
     assert found["link/"] == [str(target), str(target)]
     assert found["link"] == [str(target), str(tmp_path / "ws" / "link")]
     assert "plain" not in found and "-rf" not in found
+
+
+def test_on_the_host_backend_the_workspace_is_where_the_folder_is():
+    ws = "/home/u/.local/share/cairn/workspaces/ws_1"
+    inside = ExecFacts(program="/usr/bin/rm", argv=("rm", "-rf", "build"), cwd=ws, workspace=ws)
+    assert classify_exec(inside).action == "allow"
+    outside = ExecFacts(
+        program="/usr/bin/rm", argv=("rm", "-rf", "/home/u/src"), cwd=ws, workspace=ws
+    )
+    assert classify_exec(outside).rule == "rm-outside-workspace"
+    whole = ExecFacts(program="/usr/bin/rm", argv=("rm", "-rf", ws), cwd="/", workspace=ws)
+    assert classify_exec(whole).rule == "rm-outside-workspace"  # the workspace itself
+    # In a container (the default) the folder is /workspace, whatever a request claims that is
+    # not an absolute, normal path.
+    for claimed in ("", "/", "relative", "/a/../b", None):
+        doc = {"program": "/usr/bin/rm", "argv": ["rm", "-rf", "x"], "workspace": claimed}
+        assert ExecFacts.from_request(doc).workspace == "/workspace"
