@@ -1,7 +1,8 @@
 """A fork at an older revision carries the conversation as it was when that revision was recorded:
 the real Claude Code CLI against the scripted model server, in a real sandbox, driven through
 `cairnctl`. Three turns each write a file (three revisions); a fork at the first one gets that
-revision's files, and the request it sends holds the first turn and none of the later two.
+revision's files, and the request it sends holds the first turn and none of the later two; so
+does a Continue after the parent's workspace was restored to that revision.
 
 Skips (with the reason) when Docker, the sandbox image, the Secret Service or the CLI
 (tests/agents, `npm ci`) is missing.
@@ -124,7 +125,10 @@ def _three_turns_and_a_fork(data: Path, src: Path, server: FakeAnthropic) -> Non
         assert done["state"] == "succeeded", done
         task = done["task_id"]
         turn_runs.append(done["run_id"])
-    assert sorted(p.name for p in ws.iterdir() if p.suffix == ".txt") == ["a.txt", "b.txt", "c.txt"]
+    made_files = sorted(p.name for p in ws.iterdir() if p.suffix == ".txt")
+    assert made_files == ["a.txt", "b.txt", "c.txt"], [
+        conversation(r) for r in server.main_requests()
+    ]
     # The third turn's last request held all three (and, but for the third, their answers).
     everything = conversation(server.main_requests()[-1])
     for prompt, command, _ in TURNS:
@@ -175,3 +179,21 @@ def _three_turns_and_a_fork(data: Path, src: Path, server: FakeAnthropic) -> Non
         assert ("assistant", reply) not in held, held
     # The parent's files and conversation are untouched.
     assert (ws / "c.txt").read_text() == "three\n"
+
+    # The parent's workspace restored whole to the first turn's revision: Continue goes on from
+    # the conversation as it was there (a fork of the session), not from the third turn.
+    cairnctl(data, "restore", task, first, "--json")
+    assert not (ws / "b.txt").exists() and not (ws / "c.txt").exists()
+    server.add(Reply("Going on from the first turn."))
+    before = len(server.main_requests())
+    cont = as_json(cairnctl(data, "continue", task, "-m", "go on from here", "--json"))
+    assert cont["state"] == "succeeded", cont
+    path = cont["resume_report"]["path"]
+    assert any(p.startswith("conversation: as before the workspace was restored") for p in path)
+    (request,) = server.main_requests()[before:]
+    held = conversation(request)
+    assert ("user", "make a") in held and held[-1] == ("user", "go on from here")
+    for prompt, command, reply in TURNS[1:]:
+        assert ("user", prompt) not in held, held
+        assert ("assistant", f"tool_use:{command}") not in held, held
+        assert ("assistant", reply) not in held, held
