@@ -326,6 +326,9 @@ class MainWindow(QMainWindow):
         self.approvals_action.setShortcut(QKeySequence("Ctrl+Shift+A"))
         self.approvals_action.triggered.connect(self.show_approvals)
         view_menu.addAction(self.approvals_action)
+        # The tree's optional Cost column, also in the tree header's menu (one action for both).
+        self.lineage.cost_column_action.setText("&Cost Column")
+        view_menu.addAction(self.lineage.cost_column_action)
         view_menu.addSeparator()
         self.focus_tree_action = QAction("Go to the Task &Tree", self)
         self.focus_tree_action.setShortcut(QKeySequence(shortcuts.FOCUS_TREE))

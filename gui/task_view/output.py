@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from core.engines.base import json_object
+from core.engines.claude_code import LAUNCH_MARKER
 from core.engines.codex import unwrap_shell
 
 PLAIN, STDERR, MESSAGE, TOOL, TOOL_RESULT, EDIT, RESULT, ERROR, SESSION, NOTE = (
@@ -198,6 +199,8 @@ def parse_line(line: str, stream: str = "stdout") -> list[OutputBlock]:
     stripped = line.strip()
     if stripped.startswith("{") and stripped.endswith("}"):
         event = json_object(stripped)
+        if event is not None and event.get("type") == LAUNCH_MARKER:
+            return []  # Cairn's own line at the start of an attempt, not the run's output
         if event is not None:
             for reader in (_claude, _codex, _cairn):
                 blocks = reader(event)

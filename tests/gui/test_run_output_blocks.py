@@ -386,3 +386,10 @@ def test_a_step_header_after_an_unfinished_line_still_starts_its_block(view):
     lines = view.toPlainText().split("\n")
     assert lines[0].startswith("▾ step 1/2 · $ printf x") and lines[1] == "no line end"
     assert lines[2].startswith("▾ step 2/2 · $ echo y") and lines[3] == "y"
+
+
+def test_cairns_launch_line_is_not_shown_as_output(view):
+    view.reset("")
+    view.add_chunk("stdout", '{"type":"cairn_launch","attempt":1}\nhello\n')
+    assert "cairn_launch" not in view.toPlainText()
+    assert "hello" in view.toPlainText()
