@@ -13,6 +13,7 @@ import pytest
 from core import cli
 from core import events as ev
 from core.app import Cairn
+from core.cli.commands.revisions import RevisionsCommand
 from core.history import (
     Activity,
     activities,
@@ -240,16 +241,17 @@ def test_cairnctl_revisions_prints_descriptions_markers_and_searches(made, capsy
     (root / "notes.md").write_text("by hand\n")
     cairn.revisions.capture(task, trigger="external")
     cairn.snapshots.take(task, name="kept")
-    data = str(cairn.ctx.data.root)
-    cairn.close()
+    parser = cli.build_parser()
 
-    assert cli.main(["--data-dir", data, "revisions", task]) == 0
+    RevisionsCommand().run(cairn, parser.parse_args(["revisions", task]))
     out = capsys.readouterr().out
     assert "      the folder the task started from · app.py" in out
     assert "      edited outside the sandbox · notes.md" in out
     assert "      ◆ snapshot kept" in out
 
-    assert cli.main(["--data-dir", data, "--json", "revisions", task, "--search", "notes"]) == 0
+    RevisionsCommand().run(
+        cairn, parser.parse_args(["--json", "revisions", task, "--search", "notes"])
+    )
     found = json.loads(capsys.readouterr().out)
     assert [r["paths"] for r in found["revisions"]] == [["notes.md"]]
     assert found["revisions"][0]["description"] == "edited outside the sandbox · notes.md"
