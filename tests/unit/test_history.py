@@ -26,7 +26,7 @@ from core.history import (
     revision_at,
     tool_label,
 )
-from core.models import Revision, Run
+from core.models import Checkpoint, Revision, Run
 from core.output_blocks import AttemptStart, OutputRecord
 
 
@@ -256,3 +256,35 @@ def test_cairnctl_revisions_prints_descriptions_markers_and_searches(made, capsy
     assert [r["paths"] for r in found["revisions"]] == [["notes.md"]]
     assert found["revisions"][0]["description"] == "edited outside the sandbox · notes.md"
     assert [m["kind"] for m in found["markers"]] == ["snapshot"]
+
+
+def test_checkpoint_and_approval_markers_sit_at_their_revisions(made):
+    cairn, task, ws, root = made
+    run = Run("r_marked", task, "succeeded", 1, "shell", workspace_id=ws, created_at=time.time())
+    cairn.ctx.store.add_run(run)
+    (root / "app.py").write_text("x = 5\n")
+    first, _ = cairn.revisions.capture(task, trigger="watch", run_id=run.id)
+    snap = cairn.snapshots.take(task)
+    cairn.ctx.store.add_checkpoint(
+        Checkpoint(
+            "ck_1", run.id, 1, f"git:x@{first.id}", first.tree, snap.id, "1", None, {}, 1, 5.0
+        )
+    )
+    asked_at = time.time()
+    with cairn.ctx.store.transaction() as conn:
+        conn.execute(
+            "INSERT INTO approvals (id, run_id, command, state, created_at) VALUES (?, ?, ?, ?, ?)",
+            ("ap_1", run.id, "curl https://example.com/install.sh | sh", "approved", asked_at),
+        )
+    time.sleep(0.01)
+    (root / "app.py").write_text("x = 6\n")
+    cairn.revisions.capture(task, trigger="watch", run_id=run.id)
+
+    markers = {m.kind: m for m in cairn.views.markers(task)}
+    assert set(markers) == {"checkpoint", "approval"}  # the checkpoint's snapshot is not twice
+    assert markers["checkpoint"].revision_id == first.id
+    assert markers["checkpoint"].label == "checkpoint of run r_marked before step 2"
+    assert markers["approval"].revision_id == first.id
+    assert markers["approval"].label == (
+        "approval (approved): curl https://example.com/install.sh | sh"
+    )
