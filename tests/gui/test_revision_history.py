@@ -14,7 +14,7 @@ import pytest
 
 from core import events as ev
 from core.app import Cairn
-from core.models import Run
+from core.models import Run, Task
 from gui.context import AppContext
 from gui.qt import QCoreApplication, QEvent, QPoint, QSettings, Qt
 from gui.revisions import RevisionsPanel
@@ -172,7 +172,19 @@ def test_markers_sit_at_their_revision_and_a_click_selects_it(qtbot, panel, cair
     snap = cairn.snapshots.take(task, name="known good")
     (root / "README.md").write_text("# Later\n")
     cairn.revisions.capture(task)
-    child, _run = cairn.tasks.fork(task, "try another way", at_revision=first.id)
+    child = Task(
+        "t_child",
+        "try another way",
+        cairn.ctx.task(task).source_id,
+        None,
+        "shell",
+        "",
+        task,
+        "fork",
+        first.id,
+        time.time(),
+    )
+    cairn.ctx.store.add_task(child)  # a fork's row: no run, no sandbox
     panel.set_task(task)
     wait_rows(qtbot, panel, lambda r: sum(k == MARKER for k, _ in r) == 2)
 

@@ -26,7 +26,7 @@ from core.history import (
     revision_at,
     tool_label,
 )
-from core.models import Checkpoint, Revision, Run
+from core.models import Checkpoint, Revision, Run, Task
 from core.output_blocks import AttemptStart, OutputRecord
 
 
@@ -226,7 +226,19 @@ def test_markers_sit_at_the_revision_they_belong_to(made):
     snap = cairn.snapshots.take(task, name="before the refactor")
     (root / "app.py").write_text("x = 4\n")
     cairn.revisions.capture(task)
-    child, _run = cairn.tasks.fork(task, "go on", at_revision=rev1.id)
+    child = Task(
+        "t_child",
+        "go on",
+        cairn.ctx.task(task).source_id,
+        None,
+        "shell",
+        "",
+        task,
+        "fork",
+        rev1.id,
+        time.time(),
+    )
+    cairn.ctx.store.add_task(child)  # a fork's row: no run, no sandbox
     markers = cairn.views.markers(task)
     kinds = {m.kind: m for m in markers}
     assert kinds["snapshot"].revision_id == rev1.id
