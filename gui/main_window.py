@@ -583,6 +583,11 @@ class MainWindow(QMainWindow):
         self.save_state()
         if self._tray is not None:
             self._tray.hide()
+        # Its dialogs go with it (the first-run check, New Task…): a dialog left open would keep
+        # the app running with no window to come back to.
+        for dialog in self.findChildren(QDialog):
+            if dialog.isVisible():
+                dialog.close()
         event.accept()
 
     def changeEvent(self, event: QEvent) -> None:

@@ -603,3 +603,10 @@ def test_settings_open_with_ctrl_comma_on_every_desktop(window):
     from gui.qt import QKeySequence
 
     assert QKeySequence("Ctrl+,") in window.settings_action.shortcuts()
+
+
+def test_closing_the_window_closes_its_dialogs_so_the_app_can_quit(qtbot, window):
+    check = window.show_system_check()
+    qtbot.waitUntil(check.isVisible)
+    window.close()
+    assert not check.isVisible()
