@@ -30,8 +30,11 @@ def render_script(commands: list[str], sandbox_run_dir: str) -> str:
         '  n="$1"; shift',
         '  [ "$n" -ge "$start" ] || return 0',
         f'  echo "$n" > {step_file}.tmp && mv -f {step_file}.tmp {step_file}',
-        # A header the output pane makes a block of (printf is the shell's own: no program).
-        f'  printf \'cairn: step %s/{len(commands)}: %s\\n\' "$((n + 1))" "$2"',
+        # A header the output pane makes a block of (printf is the shell's own: no program);
+        # a single command's output is left exactly as it printed it.
+        f'  printf \'cairn: step %s/{len(commands)}: %s\\n\' "$((n + 1))" "$2"'
+        if len(commands) > 1
+        else "  :",
         '  CAIRN_SCRIPT_LINE=$((n + 1)) sh -c "$1" || exit $?',
         "}",
     ]
