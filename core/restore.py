@@ -49,6 +49,7 @@ from core.vault.tree_index import FileRecord, TreeIndex
 WRITTEN = "written"
 DELETED = "deleted"
 CONFLICT = "conflict"
+MARKED = "written with conflict markers around the lines edited since; resolve them by hand"
 SKIPPED = "skipped"
 
 Entry = tuple[str, str]  # (git mode, blob id)
@@ -151,10 +152,19 @@ class Restores:
                 task, ws, root, vault, plan, index, source, before, captured, kind=kind
             )
 
-    def undo(self, task_ref: str, revision: str, paths: list[str] | None = None) -> RestoreResult:
+    def undo(
+        self,
+        task_ref: str,
+        revision: str,
+        paths: list[str] | None = None,
+        *,
+        conflict_markers: bool = False,
+    ) -> RestoreResult:
         """Undo one revision's change on top of the current files: the inverse of its diff
         against its parent, merged three-way per file. A file edited since in a way that
-        overlaps is reported as a conflict and left as it is; the rest is written."""
+        overlaps is reported as a conflict and left as it is; the rest is written. With
+        `conflict_markers` (the person's choice), such a text file is written with git's
+        conflict markers around the overlapping lines, to resolve by hand."""
         task, ws, root = self._open(task_ref)
         source = self.revisions.resolve(task, revision)
         if source.parent_id is None or source.trigger == RevisionTrigger.BASE.value:
@@ -177,7 +187,15 @@ class Restores:
         with self._recording_lock(ws):
             before, captured = self._capture_before(task, ws)
             cur_files, cur_dirs = _flatten(vault.objects, before.tree)
-            plan = _undo_plan(vault.objects, changed, cur_files, rev_files, old_files, source)
+            plan = _undo_plan(
+                vault.objects,
+                changed,
+                cur_files,
+                rev_files,
+                old_files,
+                source,
+                conflict_markers=conflict_markers,
+            )
             _check_obstacles(root, plan, cur_files, cur_dirs)
             index = TreeIndex.from_tree(vault.objects, before.tree)
             for path in plan.deletes:
@@ -439,9 +457,12 @@ def _undo_plan(
     rev_files: dict[str, Entry],
     old_files: dict[str, Entry],
     source: Revision,
+    *,
+    conflict_markers: bool = False,
 ) -> _Plan:
     """Per file the revision changed: take it back to the parent's version when nothing changed
-    it since, merge when later edits do not overlap, else a conflict."""
+    it since, merge when later edits do not overlap, else a conflict (with `conflict_markers`,
+    a text file whose edits overlap is written with git's markers instead)."""
     plan = _Plan()
     for path in changed:
         rev, old, cur = rev_files.get(path), old_files.get(path), cur_files.get(path)
@@ -450,11 +471,16 @@ def _undo_plan(
         if cur == rev:
             result: Entry | None = old
         else:
-            merged = _merge(objects, path, cur, rev, old, source)
+            merged = _merge(objects, path, cur, rev, old, source, conflict_markers)
             if isinstance(merged, str):
                 plan.outcomes.append(PathOutcome(path, CONFLICT, merged))
                 continue
-            result, data = merged
+            result, data, marked = merged
+            if marked and result is not None:
+                plan.writes[path] = result
+                plan.data[result[1]] = data or b""
+                plan.outcomes.append(PathOutcome(path, WRITTEN, MARKED))
+                continue
             if data is not None and result is not None:
                 plan.data[result[1]] = data
         if any(e is not None and e[0] == MODE_GITLINK for e in (rev, old, cur)):
@@ -476,9 +502,10 @@ def _merge(
     rev: Entry | None,
     old: Entry | None,
     source: Revision,
-) -> tuple[Entry | None, bytes | None] | str:
-    """The three-way result of taking `rev` back to `old` in a file now at `cur`, or the reason
-    it conflicts."""
+    conflict_markers: bool = False,
+) -> tuple[Entry | None, bytes | None, bool] | str:
+    """The three-way result of taking `rev` back to `old` in a file now at `cur` (and whether it
+    holds conflict markers), or the reason it conflicts."""
     short = source.id[:12]
     if cur is None or rev is None or old is None:
         if cur is None:
@@ -495,9 +522,9 @@ def _merge(
     else:
         return f"its mode changed both by revision {short} and since"
     if cur[1] == rev[1]:
-        return (mode, old[1]), None
+        return (mode, old[1]), None, False
     if old[1] == rev[1]:
-        return (mode, cur[1]), None
+        return (mode, cur[1]), None, False
     with tempfile.TemporaryDirectory(prefix="cairn-undo-") as tmp:
         names = []
         for label, sha in (("current", cur[1]), ("revision", rev[1]), ("before", old[1])):
@@ -521,10 +548,13 @@ def _merge(
         )
     if proc.returncode != 0:
         if proc.returncode > 0 and proc.returncode < 128:
+            if conflict_markers:
+                data = proc.stdout  # the merge with markers around what overlaps
+                return (mode, objects.write_blob(data)), data, True
             return f"edited since revision {short} where the revision changed it"
         return f"cannot be merged ({_last_line(proc.stderr) or 'not text'})"
     data = proc.stdout
-    return (mode, objects.write_blob(data)), data
+    return (mode, objects.write_blob(data)), data, False
 
 
 def _last_line(raw: bytes) -> str:

@@ -9,6 +9,7 @@ when it is refused are core.restore's (`cairn.restores`); the words are built he
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -38,6 +39,8 @@ class Request:
     revision: str
     seq: int
     path: str = ""
+    # An undo the person asked to write anyway, with conflict markers, for these files.
+    marked: tuple[str, ...] = ()
 
     @property
     def title(self) -> str:
@@ -150,7 +153,12 @@ def result_text(request: Request, result: RestoreResult) -> tuple[str, bool]:
 def run_restore(cairn: Cairn, request: Request) -> RestoreResult:
     """The restore itself (in a write job)."""
     if request.kind == UNDO:
-        return cairn.restores.undo(request.task_id, request.revision)
+        return cairn.restores.undo(
+            request.task_id,
+            request.revision,
+            list(request.marked) or None,
+            conflict_markers=bool(request.marked),
+        )
     paths = [request.path] if request.kind == FILE else None
     return cairn.restores.restore(request.task_id, request.revision, paths)
 
@@ -167,6 +175,15 @@ def ask(parent: QWidget, title: str, text: str) -> bool:
     ok = box.addButton("Restore", QMessageBox.ButtonRole.AcceptRole)
     box.addButton(QMessageBox.StandardButton.Cancel)
     box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+    box.exec()
+    return box.clickedButton() is ok
+
+
+def ask_markers(parent: QWidget, title: str, text: str) -> bool:
+    box = QMessageBox(QMessageBox.Icon.Warning, title, text, parent=parent)
+    box.setObjectName("restoreMarkers")
+    ok = box.addButton("Write with Conflict Markers", QMessageBox.ButtonRole.AcceptRole)
+    box.addButton("Leave Them", QMessageBox.ButtonRole.RejectRole)
     box.exec()
     return box.clickedButton() is ok
 
@@ -193,6 +210,7 @@ class RestoreActions(QObject):
         self._widget = parent
         self.confirm: Confirm = ask
         self.report: Report = tell
+        self.offer_markers: Confirm = ask_markers
         self._busy = False
 
     @property
@@ -213,10 +231,14 @@ class RestoreActions(QObject):
             lambda failure: self._failed(request, failure.sentence())
         ).run()
 
-    def _confirmed(self, request: Request, diff: Diff) -> None:
-        if not self.confirm(self._widget, request.title, preview_text(request, diff)):
+    def _confirmed(self, request: Request, diff: Diff | None) -> None:
+        """Ask (unless the person already chose, `diff` None), then restore."""
+        if diff is not None and not self.confirm(
+            self._widget, request.title, preview_text(request, diff)
+        ):
             self._busy = False
             return
+        self._busy = True
         cairn = self._context.cairn
         self._context.jobs.job(
             lambda: run_restore(cairn, request),
@@ -231,6 +253,16 @@ class RestoreActions(QObject):
         self._busy = False
         text, problem = result_text(request, result)
         self.sig_done.emit(text, problem)
+        overlapping = tuple(o.path for o in result.conflicts if "edited since" in (o.reason or ""))
+        if request.kind == UNDO and overlapping and not request.marked:
+            # The person chooses: leave them, or write them with markers to resolve by hand.
+            question = (
+                f"{text}\n\nWrite {len(overlapping)} of them anyway, with conflict markers "
+                "around the lines edited since, to resolve by hand?"
+            )
+            if self.offer_markers(self._widget, request.title, question):
+                self._confirmed(dataclasses.replace(request, marked=overlapping), None)
+                return
         self.report(self._widget, request.title, text, problem)
 
     def _failed(self, request: Request, sentence: str) -> None:

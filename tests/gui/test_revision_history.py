@@ -214,6 +214,8 @@ def test_restore_workspace_and_undo_ask_first_and_report_each_conflict(qtbot, pa
     told: list[tuple[str, bool]] = []
     panel.restores.confirm = lambda _w, title, text: asked.append((title, text)) or True
     panel.restores.report = lambda _w, _title, text, problem: told.append((text, problem))
+    offered: list[str] = []
+    panel.restores.offer_markers = lambda _w, _title, text: offered.append(text) and False
     panel.set_task(task)
     wait_rows(qtbot, panel, lambda r: len(r) == 3)
 
@@ -229,6 +231,8 @@ def test_restore_workspace_and_undo_ask_first_and_report_each_conflict(qtbot, pa
     assert problem
     assert "app.py — edited since revision" in report
     assert (root / "app.py").read_text() == "one\nTWO!\nthree\nfour\nfive\nsix\nSEVEN\n"
+    # The person was offered to write it with conflict markers, and left it.
+    assert len(offered) == 1 and "conflict markers" in offered[0]
 
     # Restore the workspace to the base: the confirmation names what it writes and deletes.
     base = panel.model.entries()[-1]
@@ -325,3 +329,24 @@ def test_restores_are_refused_with_the_reason_while_a_run_is_live(qtbot, panel, 
     restore_file = panel.viewer.file_menu("app.py").actions()[0]
     assert not restore_file.isEnabled() and "run r_live is live" in restore_file.toolTip()
     panel.grab().save("/tmp/revisions_refused.png")
+
+
+def test_an_undo_that_overlaps_can_be_written_with_conflict_markers(qtbot, panel, cairn, made):
+    task, ws, root = made
+    (root / "app.py").write_text("one\nTWO\nthree\n")
+    middle, _ = cairn.revisions.capture(task)
+    (root / "app.py").write_text("one\nTWO!\nthree\n")
+    cairn.revisions.capture(task)
+    told: list[tuple[str, bool]] = []
+    panel.restores.confirm = lambda _w, _title, _text: True
+    panel.restores.report = lambda _w, _title, text, problem: told.append((text, problem))
+    panel.restores.offer_markers = lambda _w, _title, _text: True
+    panel.set_task(task)
+    wait_rows(qtbot, panel, lambda r: len(r) >= 3)
+    panel.select_revisions(middle.id)
+    panel.undo_button.click()
+    qtbot.waitUntil(lambda: len(told) == 1, timeout=15_000)
+    text = (root / "app.py").read_text()
+    assert "<<<<<<< current app.py" in text and "TWO!" in text
+    report, problem = told[0]
+    assert "app.py" in report

@@ -425,3 +425,25 @@ def test_a_restore_that_stops_half_way_records_what_it_wrote_and_names_the_way_b
     assert not [p for p in root.iterdir() if p.name.endswith(".cairn-restore")]
     latest = cairn.revisions.all(task)[-1]
     assert latest.trigger == "restore" and latest.files_changed == 1
+
+
+def test_a_person_may_write_an_overlapping_undo_with_conflict_markers(made):
+    cairn, task, root = made
+    notes = root / "notes.md"
+    lines = notes.read_text().splitlines(keepends=True)
+    lines[2] = "line 3 changed by the middle revision\n"
+    notes.write_text("".join(lines))
+    middle = capture(cairn, task)
+    lines[2] = "line 3 changed again later\n"
+    notes.write_text("".join(lines))
+    capture(cairn, task)
+
+    result = cairn.restores.undo(task, middle, conflict_markers=True)
+
+    assert result.conflicts == []
+    (outcome,) = [o for o in result.outcomes if o.path == "notes.md"]
+    assert outcome.action == WRITTEN and "conflict markers" in (outcome.reason or "")
+    text = notes.read_text()
+    assert "<<<<<<< current notes.md" in text and ">>>>>>>" in text
+    assert "line 3 changed again later" in text
+    assert result.revision is not None  # recorded, so it can be taken back like any restore

@@ -12,6 +12,7 @@ from typing import Any
 from core.app import Cairn
 from core.cli.command import Command
 from core.cli.output import EXIT_FAILED, emit
+from core.errors import InputError
 from core.restore import RestoreResult
 from core.views import revision_json
 
@@ -42,10 +43,23 @@ class RestoreCommand(Command):
             help="undo REVISION's change on top of the current files (three-way per file; a "
             "file edited since where the revision changed it is reported and left as it is)",
         )
+        p.add_argument(
+            "--conflict-markers",
+            action="store_true",
+            help="with --undo: write such a text file anyway, with git's conflict markers "
+            "around the lines edited since, to resolve by hand",
+        )
 
     def run(self, app: Cairn, args: argparse.Namespace) -> None:
+        if args.conflict_markers and not args.undo:
+            raise InputError("--conflict-markers goes with --undo")
         if args.undo:
-            result = app.restores.undo(args.task, args.revision, args.paths or None)
+            result = app.restores.undo(
+                args.task,
+                args.revision,
+                args.paths or None,
+                conflict_markers=args.conflict_markers,
+            )
         else:
             result = app.restores.restore(args.task, args.revision, args.paths or None)
         emit(args, _json(result), lambda: _text(result))
@@ -91,6 +105,11 @@ def _text(result: RestoreResult) -> str:
             f"revision {result.revision.id[:12]} ({what}); to take it back: cairnctl restore "
             f"{result.task_id} {result.before.id[:12]}"
             + ("" if result.kind == "workspace" else " " + " ".join(_paths(result)))
+        )
+    if result.kind == "undo" and any("edited since" in (o.reason or "") for o in result.conflicts):
+        lines.append(
+            "to write the conflicting text files anyway, with conflict markers to resolve by "
+            f"hand: cairnctl restore {result.task_id} {short} --undo --conflict-markers"
         )
     return "\n".join(lines)
 
