@@ -166,7 +166,7 @@ class Views:
             self._paths.update(history.changed_paths(vault.git_dir, missing))
         acts: dict[str, list[Activity]] = {}
         for run_id in dict.fromkeys(r.run_id for r in revs if r.run_id):
-            acts[run_id] = self._run_activities(run_id)
+            acts[run_id] = self._run_activities(run_id) or self._single_command(run_id)
         notes: dict[str, tuple[str, str]] = {}
         for rev in revs:
             if rev.trigger != "restore":
@@ -185,6 +185,19 @@ class Views:
             run_activities=acts,
             restores=notes,
         )
+
+    def _single_command(self, run_id: str) -> list[Activity]:
+        """A shell run of one command prints no step header (its output stays as printed): its
+        one activity is that command, from the run's start."""
+        try:
+            run = self.ctx.store.get_run(run_id)
+        except CairnError:
+            return []
+        commands = run.spec.get("commands") if isinstance(run.spec, dict) else None
+        if run.engine != "shell" or not isinstance(commands, list) or len(commands) != 1:
+            return []
+        label = f"step 1/1: {history.clip(str(commands[0]))}"
+        return [Activity(run_id, run.created_at, "step", "step:1", label)]
 
     def _run_activities(self, run_id: str) -> list[Activity]:
         """The run's steps and tool calls; its output is read once, what was added since the

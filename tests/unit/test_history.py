@@ -219,6 +219,20 @@ def test_the_facade_describes_a_shell_runs_steps_a_hand_edit_and_a_restore(made)
     assert [d.description for d in cairn.views.history(task)][-1] == "restored to #1 · app.py"
 
 
+def test_a_single_command_run_is_named_by_its_command(made):
+    """One command prints no step header (its output stays as printed): its revisions are
+    still named by it."""
+    cairn, task, ws, root = made
+    spec = {"commands": ["for i in 1 2 3; do echo $i >> loop.log; done"]}
+    run = Run("r_one", task, "succeeded", 1, "shell", spec, workspace_id=ws, created_at=time.time())
+    cairn.ctx.store.add_run(run)
+    (root / "loop.log").write_text("1\n")
+    cairn.revisions.capture(task, trigger="watch", run_id=run.id)
+    assert cairn.views.history(task)[-1].description == (
+        "step 1/1: for i in 1 2 3; do echo $i >> loop.log; done · loop.log"
+    )
+
+
 def test_markers_sit_at_the_revision_they_belong_to(made):
     cairn, task, ws, root = made
     (root / "app.py").write_text("x = 3\n")
