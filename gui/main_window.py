@@ -190,6 +190,7 @@ class MainWindow(QMainWindow):
         self.credentials_dialog: QDialog | None = None
         self.housekeeping_dialog: HousekeepingDialog | None = None
         self.system_check: WelcomeDialog | None = None
+        self._repolishing = False
         self._engines: tuple[str, ...] = DEFAULT_ENGINES  # until the settings have been read
         self._default_engine: str | None = None
         self._policies: dict[str, str] = {}
@@ -591,6 +592,18 @@ class MainWindow(QMainWindow):
         event.accept()
 
     def changeEvent(self, event: QEvent) -> None:
+        palette_changed = event.type() in (
+            QEvent.Type.PaletteChange,
+            QEvent.Type.ApplicationPaletteChange,
+        )
+        if palette_changed and not getattr(self, "_repolishing", True):
+            # A style sheet (the focus ring) keeps the widgets under it on the old palette: set
+            # again, it lets the new one (a dark scheme switched on live) reach every widget.
+            self._repolishing = True
+            try:
+                self.setStyleSheet(self.styleSheet())
+            finally:
+                self._repolishing = False
         if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
             clear_icon_cache()
             self.lineage.refresh_icons()

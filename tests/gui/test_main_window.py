@@ -610,3 +610,18 @@ def test_closing_the_window_closes_its_dialogs_so_the_app_can_quit(qtbot, window
     qtbot.waitUntil(check.isVisible)
     window.close()
     assert not check.isVisible()
+
+
+def test_a_palette_switched_live_reaches_the_widgets_under_the_style_sheet(qtbot, window):
+    from gui.qt import QApplication, QColor, QPalette
+
+    app = QApplication.instance()
+    before = app.palette()
+    try:
+        app.setPalette(QPalette(QColor("#f0f0f0"), QColor("#2b2b2b")))
+        role = QPalette.ColorRole.Window
+        qtbot.waitUntil(lambda: window.task_view.palette().color(role).name() == "#2b2b2b")
+    finally:
+        app.setPalette(before)
+    back = before.color(QPalette.ColorRole.Window)
+    qtbot.waitUntil(lambda: window.task_view.palette().color(QPalette.ColorRole.Window) == back)
