@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QModelIndex, QPoint, Qt, QTimer
-from PySide6.QtGui import QGuiApplication, QKeySequence
+from PySide6.QtGui import QColor, QGuiApplication, QImage, QKeySequence, QPalette
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QLineEdit, QWidget
 
@@ -62,6 +62,8 @@ TASK_COMMANDS = [
     "sed -i 's/admin/root/' app.py; rm notes.txt",
 ]
 FORK_COMMAND = "echo 'forked from the base' > fork.txt"
+# A command that rewrites one file a dozen times (the issue's 90-second loop, shortened).
+LOOP_COMMANDS = "for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo tick $i >> loop.log; sleep 0.5; done"
 APPROVE_COMMAND = "git push --force origin main || true; echo pushed > pushed.txt"
 # Asked about (a push), denied, so the removal after it never runs.
 DENY_COMMAND = "git push origin main && rm -f app.py"
@@ -125,8 +127,12 @@ class Scenario:
         self.click(self.w.task_view.toolbar.widgetForAction(action))
 
     def type_into(self, edit: QWidget, text: str) -> None:
+        """Type into a field; a line break is Return, as typed."""
         edit.setFocus()
-        QTest.keyClicks(edit, text)
+        for n, line in enumerate(text.split("\n")):
+            if n:
+                QTest.keyClick(edit, Qt.Key.Key_Return)
+            QTest.keyClicks(edit, line)
 
     def select_task(self, task_id: str) -> None:
         """Click the task's row in the lineage tree."""
@@ -484,8 +490,115 @@ class Scenario:
         self.shot("after-approve-and-deny")
         child = self.sandbox_removed_mid_run(task)
         self.by_keyboard(child)
+        self.loop_as_one_group(task)
         self.sizes(task)
+        self.dark_palette(task)
         self.result["state"] = self.state()
+
+    def dark_palette(self, task) -> None:
+        """The window under a dark palette, as the screen shows it: a disabled task action's
+        icon is painted dimmer than an enabled one's (measured on the screenshot)."""
+        w = self.w
+        app = QApplication.instance()
+        before = app.palette()
+        back, fore = QColor("#2b2b2b"), QColor("#f0f0f0")
+        dark = QPalette(fore, back)
+        grey = QColor("#8d8d8d")
+        for group in (QPalette.ColorGroup.Active, QPalette.ColorGroup.Inactive):
+            for role in (
+                QPalette.ColorRole.Window,
+                QPalette.ColorRole.Base,
+                QPalette.ColorRole.Button,
+            ):
+                dark.setColor(group, role, back)
+            for role in (
+                QPalette.ColorRole.WindowText,
+                QPalette.ColorRole.Text,
+                QPalette.ColorRole.ButtonText,
+            ):
+                dark.setColor(group, role, fore)
+        for role in (
+            QPalette.ColorRole.WindowText,
+            QPalette.ColorRole.Text,
+            QPalette.ColorRole.ButtonText,
+        ):
+            dark.setColor(QPalette.ColorGroup.Disabled, role, grey)
+        app.setPalette(dark)
+        try:
+            self.select_task_quietly(task.id)
+            buttons = w.task_view.buttons
+            self.wait(
+                lambda: (
+                    any(a.isEnabled() for a in buttons.values())
+                    and any(not a.isEnabled() for a in buttons.values())
+                ),
+                "task actions both enabled and disabled",
+            )
+            path = self.shot("dark-palette")
+            image = QImage(str(path))
+            screen = QGuiApplication.primaryScreen().geometry()
+            scale = image.width() / max(1, screen.width())
+
+            def brightness(action) -> float:
+                button = w.task_view.toolbar.widgetForAction(action)
+                corner = button.mapToGlobal(button.rect().topLeft())
+                side = button.height()  # the icon sits at the button's left, within its height
+                values = []
+                for y in range(int(corner.y() * scale), int((corner.y() + side) * scale)):
+                    for x in range(int(corner.x() * scale), int((corner.x() + side) * scale)):
+                        c = image.pixelColor(x, y)
+                        values.append(0.299 * c.red() + 0.587 * c.green() + 0.114 * c.blue())
+                values.sort()
+                return sum(values[-40:]) / 40  # the icon's strokes: its brightest pixels
+
+            on = next(a for a in buttons.values() if a.isEnabled() and a.isVisible())
+            off = next(a for a in buttons.values() if not a.isEnabled() and a.isVisible())
+            self.result["dark_icons"] = {
+                "enabled": [on.text(), brightness(on)],
+                "disabled": [off.text(), brightness(off)],
+                "screenshot": str(path),
+            }
+        finally:
+            app.setPalette(before)
+
+    def loop_as_one_group(self, task) -> None:
+        """A step that rewrites one file over and over (a loop writing every half second) shows
+        in the Revisions tab as one collapsible group whose rows name the step and the file."""
+        w = self.w
+        self.select_task(task.id)
+        known = {t.id for t in self.tasks()}
+        before = getattr(w.task_view, "continue_dialog", None)
+        self.click_action(CONTINUE)
+        dialog = self.wait(
+            lambda: (
+                w.task_view.continue_dialog is not before
+                and w.task_view.continue_dialog.isVisible()
+                and w.task_view.continue_dialog
+            ),
+            "the Continue dialog",
+        )
+        self.type_into(dialog.instructions_edit, LOOP_COMMANDS)
+        self.click(dialog.ok_button)
+        looped = self.wait(
+            lambda: next((t for t in self.tasks() if t.id not in known), None), "the loop task"
+        )
+        self.wait_run(looped.id, ("succeeded",), "the loop to end")
+        self.select_task(looped.id)
+        self.show_tab(w.revisions_panel)
+        model = w.revisions_panel.model
+
+        def burst_row():
+            return next((r for r in range(model.rowCount()) if model.kind(r) == "burst"), None)
+
+        row = self.wait(lambda: burst_row(), "the loop's revisions as one group")
+        self.result["loop_group"] = model.data(model.index(row, 2))
+        self.shot("revisions-loop-group")
+        w.revisions_panel.open_group(row)
+        self.wait(lambda: model.rowCount() > row + 3, "the group to open")
+        self.result["loop_rows"] = [
+            model.data(model.index(r, 2)) for r in range(row, min(model.rowCount(), row + 4))
+        ]
+        self.shot("revisions-loop-open")
 
     def sandbox_removed_mid_run(self, task) -> None:
         """Continue with a long command, remove its container behind Cairn's back: within

@@ -82,8 +82,8 @@ def test_drop_run_diff_fork_continue_approve_deny_quit_and_relaunch(
     # The task, its fork, the continuation, the denied continuation, the continuation whose
     # sandbox was removed mid-run (noticed within seconds, without Docker's own words; then
     # resumed and stopped from the keyboard), and the task made from the keyboard with its
-    # continuation (its fork was deleted from the keyboard).
-    assert len(tasks) == 7
+    # continuation (its fork was deleted from the keyboard), and the loop's continuation.
+    assert len(tasks) == 8
     assert sorted(t["run"] for t in tasks.values()) == [
         "cancelled",
         "failed",
@@ -92,7 +92,12 @@ def test_drop_run_diff_fork_continue_approve_deny_quit_and_relaunch(
         "succeeded",
         "succeeded",
         "succeeded",
+        "succeeded",
     ]
+    # The loop's rewrites of one file are one collapsible group naming its step and file.
+    assert "revisions of loop.log" in first["loop_group"], first["loop_group"]
+    assert "step 1/1: for i in" in first["loop_group"], first["loop_group"]
+    assert all("step 1/1" in row and "loop.log" in row for row in first["loop_rows"][1:])
     assert first["noticed_removal_s"] < 5.0, first["noticed_removal_s"]
     # Every task action was pressed, not clicked; Stop said so before the core was done.
     assert first["task_actions_by_keyboard"] == sorted(BUTTONS)
@@ -109,6 +114,10 @@ def test_drop_run_diff_fork_continue_approve_deny_quit_and_relaunch(
         assert shown["tree_state_share"] < 0.36, (size, shown)
         assert shown["diff_height"] > 0 and shown["task_view_height"] > 0, (size, shown)
     assert first["raw_docker_text"] is False
+    # Under a dark palette a disabled action's icon is painted dimmer than an enabled one's.
+    dark = first["dark_icons"]
+    assert Path(dark["screenshot"]).is_file()
+    assert dark["enabled"][1] - dark["disabled"][1] > 60, dark
     assert all(t["tree_parent"] == t["parent"] for t in tasks.values())
     assert before["approvals_pending"] == 0
 
