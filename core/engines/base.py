@@ -272,6 +272,11 @@ class Engine(abc.ABC):
         """Whether `ctx.session_id` can be resumed natively from `ctx.host_home`."""
         return ResumeCheck(False, f"the {self.name} engine has no sessions of its own")
 
+    def conversation_files(self, home: Path, session_id: str, workspace: str) -> list[Path]:
+        """The files in the engine home (relative to it) that hold the session's conversation,
+        as far as they exist: what a checkpoint keeps so a lost home does not lose it."""
+        return []
+
     def parse_line(self, line: str) -> list[EngineEvent]:
         """Events in one line of the engine's stdout (empty for lines that are not its protocol)."""
         return []

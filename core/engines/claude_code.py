@@ -582,6 +582,12 @@ class ClaudeCodeEngine(Engine):
             f"{path.relative_to(home)} and worked in {ctx.workspace}",
         )
 
+    def conversation_files(self, home: Path, session_id: str, workspace: str) -> list[Path]:
+        if not is_session_id(session_id):
+            return []
+        path = transcript_path(Path(home), workspace, session_id)
+        return [path.relative_to(home)] if path.is_file() else []
+
     def conversation_position(
         self, home: Path, run_dir: Path, session_id: str | None, workspace: str = "/workspace"
     ) -> tuple[str, str] | None:

@@ -406,6 +406,12 @@ class CodexEngine(Engine):
         turns = rollout_turns(rollout) if rollout is not None else None
         return (session_id, f"turn {turns}") if turns else None
 
+    def conversation_files(self, home: Path, session_id: str, workspace: str) -> list[Path]:
+        if not is_thread_id(session_id):
+            return []
+        rollout = find_rollout(Path(home) / CODEX_DIR, session_id)
+        return [rollout.relative_to(home)] if rollout is not None else []
+
     def native_resume_check(self, ctx: LaunchContext) -> ResumeCheck:
         thread_id = ctx.session_id
         if not thread_id:

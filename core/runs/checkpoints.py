@@ -11,14 +11,17 @@ from __future__ import annotations
 import time
 
 from core.context import Context
+from core.engines import engine_for
 from core.engines.base import ToolContract
-from core.errors import InputError
+from core.errors import CairnError, InputError
 from core.failpoints import failpoint
 from core.ids import new_id
 from core.models import Checkpoint, Run
 from core.policy import Policy
 from core.revisions import Revisions
+from core.runs import conversations
 from core.runs.states import run_files
+from core.sandbox.base import CONTAINER_WORKSPACE
 from core.snapshots import Snapshots
 from core.vault import snapshot_ref
 
@@ -65,7 +68,25 @@ class Checkpoints:
         )
         store.add_checkpoint(ck)
         failpoint(STEPS[2])
+        self._keep_conversation(current)
         return ck
+
+    def _keep_conversation(self, run: Run) -> None:
+        """The engine's conversation files, copied out of the sandbox-writable home (best
+        effort: the checkpoint stands without them)."""
+        if not run.engine_session_id or not run.workspace_id:
+            return
+        try:
+            engine = engine_for(run.engine)
+        except CairnError:
+            return
+        if not engine.has_sessions:
+            return
+        record = self.ctx.store.session_for(run.workspace_id)
+        if record is None:
+            return
+        home = self.ctx.data.home_path(record.id)
+        conversations.keep(self.ctx.data, engine, home, run.engine_session_id, CONTAINER_WORKSPACE)
 
     def of_task(self, task_ref: str) -> Checkpoint:
         """A checkpoint of the task's latest run now (at the step it is on)."""

@@ -48,6 +48,7 @@ from core.revisions import (
     Revisions,
     restored_from,
 )
+from core.runs import conversations
 from core.runs import states as runs
 from core.runs.checkpoints import Checkpoints, parse_workspace_ref
 from core.runs.liveness import Sandboxes
@@ -422,6 +423,17 @@ class Ladder:
         if ctx.mode not in (MODE_CONTINUE, MODE_FORK):
             return ctx
         check = eng.native_resume_check(ctx)
+        if not check.ok:
+            # A home emptied since (by the run, by hand): the conversation comes back from the
+            # copy the last checkpoint kept, where there is one.
+            back = conversations.restore(self.ctx.data, Path(ctx.host_home), ctx.session_id)
+            if back:
+                report.add(
+                    "conversation",
+                    "restored from the last checkpoint",
+                    ", ".join(str(p) for p in back),
+                )
+                check = eng.native_resume_check(ctx)
         if check.ok:
             cut = f" up to {ctx.spec['resume_at']}" if ctx.spec.get("resume_at") else ""
             report.add("engine", f"native {ctx.mode} of session {ctx.session_id}{cut}")

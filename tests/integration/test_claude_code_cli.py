@@ -499,13 +499,26 @@ def _through_cairnctl(data: Path, src: Path, server: FakeAnthropic, docker_clien
     assert conversation(request)[-1] == ("user", "try another way")
     assert (ws / "second.txt").read_text() == "second\n"
 
-    # 4. The engine home is lost: Continue falls back to a new session on the same files, and the
-    #    run's record says why.
+    # 4. The engine home is emptied (as a run could do): the last checkpoint kept the
+    #    transcript, so Continue puts it back and goes on with the same conversation.
     sessions = as_json(cairnctl(data, "status", "--json"))["sessions"]
     (home_session,) = [
         s["session_id"] for s in sessions if s["workspace_id"] == made["workspace_id"]
     ]
     shutil.rmtree(data / "homes" / home_session / ".claude")
+    server.add(Reply("Still the same conversation."))
+    kept = as_json(cairnctl(data, "continue", cont["task_id"], "-m", "go on", "--json"))
+    assert kept["state"] == "succeeded", kept
+    path = kept["resume_report"]["path"]
+    assert any(p.startswith("conversation: restored from the last checkpoint") for p in path), kept
+    assert any("native continue" in p for p in path), kept
+    assert engine_session_of(data, kept["task_id"]) == session1
+    cont = kept
+
+    # 5. The home and the checkpoint's copy are both lost: Continue falls back to a new session
+    #    on the same files, and the run's record says why.
+    shutil.rmtree(data / "homes" / home_session / ".claude")
+    shutil.rmtree(data / "conversations")
     server.add(
         Bash("git push --force origin main || true; touch approved.marker"),
         Reply("Starting afresh."),
