@@ -105,7 +105,10 @@ class TimelineModel(RowsTableModel):
         if not keep_stats:
             self._stats.clear()
             self._asked.clear()
-            self._open.clear()
+        # Opened groups stay open across reloads (a group is known by its first revision's id,
+        # which no other task's revision has).
+        shown = {e.id for e in self._entries}
+        self._open &= shown
         self._rows = self._build()
         self.endResetModel()
 

@@ -594,10 +594,20 @@ class Scenario:
         self.result["loop_group"] = model.data(model.index(row, 2))
         self.shot("revisions-loop-group")
         w.revisions_panel.open_group(row)
-        self.wait(lambda: model.rowCount() > row + 3, "the group to open")
-        self.result["loop_rows"] = [
-            model.data(model.index(r, 2)) for r in range(row, min(model.rowCount(), row + 4))
-        ]
+
+        def members() -> list[str]:
+            # The rows may be rebuilt meanwhile (a checkpoint's marker arriving): found again.
+            found = burst_row()
+            if found is not None and not model.is_open(found):
+                w.revisions_panel.open_group(found)
+            return [
+                model.data(model.index(r, 2))
+                for r in range(model.rowCount())
+                if model.kind(r) == "member"
+            ]
+
+        self.wait(lambda: len(members()) >= 3, "the group to open")
+        self.result["loop_rows"] = members()
         self.shot("revisions-loop-open")
 
     def sandbox_removed_mid_run(self, task) -> None:

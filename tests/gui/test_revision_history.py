@@ -132,6 +132,11 @@ def test_the_90_second_loop_is_one_group_and_every_row_names_its_step_and_files(
     assert all(m.data(m.index(r, COL_WHAT)) == f"step 1/2: {LOOP} · loop.log" for r in members)
     panel.table.grab().save("/tmp/revisions_loop_open.png")
 
+    # Read again from scratch (the task shown anew), the group stays open.
+    m.set_entries(list(m.entries()), keep_stats=False, markers=[])
+    assert m.is_open(m.row_of(revs[0])) or any(m.kind(r) == MEMBER for r in range(m.rowCount()))
+    assert len([r for r in range(m.rowCount()) if m.kind(r) == MEMBER]) == 90
+
     # Space on the group closes it again.
     panel.table.setCurrentIndex(m.index(burst, COL_SEQ))
     qtbot.keyClick(panel.table, Qt.Key.Key_Space)
