@@ -300,6 +300,23 @@ class Scenario:
             what,
         )
 
+    def open_continue(self) -> Any:
+        """Click Continue on the shown task; returns the Continue dialog once it shows (a new
+        one, not the one a previous Continue left behind)."""
+        before = getattr(self.w.task_view, "continue_dialog", None)
+        self.click_action(CONTINUE)
+        return self.wait_dialog("continue_dialog", before, "the Continue dialog")
+
+    def continue_through_dialog(self, task, commands: str, what: str):
+        """Continue `task` with `commands` typed into the Continue dialog and submitted with
+        its OK button; returns the continuation once it is listed."""
+        self.select_task(task.id)
+        known = {t.id for t in self.tasks()}
+        dialog = self.open_continue()
+        self.type_into(dialog.instructions_edit, commands)
+        self.click(dialog.ok_button)
+        return self.wait(lambda: next((t for t in self.tasks() if t.id not in known), None), what)
+
     # -- steps -----------------------------------------------------------------------------------
 
     def drop_folder(self, folder: Path) -> None:
@@ -565,23 +582,7 @@ class Scenario:
         """A step that rewrites one file over and over (a loop writing every half second) shows
         in the Revisions tab as one collapsible group whose rows name the step and the file."""
         w = self.w
-        self.select_task(task.id)
-        known = {t.id for t in self.tasks()}
-        before = getattr(w.task_view, "continue_dialog", None)
-        self.click_action(CONTINUE)
-        dialog = self.wait(
-            lambda: (
-                w.task_view.continue_dialog is not before
-                and w.task_view.continue_dialog.isVisible()
-                and w.task_view.continue_dialog
-            ),
-            "the Continue dialog",
-        )
-        self.type_into(dialog.instructions_edit, LOOP_COMMANDS)
-        self.click(dialog.ok_button)
-        looped = self.wait(
-            lambda: next((t for t in self.tasks() if t.id not in known), None), "the loop task"
-        )
+        looped = self.continue_through_dialog(task, LOOP_COMMANDS, "the loop task")
         self.wait_run(looped.id, ("succeeded",), "the loop to end")
         self.select_task(looped.id)
         self.show_tab(w.revisions_panel)
@@ -614,24 +615,7 @@ class Scenario:
         """Continue with a long command, remove its container behind Cairn's back: within
         seconds the run shows interrupted, Resume is enabled, and no Docker text shows."""
         w = self.w
-        self.select_task(task.id)
-        known = {t.id for t in self.tasks()}
-        before = getattr(w.task_view, "continue_dialog", None)
-        self.click_action(CONTINUE)
-        dialog = self.wait(
-            lambda: (
-                w.task_view.continue_dialog is not before
-                and w.task_view.continue_dialog.isVisible()
-                and w.task_view.continue_dialog
-            ),
-            "the Continue dialog",
-        )
-        self.type_into(dialog.instructions_edit, LONG_COMMAND)
-        self.click(dialog.ok_button)
-        child = self.wait(
-            lambda: next((t for t in self.tasks() if t.id not in known), None),
-            "the long continuation",
-        )
+        child = self.continue_through_dialog(task, LONG_COMMAND, "the long continuation")
         self.wait_run(child.id, ("running",), "the long run to start")
         self.select_task(child.id)
         self.wait(lambda: "running" in w.task_view.state_label.text(), "the running state")
@@ -959,16 +943,7 @@ class Scenario:
         """Continue the shown task with a risky command through the Continue dialog; returns
         the continuation and its approval card, once the card is in the queue."""
         w = self.w
-        before = getattr(w.task_view, "continue_dialog", None)
-        self.click_action(CONTINUE)
-        dialog = self.wait(
-            lambda: (
-                w.task_view.continue_dialog is not before
-                and w.task_view.continue_dialog.isVisible()
-                and w.task_view.continue_dialog
-            ),
-            "the Continue dialog",
-        )
+        dialog = self.open_continue()
         self.type_into(dialog.instructions_edit, command)
         self.shot("continue-dialog")
         self.click(dialog.ok_button)
