@@ -1,6 +1,7 @@
 """What the integration tests that drive the real Claude Code CLI through `cairnctl` share: the
 CLI's binary (or a skip), the engine settings pointing at the scripted server with a keyring
-secret, and the clean-up of a data folder's containers, proxies and judge."""
+secret, and the clean-up of a data folder's containers, proxies and judge (with its secret, or
+without one for a test that signs in and out itself)."""
 
 from __future__ import annotations
 
@@ -46,6 +47,11 @@ def use_scripted_server(data: Path, binary: Path, url: str, secret: str) -> None
 def release(data: Path, secret: str, docker_client) -> None:
     """The secret, the data folder's containers, egress proxies and judge: gone."""
     cairnctl(data, "secret", "rm", secret, check=False)
+    clean_up(data, docker_client)
+
+
+def clean_up(data: Path, docker_client) -> None:
+    """The data folder's containers, egress proxies and judge: gone."""
     label = f"cairn.data_dir={data.resolve()}"
     for c in docker_client.containers.list(all=True, filters={"label": label}):
         c.remove(force=True)

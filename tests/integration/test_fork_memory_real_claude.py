@@ -10,47 +10,26 @@ Skips (with the reason) when Docker, the sandbox image, the Secret Service or th
 
 from __future__ import annotations
 
-import json
-import os
 import uuid
 from pathlib import Path
 
 import pytest
 
-from core.approvals import stop_judge
 from core.revisions import POSITIONS
-from core.sandbox import egress
 from core.store import Store
 from tests.agents.fake_anthropic import Bash, FakeAnthropic, Reply, text_of
-from tests.agents.locate import claude_binary, missing
+from tests.integration.claude_support import binary, release, use_scripted_server
 from tests.support import as_json, cairnctl
 
-IMAGE = os.environ.get("CAIRN_SANDBOX_IMAGE", "cairn-sandbox:1")
-API_KEY = "sk-ant-test-not-a-real-key"
 TURNS = [
     ("make a", "echo one > a.txt", "Made a.txt."),
     ("make b", "echo two > b.txt", "Made b.txt."),
     ("make c", "echo three > c.txt", "Made c.txt."),
 ]
 
+__all__ = ["binary"]  # the fixture, used by name
+
 pytestmark = pytest.mark.docker
-
-
-@pytest.fixture(scope="module")
-def binary() -> Path:
-    found = claude_binary()
-    if found is None:
-        pytest.skip(missing())
-    return found
-
-
-@pytest.fixture(scope="module")
-def sandbox_image(docker_client):
-    try:
-        docker_client.images.get(IMAGE)
-    except Exception:
-        pytest.skip(f"the sandbox image {IMAGE} is not built (tests/images/build.sh builds it)")
-    return IMAGE
 
 
 def conversation(request) -> list[tuple[str, str]]:
@@ -85,30 +64,11 @@ def test_a_fork_at_the_first_of_three_revisions_remembers_only_the_first_turn(
     data.mkdir()
     secret = f"claude-fork-{uuid.uuid4().hex[:12]}"
     with FakeAnthropic() as server:
-        (data / "settings.json").write_text(
-            json.dumps(
-                {
-                    "engines": {
-                        "claude-code": {
-                            "binary": str(binary),
-                            "base_url": server.url,
-                            "api_key_secret": secret,
-                        }
-                    }
-                }
-            )
-        )
-        cairnctl(data, "secret", "set", secret, input=API_KEY)
+        use_scripted_server(data, binary, server.url, secret)
         try:
             _three_turns_and_a_fork(data, src, server)
         finally:
-            cairnctl(data, "secret", "rm", secret, check=False)
-            label = f"cairn.data_dir={data.resolve()}"
-            for c in docker_client.containers.list(all=True, filters={"label": label}):
-                c.remove(force=True)
-            for sock in (data / "egress").glob("*/sandbox/egress.sock"):
-                egress.stop(sock)
-            stop_judge(data.resolve())
+            release(data, secret, docker_client)
 
 
 def _three_turns_and_a_fork(data: Path, src: Path, server: FakeAnthropic) -> None:

@@ -20,13 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from core.approvals import stop_judge
 from core.engines.base import json_object
 from core.runs.states import output_of
-from core.sandbox import egress
 from core.store import Store
 from tests.agents import fake_openai
 from tests.agents.fake_anthropic import Bash, FakeAnthropic, Reply
+from tests.integration.claude_support import clean_up
 from tests.support import (
     as_json,
     cairnctl,
@@ -65,12 +64,7 @@ def data(tmp_path: Path, docker_client, sandbox_image, secret_service) -> Iterat
     folder = tmp_path / "data"
     folder.mkdir()
     yield folder
-    label = f"cairn.data_dir={folder.resolve()}"
-    for c in docker_client.containers.list(all=True, filters={"label": label}):
-        c.remove(force=True)
-    for sock in (folder / "egress").glob("*/sandbox/egress.sock"):
-        egress.stop(sock)
-    stop_judge(folder.resolve())
+    clean_up(folder, docker_client)
 
 
 @pytest.fixture
