@@ -39,8 +39,9 @@ from core import workspaces
 from core.context import Context
 from core.errors import CairnError, Conflict, CorruptSnapshot, InputError, NotFound, VaultError
 from core.locks import FileLock, held, lock_path
-from core.models import Source, Task, Workspace, WorkspaceState
-from core.revisions import Revisions
+from core.models import Checkpoint, Run, Source, Task, Workspace, WorkspaceState
+from core.revisions import POSITIONS, Revisions
+from core.runs import conversations
 from core.runs.liveness import Sandboxes
 from core.sandbox import egress
 from core.snapshots import Snapshots
@@ -622,6 +623,9 @@ class Deletion:
     revisions: int
     snapshots: int
     container: str | None
+    # Engine sessions whose conversation, kept at the task's checkpoints, no other task's run
+    # names: their copies go with the task.
+    conversations: list[str] = field(default_factory=list)
     refusal: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -641,6 +645,11 @@ class Deletion:
         elif self.workspace_id:
             out.append(
                 f"(workspace {self.workspace_id} stays: {', '.join(self.shared_with)} share it)"
+            )
+        if self.conversations:
+            out.append(
+                "the engine's conversation kept at its checkpoints "
+                f"(session {', '.join(self.conversations)})"
             )
         return out
 
@@ -662,6 +671,7 @@ def deletion_of(ctx: Context, sandboxes: Sandboxes | None, task: Task) -> Deleti
         revisions=len(ctx.store.list_revisions(ws.id)) if goes and ws else 0,
         snapshots=len(ctx.store.list_snapshots(ws.id)) if goes and ws else 0,
         container=record.container_name if goes and record else None,
+        conversations=_conversations_going(ctx, task, runs),
     )
     in_flight = next((r for r in runs if r.state in runs_mod.IN_FLIGHT), None)
     children = [t for t in ctx.store.list_tasks() if t.parent_task_id == task.id]
@@ -704,6 +714,7 @@ def delete_task(ctx: Context, sandboxes: Sandboxes | None, task: Task) -> Deleti
         _delete_rows(ctx, task.id, ws.id if ws is not None else None)
         if ws is not None:
             _delete_workspace_files(ctx, ws, record.id if record else None, snaps, d)
+        _delete_conversations(ctx, d)
     finally:
         if lock is not None:
             lock.release()
@@ -783,6 +794,49 @@ def _delete_workspace_files(
     if session_id:
         paths += [ctx.data.home_path(session_id), ctx.data.root / "egress" / session_id]
     for path in paths:
+        try:
+            remove_measured(path)
+        except OSError as exc:
+            d.notes.append(f"{path} could not be removed: {exc.strerror or exc}")
+
+
+def _engine_sessions(runs: list[Run], checkpoints: list[Checkpoint]) -> set[str]:
+    """The engine sessions whose kept conversation these runs may read: each run's own, the one
+    it continued or forked (a fork's child reads its parent's copy), those at the conversation
+    positions it noted (a later fork at one of its revisions starts there), and the sessions
+    their checkpoints were taken in."""
+    named: set[str | None] = set()
+    for run in runs:
+        named.add(run.engine_session_id)
+        named.add(run.spec.get("session_id"))
+        for entry in (run.spec.get(POSITIONS) or {}).values():
+            if isinstance(entry, dict):
+                named.add(entry.get("session_id"))
+    named.update(ck.engine_session_id for ck in checkpoints)
+    return {s for s in named if isinstance(s, str) and s}
+
+
+def _still_named(ctx: Context, task_id: str) -> set[str]:
+    """Engine sessions the runs of every task but this one name."""
+    others = [r for r in ctx.store.list_runs() if r.task_id != task_id]
+    ids = {r.id for r in others}
+    return _engine_sessions(others, [ck for ck in ctx.store.list_checkpoints() if ck.run_id in ids])
+
+
+def _conversations_going(ctx: Context, task: Task, runs: list[Run]) -> list[str]:
+    """The sessions whose kept conversation goes with the task: named by its runs and by no
+    other task's (a Continue child shares its parent's session; a task with children is not
+    deleted, so a fork's child never loses the parent's copy it reads)."""
+    mine = _engine_sessions(runs, [ck for r in runs for ck in ctx.store.list_checkpoints(r.id)])
+    going = mine - _still_named(ctx, task.id)
+    return [p.name for p in conversations.kept_folders(ctx.data, going)]
+
+
+def _delete_conversations(ctx: Context, d: Deletion) -> None:
+    """The kept conversations of the deleted task's sessions; who names them is read again once
+    its rows are gone, so a session another run came to name meanwhile stays."""
+    going = set(d.conversations) - _still_named(ctx, d.task_id)
+    for path in conversations.kept_folders(ctx.data, going):
         try:
             remove_measured(path)
         except OSError as exc:

@@ -5,7 +5,8 @@ needs from it to go on with the same conversation (Claude Code's transcript, Cod
 is copied at every checkpoint into the data folder, and put back when a later attempt finds it
 missing. Neither direction follows a link the sandbox may have planted. The engines say which
 files hold a conversation (`Engine.conversation_files`); the checkpoints and the ladder call
-this module.
+this module. The copies are keyed by the engine session; deleting a task removes those of the
+sessions no remaining run names (`core.housekeeping`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import contextlib
 import logging
 import os
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 
 from core.datadir import DataDir
@@ -27,6 +29,19 @@ MAX_BYTES = 256 * 1024 * 1024  # a transcript larger than this is not copied
 
 def kept_root(data: DataDir, session_id: str) -> Path:
     return data.root / FOLDER / session_id
+
+
+def kept_folders(data: DataDir, session_ids: Iterable[str]) -> list[Path]:
+    """The folders holding what was kept of these sessions, those there are. An id that is not
+    one plain name names none: the engines' ids are, but a stored one is only trusted so far."""
+    found = []
+    for session_id in sorted(set(session_ids)):
+        if not session_id or session_id in (".", "..") or "/" in session_id or "\0" in session_id:
+            continue
+        path = kept_root(data, session_id)
+        if os.path.lexists(path):
+            found.append(path)
+    return found
 
 
 def _inside(root: Path, path: Path) -> bool:
