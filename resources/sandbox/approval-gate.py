@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Cairn's approval gate: runs inside the sandbox, as the agent's user, before each command.
+"""Cairn's approval gate: runs inside the sandbox, as the agent's user, before each tool call of
+an agent (Claude Code's and Codex's PreToolUse hook). The programs a run starts are judged by the
+exec supervisor (supervisor.py), not here.
 
 It only relays. It writes the request into the run's mailbox (the attempt's folder, which the
 sandbox may write), waits for the decision Cairn writes on the host into a folder this sandbox
 can only read, and answers allow or deny. Every judgement happens on the host. Python 3 standard
 library only.
 
-    approval-gate.py --shell CMD      exit 0: allowed; 126: denied (the reason on stderr)
     approval-gate.py --claude-hook    Claude Code PreToolUse hook (JSON in, JSON out, exit 0)
     approval-gate.py --codex-hook     Codex PreToolUse hook (the same JSON shape)
     approval-gate.py --check          exit 0 when the gate can run here
@@ -26,10 +27,8 @@ import shlex
 import sys
 import time
 
-DENIED_EXIT = 126
 POLL_S = 0.05
 DEFAULT_TIMEOUT_S = 3600.0
-SAY_WAITING_AFTER_S = 1.0
 SUMMARY_KEYS = ("file_path", "notebook_path", "path", "url", "query", "pattern", "description")
 MAX_SUMMARY = 4096
 _ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
@@ -96,7 +95,7 @@ def read_decision(path):
     return doc if isinstance(doc, dict) else None
 
 
-def ask(engine, tool, command, cwd, on_wait=None):
+def ask(engine, tool, command, cwd):
     """Relay one request and wait for its decision: (allowed, reason)."""
     exec_id, requests, decisions = mailbox()
     request_id = new_request_id()
@@ -116,7 +115,6 @@ def ask(engine, tool, command, cwd, on_wait=None):
     limit = timeout_s()
     path = os.path.join(decisions, request_id + ".json")
     start = time.monotonic()
-    said = False
     while True:
         doc = read_decision(path)
         if doc is not None:
@@ -128,12 +126,8 @@ def ask(engine, tool, command, cwd, on_wait=None):
             if decision == "allow":
                 return True, reason or "allowed"
             return False, reason or "denied"
-        waited = time.monotonic() - start
-        if waited >= limit:
+        if time.monotonic() - start >= limit:
             return False, "no decision within %g s" % limit
-        if on_wait and not said and waited >= SAY_WAITING_AFTER_S:
-            said = True
-            on_wait(request_id)
         time.sleep(POLL_S)
 
 
@@ -200,25 +194,7 @@ def run_hook(engine, stdin, stdout):
     return 0
 
 
-def run_shell(command):
-    def waiting(request_id):
-        sys.stderr.write("cairn: waiting for approval of `%s` (%s)\n" % (command, request_id))
-        sys.stderr.flush()
-
-    try:
-        allowed, reason = ask("shell", "shell", command, os.getcwd(), on_wait=waiting)
-    except (GateError, OSError) as exc:
-        allowed, reason = False, "the approval gate failed: %s" % exc
-    if allowed:
-        return 0
-    sys.stderr.write("cairn: denied `%s`: %s\n" % (command, reason))
-    sys.stderr.flush()
-    return DENIED_EXIT
-
-
 def main(argv):
-    if len(argv) == 2 and argv[0] == "--shell":
-        return run_shell(argv[1])
     if argv == ["--claude-hook"]:
         return run_hook("claude_code", sys.stdin, sys.stdout)
     if argv == ["--codex-hook"]:
@@ -226,10 +202,8 @@ def main(argv):
     if argv == ["--check"]:
         sys.stdout.write("ok\n")
         return 0
-    sys.stderr.write(
-        "usage: approval-gate.py --shell CMD | --claude-hook | --codex-hook | --check\n"
-    )
-    return DENIED_EXIT if argv[:1] == ["--shell"] else 2
+    sys.stderr.write("usage: approval-gate.py --claude-hook | --codex-hook | --check\n")
+    return 2
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The approvals mailbox end to end with real files and the real gate script, without Docker:
-the gate writes a request and waits, the judge answers through the decision folder, and the
-approval rows, run states, checkpoints, timeouts and remembered commands follow."""
+the gate (as an agent's PreToolUse hook) writes a request and waits, the judge answers through
+the decision folder, and the approval rows, run states, checkpoints, timeouts and remembered
+commands follow; program starts are requests written as the exec supervisor writes them."""
 
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ def app(tmp_path):
         yield cairn
 
 
-def start_run(app: Cairn) -> Run:
+def start_run(app: Cairn, engine: str = "claude-code", spec: dict | None = None) -> Run:
     """A run in flight as `_launch` leaves it (no sandbox needed to judge its mailbox)."""
     task = app.tasks.all()[0]
     run = Run(
@@ -67,8 +68,8 @@ def start_run(app: Cairn) -> Run:
         task.id,
         R.RUNNING.value,
         0,
-        "shell",
-        {"commands": []},
+        engine,
+        spec if spec is not None else {"prompt": "go on"},
         workspace_id=task.workspace_id,
         attempt=1,
         created_at=time.time(),
@@ -93,6 +94,29 @@ def gate(
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def tool_call(app: Cairn, run: Run, command: str, **env: str) -> subprocess.Popen:
+    """The gate as Claude Code's PreToolUse hook, asked about a Bash tool call of `command`."""
+    proc = gate(app, run, "--claude-hook", stdin="", **env)
+    assert proc.stdin is not None
+    call = {"tool_name": "Bash", "tool_input": {"command": command}, "cwd": "/workspace"}
+    proc.stdin.write(json.dumps({**call, "session_id": "s"}))
+    proc.stdin.close()
+    return proc
+
+
+def answered(proc: subprocess.Popen, judge: Judge | None = None) -> tuple[str, str]:
+    """The hook's answer once judged (or, with no judge, once the gate gave up): its
+    decision and its reason."""
+    if judge is None:
+        proc.wait(20)
+        code, out, err = proc.returncode, proc.stdout.read(), proc.stderr.read()  # type: ignore[union-attr]
+    else:
+        code, out, err = finish(proc, judge)
+    assert code == 0, err
+    answer = json.loads(out)["hookSpecificOutput"]
+    return answer["permissionDecision"], answer["permissionDecisionReason"]
 
 
 def finish(
@@ -146,8 +170,7 @@ def events_of(app: Cairn, kind: str) -> list[dict]:
 def test_a_command_the_rules_pass_is_allowed_at_once_and_recorded_as_automatic(app):
     run = start_run(app)
     judge = app.approvals.with_options()
-    code, _, err = finish(gate(app, run, "--shell", "echo safe > a.txt"), judge)
-    assert code == 0, err
+    assert answered(tool_call(app, run, "echo safe > a.txt"), judge)[0] == "allow"
     (row,) = judge.list(pending_only=False)
     assert (row.state, row.decided_by, row.auto, row.command) == (
         approvals.AUTO_ALLOWED,
@@ -165,7 +188,7 @@ def test_a_risky_command_waits_for_a_person_with_a_checkpoint_then_runs_once_app
     run = start_run(app)
     judge = app.approvals.with_options()
     checkpoints_before = len(app.ctx.store.list_checkpoints(run.id))
-    proc = gate(app, run, "--shell", "git push --force origin main")
+    proc = tool_call(app, run, "git push --force origin main")
     pending = wait_for_row(app, judge)
     assert (pending.rule, pending.run_id, pending.task_id) == (
         "git-force-push",
@@ -182,8 +205,7 @@ def test_a_risky_command_waits_for_a_person_with_a_checkpoint_then_runs_once_app
     assert proc.poll() is None, "the gate must wait for the person"
 
     decided = app.approvals.approve(pending.id[:8])  # a prefix is enough
-    code, _, err = finish(proc, judge)
-    assert code == 0, err
+    assert answered(proc, judge)[0] == "allow"
     assert (decided.state, decided.decided_by) == (approvals.APPROVED, approvals.os_user())
     assert (
         decided.decided_at
@@ -201,12 +223,12 @@ def test_a_risky_command_waits_for_a_person_with_a_checkpoint_then_runs_once_app
 def test_a_denied_command_is_refused_and_the_run_is_told_why(app):
     run = start_run(app)
     judge = app.approvals.with_options()
-    proc = gate(app, run, "--shell", "sudo rm -rf /")
+    proc = tool_call(app, run, "sudo rm -rf /")
     pending = wait_for_row(app, judge)
     app.approvals.deny(pending.id, reason="not on my machine")
-    code, _, err = finish(proc, judge)
-    assert code == 126
-    assert "denied" in err and "not on my machine" in err and "sudo rm -rf /" in err
+    decision, reason = answered(proc, judge)
+    assert decision == "deny"
+    assert "denied" in reason and "not on my machine" in reason
     (row,) = judge.list(pending_only=False)
     assert (row.state, row.decided_by) == (approvals.DENIED, approvals.os_user())
     assert decision_of(app, run, row.id)["decision"] == "deny"
@@ -218,14 +240,14 @@ def test_an_unanswered_request_is_denied_at_its_timeout(app):
     run = start_run(app)
     clock = Clock()
     judge = app.approvals.with_options(timeout=600, clock=clock)
-    proc = gate(app, run, "--shell", "git push origin main")
+    proc = tool_call(app, run, "git push origin main")
     pending = wait_for_row(app, judge)
     clock.now += 599
     judge.poll()
     assert judge.get(pending.id).state == approvals.PENDING
     clock.now += 2
-    code, _, err = finish(proc, judge)
-    assert code == 126 and "no decision within 600 s" in err
+    decision, reason = answered(proc, judge)
+    assert decision == "deny" and "no decision within 600 s" in reason
     row = judge.get(pending.id)
     assert (row.state, row.decided_by) == (approvals.TIMED_OUT, approvals.BY_TIMEOUT)
     assert decision_of(app, run, row.id)["decision"] == "deny"
@@ -235,15 +257,15 @@ def test_an_unanswered_request_is_denied_at_its_timeout(app):
 def test_the_gate_denies_by_itself_when_nobody_answers_in_time(app):
     run = start_run(app)
     started = time.monotonic()
-    proc = gate(app, run, "--shell", "echo fine", CAIRN_APPROVAL_TIMEOUT="0.5")
-    assert proc.wait(20) == 126  # no judge at all
-    assert "no decision within 0.5 s" in proc.stderr.read()  # type: ignore[union-attr]
+    proc = tool_call(app, run, "echo fine", CAIRN_APPROVAL_TIMEOUT="0.5")
+    decision, reason = answered(proc)  # no judge at all
+    assert decision == "deny" and "no decision within 0.5 s" in reason
     assert time.monotonic() - started < 10
 
 
 def test_requests_survive_a_restart_and_rows_are_made_once(app, tmp_path):
     run = start_run(app)
-    proc = gate(app, run, "--shell", "npm publish")
+    proc = tool_call(app, run, "npm publish")
     first = wait_for_row(app, app.approvals.with_options())
     # Cairn goes away; a new one (a new process: new objects, new connections) looks again.
     with Cairn(app.data.root) as again:
@@ -255,20 +277,18 @@ def test_requests_survive_a_restart_and_rows_are_made_once(app, tmp_path):
         assert len(again.ctx.store.query("SELECT id FROM approvals")) == 1
         assert len(events_of(again, "approval.requested")) == 1
         again.approvals.approve(still.id)
-        code, _, err = finish(proc, judge)
-        assert code == 0, err
+        assert answered(proc, judge)[0] == "allow"
 
 
 def test_a_request_written_while_no_judge_ran_and_a_lost_decision_file_are_both_recovered(app):
     run = start_run(app)
-    quiet = gate(app, run, "--shell", "ls")  # nobody judges while it writes its request
+    quiet = tool_call(app, run, "ls")  # nobody judges while it writes its request
     deadline = time.monotonic() + 20
     while not list(requests_folder(app, run).glob("*.json")):
         assert time.monotonic() < deadline
         time.sleep(0.02)
     judge = app.approvals.with_options()
-    code, _, _ = finish(quiet, judge)
-    assert code == 0
+    assert answered(quiet, judge)[0] == "allow"
     (row,) = judge.list(pending_only=False)
     # A judge that stopped between the row and the file: the next one writes the file.
     path = approvals.decision_path(app.data.root, run.workspace_id or "", run.exec_id, row.id)
@@ -283,21 +303,20 @@ def test_remember_lets_the_exact_command_pass_from_now_on_under_a_new_policy_ver
     task = app.tasks.get(run.task_id)
     version = app.tasks.policy_of(app.tasks.workspace_of(task)).version
     command = "git push --force origin main"
-    proc = gate(app, run, "--shell", command)
+    proc = tool_call(app, run, command)
     pending = wait_for_row(app, judge)
     decided = app.approvals.approve(pending.id, remember=True)
-    assert finish(proc, judge)[0] == 0
+    assert answered(proc, judge)[0] == "allow"
     policy = app.tasks.policy_of(app.tasks.workspace_of(task))
     assert policy.approved == (command,) and policy.version > version
     assert decided.policy_version == policy.version
     assert events_of(app, "policy.changed")[-1]["payload"]["version"] == policy.version
 
-    code, _, err = finish(gate(app, run, "--shell", command), judge)
-    assert code == 0, err
+    assert answered(tool_call(app, run, command), judge)[0] == "allow"
     latest = judge.list(pending_only=False)[-1]
     assert (latest.state, latest.rule) == (approvals.AUTO_ALLOWED, "remembered")
     # Only that exact command.
-    other = gate(app, run, "--shell", command + " --tags")
+    other = tool_call(app, run, command + " --tags")
     assert wait_for_row(app, judge).command == command + " --tags"
     other.kill()
 
@@ -305,7 +324,7 @@ def test_remember_lets_the_exact_command_pass_from_now_on_under_a_new_policy_ver
 def test_a_request_of_a_run_that_ended_is_withdrawn_and_cannot_be_approved(app):
     run = start_run(app)
     judge = app.approvals.with_options()
-    proc = gate(app, run, "--shell", "git push")
+    proc = tool_call(app, run, "git push")
     pending = wait_for_row(app, judge)
     proc.kill()
     proc.wait()
@@ -421,12 +440,12 @@ def test_a_secret_in_a_command_is_judged_whole_but_stored_by_its_name_only(tmp_p
         run = start_run(app)
         judge = app.approvals.with_options()
         command = f"git push https://x:{canary}@example.com/r.git"
-        proc = gate(app, run, "--shell", command)
+        proc = tool_call(app, run, command)
         pending = wait_for_row(app, judge)
         assert pending.rule == "git-push"
         assert canary not in pending.command and "[secret:token]" in pending.command
         app.approvals.deny(pending.id)
-        assert finish(proc, judge)[0] == 126
+        assert answered(proc, judge)[0] == "deny"
         rows = app.ctx.store.query("SELECT * FROM approvals")
         events = app.ctx.store.query("SELECT payload FROM events")
         assert not any(canary in str(tuple(r)) for r in [*rows, *events])
@@ -529,9 +548,7 @@ def exec_request(app: Cairn, run: Run, words: list[str], **extra) -> str:
 
 
 def shell_run(app: Cairn, commands: list[str]) -> Run:
-    run = start_run(app)
-    app.ctx.store.update_run(run.id, spec={"commands": commands})
-    return app.ctx.store.get_run(run.id)
+    return start_run(app, "shell", {"commands": commands})
 
 
 def test_a_program_start_becomes_a_card_naming_the_program_and_its_step(app):
@@ -607,7 +624,7 @@ def test_a_request_rewritten_in_the_sandbox_is_not_the_one_approved(app):
     does not let the original command through."""
     run = start_run(app)
     judge = app.approvals.with_options()
-    proc = gate(app, run, "--shell", "git push --force origin main")
+    proc = tool_call(app, run, "git push --force origin main")
     folder = requests_folder(app, run)
     deadline = time.monotonic() + 10
     while not any(folder.glob("ap_*.json")):
@@ -620,17 +637,17 @@ def test_a_request_rewritten_in_the_sandbox_is_not_the_one_approved(app):
     card = wait_for_row(app, judge)
     assert card.command == doc["command"]  # the card shows what the host read
     app.approvals.approve(card.id)
-    code, _, err = finish(proc, judge)
-    assert code == 126 and "changed in the sandbox" in err, (code, err)
+    decision, reason = answered(proc, judge)
+    assert decision == "deny" and "changed in the sandbox" in reason, reason
 
 
 def test_every_decision_names_the_bytes_it_is_about(app):
     run = start_run(app)
     judge = app.approvals.with_options()
-    proc = gate(app, run, "--shell", "git push origin main")
+    proc = tool_call(app, run, "git push origin main")
     card = wait_for_row(app, judge)
     raw = (requests_folder(app, run) / f"{card.id}.json").read_bytes()
     app.approvals.deny(card.id, reason="no")
-    code, _, err = finish(proc, judge)
-    assert code == 126 and "no" in err
+    decision, reason = answered(proc, judge)
+    assert decision == "deny" and reason.endswith(": no")
     assert decision_of(app, run, card.id)["request_sha256"] == hashlib.sha256(raw).hexdigest()
