@@ -103,7 +103,8 @@ class LaunchContext:
     workspace: str = "/workspace"  # always the same path: native resume depends on it
     session_id: str | None = None  # the engine session to continue or fork from
     start_step: int = 0  # for step-wise engines: where to continue
-    gate: list[str] = field(default_factory=list)  # the in-sandbox approval gate command
+    # The in-sandbox approval gate command, for an engine with tool hooks (else empty).
+    gate: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,9 @@ class Engine(abc.ABC):
     tested_version: str | None = None
     #: Whether the engine keeps a conversation of its own that Continue resumes natively.
     has_sessions: bool = False
+    #: Whether the engine asks the approval gate about each of its tool calls (a PreToolUse
+    #: hook given `LaunchContext.gate`); the gate is set up only for such engines.
+    has_tool_hooks: bool = False
     #: The ways to sign the engine in, preferred first; empty for engines that need no model.
     credential_kinds: tuple[CredentialKind, ...] = ()
     #: The model endpoint when the settings name none (None: the engine talks to no model).

@@ -309,6 +309,7 @@ class ClaudeCodeEngine(Engine):
     npm_package = NPM_PACKAGE
     tested_version = TESTED_VERSION
     has_sessions = True
+    has_tool_hooks = True
     api_key_env = API_KEY_ENV
     credential_kinds = CREDENTIAL_KINDS
     default_base_url = DEFAULT_BASE_URL

@@ -237,6 +237,7 @@ class CodexEngine(Engine):
     npm_package = NPM_PACKAGE
     tested_version = TESTED_VERSION
     has_sessions = True
+    has_tool_hooks = True
     #: The variable the run machinery fills from the settings' `api_key_secret` grant.
     api_key_env = API_KEY_ENV
     credential_kinds = CREDENTIAL_KINDS

@@ -327,7 +327,10 @@ class Ladder:
             sandbox_home=CONTAINER_HOME,
             session_id=run.spec.get("session_id"),
             start_step=start_step,
-            gate=approvals.gate_command(self.ctx, ws.id, outcome.live),
+            # Only tool hooks ask the gate; a shell run's programs are the supervisor's alone.
+            gate=approvals.gate_command(self.ctx, ws.id, outcome.live)
+            if eng.has_tool_hooks
+            else [],
         )
         ctx = self._engine_mode(eng, ctx, run, report)
         eng.prepare(ctx)
