@@ -3,6 +3,11 @@ commit of the folder's files as they are on disk, tracked or not, ignored ones l
 
 Owns reading the user's folder without ever writing to it, and the base commit. It does not name
 the base (the caller records it under the workspace's base ref) nor create workspaces.
+
+A repository's tracked files that its own index vouches for (stat data unchanged, by the rules
+`git status` uses, racy entries excluded; no attribute or setting that makes the bytes on disk
+differ from the blob) take their blob ids from the index and the objects fetched with HEAD:
+only modified and untracked files are read and hashed. The index is read, never refreshed.
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ import re
 import secrets
 import stat as statmod
 import subprocess
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +32,20 @@ from core.vault.tree_index import FileRecord, TreeIndex, mode_of
 IMPORTS_PREFIX = "refs/cairn/imports/"
 _NAMED_PROBLEMS = 3  # how many unreadable paths an error names before it only counts
 _GIT_WARNING = re.compile(rb"^warning: could not open directory '(.*)': (.*)$", re.M)
+# What `git ls-files --debug` prints after each entry: the stat data the index holds for it.
+_INDEX_STAT = re.compile(
+    rb"  ctime: (\d+):(\d+)\n  mtime: (\d+):(\d+)\n  dev: \d+\tino: (\d+)\n"
+    rb"  uid: (\d+)\tgid: (\d+)\n  size: (\d+)\tflags: ([0-9a-f]+)\n"
+)
+_CE_STAGE_MASK = 0x3000  # the index entry's flags (git's cache.h)
+_CE_INTENT_TO_ADD = 1 << 29  # `git add -N`: the blob is empty whatever the file holds
+_CE_SKIP_WORKTREE = 1 << 30  # sparse checkout: the stat data says nothing about the disk
+_U32 = 0xFFFFFFFF  # the index keeps 32 bits of each stat field
+# Attributes under which the bytes on disk may differ from the blob (eol and text conversion,
+# clean/smudge filters, $Id$ expansion, re-encoding): such files are hashed from disk.
+_CONVERSION_ATTRS = ("text", "eol", "crlf", "filter", "ident", "working-tree-encoding")
+_HASHERS = min(4, os.cpu_count() or 2)  # threads hashing files from disk
+_PARALLEL_HASH = 64  # fewer files than this are hashed on the calling thread
 
 
 @dataclass
@@ -35,6 +56,8 @@ class ImportResult:
     base_commit: str  # a Cairn commit whose tree is the folder as imported
     base_tree: str
     files: int
+    files_hashed: int = 0  # files read and hashed from disk (the rest came from git's index)
+    index: TreeIndex | None = field(default=None, repr=False, compare=False)  # the base's tree
 
 
 # -- validating the dropped path -------------------------------------------------------------------
@@ -130,6 +153,8 @@ class _Listing:
 
     files: dict[str, tuple[str, os.stat_result | None, str | None]] = field(default_factory=dict)
     # rel → (mode, lstat for files read from disk, blob/commit id for index-only entries)
+    index_blobs: dict[str, str] = field(default_factory=dict)
+    # rel → blob id, for files on disk whose index entry's stat data still matches them
     dirs: set[str] = field(default_factory=set)  # folders to keep even when empty
     nested: list[str] = field(default_factory=list)  # untracked repositories: scanned as files
     problems: list[str] = field(default_factory=list)
@@ -139,10 +164,11 @@ def _import_plain(vault: Vault, folder: Path) -> ImportResult:
     ignore = IgnoreRules(folder)
     problems = _unreadable_below(folder, "", ignore)
     _raise_unreadable(folder, problems)
-    result = TreeIndex().scan(vault.objects, folder, ignore)
+    index = TreeIndex()
+    result = index.scan(vault.objects, folder, ignore)
     _raise_unreadable(folder, [p.path for p in result.problems])
     commit = _write_base(vault, result.tree, None, kind="plain", branch=None, files=result.files)
-    return ImportResult("plain", None, None, commit, result.tree, result.files)
+    return ImportResult("plain", None, None, commit, result.tree, result.files, result.files, index)
 
 
 def _import_git(vault: Vault, folder: Path) -> ImportResult:
@@ -162,8 +188,10 @@ def _import_git(vault: Vault, folder: Path) -> ImportResult:
     index = TreeIndex()
     for rel in sorted(listing.dirs):
         index.ensure_dir(rel)
+    vouched = _vouched_blobs(repo, objects, listing)
     missing_blobs: list[tuple[str, str, str]] = []
     problems: list[str] = []
+    to_hash: list[tuple[str, str, os.stat_result]] = []
     for rel, (mode, st, sha) in listing.files.items():
         if st is None:
             assert sha is not None
@@ -171,31 +199,91 @@ def _import_git(vault: Vault, folder: Path) -> ImportResult:
                 index.set_file(rel, FileRecord(mode, sha))
             else:
                 missing_blobs.append((rel, mode, sha))
-            continue
-        try:
-            blob = objects.write_blob_from_path(os.path.join(folder, rel), st)
-        except (FileNotFoundError, NotADirectoryError):
-            continue  # deleted since it was listed: as if it had been deleted before
-        except PermissionError:
-            problems.append(rel)
-            continue
+        elif rel in vouched:
+            index.set_file(rel, FileRecord(mode, vouched[rel]))
+        else:
+            to_hash.append((rel, mode, st))
+    for rel, mode, blob in _hash_files(objects, folder, to_hash, problems):
         index.set_file(rel, FileRecord(mode, blob))
     for rel, mode, sha in missing_blobs:
         index.set_file(rel, FileRecord(mode, objects.write_blob(repo.read_blob(sha))))
+    hashed = len(to_hash)
     for rel in listing.nested:
-        _graft_scan(index, objects, folder, rel, problems)
+        hashed += _graft_scan(index, objects, folder, rel, problems)
     _raise_unreadable(folder, problems)
     tree = index.flush(objects)
     files = index.file_count()
     commit = _write_base(vault, tree, head, kind="git", branch=branch, files=files)
-    return ImportResult("git", head, branch, commit, tree, files)
+    return ImportResult("git", head, branch, commit, tree, files, hashed, index)
+
+
+def _vouched_blobs(repo: _UserRepo, objects: ObjectStore, listing: _Listing) -> dict[str, str]:
+    """The files whose blob the index gives (rel → blob id): stat-clean in the index, under no
+    conversion, and with the blob in the vault at the size of the file on disk."""
+    candidates = listing.index_blobs
+    if not candidates:
+        return {}
+    # Links are never converted: their blob is the link's target, whatever the attributes say.
+    files = listing.files
+    regular = [rel for rel in candidates if files[rel][0] != MODE_LINK]
+    converted = repo.converted(regular)
+    if any(_is_attributes_file(rel) and rel not in candidates for rel in files):
+        # An attributes file changed since it was checked in: what was in force when the
+        # files were checked out counts too.
+        converted |= repo.converted(regular, cached=True)
+    known = objects.object_sizes(set(candidates.values()))
+    vouched = {}
+    for rel, blob in candidates.items():
+        st = files[rel][1]
+        if rel not in converted and st is not None and known.get(blob) == ("blob", st.st_size):
+            vouched[rel] = blob
+    return vouched
+
+
+def _is_attributes_file(rel: str) -> bool:
+    return rel == ".gitattributes" or rel.endswith("/.gitattributes")
+
+
+def _hash_files(
+    objects: ObjectStore,
+    folder: Path,
+    files: list[tuple[str, str, os.stat_result]],
+    problems: list[str],
+) -> Iterator[tuple[str, str, str]]:
+    """Store each file's bytes as a blob; yields (rel, mode, blob id), in parallel when there are
+    many (hashing, compressing and reading release the interpreter's lock)."""
+
+    def one(item: tuple[str, str, os.stat_result]) -> tuple[str, str, str | None, bool]:
+        rel, mode, st = item
+        try:
+            return rel, mode, objects.write_blob_from_path(os.path.join(folder, rel), st), False
+        except (FileNotFoundError, NotADirectoryError):
+            return rel, mode, None, False  # deleted since it was listed: as if before
+        except PermissionError:
+            return rel, mode, None, True
+
+    if len(files) < _PARALLEL_HASH:
+        results: Iterator[tuple[str, str, str | None, bool]] = map(one, files)
+        for rel, mode, blob, denied in results:
+            if denied:
+                problems.append(rel)
+            elif blob is not None:
+                yield rel, mode, blob
+        return
+    with ThreadPoolExecutor(_HASHERS, thread_name_prefix="import-hash") as pool:
+        for rel, mode, blob, denied in pool.map(one, files, chunksize=64):
+            if denied:
+                problems.append(rel)
+            elif blob is not None:
+                yield rel, mode, blob
 
 
 def _graft_scan(
     index: TreeIndex, objects: ObjectStore, folder: Path, rel: str, problems: list[str]
-) -> None:
+) -> int:
     """Record an untracked repository inside the folder as plain files, under its own ignore
-    rules (the way the workspace's recorder will see it: its `.git` left out)."""
+    rules (the way the workspace's recorder will see it: its `.git` left out); returns how many
+    files it holds."""
     sub = TreeIndex()
     result = sub.scan(objects, folder / rel, IgnoreRules(folder / rel))
     problems += [f"{rel}/{p.path}" for p in result.problems]
@@ -203,6 +291,7 @@ def _graft_scan(
         index.ensure_dir(f"{rel}/{sub_dir}" if sub_dir else rel)
     for sub_rel, record in sub.files().items():
         index.set_file(f"{rel}/{sub_rel}", FileRecord(record.mode, record.sha))
+    return result.files
 
 
 def _write_base(
@@ -325,11 +414,128 @@ class _UserRepo:
     def read_blob(self, sha: str) -> bytes:
         return self.git(["cat-file", "blob", sha]).stdout
 
+    def index_entries(self) -> tuple[list[_IndexEntry], int | None]:
+        """Every index entry with the stat data git recorded for it, and the time (in whole
+        seconds) from which an entry is racy: git wrote the index in the second its stat data
+        was taken, so a later change in that second may not show. None: nothing is vouched for
+        (the index changed while it was read, or its stat data could not be parsed)."""
+        before = self._index_files_stamp()
+        data = self.git(["ls-files", "-z", "--stage", "-t", "--debug"]).stdout
+        after = self._index_files_stamp()
+        entries = _parse_index_listing(data)
+        if entries is None:
+            plain = self.git(["ls-files", "-z", "--stage", "-t"]).stdout
+            return [_IndexEntry.parse(line) for line in plain.split(b"\0") if line], None
+        if before is None or before != after:
+            return entries, None
+        return entries, min(mtime for mtime, _ in before) // 1_000_000_000
+
+    def _index_files_stamp(self) -> list[tuple[int, int]] | None:
+        """(mtime, ctime) of the index and of any shared index it may split into."""
+        out = self.git(["rev-parse", "--git-path", "index"]).stdout.decode().strip()
+        index = Path(out) if os.path.isabs(out) else self.folder / out
+        try:
+            stamps = [(st.st_mtime_ns, st.st_ctime_ns) for st in [os.stat(index)]]
+            for entry in os.scandir(index.parent):
+                if entry.name.startswith("sharedindex."):
+                    st = entry.stat()
+                    stamps.append((st.st_mtime_ns, st.st_ctime_ns))
+        except OSError:
+            return None
+        return sorted(stamps)
+
+    def converted(self, paths: list[str], *, cached: bool = False) -> set[str]:
+        """Those of `paths` whose bytes on disk may differ from their blob: a text or eol
+        conversion (by attribute, or by core.autocrlf for files with no `text` attribute), a
+        filter, ident or working-tree-encoding attribute (`cached`: the index's attributes)."""
+        autocrlf = self.config("core.autocrlf")
+        crlf_by_setting = autocrlf is not None and autocrlf.lower() not in (
+            "false",
+            "no",
+            "off",
+            "0",
+            "",
+        )
+        data = b"".join(os.fsencode(p) + b"\0" for p in paths)
+        proc = self.git(
+            ["check-attr", "-z", "--stdin", *(["--cached"] if cached else []), *_CONVERSION_ATTRS],
+            input=data,
+        )
+        fields = proc.stdout.split(b"\0")
+        out: set[str] = set()
+        for i in range(0, len(fields) - 2, 3):
+            attr, value = fields[i + 1], fields[i + 2]
+            if value == b"unset" or (
+                value == b"unspecified" and not (attr == b"text" and crlf_by_setting)
+            ):
+                continue
+            out.add(os.fsdecode(fields[i]))
+        return out
+
+    def config(self, key: str) -> str | None:
+        proc = self.git(["config", "--get", key], ok=(0, 1))
+        return proc.stdout.decode(errors="replace").strip() if proc.returncode == 0 else None
+
+
+@dataclass(slots=True)
+class _IndexEntry:
+    tag: str
+    mode: str
+    sha: str
+    stage: str
+    rel: str
+    stat: tuple[int, ...] | None = None  # ctime s, ns, mtime s, ns, ino, uid, gid, size, flags
+
+    @classmethod
+    def parse(cls, line: bytes) -> _IndexEntry:
+        meta, _, raw_path = line.partition(b"\t")
+        tag, mode, sha, stage = meta.decode().split(" ")
+        return cls(tag, mode, sha, stage, os.fsdecode(raw_path))
+
+    def vouches_for(self, st: os.stat_result, racy_from: int | None) -> bool:
+        """Whether git's index says the file behind `st` still holds this entry's blob."""
+        if self.stat is None or racy_from is None or self.stage != "0":
+            return False
+        c_s, c_ns, m_s, m_ns, ino, uid, gid, size, flags = self.stat
+        if flags & (_CE_INTENT_TO_ADD | _CE_SKIP_WORKTREE | _CE_STAGE_MASK) or m_s >= racy_from:
+            return False
+        if (self.mode == MODE_LINK) != statmod.S_ISLNK(st.st_mode):
+            return False
+        return (
+            divmod(st.st_mtime_ns, 1_000_000_000) == (m_s, m_ns)
+            and divmod(st.st_ctime_ns, 1_000_000_000) == (c_s, c_ns)
+            and st.st_ino & _U32 == ino
+            and st.st_uid & _U32 == uid
+            and st.st_gid & _U32 == gid
+            and st.st_size & _U32 == size
+        )
+
+
+def _parse_index_listing(data: bytes) -> list[_IndexEntry] | None:
+    """`git ls-files -z --stage -t --debug`: each entry's line, then its stat data."""
+    entries = []
+    pos, end = 0, len(data)
+    while pos < end:
+        nul = data.find(b"\0", pos)
+        match = _INDEX_STAT.match(data, nul + 1) if nul >= 0 else None
+        if match is None:
+            return None
+        try:
+            entry = _IndexEntry.parse(data[pos:nul])
+        except ValueError:
+            return None
+        g = match.groups()
+        entry.stat = (*(int(v) for v in g[:8]), int(g[8], 16))
+        entries.append(entry)
+        pos = match.end()
+    return entries
+
 
 def _list_work_tree(repo: _UserRepo) -> _Listing:
     """The work tree as `git status` sees it: index entries present on disk (with their disk
     content), untracked files that are not ignored, and empty folders that are not ignored."""
     folder = repo.folder
+    top = str(folder) + os.sep
     listing = _Listing()
     real_dirs: dict[str, bool] = {"": True}
 
@@ -339,7 +545,7 @@ def _list_work_tree(repo: _UserRepo) -> _Listing:
         if known is None:
             parent = rel.rpartition("/")[0]
             try:
-                known = is_real_dir(parent) and statmod.S_ISDIR(os.lstat(folder / rel).st_mode)
+                known = is_real_dir(parent) and statmod.S_ISDIR(os.lstat(top + rel).st_mode)
             except (FileNotFoundError, NotADirectoryError):
                 known = False
             except PermissionError:
@@ -348,11 +554,13 @@ def _list_work_tree(repo: _UserRepo) -> _Listing:
             real_dirs[rel] = known
         return known
 
+    readable = _Readability()
+
     def add_from_disk(rel: str) -> bool:
         if not is_real_dir(rel.rpartition("/")[0]):
             return False
         try:
-            st = os.lstat(folder / rel)
+            st = os.lstat(top + rel)
         except (FileNotFoundError, NotADirectoryError):
             return False
         except PermissionError:
@@ -361,17 +569,15 @@ def _list_work_tree(repo: _UserRepo) -> _Listing:
         mode = mode_of(st)
         if mode is None or mode == MODE_TREE:
             return False
-        if mode != MODE_LINK and not os.access(folder / rel, os.R_OK):
+        if mode != MODE_LINK and not readable(top + rel, st):
             listing.problems.append(rel)
             return False
         listing.files[rel] = (mode, st, None)
         return True
 
-    tracked, _ = repo.ls_files(["--stage", "-t"])
-    for line in tracked:
-        meta, _, raw_path = line.partition(b"\t")
-        tag, mode, sha, _stage = meta.decode().split(" ")
-        rel = os.fsdecode(raw_path)
+    tracked, racy_from = repo.index_entries()
+    for entry in tracked:
+        tag, mode, sha, rel = entry.tag, entry.mode, entry.sha, entry.rel
         if rel in listing.files:
             continue  # a conflicted path has several stages; the disk decides
         if mode == MODE_GITLINK:
@@ -382,7 +588,11 @@ def _list_work_tree(repo: _UserRepo) -> _Listing:
             ):
                 listing.files[rel] = (MODE_GITLINK, None, sha)
             continue
-        if not add_from_disk(rel) and tag == "S" and not os.path.lexists(folder / rel):
+        if add_from_disk(rel):
+            st = listing.files[rel][1]
+            if st is not None and entry.vouches_for(st, racy_from):
+                listing.index_blobs[rel] = sha
+        elif tag == "S" and not os.path.lexists(folder / rel):
             # Left out by a sparse checkout: git status takes the index's content as it is.
             listing.files[rel] = (mode, None, sha)
 
@@ -425,6 +635,24 @@ def _list_work_tree(repo: _UserRepo) -> _Listing:
 
 
 # -- readability -----------------------------------------------------------------------------------
+
+
+class _Readability:
+    """Whether this process may read a file: its permission bits answer for most files without a
+    system call; only a file they would refuse is asked about (`access`, which knows ACLs)."""
+
+    def __init__(self) -> None:
+        self.uid = os.geteuid()
+        self.groups = {os.getegid(), *os.getgroups()}
+
+    def __call__(self, path: str, st: os.stat_result) -> bool:
+        if st.st_uid == self.uid:
+            bit = statmod.S_IRUSR
+        elif st.st_gid in self.groups:
+            bit = statmod.S_IRGRP
+        else:
+            bit = statmod.S_IROTH
+        return bool(st.st_mode & bit) or os.access(path, os.R_OK)
 
 
 def _unreadable_below(root: Path, prefix: str, ignore: IgnoreRules) -> list[str]:

@@ -32,6 +32,7 @@ MODE_GITLINK = "160000"
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 _SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 _LARGE_FILE = 64 * 1024 * 1024  # above this a blob is streamed instead of read whole
+_BULK_LOOKUP = 32  # more objects than this are looked up with one git process, not one each
 _REF_LOCK_WAIT_S = 2.0  # a ref's lock is held for one small write; longer means a crashed writer
 _DirStamp = tuple[int, int, int, int]  # mtime_ns, ctime_ns, size, inode
 
@@ -264,6 +265,22 @@ class ObjectStore:
             header, _ = self._ask("--batch-check", sha)
         return not header.endswith(b"missing\n") and bool(header)
 
+    def object_sizes(self, shas: set[str]) -> dict[str, tuple[str, int]]:
+        """Kind and size of each of `shas` the vault holds (missing ones are left out), from one
+        `git cat-file --batch-check` for all of them."""
+        if not shas:
+            return {}
+        proc = run_git(
+            ["--git-dir", str(self.git_dir), "cat-file", "--batch-check", "--buffer"],
+            input="".join(f"{sha}\n" for sha in shas).encode(),
+        )
+        out = {}
+        for line in proc.stdout.decode().splitlines():
+            parts = line.split()
+            if len(parts) == 3 and parts[2].isdigit():
+                out[parts[0]] = (parts[1], int(parts[2]))
+        return out
+
     def write_object(self, kind: str, data: bytes, *, sha: str | None = None) -> str:
         sha = sha or object_id(kind, data)
         path = self._loose_path(sha)
@@ -272,6 +289,21 @@ class ObjectStore:
         raw = f"{kind} {len(data)}\0".encode() + data
         self._write_loose(path, zlib.compress(raw, 1))
         return sha
+
+    def write_objects(self, kind: str, items: list[tuple[str, bytes]]) -> None:
+        """Write many objects of one kind, given as (id, content): those the vault lacks, found
+        with one look-up for all of them (a tree of thousands of folders is one round trip)."""
+        todo = {sha: data for sha, data in items if not self._loose_path(sha).exists()}
+        if len(todo) > _BULK_LOOKUP:
+            if self._may_hold_elsewhere():
+                for sha in self.object_sizes(set(todo)):
+                    del todo[sha]
+            for sha, data in todo.items():
+                raw = f"{kind} {len(data)}\0".encode() + data
+                self._write_loose(self._loose_path(sha), zlib.compress(raw, 1))
+            return
+        for sha, data in todo.items():
+            self.write_object(kind, data, sha=sha)
 
     def _write_loose(self, path: Path, compressed: bytes) -> None:
         folder = path.parent

@@ -23,6 +23,8 @@ from core.vault.objects import (
     MODE_TREE,
     ObjectStore,
     TreeEntry,
+    encode_tree,
+    object_id,
 )
 
 # A file whose mtime is this close to when we looked at it may change again within the same
@@ -169,6 +171,7 @@ class TreeIndex:
 
     def flush(self, objects: ObjectStore) -> str:
         """Write the trees of changed folders, deepest first; returns the root tree id."""
+        written: list[tuple[str, bytes]] = []
         for folder in sorted(
             self.dirty, key=lambda f: f.count("/") + (1 if f else 0), reverse=True
         ):
@@ -181,11 +184,11 @@ class TreeIndex:
                     entries.append(TreeEntry(MODE_TREE, bname, self.tree_ids[_join(folder, name)]))
                 else:
                     entries.append(TreeEntry(rec.mode, bname, rec.sha))
-            self.tree_ids[folder] = (
-                objects.write_tree(entries)
-                if entries
-                else objects.write_object("tree", b"", sha=EMPTY_TREE)
-            )
+            data = encode_tree(entries)
+            sha = object_id("tree", data) if entries else EMPTY_TREE
+            self.tree_ids[folder] = sha
+            written.append((sha, data))
+        objects.write_objects("tree", written)
         self.dirty.clear()
         return self.tree_ids[""]
 

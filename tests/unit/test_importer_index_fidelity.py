@@ -1,0 +1,340 @@
+"""The import's fast path: tracked files whose index entry vouches for them take their blob from
+the index; anything the index cannot vouch for (changed, racy, converted on checkout, sparse, a
+submodule, an untracked repository) is read from disk. Each case is compared with the same import
+made with the fast path off, with the files on disk, and with the user's repository untouched."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from core.vault import Vault, importer
+from core.vault.importer import import_folder
+from core.vault.materialize import materialize
+from core.vault.objects import MODE_GITLINK
+from core.vault.tree_index import TreeIndex
+
+HOUR = 3600
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(
+        GIT_CONFIG_GLOBAL="/dev/null",
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_AUTHOR_NAME="T",
+        GIT_AUTHOR_EMAIL="t@example.com",
+        GIT_COMMITTER_NAME="T",
+        GIT_COMMITTER_EMAIL="t@example.com",
+        GIT_OPTIONAL_LOCKS="0",
+    )
+    proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, check=True)
+    return proc.stdout.decode()
+
+
+def write(path: Path, data: str | bytes, mode: int | None = None) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+    if mode is not None:
+        path.chmod(mode)
+
+
+def age(repo: Path) -> None:
+    """Backdate every work tree file an hour, then let git record their stat data: the index
+    then vouches for them without any entry being racy."""
+    past = time.time() - HOUR
+    for folder, dirs, names in os.walk(repo):
+        dirs[:] = [d for d in dirs if d != ".git"]
+        for name in names:
+            os.utime(os.path.join(folder, name), (past, past), follow_symlinks=False)
+    subprocess.run(["git", "update-index", "-q", "--refresh"], cwd=repo, capture_output=True)
+
+
+def fingerprint(folder: Path) -> dict[str, tuple]:
+    """Every path below `folder`, `.git` included: kind, mode, bytes, and mtimes of folders and
+    of index files."""
+    out: dict[str, tuple] = {"<top>": ("dir", os.stat(folder).st_mtime_ns)}
+    for dirpath, dirnames, filenames in os.walk(folder):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            st = os.lstat(path)
+            rel = os.path.relpath(path, folder)
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = ("link", os.readlink(path))
+            elif stat.S_ISDIR(st.st_mode):
+                out[rel] = ("dir", st.st_mode, st.st_mtime_ns)
+            else:
+                with open(path, "rb") as f:
+                    digest = hashlib.sha256(f.read()).hexdigest()
+                out[rel] = ("file", st.st_mode, digest, st.st_mtime_ns if "index" in name else 0)
+    return out
+
+
+def tree_files(vault: Vault, tree: str) -> dict[str, tuple[str, str]]:
+    return {
+        rel: (rec.mode, rec.sha)
+        for rel, rec in TreeIndex.from_tree(vault.objects, tree).files().items()
+    }
+
+
+def slow_import(vault: Vault, folder: Path, monkeypatch: pytest.MonkeyPatch):
+    """The same import with the index vouching for nothing: every file hashed from disk."""
+    entries = importer._UserRepo.index_entries
+
+    def vouch_nothing(self):
+        found, _racy_from = entries(self)
+        return found, None
+
+    with monkeypatch.context() as m:
+        m.setattr(importer._UserRepo, "index_entries", vouch_nothing)
+        return import_folder(vault, folder)
+
+
+def check_import(
+    vault: Vault, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> importer.ImportResult:
+    """Import `repo` (fast path), and check: the user's repository is byte-identical afterwards,
+    the base equals the fast-path-off import, and the workspace written from it holds every file
+    as it is on disk, bytes and mode."""
+    before = fingerprint(repo)
+    status = git(repo, "status", "--porcelain=v2", "--untracked-files=all")
+    fast = import_folder(vault, repo)
+    assert fingerprint(repo) == before
+    assert git(repo, "status", "--porcelain=v2", "--untracked-files=all") == status
+    slow = slow_import(vault, repo, monkeypatch)
+    assert tree_files(vault, fast.base_tree) == tree_files(vault, slow.base_tree)
+    assert fast.base_tree == slow.base_tree
+    assert slow.files_hashed >= fast.files_hashed
+
+    ws = tmp_path / f"ws-{len(list(tmp_path.glob('ws-*')))}"
+    materialize(vault, fast.base_commit, ws, label="the base")
+    for rel, (mode, _sha) in tree_files(vault, fast.base_tree).items():
+        if mode == MODE_GITLINK:
+            continue
+        disk, made = repo / rel, ws / rel
+        if not os.path.lexists(disk):
+            continue  # outside a sparse checkout: the index's content, as git status takes it
+        d, w = os.lstat(disk), os.lstat(made)
+        assert stat.S_IFMT(d.st_mode) == stat.S_IFMT(w.st_mode), rel
+        if stat.S_ISLNK(d.st_mode):
+            assert os.readlink(disk) == os.readlink(made), rel
+        else:
+            assert disk.read_bytes() == made.read_bytes(), rel
+            assert d.st_mode & 0o100 == w.st_mode & 0o100, rel
+    return fast
+
+
+@pytest.fixture
+def vault(tmp_path: Path):
+    v = Vault.open_or_create(tmp_path / "vault.git")
+    yield v
+    v.close()
+
+
+def new_repo(tmp_path: Path, name: str = "project") -> Path:
+    repo = tmp_path / name
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    for i in range(30):
+        write(repo / f"pkg{i % 3}" / f"mod{i}.py", f"value = {i}\n")
+    write(repo / "tool.sh", "#!/bin/sh\necho tool\n", 0o755)
+    os.symlink("tool.sh", repo / "link")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "first")
+    return repo
+
+
+def test_clean_tracked_files_come_from_the_index_and_only_the_dirty_are_hashed(
+    vault, tmp_path, monkeypatch
+):
+    repo = new_repo(tmp_path)
+    age(repo)
+    write(repo / "pkg0" / "mod0.py", "value = 'changed, longer'\n")  # modified
+    write(repo / "pkg1" / "mod1.py", "value = 9\n")  # modified, same size
+    write(repo / "pkg2" / "new.py", "untracked\n")  # untracked
+    write(repo / "pkg2" / "staged.py", "staged\n")
+    git(repo, "add", "pkg2/staged.py")  # staged: its blob is not among HEAD's objects
+    write(repo / "pkg2" / "intent.py", "intent to add\n")
+    git(repo, "add", "-N", "pkg2/intent.py")  # the index holds the empty blob for it
+    past = time.time() - HOUR
+    for rel in ("pkg2/staged.py", "pkg2/intent.py"):
+        os.utime(repo / rel, (past, past))
+    git(repo, "update-index", "-q", "--refresh")
+    (repo / "pkg0" / "mod3.py").unlink()  # deleted
+    os.chmod(repo / "pkg1" / "mod4.py", 0o755)  # mode changed
+
+    result = check_import(vault, repo, tmp_path, monkeypatch)
+
+    # The two modified, the untracked, the staged, the intent-to-add and the re-moded files.
+    assert result.files_hashed == 6
+    assert result.files == 34
+
+
+def test_a_racily_clean_file_is_read_from_disk(vault, tmp_path, monkeypatch):
+    """An entry whose stat data matches the file but was taken in the second the index was
+    written: the file may have changed within that second without its stat data showing it."""
+    repo = new_repo(tmp_path)
+    age(repo)
+    target = repo / "pkg0" / "mod0.py"
+    write(target, "value = 7\n")  # same size as "value = 0\n", other bytes
+    st = os.lstat(target)
+    _set_index_stat(repo, "pkg0/mod0.py", st)  # the index now vouches for the new stat data
+    index = repo / ".git" / "index"
+    os.utime(index, ns=(st.st_mtime_ns, st.st_mtime_ns))  # ...written in the same second
+
+    result = check_import(vault, repo, tmp_path, monkeypatch)
+
+    files = tree_files(vault, result.base_tree)
+    assert vault.objects.read_blob(files["pkg0/mod0.py"][1]) == b"value = 7\n"
+    assert result.files_hashed == 1
+
+
+def test_text_eol_crlf_attributes_keep_the_bytes_on_disk(vault, tmp_path, monkeypatch):
+    repo = new_repo(tmp_path)
+    write(repo / ".gitattributes", "* text=auto eol=crlf\n")
+    write(repo / "data.bin", b"\0\1\2 binary\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "attributes")
+    _check_out_again(repo)
+    assert (repo / "pkg0" / "mod0.py").read_bytes() == b"value = 0\r\n"
+    age(repo)
+
+    result = check_import(vault, repo, tmp_path, monkeypatch)
+
+    files = tree_files(vault, result.base_tree)
+    assert vault.objects.read_blob(files["pkg0/mod0.py"][1]) == b"value = 0\r\n"
+    assert result.files_hashed == result.files - 1  # all but the link (never converted)
+
+
+def test_a_clean_smudge_filter_keeps_the_bytes_on_disk(vault, tmp_path, monkeypatch):
+    repo = new_repo(tmp_path)
+    git(repo, "config", "filter.upper.clean", "tr A-Z a-z")
+    git(repo, "config", "filter.upper.smudge", "tr a-z A-Z")
+    write(repo / ".gitattributes", "*.txt filter=upper\n")
+    write(repo / "notes.txt", "some notes\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "filtered")
+    _check_out_again(repo)
+    assert (repo / "notes.txt").read_bytes() == b"SOME NOTES\n"
+    age(repo)
+
+    result = check_import(vault, repo, tmp_path, monkeypatch)
+
+    files = tree_files(vault, result.base_tree)
+    assert vault.objects.read_blob(files["notes.txt"][1]) == b"SOME NOTES\n"
+    assert result.files_hashed == 1
+
+
+def test_core_autocrlf_keeps_the_bytes_on_disk(vault, tmp_path, monkeypatch):
+    repo = new_repo(tmp_path)
+    git(repo, "config", "core.autocrlf", "true")
+    _check_out_again(repo)
+    assert (repo / "pkg1" / "mod1.py").read_bytes() == b"value = 1\r\n"
+    age(repo)
+
+    result = check_import(vault, repo, tmp_path, monkeypatch)
+
+    files = tree_files(vault, result.base_tree)
+    assert vault.objects.read_blob(files["pkg1/mod1.py"][1]) == b"value = 1\r\n"
+    assert result.files_hashed == result.files - 1
+
+
+def test_an_attributes_file_changed_since_checkout_still_counts(vault, tmp_path, monkeypatch):
+    """Checked out through a filter, then the attribute removed on disk only: the files still
+    hold the bytes the filter made (of the blob's size, so only the attributes can tell)."""
+    repo = new_repo(tmp_path)
+    git(repo, "config", "filter.upper.clean", "tr A-Z a-z")
+    git(repo, "config", "filter.upper.smudge", "tr a-z A-Z")
+    write(repo / ".gitattributes", "*.txt filter=upper\n")
+    write(repo / "notes.txt", "some notes\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "filtered")
+    _check_out_again(repo)
+    age(repo)
+    write(repo / ".gitattributes", "# no filters any more\n")
+
+    result = check_import(vault, repo, tmp_path, monkeypatch)
+
+    files = tree_files(vault, result.base_tree)
+    assert vault.objects.read_blob(files["notes.txt"][1]) == b"SOME NOTES\n"
+    assert result.files_hashed == 2  # the attributes file and the filtered one
+
+
+def test_a_sparse_checkout_imports_as_git_status_sees_it(vault, tmp_path, monkeypatch):
+    repo = new_repo(tmp_path)
+    git(repo, "sparse-checkout", "set", "pkg1")
+    assert not (repo / "pkg0").exists()
+    age(repo)
+    write(repo / "pkg1" / "mod1.py", "value = 'edited'\n")
+
+    result = check_import(vault, repo, tmp_path, monkeypatch)
+
+    files = tree_files(vault, result.base_tree)
+    assert "pkg0/mod0.py" in files  # as the index holds it
+    assert result.files_hashed == 1
+
+
+def test_a_submodule_and_an_untracked_repository_inside(vault, tmp_path, monkeypatch):
+    sub = new_repo(tmp_path, "library")
+    repo = new_repo(tmp_path)
+    git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub), "lib")
+    git(repo, "commit", "-q", "-m", "submodule")
+    inner = repo / "scratch"
+    inner.mkdir()
+    git(inner, "init", "-q", "-b", "main")
+    write(inner / "a.txt", "inside an untracked repository\n")
+    age(repo)
+
+    result = check_import(vault, repo, tmp_path, monkeypatch)
+
+    files = tree_files(vault, result.base_tree)
+    assert files["lib"][0] == MODE_GITLINK
+    assert vault.objects.read_blob(files["scratch/a.txt"][1]) == b"inside an untracked repository\n"
+    assert not any(rel.startswith("lib/") for rel in files)
+    assert result.files_hashed == 1  # the untracked repository's one file
+
+
+def _check_out_again(repo: Path) -> None:
+    """Write every tracked file again from the index, under the current attributes and config."""
+    for rel in git(repo, "ls-files", "-z").split("\0"):
+        if rel:
+            os.unlink(repo / rel)
+    git(repo, "checkout", "--", ".")
+
+
+def _set_index_stat(repo: Path, rel: str, st: os.stat_result) -> None:
+    """Rewrite one entry's stat data in a version-2 index (what a racy `git add` leaves)."""
+    path = repo / ".git" / "index"
+    data = bytearray(path.read_bytes())
+    assert data[:4] == b"DIRC" and struct.unpack(">I", data[4:8])[0] == 2
+    count = struct.unpack(">I", data[8:12])[0]
+    pos = 12
+    for _ in range(count):
+        flags = struct.unpack(">H", data[pos + 60 : pos + 62])[0]
+        name_end = data.index(b"\0", pos + 62)
+        name = bytes(data[pos + 62 : name_end])
+        if name == rel.encode():
+            fields = (
+                st.st_ctime_ns // 10**9,
+                st.st_ctime_ns % 10**9,
+                st.st_mtime_ns // 10**9,
+                st.st_mtime_ns % 10**9,
+                st.st_dev & 0xFFFFFFFF,
+                st.st_ino & 0xFFFFFFFF,
+            )
+            data[pos : pos + 24] = struct.pack(">6I", *fields)
+            data[pos + 36 : pos + 40] = struct.pack(">I", st.st_size)
+            break
+        assert not flags & 0x4000  # no extended flags in a plain index
+        pos += (62 + len(name) + 8) // 8 * 8
+    else:
+        raise AssertionError(f"{rel} is not in the index")
+    data[-20:] = hashlib.sha1(bytes(data[:-20])).digest()
+    path.write_bytes(bytes(data))
