@@ -30,7 +30,8 @@ from core.launch import python_command
 from core.locks import FileLock, lock_path
 from core.models import Revision, RevisionTrigger, Run, Task, Workspace
 from core.runs.states import IN_FLIGHT, run_files
-from core.watch import CapturedRevision, Recorder
+from core.vault.tree_index import TreeIndex
+from core.watch import CapturedRevision, Recorder, seed_stat_cache
 
 log = logging.getLogger(__name__)
 
@@ -318,6 +319,23 @@ class Revisions:
             text += f" Later work changed {_named(after)}; those changes are not in these files."
         return text
 
+    def _stat_cache(self, workspace_id: str) -> Path:
+        return self.ctx.data.cache_root / f"{workspace_id}.stat"
+
+    def seed_stat_cache(
+        self, workspace_id: str, root: Path, revision: str, index: TreeIndex | None = None
+    ) -> None:
+        """Leave the stat cache of a workspace just written from `revision` behind, so that its
+        first full capture only compares stat data (`index`: the revision's tree, when the
+        caller holds it). Best effort: without it that capture hashes every file once."""
+        try:
+            if index is None:
+                vault = self.ctx.vault_for(self.ctx.store.get_workspace(workspace_id).source_id)
+                index = TreeIndex.from_tree(vault.objects, vault.tree_of(revision))
+            seed_stat_cache(self._stat_cache(workspace_id), workspace_id, root, revision, index)
+        except (OSError, CairnError) as exc:
+            log.warning("workspace %s: no stat cache was left behind: %s", workspace_id, exc)
+
     def _recorder(
         self, ws: Workspace, *, on_problem: Callable[[str], None] | None = None
     ) -> Recorder:
@@ -335,7 +353,7 @@ class Revisions:
             on_revision=functools.partial(self._record, ws),
             on_problem=problem,
             run_id=lambda: self.active_run_id(ws.id),
-            stat_cache=self.ctx.data.cache_root / f"{ws.id}.stat",
+            stat_cache=self._stat_cache(ws.id),
         )
 
     def active_run_id(self, workspace_id: str) -> str | None:

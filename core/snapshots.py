@@ -209,6 +209,7 @@ class Snapshots:
             )
             vault.objects.update_ref(base_ref(ws_id), commit)
             vault.objects.update_ref(revisions_ref(ws_id), commit)
+            self.revisions.seed_stat_cache(ws_id, root, commit)
         except BaseException:
             workspaces.remove_tree(root)
             self.ctx.store.delete_workspace_rows(ws_id)

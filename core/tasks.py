@@ -198,6 +198,7 @@ class Tasks:
             )
             vault.objects.update_ref(base_ref(ws_id), result.base_commit)
             vault.objects.update_ref(revisions_ref(ws_id), result.base_commit)
+            self.revisions.seed_stat_cache(ws_id, root, result.base_commit, result.index)
             task = Task(
                 task_id,
                 title,

@@ -49,7 +49,15 @@ from core.vault.objects import (
     encode_tree,
     object_id,
 )
-from core.vault.tree_index import FileRecord, ScanProblem, TreeIndex
+from core.vault.tree_index import (
+    RACY_SECONDS_FINE,
+    FileRecord,
+    ScanProblem,
+    TreeIndex,
+    mode_of,
+    racy_window,
+    stat_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -354,6 +362,66 @@ def _decode_stat_cache(
     index.tree_ids = tree_ids
     index.dirty = set()
     return index
+
+
+def seed_stat_cache(
+    path: Path, workspace_id: str, root: Path, revision: str, index: TreeIndex
+) -> int:
+    """Write the stat cache of a workspace whose files were just written from `revision` (whose
+    tree `index` holds), so that the recorder's first full capture is a pass of `lstat`s instead
+    of hashing every file again. Returns how many files it vouches for; a file whose kind on
+    disk is not the revision's is left without stat data (and is hashed by that capture).
+
+    The files written last are still racy when they are first looked at; on a filesystem with
+    fine timestamps they are looked at again once their window has passed (a tenth of a second
+    at most), so that the cache vouches for them too."""
+    top = os.fspath(root) + os.sep
+    records: list[tuple[str, FileRecord]] = []
+    for folder, children in index.dirs.items():
+        prefix = top + folder + "/" if folder else top
+        for name, rec in children.items():
+            if rec is not None:
+                rec.stat, rec.seen_at = None, 0.0
+                if rec.mode != MODE_GITLINK:
+                    records.append((prefix + name, rec))
+    racy = _seed_stats(records)
+    if racy:
+        newest = max(mtime for mtime, _ in racy)
+        time.sleep(max(0.0, min(newest + RACY_SECONDS_FINE - time.time(), RACY_SECONDS_FINE)))
+        _seed_stats([record for _, record in racy])
+    vouched = sum(1 for _, rec in records if rec.stat is not None)
+    data = _encode_stat_cache(workspace_id, revision, index)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return vouched
+
+
+def _seed_stats(
+    records: list[tuple[str, FileRecord]],
+) -> list[tuple[float, tuple[str, FileRecord]]]:
+    """Give each record the stat data of its file (when of the record's kind); returns those
+    still racy on a filesystem with fine timestamps, with their mtimes."""
+    seen_at = time.time()  # before any lstat: a change after it is never hidden by the cache
+    racy = []
+    for full, rec in records:
+        try:
+            st = os.lstat(full)
+        except OSError:
+            continue
+        if mode_of(st) == rec.mode:
+            rec.stat, rec.seen_at = stat_key(st), seen_at
+            window = racy_window(st)
+            if window == RACY_SECONDS_FINE and seen_at - st.st_mtime <= window:
+                racy.append((st.st_mtime, (full, rec)))
+    return racy
 
 
 def _tree_ids(dirs: dict[str, dict[str, FileRecord | None]]) -> dict[str, str] | None:

@@ -28,8 +28,17 @@ from core.vault.objects import (
 )
 
 # A file whose mtime is this close to when we looked at it may change again within the same
-# timestamp tick; its cached hash is not trusted (git's "racy" entries).
+# timestamp tick; its cached hash is not trusted (git's "racy" entries). A filesystem that keeps
+# whole-second (or two-second) times needs the long window; one whose times have a fraction of a
+# second ticks in milliseconds at most (the kernel's coarse clock), and the short one is plenty.
 RACY_SECONDS = 2.0
+RACY_SECONDS_FINE = 0.1
+
+
+def racy_window(st: os.stat_result) -> float:
+    """How long after a file's mtime its stat data can be trusted to reveal a later change."""
+    return RACY_SECONDS_FINE if st.st_mtime_ns % 1_000_000_000 else RACY_SECONDS
+
 
 StatKey = tuple[int, int, int, int]  # (mtime_ns, ctime_ns, size, inode)
 
@@ -264,7 +273,7 @@ class TreeIndex:
             old is not None
             and old.stat == key
             and old.mode == mode
-            and old.seen_at - st.st_mtime > RACY_SECONDS
+            and old.seen_at - st.st_mtime > racy_window(st)
         ):
             return 0
         try:
@@ -366,4 +375,5 @@ __all__ = [
     "stat_key",
     "MODE_GITLINK",
     "RACY_SECONDS",
+    "racy_window",
 ]
