@@ -401,16 +401,26 @@ class Revisions:
                 lock.release()
 
     def capture(
-        self, task_ref: str, *, trigger: str = "manual", run_id: str | None = None
+        self,
+        task_ref: str,
+        *,
+        trigger: str = "manual",
+        run_id: str | None = None,
+        verify: bool = True,
     ) -> tuple[Revision, bool]:
-        """A full, verifying capture now. Returns the latest revision and whether it is new."""
+        """A full, verifying capture now. Returns the latest revision and whether it is new.
+
+        `verify=False`: when this process watches the workspace, the watcher's pending paths
+        are enough (the recorder still looks at everything after an overflow or without a
+        watcher), so a workspace whose latest revision is recorded costs no pass over its tree.
+        """
         task = self.ctx.task(task_ref)
         ws = self.ctx.workspace_of(task)
         workspaces.require_tree(ws)
         with self._lock:
             entry = self._recorders.get(ws.id)
         if entry is not None:
-            captured = entry[0].capture(trigger, full=True, run_id=run_id)
+            captured = entry[0].capture(trigger, full=verify, run_id=run_id)
         elif self._captures_in_child:
             return self._capture_in_child(task, ws, trigger, run_id)
         else:

@@ -47,11 +47,15 @@ class Snapshots:
         self.revisions = revisions
 
     def take(self, task_ref: str, *, name: str | None = None) -> Snapshot:
-        """Capture (verifying), make the objects durable, then write the snapshot ref and row;
-        with `name`, the snapshot gets that name (a revision's existing snapshot is renamed)."""
+        """Capture, make the objects durable, then write the snapshot ref and row; with `name`,
+        the snapshot gets that name (a revision's existing snapshot is renamed).
+
+        A workspace this process watches is captured from its watcher's pending paths: when its
+        latest revision already holds the files, a snapshot is a sync and a ref. Otherwise the
+        capture is a full, verifying one."""
         name = check_name(name)
         task = self.ctx.task(task_ref)
-        rev, _ = self.revisions.capture(task.id, trigger="checkpoint")
+        rev, _ = self.revisions.capture(task.id, trigger="checkpoint", verify=False)
         snap = self.make(task.id, rev)
         return self.rename(snap.id, name) if name else snap
 
