@@ -1,0 +1,288 @@
+"""Importing a repository: from the drop to a workspace ready, the first full capture after it,
+materializing the tree again, and a snapshot of the recorded tree, each beside what git (or
+`cp -a`) takes for the same files on this machine, in the same run.
+
+    .venv/bin/python tests/perf/bench_import.py [--files 100000] [--real /usr/share]
+    pytest tests/perf/bench_import.py -s     (a smaller configuration unless CAIRN_PERF_FULL is set)
+
+Two trees: a generated one (`--files` small files) and a real one (a copy of `--real`, a large
+folder already on this machine, made a git repository), each clean and with 1 % of the tracked
+files changed or new beside them. Every ratio compares numbers measured in the same run:
+- import (`Tasks.new`: the drop to a workspace ready, its `.git` included) against `git worktree
+  add` of the same commit; when dirty, against that plus `git hash-object -w` of the dirty files.
+  Target 1.5x.
+- the first full, verifying capture after the import against `git add -A && git commit` in a
+  copy of the repository (`cp -a`, so git's stat data no longer matches and it reads every
+  file, as Cairn would without the stat cache the import leaves); target 1/5.
+- materializing the base into a new folder against `cp -a` of the same files; target 1.2x.
+- a snapshot of the recorded tree of a watched workspace; target under 0.5 s.
+Wall time and CPU time (this process and its children) are printed side by side: a CPU time
+above the wall time means both cores worked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import (
+    CACHE,
+    GIT_IDENTITY,
+    _cached,
+    full_run,
+    git,
+    git_copy,
+    print_table,
+    small_file_tree,
+    verdict,
+)
+
+from core.app import Cairn
+from core.vault.materialize import materialize
+
+IMPORT_TARGET = 1.5
+CAPTURE_TARGET = 0.2
+MATERIALIZE_TARGET = 1.2
+SNAPSHOT_TARGET_S = 0.5
+DIRTY_EVERY = 100  # one tracked file in this many is changed, and as many new ones are added
+
+
+def cpu_seconds() -> float:
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+class Timing:
+    def __init__(self, wall: float, cpu: float):
+        self.wall, self.cpu = wall, cpu
+
+    def __str__(self) -> str:
+        return f"{self.wall:.2f} s (cpu {self.cpu:.2f} s)"
+
+
+def timed(work: Callable[[], object]) -> tuple[Timing, object]:
+    c0, t0 = cpu_seconds(), time.perf_counter()
+    out = work()
+    return Timing(time.perf_counter() - t0, cpu_seconds() - c0), out
+
+
+# -- trees -----------------------------------------------------------------------------------------
+
+
+def real_repository(source: Path) -> Path:
+    """A git repository holding a copy of `source` (a folder already on this machine)."""
+    name = "real-" + str(source).strip("/").replace("/", "-")
+
+    def build(base: Path) -> None:
+        repo = base / "repo"
+        shutil.copytree(source, repo, symlinks=True, ignore_dangling_symlinks=True)
+        for folder, dirs, _files in os.walk(repo):
+            for d in [d for d in dirs if d == ".git"]:
+                shutil.rmtree(os.path.join(folder, d))
+                dirs.remove(d)
+        git(repo, "init", "-q")
+        git(repo, "add", "-A")
+        git(repo, *GIT_IDENTITY, "-c", "gc.auto=0", "commit", "-q", "-m", "initial")
+        git(repo, "gc", "-q")
+
+    return _cached(name, build) / "repo"
+
+
+def dirty_copy(repo: Path) -> tuple[Path, list[Path]]:
+    """A copy of `repo` whose index is fresh, with one tracked file in DIRTY_EVERY changed and
+    as many new files beside; returns it and the dirty files."""
+    name = f"{repo.parent.name}-dirty"
+
+    def build(base: Path) -> None:
+        copy = base / "repo"
+        subprocess.run(["cp", "-a", str(repo), str(copy)], check=True)
+        git(copy, "update-index", "-q", "--refresh")
+        tracked = [p for p in git(copy, "ls-files", "-z").stdout.split(b"\0") if p]
+        for i, raw in enumerate(tracked[::DIRTY_EVERY]):
+            path = copy / os.fsdecode(raw)
+            if path.is_symlink() or not path.is_file():
+                continue
+            with open(path, "ab") as f:
+                f.write(b"\nchanged by the benchmark\n")
+            (path.parent / f"new_{i:05d}.txt").write_text(f"new file {i}\n")
+
+    copy = _cached(name, build) / "repo"
+    proc = git(copy, "status", "--porcelain", "-z", "--untracked-files=all")
+    dirty = [copy / os.fsdecode(e[3:]) for e in proc.stdout.split(b"\0") if e]
+    return copy, dirty
+
+
+# -- measurements ----------------------------------------------------------------------------------
+
+
+def git_worktree_add(repo: Path, scratch: Path) -> Timing:
+    target = scratch / "worktree"
+    took, _ = timed(lambda: git(repo, "worktree", "add", "-q", "--detach", str(target), "HEAD"))
+    git(repo, "worktree", "remove", "--force", str(target))
+    git(repo, "worktree", "prune")
+    return took
+
+
+def git_hash_dirty(dirty: list[Path], scratch: Path) -> Timing:
+    store = scratch / "hashes.git"
+    git(scratch, "init", "-q", "--bare", str(store))
+    paths = "".join(f"{p}\n" for p in dirty if p.is_file() and not p.is_symlink()).encode()
+
+    def work() -> None:
+        subprocess.run(
+            ["git", "--git-dir", str(store), "hash-object", "-w", "--stdin-paths"],
+            input=paths,
+            check=True,
+            capture_output=True,
+        )
+
+    took, _ = timed(work)
+    return took
+
+
+def git_add_commit_in_a_copy(repo: Path, scratch: Path) -> Timing:
+    copy = scratch / "copy"
+    subprocess.run(["cp", "-a", str(repo), str(copy)], check=True)
+
+    def work() -> None:
+        git(copy, "add", "-A")
+        git(copy, *GIT_IDENTITY, "commit", "-q", "--allow-empty", "-m", "everything")
+
+    took, _ = timed(work)
+    shutil.rmtree(copy)
+    return took
+
+
+def cairn_side(repo: Path, scratch: Path) -> dict[str, object]:
+    """Import, first full capture, materialize, snapshot: with a fresh data folder."""
+    app = Cairn(scratch / "data")
+    try:
+        import_took, made = timed(lambda: app.tasks.new(repo))
+        task = made.task.id  # type: ignore[attr-defined]
+        ws = made.workspace  # type: ignore[attr-defined]
+        capture_took, (rev, new) = timed(lambda: app.revisions.capture(task, trigger="external"))
+        vault = app.ctx.vault_for(ws.source_id)
+        materialize_took, _ = timed(
+            lambda: materialize(vault, made.base_revision, scratch / "m", label="bench")  # type: ignore[attr-defined]
+        )
+        cp_took, _ = timed(
+            lambda: subprocess.run(["cp", "-a", str(scratch / "m"), str(scratch / "c")], check=True)
+        )
+        app.revisions.watch(task)
+        snapshot_took, _ = timed(lambda: app.snapshots.take(task))
+        app.revisions.stop_watching(ws.id)
+        return {
+            "import": import_took,
+            "capture": capture_took,
+            "capture_new": new,
+            "materialize": materialize_took,
+            "cp": cp_took,
+            "snapshot": snapshot_took,
+        }
+    finally:
+        app.close()
+
+
+def measure(label: str, repo: Path, dirty: list[Path], rows: list, results: dict) -> None:
+    scratch = Path(tempfile.mkdtemp(prefix="bench-import-", dir=CACHE))
+    try:
+        files = len([p for p in git(repo, "ls-files", "-z").stdout.split(b"\0") if p])
+        worktree = git_worktree_add(repo, scratch)
+        hashing = git_hash_dirty(dirty, scratch) if dirty else Timing(0.0, 0.0)
+        git_side = Timing(worktree.wall + hashing.wall, worktree.cpu + hashing.cpu)
+        add_commit = git_add_commit_in_a_copy(repo, scratch)
+        ours = cairn_side(repo, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    imp, cap, mat, cp, snap = (
+        ours["import"],
+        ours["capture"],
+        ours["materialize"],
+        ours["cp"],
+        ours["snapshot"],
+    )
+    assert isinstance(imp, Timing) and isinstance(cap, Timing) and isinstance(mat, Timing)
+    assert isinstance(cp, Timing) and isinstance(snap, Timing)
+    r_imp = imp.wall / git_side.wall
+    r_cap = cap.wall / add_commit.wall
+    r_mat = mat.wall / cp.wall
+    base = "git worktree add" + (" + hash-object of the dirty files" if dirty else "")
+    rows += [
+        (f"{label}: {files} tracked, {len(dirty)} dirty", "", "", ""),
+        (f"  {base}", str(git_side), "", ""),
+        ("  import (drop to workspace ready)", str(imp), "", ""),
+        (
+            "  import / git",
+            f"{r_imp:.2f}x",
+            f"<= {IMPORT_TARGET}x",
+            verdict(r_imp <= IMPORT_TARGET),
+        ),
+        ("  git add -A && git commit (a copy)", str(add_commit), "", ""),
+        ("  first full capture after import", str(cap), "", ""),
+        (
+            "  first capture / git add+commit",
+            f"{r_cap:.2f}x",
+            f"<= {CAPTURE_TARGET}x",
+            verdict(r_cap <= CAPTURE_TARGET and not ours["capture_new"]),
+        ),
+        ("  cp -a of the tree", str(cp), "", ""),
+        ("  materialize", str(mat), "", ""),
+        (
+            "  materialize / cp -a",
+            f"{r_mat:.2f}x",
+            f"<= {MATERIALIZE_TARGET}x",
+            verdict(r_mat <= MATERIALIZE_TARGET),
+        ),
+        (
+            "  snapshot of the recorded tree (watched)",
+            str(snap),
+            f"< {SNAPSHOT_TARGET_S} s",
+            verdict(snap.wall < SNAPSHOT_TARGET_S),
+        ),
+    ]
+    results[label] = {"import": r_imp, "capture": r_cap, "materialize": r_mat, "snap": snap.wall}
+
+
+def run(files: int, real: Path | None) -> dict:
+    CACHE.mkdir(parents=True, exist_ok=True)
+    trees = [(f"generated {files}", git_copy(small_file_tree(files)))]
+    if real is not None and real.is_dir():
+        trees.append((f"real {real}", real_repository(real)))
+    rows: list = []
+    results: dict = {}
+    for label, repo in trees:
+        measure(f"{label}, clean", repo, [], rows, results)
+        dirty_repo, dirty = dirty_copy(repo)
+        measure(f"{label}, 1 % dirty", dirty_repo, dirty, rows, results)
+    print_table(f"Import ({os.cpu_count()} cores)", rows)
+    return results
+
+
+def test_import_benchmark():
+    """Prints the table; asserts only that every measurement happened."""
+    full = full_run()
+    results = run(100_000 if full else 10_000, Path("/usr/share" if full else "/usr/include"))
+    assert results and all(r["import"] > 0 for r in results.values())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", type=int, default=100_000)
+    parser.add_argument("--real", type=Path, default=Path("/usr/share"))
+    args = parser.parse_args()
+    run(args.files, args.real)
+
+
+if __name__ == "__main__":
+    main()
