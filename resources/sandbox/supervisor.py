@@ -6,20 +6,25 @@ process tree until it is allowed.
                   [--script FILE] -- COMMAND [ARG...]
     supervisor.py --check        exit 0 when supervision can be set up here
 
-It starts COMMAND as a traced child (ptrace of one's own child, no capability needed) with a
-seccomp filter that stops the tracee only at execve/execveat, so ordinary system calls cost
-nothing. At each such stop, before the kernel loads anything, it reads what would run: the
-resolved program, argv, cwd, the environment variables that change what a program does (GIT_*,
-LD_*, BASH_ENV...), what stdin is, and the chain of programs above it. The policy answers allow,
-deny or ask; ask writes a request into the run's mailbox (the same files as approval-gate.py) and
-holds the process until the host's decision arrives. Deny makes execve fail with EPERM: the
-process that asked goes on and sees an ordinary error, and the denied program never runs.
+It starts COMMAND with a seccomp filter whose user notification holds every execve/execveat of
+the command's process tree in the kernel, before anything is loaded; ordinary system calls, forks
+and signals cost nothing. For each held exec the supervisor reads what would run from the
+process's memory: the resolved program, argv, cwd, the environment variables that change what a
+program does (GIT_*, LD_*, BASH_ENV...), what stdin is, and the chain of programs above it. The
+policy answers allow, deny or ask; ask writes a request into the run's mailbox (the same files as
+approval-gate.py) and keeps the exec held until the host's decision arrives. Deny makes execve
+fail with EPERM: the process that asked goes on and sees an ordinary error, and the denied program
+never runs. A program that cannot exist (no such file, not executable) gets the kernel's own error
+at once, so a shell walking PATH is not held at every folder.
 
-Every successful exec is checked again at the exec event (the new image is loaded but has not run
-one instruction): the program and arguments the kernel actually copied must be the ones judged,
-or they are judged afresh and a denied one is killed there. That closes the window between reading
-the tracee's memory and the kernel copying it (another thread rewriting argv) and any exec that
-reached the kernel without a seccomp stop.
+An allowed exec is let go with the process traced for just that exec (ptrace of a descendant; the
+supervisor is the tree's subreaper, so orphans stay descendants): at the exec event the new image
+is loaded but has not run one instruction, and the program and arguments the kernel actually copied
+must be the ones judged, or they are judged afresh and a denied one is killed there. That closes
+the window between reading the process's memory and the kernel copying it (another thread or
+process rewriting argv). Then the process is let go untraced. The filter refuses what could steal
+or undo the hold: ptrace, process_vm_writev, a second notification listener, and the 32-bit and
+x32 exec entry points.
 
 With `--rules FILE` (Cairn's own program rules, core/approvals_exec.py, which the host places
 where the sandbox can read but not write it), an exec that no policy rule names is classified
@@ -39,13 +44,16 @@ CAIRN_APPROVAL_DECISIONS, CAIRN_APPROVAL_TIMEOUT.
 import contextlib
 import ctypes
 import errno
+import fcntl
 import hashlib
 import json
 import os
 import platform
 import re
+import select
 import shlex
 import signal
+import socket
 import stat
 import struct
 import sys
@@ -88,38 +96,38 @@ LINE_VAR = "CAIRN_SCRIPT_LINE"
 # -- ptrace, seccomp (x86_64) ----------------------------------------------------------------------
 
 PTRACE_CONT = 7
-PTRACE_KILL = 8
-PTRACE_GETREGS = 12
-PTRACE_SETREGS = 13
-PTRACE_SETOPTIONS = 0x4200
+PTRACE_DETACH = 17
 PTRACE_GETEVENTMSG = 0x4201
 PTRACE_SEIZE = 0x4206
 PTRACE_LISTEN = 0x4208
 
-O_TRACEFORK = 0x2
-O_TRACEVFORK = 0x4
-O_TRACECLONE = 0x8
 O_TRACEEXEC = 0x10
-O_TRACESECCOMP = 0x80
 O_EXITKILL = 0x100000
-TRACE_OPTIONS = (
-    O_TRACEFORK | O_TRACEVFORK | O_TRACECLONE | O_TRACEEXEC | O_TRACESECCOMP | O_EXITKILL
-)
+SEIZE_OPTIONS = O_TRACEEXEC | O_EXITKILL  # a process dies with its supervisor while it is held
 
-EVENT_FORK = 1
-EVENT_VFORK = 2
-EVENT_CLONE = 3
 EVENT_EXEC = 4
-EVENT_SECCOMP = 7
 EVENT_STOP = 128
 
 WALL = 0x40000000
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
-PR_SET_SECCOMP = 22
+PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
-SECCOMP_MODE_FILTER = 2
+
+NR_SECCOMP = 317
+SECCOMP_SET_MODE_FILTER = 1
+FILTER_FLAG_NEW_LISTENER = 1 << 3
+FILTER_FLAG_WAIT_KILLABLE_RECV = 1 << 5  # a held exec is not restarted by an ordinary signal
+NOTIF_FLAG_CONTINUE = 1
+# ioctls of the listener: _IOWR('!', 0, struct seccomp_notif), _IOWR('!', 1, ...resp),
+# _IOW('!', 2, __u64)
+NOTIF_RECV = 0xC0502100
+NOTIF_SEND = 0xC0182101
+NOTIF_ID_VALID = 0x40082102
+NOTIF_SIZE = 80  # struct seccomp_notif: id, pid, flags, seccomp_data (nr, arch, ip, args[6])
+NOTIF_FORMAT = "<QIIiIQ6Q"
+RESP_FORMAT = "<QqiI"  # struct seccomp_notif_resp: id, val, error, flags
 
 AUDIT_ARCH_X86_64 = 0xC000003E
 AUDIT_ARCH_I386 = 0x40000003
@@ -132,22 +140,12 @@ NR32_EXECVE = 11
 NR32_EXECVEAT = 358
 NR32_PTRACE = 26
 NR32_PROCESS_VM_WRITEV = 348
+NR32_SECCOMP = 354
 RET_ALLOW = 0x7FFF0000
-RET_TRACE = 0x7FF00000
+RET_USER_NOTIF = 0x7FC00000
 RET_EPERM = 0x00050000 | errno.EPERM
 AT_FDCWD = -100
 AT_EMPTY_PATH = 0x1000
-
-# struct user_regs_struct, in order
-REG_NAMES = (
-    *("r15", "r14", "r13", "r12", "rbp", "rbx", "r11", "r10", "r9", "r8", "rax", "rcx", "rdx"),
-    *("rsi", "rdi", "orig_rax", "rip", "cs", "eflags", "rsp", "ss", "fs_base", "gs_base"),
-    *("ds", "es", "fs", "gs"),
-)
-
-
-class Regs(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_ulonglong) for name in REG_NAMES]
 
 
 class SockFilter(ctypes.Structure):
@@ -178,6 +176,8 @@ def libc():
         _libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
         _libc.prctl.restype = ctypes.c_int
         _libc.prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
+        _libc.syscall.restype = ctypes.c_long
+        _libc.syscall.argtypes = [ctypes.c_long, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_void_p]
     return _libc
 
 
@@ -196,53 +196,68 @@ def prctl(option, arg2=0, arg3=0):
         raise OSError(err, os.strerror(err))
 
 
-def bpf_program():
-    """Stop (SECCOMP_RET_TRACE) at execve/execveat; refuse ptrace and process_vm_writev, so no
-    tracee can reach into another's memory that way; 32-bit and x32 exec entry points are refused
-    outright (they would bypass the x86_64 stop)."""
-    ld_nr = (0x20, 0, 0, 0)  # BPF_LD|BPF_W|BPF_ABS, seccomp_data.nr
-    ld_arch = (0x20, 0, 0, 4)
-
-    def jeq(k, jt, jf=0):
-        return (0x15, jt, jf, k)
-
-    def ret(k):
-        return (0x06, 0, 0, k)
-
-    prog = [
-        ld_arch,  # 0
-        jeq(AUDIT_ARCH_X86_64, 0, 9),  # 1: else -> 11
-        ld_nr,  # 2
-        (0x35, 7, 0, X32_BIT),  # 3: an x32 number (JGE) -> 11
-        jeq(NR_EXECVE, 4),  # 4 -> 9
-        jeq(NR_EXECVEAT, 3),  # 5 -> 9
-        jeq(NR_PTRACE, 3),  # 6 -> 10
-        jeq(NR_PROCESS_VM_WRITEV, 2),  # 7 -> 10
-        ret(RET_ALLOW),  # 8
-        ret(RET_TRACE),  # 9
-        ret(RET_EPERM),  # 10
-        # 11: another architecture (i386 via int 0x80) or x32: no exec, no ptrace
-        ld_nr,  # 11
-        jeq(NR32_EXECVE, 6),  # 12 -> 19
-        jeq(NR32_EXECVEAT, 5),  # 13 -> 19
-        jeq(NR32_PTRACE, 4),  # 14 -> 19
-        jeq(NR32_PROCESS_VM_WRITEV, 3),  # 15 -> 19
-        (0x35, 0, 1, X32_BIT),  # 16: x32 -> 17, else 18
-        ret(RET_EPERM),  # 17: every x32 call refused
-        ret(RET_ALLOW),  # 18
-        ret(RET_EPERM),  # 19
-    ]
+def assemble(lines):
+    """Classic BPF from (label, op, k, then, else) lines; `then`/`else` name labels (None: next)."""
+    at = {line[0]: i for i, line in enumerate(lines) if line[0]}
+    prog = []
+    for i, (_label, op, k, then, other) in enumerate(lines):
+        jt = at[then] - i - 1 if then else 0
+        jf = at[other] - i - 1 if other else 0
+        if not 0 <= jt < 256 or not 0 <= jf < 256:
+            raise SetupError("a filter jump that BPF cannot make (line %d)" % i)
+        prog.append((op, jt, jf, k))
     return prog
 
 
+def bpf_program():
+    """Hold (SECCOMP_RET_USER_NOTIF) every execve/execveat; refuse ptrace and process_vm_writev,
+    so no process of the tree can reach into another's memory that way, and a second notification
+    listener, which would take the exec from this one; 32-bit and x32 entry points to any of these
+    are refused outright."""
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    return assemble(
+        [
+            (None, ld, 4, None, None),  # seccomp_data.arch
+            (None, jeq, AUDIT_ARCH_X86_64, None, "other"),
+            (None, ld, 0, None, None),  # seccomp_data.nr
+            (None, jge, X32_BIT, "eperm", None),  # x32 numbers
+            (None, jeq, NR_EXECVE, "hold", None),
+            (None, jeq, NR_EXECVEAT, "hold", None),
+            (None, jeq, NR_PTRACE, "eperm", None),
+            (None, jeq, NR_PROCESS_VM_WRITEV, "eperm", None),
+            (None, jeq, NR_SECCOMP, None, "allow"),
+            (None, ld, 24, None, None),  # seccomp(op, flags, ...): the low half of flags
+            (None, jset, FILTER_FLAG_NEW_LISTENER, "eperm", "allow"),
+            # i386 via int 0x80: no exec, no ptrace, no filters of its own
+            ("other", ld, 0, None, None),
+            (None, jeq, NR32_EXECVE, "eperm", None),
+            (None, jeq, NR32_EXECVEAT, "eperm", None),
+            (None, jeq, NR32_PTRACE, "eperm", None),
+            (None, jeq, NR32_PROCESS_VM_WRITEV, "eperm", None),
+            (None, jeq, NR32_SECCOMP, "eperm", "allow"),
+            ("allow", ret, RET_ALLOW, None, None),
+            ("hold", ret, RET_USER_NOTIF, None, None),
+            ("eperm", ret, RET_EPERM, None, None),
+        ]
+    )
+
+
 def install_filter():
+    """Install the filter on this process (inherited by everything it starts); return the
+    notification listener's file descriptor."""
     prog = bpf_program()
     arr = (SockFilter * len(prog))(*[SockFilter(c, jt, jf, k) for c, jt, jf, k in prog])
     fprog = SockFprog(len(prog), arr)
     prctl(PR_SET_NO_NEW_PRIVS, 1)
-    if libc().prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0) != 0:
+    flags = FILTER_FLAG_NEW_LISTENER | FILTER_FLAG_WAIT_KILLABLE_RECV
+    fd = libc().syscall(NR_SECCOMP, SECCOMP_SET_MODE_FILTER, flags, ctypes.addressof(fprog))
+    if fd < 0 and ctypes.get_errno() == errno.EINVAL:  # a kernel older than 5.19
+        flags = FILTER_FLAG_NEW_LISTENER
+        fd = libc().syscall(NR_SECCOMP, SECCOMP_SET_MODE_FILTER, flags, ctypes.addressof(fprog))
+    if fd < 0:
         err = ctypes.get_errno()
-        raise OSError(err, "seccomp filter: " + os.strerror(err))
+        raise OSError(err, "seccomp user notification: " + os.strerror(err))
+    return fd
 
 
 def check_arch():
@@ -310,11 +325,20 @@ class Memory:
         """A NULL-terminated array of pointers; (pointers, truncated)."""
         found = []
         while addr and len(found) < limit:
-            (value,) = struct.unpack("<Q", self.read(addr, 8))
-            if value == 0:
-                return found, False
-            found.append(value)
-            addr += 8
+            n, off = divmod(addr, self.PAGE)
+            if off % 8:
+                (value,) = struct.unpack("<Q", self.read(addr, 8))
+                values = (value,)
+            else:
+                page = self.page(n)
+                values = struct.unpack_from("<%dQ" % ((len(page) - off) // 8), page, off)
+            for value in values:
+                if value == 0:
+                    return found, False
+                found.append(value)
+                if len(found) >= limit:
+                    break
+            addr += 8 * len(values)
         return found, bool(addr)
 
 
@@ -533,14 +557,14 @@ class Exec:
         )
 
 
-def read_exec_stop(tid, regs):
-    """The execve/execveat a tracee is stopped at (seccomp stop), from its registers and memory."""
-    nr = regs.orig_rax
+def read_held_exec(tid, nr, args):
+    """The execve/execveat a process is held at (its system call number and arguments, from the
+    notification), read from its memory."""
     if nr == NR_EXECVE:
-        dirfd, path_p, argv_p, envp_p, flags = AT_FDCWD, regs.rdi, regs.rsi, regs.rdx, 0
+        dirfd, path_p, argv_p, envp_p, flags = AT_FDCWD, args[0], args[1], args[2], 0
     else:
-        dirfd = ctypes.c_int(regs.rdi & 0xFFFFFFFF).value
-        path_p, argv_p, envp_p, flags = regs.rsi, regs.rdx, regs.r10, regs.r8
+        dirfd = ctypes.c_int(args[0] & 0xFFFFFFFF).value
+        path_p, argv_p, envp_p, flags = args[1], args[2], args[3], args[4]
     mem = Memory(tid)
     try:
         path = fsdecode(mem.string(path_p, 4096)) if path_p else ""
@@ -985,32 +1009,26 @@ class Supervisor:
             except OSError:
                 self.script_lines = None
         self.top = None
-        self.alive = set()  # the traced tasks, to forward signals to
-        self.seen = set()  # tids whose first stop was seen
-        self.parent = {}  # pid -> parent pid (as the tracer saw the fork)
+        self.listener = None  # the seccomp notification listener
+        self.traced = set()  # tids traced until their exec event (an allowed exec let go)
         self.program = {}  # pid -> short description of what it runs
-        self.pending = {}  # tid -> Exec judged allowed at its seccomp stop
+        self.pending = {}  # tid -> Exec judged allowed, until its exec event
         self.refused = {}  # tid -> what it was last refused (execvp retries it along PATH)
-        self.waiting = {}  # tid -> (request id, deadline, Exec, at_exec_event)
+        self.waiting = {}  # tid -> (request id, deadline, Exec, held, rule)
         self.status = None
 
     # which programs lead here, nearest first
     def parent_of(self, pid):
-        """The parent as the fork event told, or as /proc tells when the child's exec is seen
-        before its parent's fork event."""
-        found = self.parent.get(pid)
-        if found is None and pid != self.top:
-            try:
-                with open("/proc/%d/status" % pid, "rb") as f:
-                    for line in f:
-                        if line.startswith(b"PPid:"):
-                            found = int(line.split()[1])
-                            break
-            except (OSError, ValueError):
-                return None
-            if found is not None and found not in self.alive:
-                return None  # outside the supervised tree
-        return found
+        """The parent as /proc tells, within the supervised tree (the supervisor is its
+        subreaper, so orphans stay in it)."""
+        if pid == self.top:
+            return None
+        try:
+            with open("/proc/%d/stat" % pid, "rb") as f:
+                found = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+        return None if found in (0, 1, os.getpid()) else found
 
     def parents_of(self, pid):
         chain = []
@@ -1031,6 +1049,7 @@ class Supervisor:
         return {"number": number, "text": text}
 
     def request_of(self, ex, rule):
+        """What the program rules classify by; `shown` adds what only a person reads."""
         copies = same_as(ex.program, "/proc/%d/exe" % ex.pid if ex.observed else None)
         return {
             "engine": "shell",
@@ -1047,14 +1066,17 @@ class Supervisor:
             "stdin_path": stdin_file(ex.pid) if ex.stdin == "file" else "",
             "links": links_of(ex),
             "interpreter": ex.interpreter,
-            "parents": self.parents_of(ex.pid),
-            "script_line": self.script_line(ex),
             "git_config": git_config_files(ex, copies),
             "same_as": copies,
             "observed_after_exec": ex.observed,
             "policy_rule": rule,
             "workspace": self.workspace or "/workspace",
         }
+
+    def shown(self, request, ex):
+        request["parents"] = self.parents_of(ex.pid)
+        request["script_line"] = self.script_line(ex)
+        return request
 
     def record(self, ex, verdict, rule, reason, request_id=None):
         if self.log is None:
@@ -1090,8 +1112,9 @@ class Supervisor:
             return ALLOW, verdict.rule or "rules", found
         return ASK, verdict.rule or "rules", found
 
-    def judge(self, tid, ex, at_exec):
-        """Decide now, or park the tracee on a mailbox request (it stays stopped)."""
+    def judge(self, tid, ex, held):
+        """Decide now, or park the exec on a mailbox request (it stays held). `held` is the
+        notification id of an exec held before it runs, None for one seen at its exec event."""
         action, rule = self.policy.decide(ex)
         request = None
         if rule == "default" and self.rules is not None:
@@ -1103,36 +1126,56 @@ class Supervisor:
             rule = rule + " (ask, with nobody to ask)"
         if action == ASK:
             try:
-                request_id, deadline = self.mailbox.send(request or self.request_of(ex, rule))
+                request_id, deadline = self.mailbox.send(
+                    self.shown(request or self.request_of(ex, rule), ex)
+                )
             except OSError as exc:
-                self.finish(tid, ex, at_exec, False, rule, "cannot ask: %s" % exc)
+                self.finish(tid, ex, held, False, rule, "cannot ask: %s" % exc)
                 return
-            self.waiting[tid] = (request_id, deadline, ex, at_exec, rule)
+            self.waiting[tid] = (request_id, deadline, ex, held, rule)
             return
-        self.finish(tid, ex, at_exec, action == ALLOW, rule, "policy")
+        self.finish(tid, ex, held, action == ALLOW, rule, "policy")
 
-    def finish(self, tid, ex, at_exec, allowed, rule, reason, request_id=None):
+    def finish(self, tid, ex, held, allowed, rule, reason, request_id=None):
         self.record(ex, ALLOW if allowed else DENY, rule, reason, request_id)
-        if at_exec:
+        if held is None:
+            # At the exec event: the new image is loaded but has not run.
             if allowed:
-                self.program[tid] = shlex.join(ex.argv)[:256]
-                self.cont(tid)
+                self.remember(tid, ex)
             else:
-                # The new image is loaded but has not run: it never will.
-                os.kill(tid, signal.SIGKILL)
-                self.cont(tid)
+                os.kill(tid, signal.SIGKILL)  # it never runs
+            self.detach(tid)
             return
         if allowed:
-            self.pending[tid] = ex
-            self.cont(tid)
-            return
+            if self.let_go(tid, held, ex):
+                return
+            reason = "cannot watch the exec happen"
         self.refused[tid] = (ex.program, tuple(ex.argv), tuple(sorted(ex.env.items())))
-        self.fail_syscall(tid, errno.EPERM)
+        self.respond(held, errno.EPERM)
         self.say("cairn: denied %s (%s)" % (shlex.join(ex.argv)[:300], reason))
+
+    def let_go(self, tid, held, ex):
+        """Trace the process for its exec event, then let the held exec go on."""
+        if tid not in self.traced:
+            try:
+                ptrace(PTRACE_SEIZE, tid, 0, SEIZE_OPTIONS)
+            except OSError as exc:
+                return exc.errno == errno.ESRCH  # gone meanwhile: nothing runs
+            self.traced.add(tid)
+            if not self.valid(held):
+                return True  # the exec was abandoned (the process died; the tid may be reused)
+        self.pending[tid] = ex
+        self.respond(held, 0, NOTIF_FLAG_CONTINUE)
+        return True
+
+    def remember(self, pid, ex):
+        if len(self.program) > 4096:
+            self.program = {p: d for p, d in self.program.items() if os.path.exists("/proc/%d" % p)}
+        self.program[pid] = shlex.join(ex.argv)[:256]
 
     def check_waiting(self):
         now = time.monotonic()
-        for tid, (request_id, deadline, ex, at_exec, rule) in list(self.waiting.items()):
+        for tid, (request_id, deadline, ex, held, rule) in list(self.waiting.items()):
             answer = self.mailbox.answer(request_id)
             if answer is None and now < deadline:
                 continue
@@ -1140,12 +1183,27 @@ class Supervisor:
             if answer is None:
                 answer = (False, "no decision within %g s" % self.mailbox.timeout)
             try:
-                self.finish(tid, ex, at_exec, answer[0], rule, answer[1], request_id)
+                self.finish(tid, ex, held, answer[0], rule, answer[1], request_id)
             except OSError as exc:
                 if exc.errno != errno.ESRCH:
                     raise
 
-    # -- ptrace plumbing --
+    # -- the listener and ptrace plumbing --
+
+    def respond(self, held, error=0, flags=0):
+        """Answer a held exec: go on (NOTIF_FLAG_CONTINUE) or fail with -error."""
+        try:
+            fcntl.ioctl(self.listener, NOTIF_SEND, struct.pack(RESP_FORMAT, held, 0, -error, flags))
+        except OSError as exc:
+            if exc.errno != errno.ENOENT:  # ENOENT: the process is gone, or the exec abandoned
+                raise
+
+    def valid(self, held):
+        try:
+            fcntl.ioctl(self.listener, NOTIF_ID_VALID, struct.pack("<Q", held))
+        except OSError:
+            return False
+        return True
 
     @staticmethod
     def cont(tid, sig=0):
@@ -1155,46 +1213,52 @@ class Supervisor:
             if exc.errno != errno.ESRCH:
                 raise
 
-    def fail_syscall(self, tid, err):
-        regs = Regs()
-        ptrace(PTRACE_GETREGS, tid, 0, ctypes.addressof(regs))
-        regs.orig_rax = 0xFFFFFFFFFFFFFFFF  # skip the system call...
-        regs.rax = (-err) & 0xFFFFFFFFFFFFFFFF  # ...which returns -err
-        ptrace(PTRACE_SETREGS, tid, 0, ctypes.addressof(regs))
-        self.cont(tid)
+    def detach(self, tid):
+        self.traced.discard(tid)
+        try:
+            ptrace(PTRACE_DETACH, tid, 0, 0)
+        except OSError as exc:
+            if exc.errno != errno.ESRCH:
+                raise
 
     @staticmethod
     def say(line):
         with contextlib.suppress(OSError):
             os.write(2, (line + "\n").encode("utf-8", "replace"))
 
-    def on_seccomp(self, tid):
-        regs = Regs()
-        ptrace(PTRACE_GETREGS, tid, 0, ctypes.addressof(regs))
-        if regs.orig_rax not in (NR_EXECVE, NR_EXECVEAT):
-            self.cont(tid)
+    def on_notification(self, buf):
+        buf[:] = bytes(NOTIF_SIZE)  # the kernel wants it zeroed
+        try:
+            fcntl.ioctl(self.listener, NOTIF_RECV, buf, True)
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.EINTR):
+                return  # the process left before its exec was read
+            raise
+        held, tid, _flags, nr, _arch, _ip, *args = struct.unpack(NOTIF_FORMAT, buf)
+        if nr not in (NR_EXECVE, NR_EXECVEAT):
+            self.respond(held, errno.EPERM)
             return
         try:
-            ex = read_exec_stop(tid, regs)
+            ex = read_held_exec(tid, nr, args)
         except OSError as exc:
-            if exc.errno not in (errno.EPERM, errno.EACCES):
-                # What cannot be read cannot be judged: the exec fails.
-                self.say("cairn: denied an exec of pid %d: cannot read it (%s)" % (tid, exc))
-                self.fail_syscall(tid, errno.EPERM)
+            if exc.errno in (errno.ESRCH, errno.ENOENT):
+                self.respond(held, errno.ESRCH)
                 return
-            # A process that made itself undumpable (some programs harden themselves) cannot
-            # be read before its exec; the exec event judges the new image before it runs one
-            # instruction, and kills it when denied.
-            self.cont(tid)
+            # What cannot be read cannot be judged (a process that made itself undumpable, an
+            # address that is not there): the exec fails.
+            self.say("cairn: denied an exec of pid %d: cannot read it (%s)" % (tid, exc))
+            self.respond(held, errno.EPERM if exc.errno != errno.EFAULT else errno.EFAULT)
             return
+        if not self.valid(held):
+            return  # gone while being read: what was read may be another process's
         try:
             st = os.stat(ex.program)
-        except OSError:
-            st = None
-        if st is None or not stat.S_ISREG(st.st_mode) or not st.st_mode & 0o111:
-            # The kernel will refuse it (ENOENT, EACCES): execvp walking PATH is not a person's
-            # question. Should the file appear meanwhile, the exec event judges it.
-            self.cont(tid)
+        except OSError as exc:
+            # The kernel would refuse it the same way: execvp walking PATH is not a question.
+            self.respond(held, exc.errno or errno.ENOENT)
+            return
+        if not stat.S_ISREG(st.st_mode) or not os.access(ex.program, os.X_OK):
+            self.respond(held, errno.EACCES)
             return
         ex.ident = (st.st_dev, st.st_ino)
         ex.interpreter = shebang(ex.program, st)
@@ -1202,14 +1266,24 @@ class Supervisor:
         if self.refused.get(tid) == key:
             # The same program again (a shell trying the next PATH folder that leads to it):
             # one question, one answer.
-            self.fail_syscall(tid, errno.EPERM)
+            self.respond(held, errno.EPERM)
             return
-        self.judge(tid, ex, False)
+        waiting = self.waiting.get(tid)
+        if waiting is not None and waiting[3] is not None:
+            # The same exec held again after its first hold was interrupted: one question.
+            request_id, deadline, before, _old, rule = waiting
+            if (before.program, tuple(before.argv), tuple(sorted(before.env.items()))) == key:
+                self.waiting[tid] = (request_id, deadline, before, held, rule)
+                return
+        self.judge(tid, ex, held)
 
     def on_exec(self, pid):
         try:
             former = ctypes.c_ulong()
             ptrace(PTRACE_GETEVENTMSG, pid, 0, ctypes.addressof(former))
+            if former.value != pid:
+                self.traced.discard(former.value)
+                self.traced.add(pid)
             judged = self.pending.pop(former.value, None)
             self.refused.pop(former.value, None)
             if former.value != pid:
@@ -1220,35 +1294,46 @@ class Supervisor:
                 return
             self.say("cairn: killed pid %d: its new program cannot be read (%s)" % (pid, exc))
             os.kill(pid, signal.SIGKILL)
-            self.cont(pid)
+            self.detach(pid)
             return
         if judged is not None and same_exec(judged, loaded):
-            self.program[pid] = shlex.join(judged.argv)[:256]
-            self.cont(pid)
+            self.remember(pid, judged)
+            self.detach(pid)
             return
         if judged is not None:
             loaded = read_exec_event(pid, True)
-        # Not what was judged (rewritten in between, or an exec the filter did not stop).
-        self.judge(pid, loaded, True)
+        # Not what was judged (rewritten in between): judged again, held at the exec event.
+        self.judge(pid, loaded, None)
 
-    def on_new_child(self, pid):
-        child = ctypes.c_ulong()
-        ptrace(PTRACE_GETEVENTMSG, pid, 0, ctypes.addressof(child))
-        self.alive.add(child.value)
-        self.parent[child.value] = pid
-        self.program.setdefault(child.value, self.program.get(pid, ""))
-        self.cont(pid)
+    def tree(self):
+        """The processes of the supervised tree, from /proc (the supervisor is their subreaper,
+        so nothing leaves it by losing its parent)."""
+        children = {}
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                with open("/proc/%s/stat" % name, "rb") as f:
+                    ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(name))
+        found, todo = [], [os.getpid()]
+        while todo:
+            for child in children.get(todo.pop(), ()):
+                found.append(child)
+                todo.append(child)
+        return found
 
     def forward(self, signum, _frame):
         """A signal to the supervisor goes to the whole supervised tree."""
-        for pid in list(self.alive):
+        for pid in self.tree():
             with contextlib.suppress(OSError):
                 os.kill(pid, signum)
 
     def step(self, pid, status):
         if os.WIFEXITED(status) or os.WIFSIGNALED(status):
-            self.seen.discard(pid)
-            self.alive.discard(pid)
+            self.traced.discard(pid)
             self.pending.pop(pid, None)
             self.refused.pop(pid, None)
             self.waiting.pop(pid, None)
@@ -1263,48 +1348,59 @@ class Supervisor:
             return
         sig = os.WSTOPSIG(status)
         event = status >> 16
-        first = pid not in self.seen
-        self.seen.add(pid)
-        if event == EVENT_SECCOMP:
-            self.on_seccomp(pid)
-        elif event == EVENT_EXEC:
+        if event == EVENT_EXEC:
             self.on_exec(pid)
-        elif event in (EVENT_FORK, EVENT_VFORK, EVENT_CLONE):
-            self.on_new_child(pid)
         elif event == EVENT_STOP:
-            if first:
-                self.cont(pid)  # an auto-attached child's first stop
-            else:
-                try:
-                    ptrace(PTRACE_LISTEN, pid, 0, 0)  # group-stop: stay stopped until SIGCONT
-                except OSError as exc:
-                    if exc.errno != errno.ESRCH:
-                        raise
+            try:
+                ptrace(PTRACE_LISTEN, pid, 0, 0)  # group-stop: stay stopped until SIGCONT
+            except OSError as exc:
+                if exc.errno != errno.ESRCH:
+                    raise
         elif sig == signal.SIGTRAP and event:
             self.cont(pid)
         else:
-            self.cont(pid, sig)  # a signal for the tracee: deliver it
+            self.cont(pid, sig)  # a signal for the traced process: deliver it
 
-    def loop(self):
-        while self.status is None:
-            flags = WALL
-            if self.waiting:
-                flags |= os.WNOHANG
+    def reap(self):
+        while True:
             try:
-                pid, status = os.waitpid(-1, flags)
+                pid, status = os.waitpid(-1, os.WNOHANG | WALL)
             except ChildProcessError:
-                break
+                return
             if pid == 0:
-                self.check_waiting()
-                time.sleep(POLL_S)
-                continue
+                return
             try:
                 self.step(pid, status)
             except OSError as exc:
                 if exc.errno != errno.ESRCH:
                     raise
+
+    def loop(self, wake):
+        poller = select.poll()
+        poller.register(self.listener, select.POLLIN)
+        poller.register(wake, select.POLLIN)
+        buf = bytearray(NOTIF_SIZE)
+        listening = True
+        while self.status is None:
+            timeout = POLL_S * 1000 if self.waiting else None
+            for fd, events in poller.poll(timeout):
+                if fd == wake:
+                    with contextlib.suppress(BlockingIOError):
+                        while os.read(wake, 512):
+                            pass
+                elif events & select.POLLIN:
+                    self.on_notification(buf)
+                elif listening and events & (select.POLLHUP | select.POLLERR):
+                    poller.unregister(self.listener)  # no process holds the filter any more
+                    listening = False
+            self.reap()
             if self.waiting:
                 self.check_waiting()
+        # Whatever the command left running ends with it, as it always has.
+        for pid in self.tree():
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        self.reap()
         return self.status if self.status is not None else 0
 
 
@@ -1319,32 +1415,55 @@ def resolve_command(argv, environ):
     return None
 
 
+def receive_fd(sock):
+    """A file descriptor sent over a Unix socket (SCM_RIGHTS), or the sender's error text."""
+    size = struct.calcsize("i")
+    data, ancillary, _flags, _addr = sock.recvmsg(4096, socket.CMSG_SPACE(size))
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS and len(payload) >= size:
+            return struct.unpack("i", payload[:size])[0], ""
+    return None, data.decode("utf-8", "replace").strip() or "the first process died"
+
+
 def start(argv, supervisor):
-    """Fork the command's first process, trace it, then let it install the filter and exec."""
+    """Fork the command's first process, which installs the filter and hands its notification
+    listener over, then execs the command (the first exec held and judged like any other)."""
     check_arch()
     libc()
     program = resolve_command(argv, os.environ)
     if program is None:
         sys.stderr.write("cairn: %s: command not found\n" % argv[0])
         return NOT_FOUND_EXIT
-    go_r, go_w = os.pipe()
-    ok_r, ok_w = os.pipe()
+    # Orphans of the tree become the supervisor's children: they stay its descendants, which a
+    # restricted ptrace (Yama) needs, and are reaped here.
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    wake_r, wake_w = os.pipe()
+    for fd in (wake_r, wake_w):
+        os.set_blocking(fd, False)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    signal.signal(signal.SIGCHLD, lambda _signum, _frame: None)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     pid = os.fork()
     if pid == 0:
-        os.close(go_w)
-        os.close(ok_r)
+        ours.close()
         try:
             prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-            prctl(PR_SET_DUMPABLE, 1)  # traceable (the supervisor itself is not)
-            os.write(ok_w, b"r")
-            os.read(go_r, 1)
-            os.close(go_r)
-            install_filter()
-            os.write(ok_w, b"ok\n")
-            os.close(ok_w)
+            prctl(PR_SET_DUMPABLE, 1)  # readable by the supervisor (which itself is not)
+            listener = install_filter()
+            theirs.sendmsg(
+                [b"l"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", listener))]
+            )
+            os.close(listener)
+            if theirs.recv(1) != b"g":
+                os._exit(UNSUPERVISED_EXIT)
+            theirs.close()
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            signal.set_wakeup_fd(-1)
+            os.close(wake_r)
+            os.close(wake_w)
         except BaseException as exc:  # noqa: BLE001 - the child must never return into the parent
             try:
-                os.write(ok_w, ("%s\n" % exc).encode("utf-8", "replace"))
+                theirs.sendall(("%s\n" % exc).encode("utf-8", "replace"))
             finally:
                 os._exit(UNSUPERVISED_EXIT)
         code = NOT_FOUND_EXIT
@@ -1354,35 +1473,23 @@ def start(argv, supervisor):
             os.write(2, ("cairn: cannot run %s: %s\n" % (argv[0], exc.strerror)).encode())
             code = NOT_FOUND_EXIT if exc.errno == errno.ENOENT else 126
         os._exit(code)
-    os.close(go_r)
-    os.close(ok_w)
+    theirs.close()
     supervisor.top = pid
-    supervisor.alive.add(pid)
     try:
-        if os.read(ok_r, 1) != b"r":
-            raise OSError(errno.ESRCH, "the first process died")
-        ptrace(PTRACE_SEIZE, pid, 0, TRACE_OPTIONS)
+        listener, why = receive_fd(ours)
     except OSError as exc:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        raise SetupError("cannot trace the command (ptrace: %s)" % exc.strerror) from None
-    os.write(go_w, b"g")
-    os.close(go_w)
-    said = b""
-    while not said.endswith(b"\n"):
-        chunk = os.read(ok_r, 512)
-        if not chunk:
-            break
-        said += chunk
-    os.close(ok_r)
-    if said.strip() != b"ok":
+        listener, why = None, str(exc)
+    if listener is None:
+        ours.close()
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, WALL)
-        why = said.decode("utf-8", "replace").strip() or "the first process died"
         raise SetupError("cannot install the exec filter (%s)" % why)
+    supervisor.listener = listener
+    ours.sendall(b"g")
+    ours.close()
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(signum, supervisor.forward)
-    return supervisor.loop()
+    return supervisor.loop(wake_r)
 
 
 def check():
