@@ -9,11 +9,13 @@ protected parts read-only is the sandbox backend's.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import re
 import shutil
 import stat
+import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -42,6 +44,9 @@ TRANSITIONS: dict[S, frozenset[S]] = {
 LIVE_STATES = (S.PREPARED.value, S.ACTIVE.value)
 
 log = logging.getLogger(__name__)
+
+_GITLINK = 0o160000
+_U32 = 0xFFFFFFFF  # a git index keeps 32 bits of each stat field
 
 # The parts of a workspace's `.git` through which a later git command runs code: hooks, and the
 # config (hooksPath, fsmonitor, filters, textconv, sshCommand, includes...). `commondir` would
@@ -96,14 +101,14 @@ def create_tree(
     """
     tree = materialize(vault, revision, root, label=label)
     try:
-        _init_git(vault, root, branch=branch, commit=head_commit or revision)
+        _init_git(vault, root, branch=branch, commit=head_commit or revision, written=tree)
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise
     return tree
 
 
-def _init_git(vault: Vault, root: Path, *, branch: str, commit: str) -> None:
+def _init_git(vault: Vault, root: Path, *, branch: str, commit: str, written: str) -> None:
     git_dir = root / ".git"
     run_git(["init", "--quiet", "--initial-branch", branch, str(root)])
     for hook in (git_dir / "hooks").glob("*"):
@@ -113,9 +118,70 @@ def _init_git(vault: Vault, root: Path, *, branch: str, commit: str) -> None:
     run_git(["update-ref", f"refs/heads/{branch}", commit], env=env)
     run_git(["config", "user.name", "Cairn"], env=env)
     run_git(["config", "user.email", "cairn@localhost"], env=env)
-    run_git(["read-tree", commit], env=env)
+    _write_git_index(vault, root, commit, written)
+    # Only files written in the index's own second are compared again (git's racy entries).
     run_git(["update-index", "-q", "--refresh"], env=env, check=False)
     protect_git(root)
+
+
+def _write_git_index(vault: Vault, root: Path, commit: str, written: str) -> None:
+    """The workspace's git index: `commit`'s tree, with the stat data of each file that was
+    just written with that very blob and mode (the tree `written`), so that git inside needs no
+    pass reading every file to know they are unchanged. Files that differ from `commit` get no
+    stat data: git reads them, and shows them as the changes they are."""
+    git_dir = str(vault.git_dir)
+    listing = run_git(["--git-dir", git_dir, "ls-tree", "-r", "-z", "--full-tree", commit])
+    changed = run_git(
+        [
+            "--git-dir",
+            git_dir,
+            "diff-tree",
+            "-r",
+            "-z",
+            "--no-renames",
+            "--name-only",
+            commit,
+            written,
+        ]
+    )
+    differ = {p for p in changed.stdout.split(b"\0") if p}
+    entries: list[tuple[bytes, int, bytes]] = []
+    for line in listing.stdout.split(b"\0"):
+        if not line:
+            continue
+        meta, _, path = line.partition(b"\t")
+        mode, _kind, sha = meta.split(b" ")
+        entries.append((path, int(mode, 8), bytes.fromhex(sha.decode())))
+    entries.sort(key=lambda e: e[0])
+    top = os.fsencode(root) + b"/"
+    out = bytearray(b"DIRC" + struct.pack(">II", 2, len(entries)))
+    for path, mode, sha in entries:
+        fields = (0,) * 10
+        if mode != _GITLINK and path not in differ:
+            try:
+                st = os.lstat(top + path)
+                fields = (
+                    st.st_ctime_ns // 1_000_000_000 & _U32,
+                    st.st_ctime_ns % 1_000_000_000,
+                    st.st_mtime_ns // 1_000_000_000 & _U32,
+                    st.st_mtime_ns % 1_000_000_000,
+                    st.st_dev & _U32,
+                    st.st_ino & _U32,
+                    mode,
+                    st.st_uid & _U32,
+                    st.st_gid & _U32,
+                    st.st_size & _U32,
+                )
+            except OSError:
+                pass
+        if fields[6] == 0:
+            fields = (*fields[:6], mode, *fields[7:])
+        start = len(out)
+        out += struct.pack(">10I", *fields) + sha + struct.pack(">H", min(len(path), 0xFFF))
+        out += path
+        out += b"\0" * (8 - (len(out) - start) % 8)  # one to eight NULs, as git pads
+    out += hashlib.sha1(out).digest()
+    write_file(root / ".git", "index", bytes(out))
 
 
 def protect_git(root: Path) -> list[str]:
