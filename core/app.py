@@ -16,8 +16,10 @@ from core.artifacts import Artifacts
 from core.context import Context, Lazy
 from core.credentials import Credentials, SecretStore
 from core.datadir import DataDir
+from core.errors import CairnError
 from core.events import EventBus
 from core.health import Check
+from core.hosts import Hosts
 from core.housekeeping import Housekeeping
 from core.restore import Restores
 from core.revisions import Revisions
@@ -96,6 +98,7 @@ class Cairn:
             ctx, revisions=self.revisions, snapshots=self.snapshots, sandboxes=self._sandboxes
         )
         self.views = Views(ctx, revisions=self.revisions, sandboxes=self._sandboxes)
+        self.hosts = Hosts(ctx, settings=self.settings, image=image)
 
     # -- services made on first use (so commands that need no Docker or keyring never touch them)
 
@@ -120,9 +123,17 @@ class Cairn:
         return signin.status(self.credentials, engine, self.settings)
 
     def health_checks(self) -> list[Check]:
-        """The first-run checks (Docker, keyring, git, disk of the data folder, each agent
-        engine); never raises, bounded to a few seconds."""
-        return health.run_checks(self.data.root, engine_status=self.engine_status)
+        """The first-run checks (Docker, or the default sandbox host when it is another one;
+        keyring, git, disk of the data folder, each agent engine); never raises, bounded to a
+        few seconds."""
+        try:
+            host = self.hosts.default()
+        except CairnError as exc:  # a host setting that cannot be used: said as the host's check
+            problem = health.Check("host", "Sandbox host", health.ERROR, str(exc))
+            return [problem, *health.run_checks(self.data.root, engine_status=self.engine_status)]
+        return health.run_checks(
+            self.data.root, engine_status=self.engine_status, host=host, image=self.hosts.image()
+        )
 
     def close(self) -> None:
         self.revisions.close()

@@ -29,7 +29,9 @@ from core import signin
 from core.credentials import Credentials, SecretStore
 from core.engines import ENGINES
 from core.errors import exception_chain
+from core.sandbox.base import DEFAULT_IMAGE
 from core.sandbox.docker import DEFAULT_SOCKET
+from core.sandbox.hosts import DOCKER, LOCAL, PODMAN, SandboxHost
 from core.settings import Settings
 from core.signin import EngineStatus, Problem
 
@@ -76,6 +78,7 @@ class Check:
     facts: tuple[str, ...] = ()  # what was found, one line each (an engine's path, version…)
     problems: tuple[Problem, ...] = ()  # every problem with its fix (`fix` is the first one's)
     note: str | None = None  # a plain word beside the check (why a sign-in cannot be used)
+    host: str | None = None  # the sandbox host this check is about
 
     @property
     def ok(self) -> bool:
@@ -98,13 +101,17 @@ class Summary:
 
 
 def summary(checks: Sequence[Check]) -> Summary:
-    docker = next((c for c in checks if c.id == "docker"), None)
+    # The default sandbox host when it is not the local Docker engine, else Docker itself.
+    docker = next((c for c in checks if c.id == "host"), None) or next(
+        (c for c in checks if c.id == "docker"), None
+    )
     sandboxes = docker is not None and docker.ok
     errors = sum(1 for c in checks if c.state == ERROR)
     warnings = sum(1 for c in checks if c.state == WARNING)
     if not sandboxes:
+        what = "The sandbox host" if docker is not None and docker.id == "host" else "Docker"
         headline = (
-            "Docker is not usable, so sandboxes cannot run: tasks can still be browsed, "
+            f"{what} is not usable, so sandboxes cannot run: tasks can still be browsed, "
             "compared and created, and runs can use the host backend (no isolation)."
         )
     elif errors:
@@ -123,7 +130,13 @@ def summary(checks: Sequence[Check]) -> Summary:
 
 # -- running them --------------------------------------------------------------------------------
 
-TITLES = {"docker": "Docker", "keyring": "Keyring", "git": "Git", "disk": "Disk space"}
+TITLES = {
+    "docker": "Docker",
+    "host": "Sandbox host",
+    "keyring": "Keyring",
+    "git": "Git",
+    "disk": "Disk space",
+}
 
 
 def engine_check_id(engine: str) -> str:
@@ -152,6 +165,9 @@ def run_checks(
     deadline: float = DEADLINE_S,
     engines: Sequence[str] | None = None,
     engine_status: Callable[[str], EngineStatus] | None = None,
+    host: SandboxHost | None = None,
+    image: str | None = None,
+    host_facts: Callable[[str, str, float], EngineFacts] | None = None,
 ) -> list[Check]:
     """Every check, in a fixed order (docker, keyring, git, disk, then one per agent engine),
     within `deadline` seconds.
@@ -161,6 +177,9 @@ def run_checks(
     `keyring.get_keyring()`; `git` is the git program; `disk_usage` is `shutil.disk_usage`'s kind;
     `engines` the agent engines to check (all of them by default) and `engine_status` what tells
     an engine's status (core.signin.status on the data folder's settings and the keyring).
+    `host` is the default sandbox host: when it is not the local Docker engine, its check
+    (reachable, API version, `image` there, free disk; `host_facts` replaces the API calls)
+    takes the Docker check's place.
     """
     if engine_status is None:
         settings = Settings(data_root)
@@ -171,18 +190,33 @@ def run_checks(
             return signin.status(credentials, name, settings)
 
     status_of = engine_status
-    probes: dict[str, Callable[[], Check]] = {
-        "docker": lambda: check_docker(
+    probes: dict[str, Callable[[], Check]] = {}
+    if host is not None and not host.local_docker:
+        chosen = host
+        probes["host"] = lambda: check_host(
+            chosen,
+            image or DEFAULT_IMAGE,
+            which=which,
+            probe_socket=probe_socket,
+            facts_of=host_facts,
+            disk_usage=disk_usage,
+            timeout=docker_timeout,
+        )
+    else:
+        probes["docker"] = lambda: check_docker(
             which=which,
             docker_host=docker_host,
             probe_socket=probe_socket,
             docker_version=docker_version,
             timeout=docker_timeout,
-        ),
-        "keyring": lambda: check_keyring(keyring_backend),
-        "git": lambda: check_git(git),
-        "disk": lambda: check_disk(data_root, disk_usage=disk_usage),
-    }
+        )
+    probes.update(
+        {
+            "keyring": lambda: check_keyring(keyring_backend),
+            "git": lambda: check_git(git),
+            "disk": lambda: check_disk(data_root, disk_usage=disk_usage),
+        }
+    )
     for engine in signin.agent_engines() if engines is None else engines:
         probes[engine_check_id(engine)] = partial(check_engine, engine, status_of)
     results: dict[str, Check] = {}
@@ -218,6 +252,7 @@ def run_checks(
 
 _LATE_FIX: dict[str, tuple[str, str | None]] = {
     "docker": (f"restart the Docker daemon: {RESTART_DOCKER}", RESTART_DOCKER),
+    "host": ("check that the sandbox host's engine answers, then check again", None),
     "keyring": (
         "unlock your desktop keyring (it may be waiting for its password), then check again",
         None,
@@ -583,3 +618,153 @@ def check_disk(
             fix,
         )
     return Check("disk", "Disk space", OK, detail)
+
+
+# -- sandbox hosts -------------------------------------------------------------------------------
+
+ACTION_SEND_IMAGE = "send-image"
+START_PODMAN = "systemctl --user enable --now podman.socket"
+INSTALL_PODMAN = "sudo apt install podman uidmap catatonit"
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """What a sandbox host's engine says about itself and the sandbox image."""
+
+    version: str
+    api_version: str
+    image_id: str | None  # None: the image is not on the host
+    root_dir: str | None  # where the engine keeps images and containers
+
+
+def engine_facts(address: str, image: str, timeout: float) -> EngineFacts:
+    """Ask the engine at `address` (Docker's API, also Podman's) for its version, the image and
+    its storage folder; every call bounded by `timeout`."""
+    import docker
+    import docker.errors
+
+    client = docker.APIClient(base_url=address, timeout=timeout)  # type: ignore[arg-type]
+    try:
+        version = client.version()
+        try:
+            image_id: str | None = str(client.inspect_image(image)["Id"])
+        except docker.errors.NotFound:
+            image_id = None
+        root = client.info().get("DockerRootDir")
+        return EngineFacts(
+            str(version.get("Version") or "(unknown version)"),
+            str(version.get("ApiVersion") or "?"),
+            image_id,
+            str(root) if root else None,
+        )
+    finally:
+        client.close()
+
+
+def _host_title(host: SandboxHost) -> str:
+    return f"Sandbox host {host.name} ({'Podman' if host.engine == PODMAN else 'Docker'})"
+
+
+def _host_start_fix(host: SandboxHost) -> tuple[str, str]:
+    if host.engine == PODMAN:
+        return f"start your Podman service: {START_PODMAN}", START_PODMAN
+    return f"start it: {START_DOCKER}", START_DOCKER
+
+
+def check_host(
+    host: SandboxHost,
+    image: str,
+    *,
+    which: Callable[[str], str | None] = shutil.which,
+    probe_socket: Callable[[str, float], None] | None = None,
+    facts_of: Callable[[str, str, float], EngineFacts] | None = None,
+    disk_usage: Callable[[str], Any] = shutil.disk_usage,
+    timeout: float = DOCKER_TIMEOUT_S,
+) -> Check:
+    """One sandbox host: reachable, its API version, the sandbox image there (else the offer to
+    send it from the local Docker engine), and the free disk where the engine keeps its data."""
+    title = _host_title(host)
+    where = host.address
+
+    def problem(detail: str, fix: str | None = None, command: str | None = None) -> Check:
+        return Check("host", title, ERROR, detail, fix, command, host=host.name)
+
+    path = _unix_path(where)
+    if path is not None:
+        try:
+            os.stat(path)
+        except PermissionError:
+            return problem(f"permission denied on {path}", "use a socket your user may open")
+        except OSError:
+            if host.engine == PODMAN and which("podman") is None:
+                return problem(
+                    "Podman is not installed", f"install it: {INSTALL_PODMAN}", INSTALL_PODMAN
+                )
+            if host.engine == DOCKER and not any(which(n) for n in ("docker", "dockerd")):
+                return problem(
+                    f"Docker is not installed (no socket at {where})",
+                    f"install it: {INSTALL_DOCKER}",
+                    INSTALL_DOCKER,
+                )
+            return problem(f"nothing answers at {where} (no socket)", *_host_start_fix(host))
+        try:
+            (probe_socket or connect_unix)(path, timeout)
+        except OSError as exc:
+            if _is_permission(exc):
+                return problem(f"permission denied on {path}", "use a socket your user may open")
+            return problem(
+                f"{where} refuses connections ({_describe(exc)})", *_host_start_fix(host)
+            )
+    try:
+        found = (facts_of or engine_facts)(where, image, timeout)
+    except Exception as exc:  # noqa: BLE001 - docker-py wraps transport failures in many ways
+        return problem(
+            f"the engine at {where} did not answer ({_describe(exc)})", *_host_start_fix(host)
+        )
+    facts = [f"{found.version} at {where}, API {found.api_version}"]
+    if found.image_id is None:
+        facts.append(f"the sandbox image {image} is not there")
+    else:
+        facts.append(f"the sandbox image {image} is there ({found.image_id[:19]})")
+    state, detail = OK, f"ready: {facts[0]}"
+    fix: str | None = None
+    command: str | None = None
+    free = None
+    if found.root_dir:
+        try:
+            free = disk_usage(str(_existing_parent(Path(found.root_dir)))).free
+        except OSError:
+            free = None
+    if free is not None:
+        facts.append(f"{_gib(free)} free where it keeps images and sandboxes ({found.root_dir})")
+        if free < DISK_ERROR_BYTES:
+            state, detail = ERROR, f"only {_gib(free)} free on the host's disk"
+            fix = "free some space on that disk (sandboxes need at least 1 GiB)"
+        elif free < DISK_WARNING_BYTES:
+            state, detail = WARNING, f"only {_gib(free)} free on the host's disk"
+            fix = "free some space on that disk"
+    problems: tuple[Problem, ...] = ()
+    if found.image_id is None:
+        state = ERROR
+        detail = f"the sandbox image {image} is not on host {host.name}"
+        if host.name == LOCAL:
+            fix = "build it: resources/sandbox/build-image.sh"
+            command = "resources/sandbox/build-image.sh"
+        else:
+            fix = (
+                "send it from the local Docker engine (Send Image in Settings, or "
+                f"cairnctl host send-image {host.name}); Cairn never pulls images"
+            )
+            command = f"cairnctl host send-image {host.name}"
+        problems = (Problem(detail, fix, command, ACTION_SEND_IMAGE),)
+    return Check(
+        "host",
+        title,
+        state,
+        detail,
+        fix,
+        command,
+        facts=tuple(facts),
+        problems=problems,
+        host=host.name,
+    )

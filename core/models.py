@@ -74,6 +74,7 @@ class Task:
     source: str  # TaskSource value
     from_revision: str | None
     created_at: float
+    host: str | None = None  # the sandbox host its sandbox runs on (None: made before hosts)
 
 
 @dataclass
@@ -181,3 +182,4 @@ class SessionRecord:
     policy: dict = field(default_factory=dict)  # the policy the sandbox was made under
     created_at: float = 0.0
     updated_at: float = 0.0
+    host: str | None = None  # the sandbox host it runs on (None: made before hosts)

@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core import mailbox
 from core.context import Context, Lazy
@@ -41,9 +41,14 @@ from core.sandbox.base import (
     SandboxBackend,
     SandboxSpec,
     SessionState,
+    SessionSummary,
 )
+from core.sandbox.hosts import LOCAL, PODMAN, SandboxHost
 from core.settings import Settings, endpoint_of
 from core.store import Store
+
+if TYPE_CHECKING:  # imported when a host is used: the Docker client is slow to import
+    from core.sandbox.docker import DockerBackend
 
 log = logging.getLogger(__name__)
 
@@ -192,13 +197,63 @@ class SandboxOutcome:
 
 
 class SandboxManager:
+    """The data folder's sandboxes: `backend` is the default host's (`host`); a session on
+    another host is reached through `backend_for(name)`, made on first use."""
+
     def __init__(
-        self, data: DataDir, store: Store, backend: SandboxBackend, image: str | None = None
+        self,
+        data: DataDir,
+        store: Store,
+        backend: SandboxBackend,
+        image: str | None = None,
+        *,
+        host: str = LOCAL,
+        backend_for: Callable[[str], SandboxBackend] | None = None,
     ):
         self.data = data
         self.store = store
         self.backend = backend
+        self.host = host
+        self._backend_for = backend_for
+        self._backends: dict[str, SandboxBackend] = {host: backend}
         self.image = image or os.environ.get("CAIRN_SANDBOX_IMAGE") or DEFAULT_IMAGE
+
+    # -- hosts -------------------------------------------------------------------------------
+
+    def backend_of(self, host: str | None) -> SandboxBackend:
+        """The backend of the sandbox host `host` (the default one for None). The unsafe host
+        backend has no hosts: every session is on this computer."""
+        name = host or self.host
+        if self.backend.unsafe or name == self.host:
+            return self.backend
+        if name not in self._backends:
+            if self._backend_for is None:
+                raise InputError(
+                    f"the sandbox host {name} cannot be used here: this Cairn makes sandboxes "
+                    f"only on {self.host}"
+                )
+            self._backends[name] = self._backend_for(name)
+        return self._backends[name]
+
+    def host_of(self, record: SessionRecord) -> str:
+        """The host a session runs on; one made before hosts is where its backend says (the
+        local Docker engine for docker, this user's Podman for podman)."""
+        if record.host:
+            return record.host
+        return {"docker": LOCAL, "podman": PODMAN}.get(record.backend, self.host)
+
+    def found_sessions(self) -> tuple[dict[str, SessionSummary], dict[str, str]]:
+        """This data folder's sandboxes on every host a session runs on (and the default
+        one), by container id, and the hosts that could not be asked, with why."""
+        hosts = {self.host, *(self.host_of(r) for r in self.store.list_sessions())}
+        found: dict[str, SessionSummary] = {}
+        problems: dict[str, str] = {}
+        for name in sorted(hosts):
+            try:
+                found.update({s.container_id: s for s in self.backend_of(name).list_sessions()})
+            except CairnError as exc:
+                problems[name] = str(exc)
+        return found, problems
 
     # -- specs -------------------------------------------------------------------------------
 
@@ -307,20 +362,26 @@ class SandboxManager:
         extra_mounts: list[tuple[Path, str]] | tuple = (),
         home_seed: Path | None = None,
         endpoints: Sequence[egress.Endpoint] = (),
+        host: str | None = None,
     ) -> SandboxOutcome:
         """Reattach to the workspace's sandbox when it is alive and matches the current policy;
         otherwise make the next generation carrying the persisted snapshot id (a new sandbox
         carries `snapshot_id` only when no session state exists yet). A new session's engine
-        home starts as a copy of `home_seed` (a fork's parent home) when one is given."""
-        self.backend.check()
+        home starts as a copy of `home_seed` (a fork's parent home) when one is given. The
+        sandbox goes on `host` (the task's; without one, where the session already is, else the
+        default host): a session on another host moves, its old container removed there when
+        that host answers."""
         record = self.store.session_for(ws.id)
+        wanted = host or (self.host_of(record) if record is not None else self.host)
+        backend = self.backend_of(wanted)
+        backend.check()
         if record is None:
             session_id = new_id("session")
             if home_seed is not None and home_seed.is_dir():
                 shutil.copytree(home_seed, self.data.home_path(session_id), symlinks=True)
             spec = self.spec_for(ws, session_id, snapshot_id, policy, extra_mounts, endpoints)
             self._start_egress(spec, policy, endpoints)
-            state, live = self.backend.create(spec)
+            state, live = backend.create(spec)
             record = SessionRecord(
                 session_id,
                 ws.id,
@@ -335,6 +396,7 @@ class SandboxManager:
                 policy.version,
                 [],
                 created_at=_now(),
+                host=wanted,
             )
             outcome = SandboxOutcome(
                 record, live, "created", ["no sandbox existed for this workspace"]
@@ -346,7 +408,13 @@ class SandboxManager:
             )
             self._start_egress(spec, policy, endpoints)
             state = _state_of(record)
-            result = self.backend.attach(state, spec)
+            moved_from = self.host_of(record)
+            if moved_from != wanted:
+                result: Attached | Gone | Mismatch = Gone(
+                    self._leave_host(record, moved_from, wanted)
+                )
+            else:
+                result = backend.attach(state, spec)
             if isinstance(result, Attached):
                 outcome = SandboxOutcome(
                     record,
@@ -363,17 +431,18 @@ class SandboxManager:
                     # A known difference (usually a changed policy): the old container goes, the
                     # workspace and home on the host stay.
                     if record.container_id:
-                        self.backend.remove(record.container_id)
+                        backend.remove(record.container_id)
                 else:
                     assert isinstance(result, Gone)
                     reasons = [f"sandbox {record.container_name} is gone ({result.reason})"]
-                new_state, live = self.backend.create(spec, previous=state)
+                new_state, live = backend.create(spec, previous=state)
                 record.container_id = new_state.container_id
                 record.container_name = new_state.container_name
                 record.image_digest = new_state.image_digest
                 record.mounts = [m.to_dict() for m in new_state.mounts]
                 record.generation = new_state.generation
                 record.snapshot_id = new_state.snapshot_id
+                record.host = wanted
                 outcome = SandboxOutcome(record, live, "recreated", reasons)
         record.status = "live"
         record.policy_version = policy.version
@@ -383,6 +452,18 @@ class SandboxManager:
         self.store.put_session(record)
         outcome.rebuilt = self.rebuild(outcome.live, specs, ws.id)
         return outcome
+
+    def _leave_host(self, record: SessionRecord, old: str, new: str) -> str:
+        """The words for a session moving from host `old` to `new`: its container there is
+        removed when that host answers, and left (listed by reconcile there) when it does not."""
+        moving = f"the task moved from host {old} to {new}"
+        if not record.container_id:
+            return moving
+        try:
+            self.backend_of(old).remove(record.container_id)
+        except CairnError as exc:
+            return f"{moving}; its container there was left as it is ({exc})"
+        return moving
 
     def rebuild(self, live: LiveSession, specs: list[LaunchSpec], workspace_id: str) -> list[str]:
         """Start each background process that is not running; returns what was (re)started."""
@@ -442,12 +523,14 @@ class SandboxManager:
     def attach_as_made(self, record: SessionRecord, ws: Workspace) -> Attached | Gone | Mismatch:
         """Find the sandbox as it was made (under the policy of its making), bringing it up when
         it is stopped or paused; the current policy is applied by `ensure`, not here."""
-        return self.backend.attach(_state_of(record), self._spec_as_made(record, ws))
+        backend = self.backend_of(self.host_of(record))
+        return backend.attach(_state_of(record), self._spec_as_made(record, ws))
 
     def look_as_made(self, record: SessionRecord, ws: Workspace) -> Attached | Gone | Mismatch:
         """The sandbox as it is, changing nothing, to look at its processes: Gone carries the
         evidence (absent, stopped); a CairnError means it cannot be told now."""
-        return self.backend.look(_state_of(record), self._spec_as_made(record, ws))
+        backend = self.backend_of(self.host_of(record))
+        return backend.look(_state_of(record), self._spec_as_made(record, ws))
 
     def _spec_as_made(self, record: SessionRecord, ws: Workspace) -> SandboxSpec:
         policy = Policy.from_dict(record.policy)
@@ -529,9 +612,10 @@ def _now() -> float:
 
 
 def default_backend(data: DataDir, settings: Settings) -> SandboxBackend:
-    """Docker unless the user chose the unsafe host backend explicitly: CAIRN_BACKEND wins, else
-    the setting `defaults.backend`. The backends are imported when chosen: the Docker client is
-    slow to import and not every command needs it."""
+    """Containers on the default sandbox host unless the user chose the unsafe host backend
+    explicitly: CAIRN_BACKEND wins, else the setting `defaults.backend`. The host is CAIRN_HOST,
+    else `defaults.host`, else the local Docker engine. The backends are imported when chosen:
+    the Docker client is slow to import and not every command needs it."""
     choice = os.environ.get("CAIRN_BACKEND") or settings.defaults().get("backend") or "docker"
     if choice == "host":
         from core.sandbox.host import HostBackend
@@ -539,9 +623,21 @@ def default_backend(data: DataDir, settings: Settings) -> SandboxBackend:
         return HostBackend(data.root, allow_unsafe=True)
     if choice != "docker":
         raise InputError(f"unknown sandbox backend {choice!r} (docker, or host for no isolation)")
+    return backend_for_host(settings.host(), data.root)
+
+
+def backend_for_host(host: SandboxHost, data_root: Path) -> DockerBackend:
+    """The sandbox backend of one host for a data folder: Docker's or Podman's API at its
+    address (the built-in `local` host as DOCKER_HOST and Docker's own variables say)."""
+    if host.engine == PODMAN:
+        from core.sandbox.podman import PodmanBackend
+
+        return PodmanBackend(data_root, base_url=host.address)
     from core.sandbox.docker import DockerBackend
 
-    return DockerBackend(data.root)
+    if host.local_docker:
+        return DockerBackend(data_root)
+    return DockerBackend(data_root, base_url=host.address)
 
 
 def sandbox_provider(
@@ -556,8 +652,15 @@ def sandbox_provider(
 
     def make() -> SandboxManager:
         chosen = image or os.environ.get("CAIRN_SANDBOX_IMAGE") or settings.defaults().get("image")
+        if backend is not None:  # given: the only one there is
+            return SandboxManager(ctx.data, ctx.store, backend, chosen)
         return SandboxManager(
-            ctx.data, ctx.store, backend or default_backend(ctx.data, settings), chosen
+            ctx.data,
+            ctx.store,
+            default_backend(ctx.data, settings),
+            chosen,
+            host=settings.host().name,
+            backend_for=lambda name: backend_for_host(settings.host(name), ctx.data.root),
         )
 
     return Lazy(make)

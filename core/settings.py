@@ -29,6 +29,7 @@ from core.engines.base import EngineSettings
 from core.errors import CairnError, InputError
 from core.policy import NETWORK_ALLOWLIST, NETWORK_MODES, NETWORK_NONE, NETWORK_OPEN, Policy
 from core.safe_fs import fsync_dir
+from core.sandbox import hosts as sandbox_hosts
 from core.sandbox.egress import Allowlist, DestinationError, parse_destination
 
 FILE_NAME = "settings.json"
@@ -43,8 +44,13 @@ _MAX_TEXT = 500
 ENGINES_SECTION = "engines"
 DEFAULTS_SECTION = "defaults"
 # What a new task or sandbox starts from when nothing else chose: `defaults.<key>`.
-DEFAULT_KEYS = ("engine", "image", "network", "allow", "backend")
-BACKENDS = ("docker", "host")  # host: no isolation at all, only on the user's explicit choice
+DEFAULT_KEYS = ("engine", "image", "network", "allow", "backend", "host")
+# docker: containers on a sandbox host (`defaults.host`: the local Docker engine, a rootless
+# Podman, …); host: no isolation at all, only on the user's explicit choice.
+BACKENDS = ("docker", "host")
+# The engines sandboxes may run on, beside the built-in `local` and `podman`:
+# `hosts.<name>` = "<engine> <address>" (core.sandbox.hosts).
+HOSTS_SECTION = "hosts"
 
 # What tokens cost when the engine reports no cost of its own (Codex; Claude Code reports one):
 # `prices.<model>` = "input=…,output=…,cache_read=…,cache_write=…" in USD per million tokens. A
@@ -103,7 +109,7 @@ def engine_keys() -> list[str]:
 
 
 def _shapes() -> str:
-    return "engines.<engine>.<key>, defaults.<key> or prices.<model>"
+    return "engines.<engine>.<key>, defaults.<key>, hosts.<name> or prices.<model>"
 
 
 def parse_key(key: str, *, leaf: bool = True) -> tuple[str, str | None]:
@@ -131,6 +137,12 @@ def parse_any_key(key: str, *, leaf: bool = True) -> tuple[str, str | None, str 
     ("engines", engine, key), `defaults.<key>` is ("defaults", None, key). With `leaf=False` the
     groups `engines.<engine>` and `defaults` are allowed too (name None)."""
     parts = key.split(".") if isinstance(key, str) else []
+    if parts and parts[0] == HOSTS_SECTION:
+        if len(parts) == 1 and not leaf:
+            return HOSTS_SECTION, None, None
+        if len(parts) != 2:
+            raise InputError(f"{key!r} is not a settings key: use hosts.<name>, e.g. hosts.podman")
+        return HOSTS_SECTION, None, sandbox_hosts.check_name(parts[1])
     if parts and parts[0] == PRICES_SECTION:
         model = key.partition(".")[2]  # a model's name may hold dots: gpt-5.1
         if not model and not leaf:
@@ -215,6 +227,8 @@ def validate_default(name: str, value: str) -> str:
                 f"(known: {', '.join(BACKENDS)}; host means no isolation)"
             )
         return value
+    if name == "host":
+        return sandbox_hosts.check_name(value)
     raise InputError(f"unknown default {name!r} (known: {', '.join(DEFAULT_KEYS)})")
 
 
@@ -443,6 +457,8 @@ def check_setting(key: str, value: str) -> str:
     assert name is not None
     if section_name == PRICES_SECTION:
         return price_text(parse_price(value))
+    if section_name == HOSTS_SECTION:
+        return sandbox_hosts.parse_value(name, value).value
     if section_name == DEFAULTS_SECTION:
         return validate_default(name, value)
     return validate_value(name, value)
@@ -454,9 +470,14 @@ def set_setting(path: str | os.PathLike[str], key: str, value: str) -> str:
     section_name, engine, name = parse_any_key(key)
     assert name is not None
     path = Path(path)
-    if section_name in (DEFAULTS_SECTION, PRICES_SECTION):
+    if section_name in (DEFAULTS_SECTION, PRICES_SECTION, HOSTS_SECTION):
         stored = check_setting(key, value)
         with _editing(path) as data:
+            if section_name == DEFAULTS_SECTION and name == "host":
+                configured = _section_of(data, path, HOSTS_SECTION)
+                sandbox_hosts.pick(sandbox_hosts.all_hosts(configured), stored)
+                if not configured:
+                    del data[HOSTS_SECTION]
             _section_of(data, path, section_name)[name] = stored
         return stored
     stored = validate_value(name, value)
@@ -474,7 +495,7 @@ def unset_setting(path: str | os.PathLike[str], key: str) -> bool:
     section_name, engine, name = parse_any_key(key)
     path = Path(path)
     with _editing(path) as data:
-        if section_name in (DEFAULTS_SECTION, PRICES_SECTION):
+        if section_name in (DEFAULTS_SECTION, PRICES_SECTION, HOSTS_SECTION):
             entries = _section_of(data, path, section_name)
             removed = entries.pop(name, None) is not None
             if not entries:
@@ -499,7 +520,7 @@ def get_setting(path: str | os.PathLike[str], key: str) -> Any:
     `defaults` every default that is set."""
     section_name, engine, name = parse_any_key(key, leaf=False)
     data = read_settings(path)
-    if section_name in (DEFAULTS_SECTION, PRICES_SECTION):
+    if section_name in (DEFAULTS_SECTION, PRICES_SECTION, HOSTS_SECTION):
         section = data.get(section_name)
         section = section if isinstance(section, dict) else {}
         return dict(section) if name is None else section.get(name)
@@ -529,6 +550,18 @@ def read_defaults(path: str | os.PathLike[str]) -> dict[str, str]:
     return checked
 
 
+def read_hosts(path: str | os.PathLike[str]) -> dict[str, sandbox_hosts.SandboxHost]:
+    """Every sandbox host by name: the built-in ones with the settings' `hosts.<name>` over
+    them. An entry edited by hand into something unusable is a CairnError naming it."""
+    section = read_settings(path).get(HOSTS_SECTION) or {}
+    if not isinstance(section, dict):
+        raise CairnError(f"the settings file {path} has a 'hosts' entry that is not an object")
+    try:
+        return sandbox_hosts.all_hosts(section)
+    except InputError as exc:
+        raise CairnError(f"the settings file {path} has an unusable host: {exc}") from None
+
+
 def default_policy(defaults: dict[str, str], *, endpoint: str | None = None) -> Policy:
     """The sandbox policy a new task starts with: `defaults.network` and `defaults.allow` when the
     person set them; else, for an engine that talks to a model at `endpoint`, `allowlist` holding
@@ -541,7 +574,7 @@ def default_policy(defaults: dict[str, str], *, endpoint: str | None = None) -> 
 
 
 # The settings a sandbox manager is made from: changing one makes the next sandbox use a new one.
-SANDBOX_KEYS = ("defaults.backend", "defaults.image")
+SANDBOX_KEYS = ("defaults.backend", "defaults.image", "defaults.host")
 
 
 class Settings:
@@ -557,7 +590,7 @@ class Settings:
         self._sandbox_listeners.append(listener)
 
     def _changed(self, key: str) -> None:
-        if key in SANDBOX_KEYS:
+        if key in SANDBOX_KEYS or key.startswith(f"{HOSTS_SECTION}."):
             for listener in self._sandbox_listeners:
                 listener()
 
@@ -585,8 +618,23 @@ class Settings:
         return check_setting(key, value)
 
     def defaults(self) -> dict[str, str]:
-        """The `defaults.<key>` settings that are set (engine, image, network, allow, backend)."""
+        """The `defaults.<key>` settings that are set (engine, image, network, allow, backend,
+        host)."""
         return read_defaults(self.path)
+
+    def hosts(self) -> dict[str, sandbox_hosts.SandboxHost]:
+        """Every sandbox host by name (the built-in `local` and `podman`, and `hosts.<name>`)."""
+        return read_hosts(self.path)
+
+    def host(self, name: str | None = None) -> sandbox_hosts.SandboxHost:
+        """The host called `name`; without one, the default host (CAIRN_HOST, else
+        `defaults.host`, else `local`). InputError when no host has that name."""
+        if name is not None:
+            return sandbox_hosts.pick(self.hosts(), name, where="the chosen host")
+        env = os.environ.get("CAIRN_HOST")
+        if env:
+            return sandbox_hosts.pick(self.hosts(), env, where="CAIRN_HOST")
+        return sandbox_hosts.pick(self.hosts(), self.defaults().get("host"))
 
     def keys(self) -> dict[str, list[str]]:
         """What the settings file takes: the default keys, the engines and each engine's keys,
@@ -597,6 +645,7 @@ class Settings:
             "engine_keys": engine_keys(),
             "networks": list(NETWORK_MODES),
             "backends": list(BACKENDS),
+            "hosts": sorted(self.hosts()),
         }
 
     def prices(self) -> dict[str, dict[str, float]]:

@@ -215,6 +215,12 @@ MIGRATIONS: list[str] = [
     );
     ALTER TABLE snapshots ADD COLUMN name TEXT;
     """,
+    # 6: the sandbox host a task chose and the one its sandbox session runs on (NULL: made
+    # before hosts; its sandbox is where its backend says, the local Docker engine for docker)
+    """
+    ALTER TABLE tasks ADD COLUMN host TEXT;
+    ALTER TABLE session_states ADD COLUMN host TEXT;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

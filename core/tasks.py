@@ -99,13 +99,15 @@ class Tasks:
         quota_bytes: int | None = None,
         expires_in: float | None = None,
         policy: Policy | None = None,
+        host: str | None = None,
     ) -> NewTask:
         """Import a folder into its vault and give a new task a workspace made from it.
 
         Without `engine` or `policy`, the settings' defaults apply (`defaults.engine`, else the
         shell engine; `defaults.network` and `defaults.allow`, else `allowlist` holding just the
         model's endpoint for an agent engine and no network for the shell engine). A policy under
-        which the engine could not reach its model is refused.
+        which the engine could not reach its model is refused. The task's sandbox runs on `host`
+        (a sandbox host's name; default: the settings' default host).
         Bad input is refused before anything is written; a failure later undoes what was made.
         """
         if instructions and not instructions.strip():
@@ -121,6 +123,7 @@ class Tasks:
         endpoint = engine_endpoint(engine, self.settings.engine(engine))
         policy = policy or default_policy(defaults, endpoint=endpoint)
         refuse_unreachable(engine, policy, endpoint)
+        host_name = self.settings.host(host).name
         folder = check_importable(Path(path), self.ctx.data)
         with held(
             self.ctx.data.locks_root,
@@ -137,6 +140,7 @@ class Tasks:
                 quota_bytes,
                 expires_in,
                 (policy or Policy()).validate(),
+                host_name,
             )
 
     def _new_task_locked(
@@ -148,6 +152,7 @@ class Tasks:
         quota_bytes: int | None,
         expires_in: float | None,
         policy: Policy,
+        host: str,
     ) -> NewTask:
         source = self.ctx.store.source_by_path(str(folder))
         new_source = source is None
@@ -210,6 +215,7 @@ class Tasks:
                 TaskSource.NEW.value,
                 None,
                 now,
+                host=host,
             )
             workspaces.check_transition(ws.state, WorkspaceState.PREPARED.value)
             with self.ctx.store.transaction():
@@ -337,6 +343,7 @@ class Tasks:
             None,
             title or child_title(message, f"{parent.title} (continued)"),
             message,
+            host=parent.host,  # the same workspace, so the same sandbox
         )
         try:
             run = self.runs.start(
@@ -358,11 +365,14 @@ class Tasks:
         *,
         at_revision: str | None = None,
         title: str | None = None,
+        host: str | None = None,
     ) -> tuple[Task, Run]:
         """A child task with its own workspace made from any revision of the parent (default the
-        latest), its own sandbox, a copy of the parent's engine home and a forked engine session.
-        The parent's workspace is never touched."""
+        latest), its own sandbox (on `host`; default: the settings' default host), a copy of the
+        parent's engine home and a forked engine session. The parent's workspace is never
+        touched."""
         parent = self.ctx.task(task_ref)
+        host_name = self.settings.host(host).name
         self.runs.refuse_in_flight(parent)
         self.runs.preflight(parent)  # a child that could not run is never made
         rev = self.revisions.resolve(parent, at_revision, default="latest")
@@ -385,6 +395,7 @@ class Tasks:
             title or child_title(message, f"{parent.title} (fork)"),
             message,
             task_id=child_id,
+            host=host_name,
         )
         self.ctx.events.publish(
             ev.TASK_CREATED, child.id, parent=parent.id, source="fork", from_revision=rev.id
@@ -410,6 +421,7 @@ class Tasks:
         message: str,
         *,
         task_id: str | None = None,
+        host: str | None = None,
     ) -> Task:
         child = Task(
             task_id or new_id("task"),
@@ -422,6 +434,7 @@ class Tasks:
             source.value,
             from_revision,
             time.time(),
+            host=host,
         )
         self.ctx.store.add_task(child)
         return child

@@ -73,16 +73,25 @@ class Views:
     def status(self) -> dict:
         """Every sandbox session and snapshot, for `cairnctl status` and the GUI."""
         sessions = []
+        unreachable: dict[str, str] = {}
         try:
-            found = {s.container_id: s for s in self._sandboxes.get().backend.list_sessions()}
-            problem = None
+            manager = self._sandboxes.get()
+            found, unreachable = manager.found_sessions()
+            problem = (
+                "; ".join(
+                    why if h == manager.host else f"sandbox host {h}: {why}"
+                    for h, why in unreachable.items()
+                )
+                or None
+            )
         except CairnError as exc:
-            found, problem = {}, str(exc)
+            manager, found, problem = None, {}, str(exc)
         for rec in self.ctx.store.list_sessions():
             summary = found.get(rec.container_id) if rec.container_id else None
+            host = manager.host_of(rec) if manager is not None else rec.host
             state = (
                 "unknown"
-                if problem
+                if manager is None or host in unreachable
                 else "gone"
                 if summary is None
                 else "running"
@@ -94,6 +103,7 @@ class Views:
                     "session_id": rec.id,
                     "workspace_id": rec.workspace_id,
                     "backend": rec.backend,
+                    "host": host,
                     "unsafe": rec.backend == "host",  # no isolation: said wherever it appears
                     "container": rec.container_name,
                     "state": state,
@@ -134,6 +144,7 @@ class Views:
             "task_id": task.id,
             "title": task.title,
             "engine": task.engine,
+            "host": task.host,
             "instructions": task.instructions,
             "source": task.source,
             "parent_task_id": task.parent_task_id,

@@ -262,6 +262,7 @@ class Ladder:
             extra_mounts=eng.mounts(settings),
             home_seed=home_seed,
             endpoints=endpoints,
+            host=task.host,
         )
         report.add("sandbox", outcome.path, "; ".join(outcome.reasons))
         if outcome.rebuilt:
@@ -595,9 +596,17 @@ class Ladder:
     # -- resume --------------------------------------------------------------------------------
 
     def resume(
-        self, task_ref: str, *, choice: str | None = None, accept_tool_change: bool = False
+        self,
+        task_ref: str,
+        *,
+        choice: str | None = None,
+        accept_tool_change: bool = False,
+        host: str | None = None,
     ) -> tuple[Run, ResumeReport]:
+        """Resume the task's interrupted run; with `host`, on that sandbox host (the task, and
+        every task sharing its workspace, moves there)."""
         task = self.ctx.task(task_ref)
+        moving_to = self.settings.host(host).name if host is not None else None
         run = self.latest_run(task)
         if run is None:
             raise InputError(f"task {task.id} has no run to resume")
@@ -615,6 +624,10 @@ class Ladder:
                 raise Conflict(f"run {run.id} is {run.state} now; it was resumed meanwhile")
             self.refuse_in_flight(task, except_run=run.id)
             report = ResumeReport(run.id)
+            if moving_to is not None and moving_to != task.host:
+                for other in self.store.list_tasks():
+                    if other.workspace_id == task.workspace_id:
+                        self.store.update_task(other.id, host=moving_to)
             # 2. the checkpoint; policy, grants and approvals come from the current settings.
             ck = self.store.latest_checkpoint([run.id])
             ws = self.ctx.workspace_of(task)

@@ -127,14 +127,20 @@ def reconcile(
         }.get(outcome, report.finished).append(run.id)
 
     try:
-        found = {s.container_id: s for s in sandboxes.get().backend.list_sessions()}
+        manager = sandboxes.get()
+        found, unreachable = manager.found_sessions()
     except CairnError as exc:
         report.problems.append(f"sandboxes not checked: {exc}")
         found = None
     if found is not None:
+        # A host that did not answer: its sessions are left as they are, never called gone.
+        for host, problem in unreachable.items():
+            report.problems.append(f"sandboxes on host {host} not checked: {problem}")
         known = set()
         for record in ctx.store.list_sessions():
             known.add(record.container_id)
+            if manager.host_of(record) in unreachable:
+                continue
             if record.container_id not in found:
                 if record.status != "gone":
                     ctx.store.update_session(record.id, status="gone")

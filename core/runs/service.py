@@ -124,10 +124,16 @@ class Runs:
         )
 
     def resume(
-        self, task_ref: str, *, choice: str | None = None, accept_tool_change: bool = False
+        self,
+        task_ref: str,
+        *,
+        choice: str | None = None,
+        accept_tool_change: bool = False,
+        host: str | None = None,
     ) -> tuple[Run, ResumeReport]:
         """Resume the task's interrupted run along the ladder; a run the store still thinks is in
-        flight is first settled with reality (it may have ended or died meanwhile)."""
+        flight is first settled with reality (it may have ended or died meanwhile). With `host`
+        the sandbox moves to that sandbox host."""
         task = self.ctx.task(task_ref)
         run = self.latest(task)
         if run is not None and run.state in IN_FLIGHT:
@@ -136,7 +142,9 @@ class Runs:
             run = self.ctx.store.get_run(run.id)
             if run.state in IN_FLIGHT:
                 raise Conflict(f"run {run.id} is still {run.state}; there is nothing to resume")
-        return self.ladder.resume(task.id, choice=choice, accept_tool_change=accept_tool_change)
+        return self.ladder.resume(
+            task.id, choice=choice, accept_tool_change=accept_tool_change, host=host
+        )
 
     def _wake_sandbox(self, task: Task) -> None:
         """A paused sandbox is unpaused (a stopped one started) before its run is settled:

@@ -151,6 +151,11 @@ class DockerBackend(SandboxBackend):
         return self._base_url or os.environ.get("DOCKER_HOST") or f"unix://{DEFAULT_SOCKET}"
 
     @property
+    def address(self) -> str:
+        """Where the engine's API is (unix://…), for whatever else talks to the same engine."""
+        return self._where()
+
+    @property
     def api(self) -> APIClient:
         """The low-level docker-py API client, connecting on first use."""
         with self._lock:
@@ -249,6 +254,20 @@ class DockerBackend(SandboxBackend):
         except docker.errors.NotFound as exc:
             raise ImageMissing(image) from exc
 
+    @docker_call("send the sandbox image")
+    def send_image(self, image: str, target: DockerBackend) -> str:
+        """Copy `image` from this engine to `target` (`docker save | docker load` over the two
+        engines' APIs, streamed: never through a registry, never written to a file here); the
+        image's id on `target`."""
+        self.resolve_image(image)  # ImageMissing, naming it, when this engine lacks it too
+        for line in target.api.load_image(self.api.get_image(image)):
+            problem = line.get("error") if isinstance(line, dict) else None
+            if problem:
+                raise SandboxError(
+                    f"{target.address} could not load {image}: {_first_line(str(problem))}"
+                )
+        return str(target.resolve_image(image)["Id"])
+
     def labels_for(
         self, spec: SandboxSpec, generation: int, snapshot_id: str | None
     ) -> dict[str, str]:
@@ -267,6 +286,24 @@ class DockerBackend(SandboxBackend):
             LABEL_DATA_DIR: self.data_dir,
         }
 
+    def live_session(
+        self, state: SessionState, spec: SandboxSpec, container_id: str
+    ) -> DockerLiveSession:
+        """The live session of one of this backend's running containers."""
+        return DockerLiveSession(self, state, spec, container_id)
+
+    def network_mode(self, spec: SandboxSpec) -> str:
+        """The engine's network for the spec: a bridge under `open`, else none (`allowlist`
+        reaches the host's proxy through the mounted egress socket, not a network)."""
+        return "bridge" if spec.network == NETWORK_OPEN else "none"
+
+    def check_spec(self, spec: SandboxSpec) -> None:
+        """Refuse, before anything is made, what this engine cannot give the spec."""
+
+    def engine_host_config(self, spec: SandboxSpec) -> dict[str, Any]:
+        """Host-config fields this engine needs beyond Docker's (none for Docker itself)."""
+        return {}
+
     @docker_call("create the sandbox")
     def create(
         self, spec: SandboxSpec, *, previous: SessionState | None = None
@@ -275,6 +312,7 @@ class DockerBackend(SandboxBackend):
         import docker.types
 
         api = self.api
+        self.check_spec(spec)
         generation = next_generation(spec, previous)
         image = self.resolve_image(spec.image)
         image_id = image["Id"]
@@ -296,9 +334,10 @@ class DockerBackend(SandboxBackend):
             mem_limit=limits.memory_bytes,
             memswap_limit=limits.memory_bytes,
             nano_cpus=int(cpus * 1e9),
-            network_mode="bridge" if spec.network == NETWORK_OPEN else "none",
+            network_mode=self.network_mode(spec),
             init=True,
         )
+        host_config.update(self.engine_host_config(spec))
         # Only fixed, non-secret values: Docker writes the create config to disk. Secrets go into
         # each exec's environment.
         environment = {
@@ -321,7 +360,8 @@ class DockerBackend(SandboxBackend):
                 host_config=host_config,
             )
         except docker.errors.APIError as exc:
-            if exc.status_code == 409:
+            # Podman says 500 where Docker says 409.
+            if exc.status_code == 409 or "already in use" in _api_message(exc):
                 raise Conflict(
                     f"a sandbox named {name} already exists",
                     hint="attach to it, or remove it before creating a new one",
@@ -352,7 +392,7 @@ class DockerBackend(SandboxBackend):
             generation=generation,
             snapshot_id=spec.snapshot_id,
         )
-        return state, DockerLiveSession(self, state, spec, container_id)
+        return state, self.live_session(state, spec, container_id)
 
     # --- attach -----------------------------------------------------------------------------
 
@@ -395,7 +435,7 @@ class DockerBackend(SandboxBackend):
         stale = self._stale_mounts(info, spec)
         if stale:
             return Mismatch(stale)
-        return Attached(DockerLiveSession(self, state, spec, info["Id"]))
+        return Attached(self.live_session(state, spec, info["Id"]))
 
     @docker_call("look at the sandbox")
     def look(self, state: SessionState, spec: SandboxSpec) -> AttachResult:
@@ -416,7 +456,7 @@ class DockerBackend(SandboxBackend):
         if status != "running":
             code = found["State"].get("ExitCode")
             return Gone(f"container {name} is {status}" + (f" (exit code {code})" if code else ""))
-        return Attached(DockerLiveSession(self, state, spec, found["Id"]))
+        return Attached(self.live_session(state, spec, found["Id"]))
 
     def _inspect(self, state: SessionState) -> dict[str, Any] | Gone | Mismatch:
         """The container `state` names, or why it is not there."""
@@ -553,7 +593,7 @@ class DockerBackend(SandboxBackend):
             reasons.append(
                 f"user differs: container runs as {actual_user!r}, the spec asks for {uid}:{gid}"
             )
-        want_network = "bridge" if spec.network == NETWORK_OPEN else "none"
+        want_network = self.network_mode(spec)
         actual_network = (info.get("HostConfig") or {}).get("NetworkMode")
         if actual_network != want_network:
             reasons.append(

@@ -1,5 +1,5 @@
-"""Sandbox events: the Docker daemon's word that one of a data folder's sandboxes stopped, died,
-was removed, paused or started, as it happens.
+"""Sandbox events: the Docker daemon's (or Podman's) word that one of a data folder's sandboxes
+stopped, died, was removed, paused or started, as it happens.
 
 Owns listening to the daemon's event stream (filtered to containers labelled `cairn.managed=1`
 and this data folder), turning each event into a plain `SandboxEvent`, and reconnecting when the
@@ -35,6 +35,8 @@ LABEL_DATA_DIR = "cairn.data_dir"
 WATCHED_ACTIONS = frozenset(
     {"start", "die", "stop", "kill", "oom", "destroy", "pause", "unpause", "restart"}
 )
+# Podman's words for the same actions, on its Docker-compatible event stream.
+ACTION_NAMES = {"remove": "destroy", "died": "die"}
 # Actions after which a sandbox's processes may be gone.
 ENDING_ACTIONS = frozenset({"die", "stop", "kill", "oom", "destroy", "pause"})
 
@@ -75,6 +77,7 @@ def parse_event(raw: dict[str, Any]) -> SandboxEvent | None:
         return None
     action = str(raw.get("Action") or raw.get("status") or "")
     action = action.split(":", 1)[0].strip()
+    action = ACTION_NAMES.get(action, action)
     if action not in WATCHED_ACTIONS:
         return None
     actor = raw.get("Actor") or {}

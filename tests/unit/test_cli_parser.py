@@ -52,6 +52,7 @@ HELP_ORDER = [
     "grant",
     "revoke",
     "engine",
+    "host",
     "policy",
     "promote",
     "export",

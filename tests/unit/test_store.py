@@ -11,7 +11,7 @@ from core.models import Revision, Source, Task, Workspace
 from core.store import MIGRATIONS, SCHEMA_VERSION, Store
 
 
-def _seed(store: Store) -> None:
+def _seed(store: Store, *, task: bool = True) -> None:
     store.add_source(Source("src_1", "/home/me/repo", "git", "/data/vault/src_1.git", 1.0))
     store.add_workspace(
         Workspace(
@@ -27,7 +27,8 @@ def _seed(store: Store) -> None:
             updated_at=1.0,
         )
     )
-    store.add_task(Task("t_1", "fix it", "src_1", "ws_1", "shell", "", None, "new", None, 1.0))
+    if task:
+        store.add_task(Task("t_1", "fix it", "src_1", "ws_1", "shell", "", None, "new", None, 1.0))
 
 
 def test_new_database_is_at_latest_schema_in_wal_mode(tmp_path):
@@ -55,7 +56,13 @@ def test_database_from_an_earlier_schema_is_migrated_keeping_its_rows(tmp_path):
     path = tmp_path / "cairn.db"
     old = Store(path, migrate_to=1)
     assert old.schema_version == 1
-    _seed(old)
+    _seed(old, task=False)
+    with old.transaction() as conn:  # the task as schema 1 had it (no later columns)
+        conn.execute(
+            "INSERT INTO tasks (id, title, source_id, workspace_id, engine, instructions, "
+            "parent_task_id, source, from_revision, created_at) "
+            "VALUES ('t_1', 'fix it', 'src_1', 'ws_1', 'shell', '', NULL, 'new', NULL, 1.0)"
+        )
     old.close()
     assert "runs" not in {
         r[0]
@@ -65,6 +72,7 @@ def test_database_from_an_earlier_schema_is_migrated_keeping_its_rows(tmp_path):
     store = Store(path)
     assert store.schema_version == SCHEMA_VERSION == len(MIGRATIONS)
     assert store.get_task("t_1").title == "fix it"
+    assert store.get_task("t_1").host is None  # made before sandbox hosts
     assert store.get_workspace("ws_1").head_commit == "h" * 40
     store.query("SELECT * FROM runs")  # the new tables exist
 

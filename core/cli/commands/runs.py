@@ -230,11 +230,16 @@ class ResumeCommand(Command):
         )
         p.add_argument("--accept-tool-change", action="store_true")
         p.add_argument("--detach", action="store_true", help="resume and return")
+        p.add_argument(
+            "--host",
+            help="move the sandbox to this sandbox host (its next generation is made there, "
+            "with the same snapshot)",
+        )
 
     def run(self, app: Cairn, args: argparse.Namespace) -> None:
         choice = ON_TOP if args.on_top else RESTORE_INTO_NEW if args.restore_into_new else None
         run, report = app.runs.resume(
-            args.task, choice=choice, accept_tool_change=args.accept_tool_change
+            args.task, choice=choice, accept_tool_change=args.accept_tool_change, host=args.host
         )
         if not args.json:
             progress("resumed: " + report.summary())

@@ -48,6 +48,11 @@ class NewCommand(Command):
         p.add_argument(
             "--allow", action="append", default=[], help="host:port reachable under allowlist"
         )
+        p.add_argument(
+            "--host",
+            help="the sandbox host its sandbox runs on (default: the setting defaults.host, "
+            "else local; see `cairnctl host list`)",
+        )
 
     def run(self, app: Cairn, args: argparse.Namespace) -> None:
         if args.message and not args.message.strip():
@@ -71,6 +76,7 @@ class NewCommand(Command):
             quota_bytes=args.quota,
             expires_in=args.expires_in,
             policy=policy,
+            host=args.host,
         )
         obj = {
             "task_id": made.task.id,
@@ -129,10 +135,15 @@ class ForkCommand(Command):
         p.add_argument("-m", "--message", required=True)
         p.add_argument("--title")
         p.add_argument("--detach", action="store_true")
+        p.add_argument(
+            "--host",
+            help="the sandbox host its sandbox runs on (default: the setting defaults.host, "
+            "else local; see `cairnctl host list`)",
+        )
 
     def run(self, app: Cairn, args: argparse.Namespace) -> None:
         child, run = app.tasks.fork(
-            args.task, args.message, at_revision=args.at_revision, title=args.title
+            args.task, args.message, at_revision=args.at_revision, title=args.title, host=args.host
         )
         assert run is not None  # a fork always starts the child's first run
         ws = app.tasks.workspace_of(child)
