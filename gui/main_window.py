@@ -712,7 +712,7 @@ class MainWindow(QMainWindow):
 
     def _settings_saved(self, keys: list[str]) -> None:
         self.load_defaults()
-        if any(k.startswith(("defaults.backend", "defaults.image")) for k in keys):
+        if any(k.startswith(("defaults.backend", "defaults.image", "defaults.host")) for k in keys):
             self.check_sandboxes()
 
     def show_credentials(self) -> QDialog:

@@ -70,6 +70,16 @@ def events_wanted(cairn: Cairn) -> bool:
     return (choice or "docker") == "docker"
 
 
+def events_address(cairn: Cairn) -> str | None:
+    """The API address of the sandbox host whose events to hear: None for the local Docker
+    engine (as DOCKER_HOST says), else the default host's. Reads the settings: call it in a job."""
+    try:
+        host = cairn.hosts.default()
+    except CairnError:  # a host setting that cannot be used: said where sandboxes are made
+        return None
+    return None if host.local_docker else host.address
+
+
 class SandboxWatch(QObject):
     """Listens to the data folder's sandbox events and settles what they touch."""
 
@@ -113,16 +123,20 @@ class SandboxWatch(QObject):
             return
         cairn = self._cairn
         self._jobs.job(
-            lambda: events_wanted(cairn), what="read the sandbox backend", parent=self
-        ).success(self._start_stream).run()
+            lambda: (events_wanted(cairn), events_address(cairn)),
+            what="read the sandbox backend",
+            parent=self,
+        ).success(lambda found: self._start_stream(*found)).run()
 
-    def _start_stream(self, wanted: bool) -> None:
+    def _start_stream(self, wanted: bool, address: str | None = None) -> None:
         if not wanted or self._stream is not None:
             return
+        where = {"base_url": address} if address else {}
         self._stream = self._factory(
             self._cairn.data.root,
             on_event=self._sig_event.emit,
             on_connection=self._sig_stream.emit,
+            **where,
         )
         self._stream.start()
 

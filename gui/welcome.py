@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core.health import Check, summary
+from core.health import ACTION_SEND_IMAGE, Check, summary
 from core.signin import ACTION_CHOOSE_BINARY, ACTION_SIGN_IN
 from gui.icons import icon
 from gui.jobs import JobFailure
@@ -103,6 +103,9 @@ class CheckRow(QFrame):
     sig_choose_binary = Signal(str)
     """Choose Binary… was pressed on an engine's row: the engine."""
 
+    sig_send_image = Signal(str)
+    """Send Image was pressed on a sandbox host's row: the host."""
+
     def __init__(self, check: Check, parent: QWidget | None = None):
         super().__init__(parent)
         self.check = check
@@ -163,6 +166,15 @@ class CheckRow(QFrame):
         self.choose_button.clicked.connect(lambda: self.sig_choose_binary.emit(check.engine or ""))
         self.choose_button.setVisible(bool(check.engine) and ACTION_CHOOSE_BINARY in actions)
         buttons.addWidget(self.choose_button)
+        self.send_image_button = QPushButton("Send Image", self)
+        self.send_image_button.setObjectName(f"sendImage-{check.host}")
+        self.send_image_button.setToolTip(
+            "Copy the sandbox image from the local Docker engine to this host "
+            "(docker save | load; never a registry)"
+        )
+        self.send_image_button.clicked.connect(lambda: self.sig_send_image.emit(check.host or ""))
+        self.send_image_button.setVisible(bool(check.host) and ACTION_SEND_IMAGE in actions)
+        buttons.addWidget(self.send_image_button)
         buttons.addStretch(1)
         row.addLayout(buttons)
 
@@ -294,6 +306,7 @@ class WelcomeDialog(QDialog):
             row.sig_copied.connect(self._copied)
             row.sig_sign_in.connect(self.open_sign_in)
             row.sig_choose_binary.connect(self.choose_binary)
+            row.sig_send_image.connect(self.send_image)
             self.rows_layout.addWidget(row)
             row.show()  # at once: a child added to a shown widget is otherwise shown later
             self.rows.append(row)
@@ -368,6 +381,27 @@ class WelcomeDialog(QDialog):
 
     def _binary_failed(self, failure: JobFailure) -> None:
         self.status_label.setText(f"{failure.sentence()}.")
+
+    # -- the sandbox host -----------------------------------------------------------------------
+
+    def send_image(self, host: str) -> None:
+        """Send the sandbox image to the host from the local Docker engine, then check again."""
+        cairn = self.context.cairn
+        row = self.row("host")
+        if row is not None:
+            row.send_image_button.setEnabled(False)
+        self.status_label.setText(f"Sending the sandbox image to {host}…")
+        self.context.jobs.job(
+            lambda: cairn.hosts.send_image(host),
+            what=f"send the sandbox image to {host}",
+            parent=self,
+        ).success(lambda _id: self.run_checks()).failure(self._send_failed).run()
+
+    def _send_failed(self, failure: JobFailure) -> None:
+        self.status_label.setText(f"{failure.sentence()}.")
+        row = self.row("host")
+        if row is not None:
+            row.send_image_button.setEnabled(True)
 
     # -- the host backend ----------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ class LoadedSettings:
     networks: list[str] = field(default_factory=list)
     backends: list[str] = field(default_factory=list)
     rules: dict[str, Any] = field(default_factory=dict)
+    hosts: list[tuple[str, str]] = field(default_factory=list)  # (name, "<engine> <address>")
 
 
 def load_settings(cairn: Cairn) -> LoadedSettings:
@@ -50,6 +51,7 @@ def load_settings(cairn: Cairn) -> LoadedSettings:
         networks=list(keys["networks"]),
         backends=list(keys["backends"]),
         rules=cairn.approvals.risk_rules(),
+        hosts=[(h.name, h.value) for h in cairn.hosts.list()],
     )
 
 

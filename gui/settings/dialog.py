@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core.health import ACTION_SEND_IMAGE, OK, Check
 from core.signin import ACTION_SIGN_IN, SIGN_IN_NOTES, EngineStatus
 from gui.dialogs.data import FALLBACK_ENGINE
 from gui.jobs import JobFailure
@@ -60,6 +61,11 @@ if TYPE_CHECKING:
 DATA_DIR_KEY = "app/data_dir"  # QSettings: the data folder gui/main.py opens at the next start
 FALLBACK_NETWORK = "none"
 FALLBACK_BACKEND = "docker"
+FALLBACK_HOST = "local"
+HOST_HINT = (
+    "Where Docker sandboxes run: the local Docker engine, your rootless Podman, or an engine "
+    "added with `cairnctl config set hosts.NAME 'ENGINE unix:///SOCKET'`."
+)
 NETWORK_LABELS = {
     "none": "None: loopback only",
     "allowlist": "Allowlist: only the host:port pairs below",
@@ -234,6 +240,33 @@ class SettingsDialog(QDialog):
         hint = QLabel(BACKEND_HINT, page)
         hint.setWordWrap(True)
         form.addRow("", hint)
+        self.host_combo = QComboBox(page)
+        self.host_combo.setObjectName("defaultHost")
+        self.host_combo.currentIndexChanged.connect(self._host_changed)
+        host_row = QHBoxLayout()
+        host_row.addWidget(self.host_combo, 1)
+        self.test_host_button = QPushButton("Test", page)
+        self.test_host_button.setObjectName("testHost")
+        self.test_host_button.setToolTip(
+            "Reachable, API version, the sandbox image there, free disk"
+        )
+        self.test_host_button.clicked.connect(self.test_host)
+        host_row.addWidget(self.test_host_button)
+        self.send_image_button = QPushButton("Send Image", page)
+        self.send_image_button.setObjectName("sendImage")
+        self.send_image_button.setToolTip(
+            "Copy the sandbox image from the local Docker engine (docker save | load; "
+            "never a registry)"
+        )
+        self.send_image_button.clicked.connect(self.send_image)
+        self.send_image_button.setVisible(False)
+        host_row.addWidget(self.send_image_button)
+        form.addRow("Sandbox host:", host_row)
+        self.host_result = QLabel(HOST_HINT, page)
+        self.host_result.setObjectName("hostResult")
+        self.host_result.setWordWrap(True)
+        self.host_result.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        form.addRow("", self.host_result)
 
         folder_row = QHBoxLayout()
         self.data_dir_edit = QLineEdit(page)
@@ -488,6 +521,12 @@ class SettingsDialog(QDialog):
             self.backend_combo.addItem(BACKEND_LABELS.get(backend, backend), backend)
         _combo_select(self.backend_combo, d.get("backend") or FALLBACK_BACKEND)
         self.backend_combo.blockSignals(False)
+        self.host_combo.blockSignals(True)
+        self.host_combo.clear()
+        for name, value in loaded.hosts:
+            self.host_combo.addItem(f"{name} ({value})", name)
+        _combo_select(self.host_combo, d.get("host") or FALLBACK_HOST)
+        self.host_combo.blockSignals(False)
         self._network_changed()
         self._backend_changed()
         self._fill_engines_page(loaded)
@@ -535,6 +574,60 @@ class SettingsDialog(QDialog):
 
     def _backend_changed(self, *_: object) -> None:
         self.host_warning.setVisible(self.backend_combo.currentData() == "host")
+
+    # -- the sandbox host ----------------------------------------------------------------------
+
+    def _host_changed(self, *_: object) -> None:
+        self.send_image_button.setVisible(False)
+        _set_tone(self.host_result, HOST_HINT)
+
+    def test_host(self) -> None:
+        """Test the chosen host in a job: reachable, API version, the image, free disk."""
+        name = self.host_combo.currentData()
+        if not name:
+            return
+        cairn = self.cairn
+        self.test_host_button.setEnabled(False)
+        _set_tone(self.host_result, f"Testing {name}…")
+        self.context.jobs.job(
+            lambda: cairn.hosts.check(name),
+            key="settings-host-test",
+            what=f"test the sandbox host {name}",
+            parent=self,
+        ).success(self._show_host_check).failure(self._host_failed).finished(
+            lambda: self.test_host_button.setEnabled(True)
+        ).run()
+
+    def _show_host_check(self, check: Check) -> None:
+        lines = [_sentence(check.detail), *check.facts]
+        if check.fix:
+            lines.append(f"To fix, {check.fix}.")
+        tone = "ok" if check.state == OK else "error" if check.state == "error" else "warning"
+        _set_tone(self.host_result, "\n".join(lines), tone)
+        self.send_image_button.setVisible(ACTION_SEND_IMAGE in check.actions())
+        self.send_image_button.setEnabled(True)
+
+    def _host_failed(self, failure: JobFailure) -> None:
+        _set_tone(self.host_result, failure.sentence(), "error")
+
+    def send_image(self) -> None:
+        """Send the sandbox image to the chosen host in a job, then test it again."""
+        name = self.host_combo.currentData()
+        if not name:
+            return
+        cairn = self.cairn
+        self.send_image_button.setEnabled(False)
+        _set_tone(self.host_result, f"Sending the sandbox image to {name}…")
+        self.context.jobs.job(
+            lambda: cairn.hosts.send_image(name),
+            key="settings-host-send",
+            what=f"send the sandbox image to {name}",
+            parent=self,
+        ).success(lambda _id: self.test_host()).failure(self._send_failed).run()
+
+    def _send_failed(self, failure: JobFailure) -> None:
+        _set_tone(self.host_result, failure.sentence(), "error")
+        self.send_image_button.setEnabled(True)
 
     def _rules_text_changed(self) -> None:
         if self.rules_message.text():  # a verdict on the earlier text no longer holds
@@ -619,6 +712,7 @@ class SettingsDialog(QDialog):
         allow_before = ", ".join(filter(None, (d.get("allow") or "").split(",")))
         text("defaults.allow", self.allow_edit.text(), allow_before)
         combo("backend", self.backend_combo, FALLBACK_BACKEND)
+        combo("host", self.host_combo, FALLBACK_HOST)
         for (engine, key), edit in self.engine_edits.items():
             text(f"engines.{engine}.{key}", edit.text(), loaded.engines.get(engine, {}).get(key))
         rules_text = self.rules_edit.toPlainText()
