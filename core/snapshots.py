@@ -100,7 +100,7 @@ class Snapshots:
         snap = Snapshot(
             new_id("snapshot"), ws.id, rev.id, rev.tree, "durable", created_at=time.time()
         )
-        vault.objects.sync()
+        vault.objects.sync_commit(rev.id)
         vault.objects.update_ref(snapshot_ref(snap.id), rev.id, durable=True)
         self.ctx.store.add_snapshot(snap)
         self.ctx.events.publish(ev.SNAPSHOT_CREATED, ws.id, snapshot=snap.id, revision=rev.id)

@@ -33,7 +33,14 @@ EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 _SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 _LARGE_FILE = 64 * 1024 * 1024  # above this a blob is streamed instead of read whole
 _BULK_LOOKUP = 32  # more objects than this are looked up with one git process, not one each
-_REF_LOCK_WAIT_S = 2.0  # a ref's lock is held for one small write; longer means a crashed writer
+_REF_LOCK_WAIT_S = 2.0
+# When the vault's last complete sync began (ns since the epoch); a loose commit written well
+# before that is durable with all it names. The margin covers file times taken from the kernel's
+# coarse clock and filesystems that keep whole seconds.
+_SYNCED = "cairn-synced"
+_SYNC_MARGIN_NS = (
+    2_000_000_000  # a ref's lock is held for one small write; longer means a crashed writer
+)
 _DirStamp = tuple[int, int, int, int]  # mtime_ns, ctime_ns, size, inode
 
 # Git without the user's or system's configuration: a byte-exact, predictable tool.
@@ -516,4 +523,38 @@ class ObjectStore:
 
     def sync(self) -> None:
         """Make every object written so far durable (one syncfs of the vault's filesystem)."""
+        began = time.time_ns()
         _syncfs(self.git_dir)
+        self._note_synced(began)
+
+    def sync_commit(self, commit: str) -> None:
+        """Make `commit` and everything it names durable: nothing to do when the last sync of
+        the vault began after the commit was written (its trees and blobs are written before
+        it), else one sync. A syncfs flushes every dirty file of the filesystem (a workspace just
+        written beside the vault, say) and may take seconds; a ref needs none when its objects
+        are already on disk."""
+        try:
+            written = os.stat(self._loose_path(commit)).st_mtime_ns
+            synced = int((self.git_dir / _SYNCED).read_text().strip())
+        except (OSError, ValueError):
+            written, synced = 0, -1
+        if written and written < synced - _SYNC_MARGIN_NS:
+            return
+        self.sync()
+
+    def _note_synced(self, began: int) -> None:
+        """Remember when the last complete sync began (only ever moving forward)."""
+        marker = self.git_dir / _SYNCED
+        with self._lock:
+            try:
+                if int(marker.read_text().strip()) >= began:
+                    return
+            except (OSError, ValueError):
+                pass
+            tmp = marker.with_name(f"{_SYNCED}.tmp-{os.getpid()}-{threading.get_ident()}")
+            try:
+                tmp.write_text(f"{began}\n")
+                os.replace(tmp, marker)
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
