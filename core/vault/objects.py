@@ -523,14 +523,21 @@ class ObjectStore:
 
     def sync(self) -> None:
         """Make every object written so far durable (one syncfs of the vault's filesystem)."""
-        began = time.time_ns()
+        # The sync's start in the filesystem's own clock: a file made just before it.
+        stamp = self.git_dir / f"{_SYNCED}.tmp-{os.getpid()}-{threading.get_ident()}"
+        try:
+            stamp.write_bytes(b"")
+            began: int | None = os.stat(stamp).st_mtime_ns
+        except OSError:
+            began = None
         _syncfs(self.git_dir)
-        self._note_synced(began)
+        if began is not None:
+            self._note_synced(stamp, began)
 
     def sync_commit(self, commit: str) -> None:
-        """Make `commit` and everything it names durable: nothing to do when the last sync of
-        the vault began after the commit was written (its trees and blobs are written before
-        it), else one sync. A syncfs flushes every dirty file of the filesystem (a workspace just
+        """Make `commit` and everything it names durable: nothing to do when the vault's last
+        sync began after the commit was written (its trees and blobs are written before it),
+        else one sync. A syncfs flushes every dirty file of the filesystem (a workspace just
         written beside the vault, say) and may take seconds; a ref needs none when its objects
         are already on disk."""
         try:
@@ -538,23 +545,24 @@ class ObjectStore:
             synced = int((self.git_dir / _SYNCED).read_text().strip())
         except (OSError, ValueError):
             written, synced = 0, -1
-        if written and written < synced - _SYNC_MARGIN_NS:
+        # Strictly before: a file of the same clock tick may have been written after the stamp.
+        if written and written < synced:
             return
         self.sync()
 
-    def _note_synced(self, began: int) -> None:
+    def _note_synced(self, stamp: Path, began: int) -> None:
         """Remember when the last complete sync began (only ever moving forward)."""
         marker = self.git_dir / _SYNCED
         with self._lock:
             try:
                 if int(marker.read_text().strip()) >= began:
+                    stamp.unlink()
                     return
             except (OSError, ValueError):
                 pass
-            tmp = marker.with_name(f"{_SYNCED}.tmp-{os.getpid()}-{threading.get_ident()}")
             try:
-                tmp.write_text(f"{began}\n")
-                os.replace(tmp, marker)
+                stamp.write_text(f"{began}\n")
+                os.replace(stamp, marker)
             except OSError:
                 with contextlib.suppress(OSError):
-                    os.unlink(tmp)
+                    os.unlink(stamp)

@@ -59,10 +59,12 @@ def test_a_commit_written_since_the_last_sync_is_synced(vault, syncs):
     assert len(syncs) == 2
 
 
-def test_a_commit_written_just_before_the_sync_began_is_synced_again(vault, syncs):
-    """File times come from a coarser clock than the sync's own: a margin keeps them apart."""
+def test_a_commit_of_the_same_clock_tick_as_the_sync_is_synced_again(vault, syncs):
+    """A file time equal to the sync's stamp may belong to a write after it."""
     close = commit(vault, "close")
     vault.objects.sync()
+    stamp = int((vault.git_dir / "cairn-synced").read_text())
+    os.utime(vault.objects.objects_dir / close[:2] / close[2:], ns=(stamp, stamp))
 
     vault.objects.sync_commit(close)
 
@@ -83,5 +85,9 @@ def test_without_a_record_of_a_sync_every_commit_is_synced(vault, syncs):
 def test_the_record_of_the_last_sync_never_moves_back(vault, syncs):
     vault.objects.sync()
     later = int((vault.git_dir / "cairn-synced").read_text())
-    vault.objects._note_synced(later - 10**9)
+    stamp = vault.git_dir / "stamp"
+    stamp.write_text("")
+    vault.objects._note_synced(stamp, later - 10**9)
     assert int((vault.git_dir / "cairn-synced").read_text()) == later
+    assert not stamp.exists()
+    assert [p.name for p in vault.git_dir.glob("cairn-synced*")] == ["cairn-synced"]
