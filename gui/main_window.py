@@ -20,7 +20,13 @@ from gui import shortcuts
 from gui.approvals import ApprovalsPanel
 from gui.context import AppContext
 from gui.dialogs import KeyringDialog, NewTaskDialog, NewTaskRequest, engine_choices
-from gui.dialogs.data import DEFAULT_ENGINES, SortedPaths, default_policies, sort_paths
+from gui.dialogs.data import (
+    DEFAULT_ENGINES,
+    SortedPaths,
+    default_policies,
+    host_choices,
+    sort_paths,
+)
 from gui.elide import ElidedLabel
 from gui.errors import describe_error, is_keyring_problem
 from gui.icons import clear_cache as clear_icon_cache
@@ -126,6 +132,8 @@ class WindowDefaults:
     engines: tuple[str, ...]
     engine: str | None  # defaults.engine, when one is set
     policies: dict[str, str]  # each engine's default network for a new task, in words
+    hosts: tuple[str, ...] = ()  # the sandbox hosts' names
+    host: str | None = None  # the default sandbox host
 
 
 def app_icon() -> QIcon:
@@ -194,6 +202,8 @@ class MainWindow(QMainWindow):
         self._engines: tuple[str, ...] = DEFAULT_ENGINES  # until the settings have been read
         self._default_engine: str | None = None
         self._policies: dict[str, str] = {}
+        self._hosts: tuple[str, ...] = ()  # until the settings have been read: the default one
+        self._default_host: str | None = None
         self._tray: QSystemTrayIcon | None = None
         self.setWindowTitle(WINDOW_TITLE)
         self.setWindowIcon(app_icon())
@@ -466,10 +476,13 @@ class MainWindow(QMainWindow):
 
         def work() -> WindowDefaults:
             engines = engine_choices(cairn.settings.keys()["engines"])
+            hosts, host = host_choices(cairn)
             return WindowDefaults(
                 engines,
                 cairn.settings.defaults().get("engine") or None,
                 default_policies(cairn.settings, engines),
+                hosts,
+                host,
             )
 
         self.context.jobs.job(work, key="defaults", what="read the settings", parent=self).success(
@@ -480,6 +493,8 @@ class MainWindow(QMainWindow):
         self._engines = defaults.engines
         self._default_engine = defaults.engine
         self._policies = defaults.policies
+        self._hosts = defaults.hosts
+        self._default_host = defaults.host
 
     def check_sandboxes(self) -> None:
         cairn = self.context.cairn
@@ -830,6 +845,8 @@ class MainWindow(QMainWindow):
             self,
             default_engine=self._default_engine,
             policies=self._policies,
+            hosts=self._hosts,
+            default_host=self._default_host,
         )
         dialog.accepted.connect(lambda: self.create_tasks(dialog.requests()))
         self.new_task_dialog = dialog
@@ -842,7 +859,11 @@ class MainWindow(QMainWindow):
 
             def work(r: NewTaskRequest = request):
                 made = cairn.tasks.new(
-                    r.folder, title=r.title, engine=r.engine, instructions=r.instructions
+                    r.folder,
+                    title=r.title,
+                    engine=r.engine,
+                    instructions=r.instructions,
+                    host=r.host,
                 )
                 return task_row(cairn, made.task.id), made.note
 

@@ -12,10 +12,14 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from core.errors import CairnError
 from core.policy import NETWORK_ALLOWLIST, NETWORK_OPEN, Policy
 from core.settings import Settings
+
+if TYPE_CHECKING:
+    from core.app import Cairn
 
 # What core runs when nothing chose an engine; offered first, and the choice until the settings
 # have been read.
@@ -54,6 +58,15 @@ def default_policies(settings: Settings, engines: Iterable[str]) -> dict[str, st
     return out
 
 
+def host_choices(cairn: Cairn) -> tuple[tuple[str, ...], str | None]:
+    """The sandbox hosts' names and the default one, for New Task; none when a host setting
+    cannot be used (making the task then says what is wrong). Reads the settings: in a job."""
+    try:
+        return tuple(h.name for h in cairn.hosts.list()), cairn.hosts.default().name
+    except CairnError:
+        return (), None
+
+
 @dataclass(frozen=True)
 class NewTaskRequest:
     folder: Path
@@ -61,6 +74,7 @@ class NewTaskRequest:
     engine: str
     instructions: str
     start: bool = False  # Create and Start: its first run starts once it is made
+    host: str | None = None  # the sandbox host (None: the settings' default)
 
 
 SHELL_PLACEHOLDER = (

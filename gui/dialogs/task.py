@@ -7,7 +7,7 @@ Dialogs are opened with `open()` (window-modal, not blocking the event loop).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from gui.dialogs.data import (
@@ -86,8 +86,11 @@ class NewTaskDialog(QDialog):
         *,
         default_engine: str | None = None,
         policies: Mapping[str, str] | None = None,
+        hosts: Sequence[str] = (),
+        default_host: str | None = None,
     ):
-        """`policies`: each engine's default network for a new task, in words."""
+        """`policies`: each engine's default network for a new task, in words; `hosts`: the
+        sandbox hosts to choose from (none: the settings' default, with no choice shown)."""
         super().__init__(parent)
         self.folders = list(folders)
         many = len(self.folders) > 1
@@ -125,6 +128,19 @@ class NewTaskDialog(QDialog):
             "`cairnctl policy` or the defaults in Settings"
         )
         form.addRow("Network:", self.network_label)
+        self.host_combo = QComboBox(self)
+        self.host_combo.setObjectName("newTaskHost")
+        self.host_combo.setToolTip(
+            "Where the task's sandbox runs: the local Docker engine, your rootless Podman, "
+            "or a host added in the settings (test one in Settings ▸ General)"
+        )
+        self.host_combo.addItems(list(hosts))
+        if default_host is not None and default_host in hosts:
+            self.host_combo.setCurrentText(default_host)
+        if hosts:
+            form.addRow("Sandbox host:", self.host_combo)
+        else:
+            self.host_combo.hide()
         self.instructions_edit = _instructions_edit(self, AGENT_HINT)
         form.addRow("Instructions:", self.instructions_edit)
         self.instructions_edit.textChanged.connect(
@@ -203,8 +219,11 @@ class NewTaskDialog(QDialog):
     def requests(self) -> list[NewTaskRequest]:
         engine = self.engine_combo.currentText()
         instructions = self.instructions_edit.toPlainText().strip()
+        host = self.host_combo.currentText() or None
         return [
-            NewTaskRequest(folder, edit.text().strip(), engine, instructions, self.start_after)
+            NewTaskRequest(
+                folder, edit.text().strip(), engine, instructions, self.start_after, host
+            )
             for folder, edit in zip(self.folders, self.title_edits)
         ]
 

@@ -112,3 +112,37 @@ def test_settings_tests_a_host_and_sends_the_image(qtbot, cairn, dialog, monkeyp
     qtbot.waitUntil(lambda: "4.3.1" in dialog.host_result.text(), timeout=10_000)
     assert sent == ["local"]  # the host shown in the list when the buttons were pressed
     assert not dialog.send_image_button.isVisible()
+
+
+def test_new_task_chooses_the_sandbox_host(qtbot, tmp_path):
+    from gui.dialogs import NewTaskDialog
+
+    folder = tmp_path / "repo"
+    folder.mkdir()
+    made = NewTaskDialog([folder], hosts=("lab", "local", "podman"), default_host="podman")
+    qtbot.addWidget(made)
+    assert made.host_combo.currentText() == "podman"
+    made.instructions_edit.setPlainText("make test")
+    made.host_combo.setCurrentText("lab")
+    (request,) = made.requests()
+    assert request.host == "lab"
+    plain = NewTaskDialog([folder])  # hosts not read yet: the settings' default, no choice shown
+    qtbot.addWidget(plain)
+    plain.instructions_edit.setPlainText("make test")
+    assert plain.host_combo.isHidden() and plain.requests()[0].host is None
+
+
+def test_the_window_makes_the_task_on_the_chosen_host(qtbot, cairn, window, tmp_path):
+    folder = tmp_path / "repo"
+    folder.mkdir()
+    (folder / "a.txt").write_text("a\n")
+    cairn.settings.set("hosts.lab", f"podman {PODMAN}")
+    window.load_defaults()
+    qtbot.waitUntil(lambda: "lab" in window._hosts, timeout=10_000)
+    dialog = window.open_new_task_dialog([folder])
+    dialog.instructions_edit.setPlainText("echo hi")
+    dialog.host_combo.setCurrentText("lab")
+    dialog.accept()
+    qtbot.waitUntil(lambda: bool(cairn.ctx.store.list_tasks()), timeout=10_000)
+    (task,) = cairn.ctx.store.list_tasks()
+    assert task.host == "lab"
