@@ -282,7 +282,11 @@ class ForkDialog(ContinueDialog):
         *,
         at_revision: str | None = None,
         engine: str | None = None,
+        hosts: Sequence[str] = (),
+        default_host: str | None = None,
     ):
+        """`hosts`: the sandbox hosts the fork's sandbox may run on (none: the settings'
+        default, with no choice shown)."""
         super().__init__(task_title, parent, engine=engine)
         self.setWindowTitle(f"Fork “{task_title}”")
         self.setObjectName("forkDialog")
@@ -304,6 +308,16 @@ class ForkDialog(ContinueDialog):
             )
         row = QFormLayout()
         row.addRow("From revision:", self.revision_combo)
+        self.host_combo = QComboBox(self)
+        self.host_combo.setObjectName("forkHost")
+        self.host_combo.setToolTip("Where the fork's own sandbox runs")
+        self.host_combo.addItems(list(hosts))
+        if default_host is not None and default_host in hosts:
+            self.host_combo.setCurrentText(default_host)
+        if hosts:
+            row.addRow("Sandbox host:", self.host_combo)
+        else:
+            self.host_combo.hide()
         self.main_layout.insertLayout(1, row)
         self._update_ok()
 
@@ -316,3 +330,7 @@ class ForkDialog(ContinueDialog):
 
     def revision(self) -> str | None:
         return self.revision_combo.currentData()
+
+    def host(self) -> str | None:
+        """The chosen sandbox host (None: the settings' default)."""
+        return self.host_combo.currentText() or None

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from core.app import Cairn
 from core.models import Run, Task
+from gui.dialogs.data import host_choices
 
 
 @dataclass
@@ -21,6 +22,8 @@ class TaskViewData:
     run: Run | None
     lineage_run: Run | None  # a run in flight elsewhere in the task's lineage
     output: str | None  # the run's output so far (None when the caller follows it live)
+    hosts: tuple[str, ...] = ()  # the sandbox hosts a fork may choose from
+    default_host: str | None = None
 
 
 def lineage_members(tasks: list[Task], task_id: str) -> list[Task]:
@@ -55,7 +58,8 @@ def task_view(cairn: Cairn, task_id: str, *, with_output: bool = True) -> TaskVi
             lineage_run = other
             break
     output = run_output(cairn, run.id) if (with_output and run is not None) else None
-    return TaskViewData(details, run, lineage_run, output)
+    hosts, default_host = host_choices(cairn)
+    return TaskViewData(details, run, lineage_run, output, hosts, default_host)
 
 
 def run_output(cairn: Cairn, run_id: str) -> str:

@@ -458,15 +458,17 @@ class TaskView(QWidget):
             self,
             at_revision=at_revision,
             engine=d.get("engine"),
+            hosts=self.data.hosts if self.data else (),
+            default_host=self.data.default_host if self.data else None,
         )
         cairn, task_id = self.context.cairn, d["task_id"]
 
         def accepted() -> None:
-            revision, message = dialog.revision(), dialog.message()
+            revision, message, host = dialog.revision(), dialog.message(), dialog.host()
             self._act(
                 task_id,
                 "fork the task",
-                lambda: cairn.tasks.fork(task_id, message, at_revision=revision),
+                lambda: cairn.tasks.fork(task_id, message, at_revision=revision, host=host),
                 done=f"Forked {d['title']} from revision {str(revision)[:10]}",
                 busy="forking",
                 on_success=self._created,

@@ -146,3 +146,17 @@ def test_the_window_makes_the_task_on_the_chosen_host(qtbot, cairn, window, tmp_
     qtbot.waitUntil(lambda: bool(cairn.ctx.store.list_tasks()), timeout=10_000)
     (task,) = cairn.ctx.store.list_tasks()
     assert task.host == "lab"
+
+
+def test_fork_chooses_the_sandbox_host(qtbot):
+    from gui.dialogs import ForkDialog
+
+    revisions = [{"id": "a" * 40, "description": "first"}]
+    made = ForkDialog("t", revisions, hosts=("local", "podman"), default_host="local")
+    qtbot.addWidget(made)
+    assert made.host() == "local"
+    made.host_combo.setCurrentText("podman")
+    assert made.host() == "podman"
+    plain = ForkDialog("t", revisions)
+    qtbot.addWidget(plain)
+    assert plain.host_combo.isHidden() and plain.host() is None
