@@ -11,6 +11,7 @@ Pure functions, no I/O: git configuration arrives as text in the request.
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 import re
@@ -634,20 +635,22 @@ CREDENTIAL_NAMES = re.compile(
 )
 
 
+@functools.lru_cache(maxsize=64)
+def _credential_folders(home: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the credential folders under each home, as `DIR/` prefixes; `/NAME/` anywhere)."""
+    targets = {posixpath.join(r, f) for f in CREDENTIAL_DIRS for r in (home, DEFAULT_HOME, "/root")}
+    return tuple(t + "/" for t in sorted(targets)), tuple(f"/{f}/" for f in CREDENTIAL_DIRS)
+
+
 def is_credential_path(path: str, home: str) -> bool:
     base = posixpath.basename(path)
     if base in CREDENTIAL_FILES or CREDENTIAL_NAMES.match(base):
         return True
     if path in ("/etc/shadow", "/etc/gshadow", "/etc/sudoers"):
         return True
-    for folder in CREDENTIAL_DIRS:
-        for root in {home, DEFAULT_HOME, "/root"}:
-            target = posixpath.join(root, folder)
-            if path == target or path.startswith(target + "/"):
-                return True
-        if f"/{folder}/" in path + "/":
-            return True
-    return False
+    prefixes, anywhere = _credential_folders(home)
+    slashed = path + "/"
+    return slashed.startswith(prefixes) or any(part in slashed for part in anywhere)
 
 
 def program_text_index(name: str, args: Sequence[str]) -> int | None:

@@ -525,6 +525,8 @@ class Exec:
         "truncated",
         "ident",
         "observed",
+        "raw",
+        "opened",
         "_stdin",
     )
 
@@ -539,6 +541,8 @@ class Exec:
         self.truncated = truncated
         self.ident = None
         self.observed = observed
+        self.raw = None  # (cmdline, environ) as the kernel will copy them, when read whole
+        self.opened = program  # the name the kernel will open (`/proc/PID/fd/N` for a memfd)
         self._stdin = None
 
     @property
@@ -569,11 +573,12 @@ def read_held_exec(tid, nr, args):
     try:
         path = fsdecode(mem.string(path_p, 4096)) if path_p else ""
         ptrs, truncated = mem.pointers(argv_p, MAX_ARGS)
-        argv = [fsdecode(mem.string(p)) for p in ptrs]
-        env_ptrs, _ = mem.pointers(envp_p, MAX_ARGS)
-        entries = [mem.string(p, 256 + MAX_ENV_VALUE) for p in env_ptrs]
+        raw_argv = [mem.string(p) for p in ptrs]
+        env_ptrs, env_truncated = mem.pointers(envp_p, MAX_ARGS)
+        entries = [mem.string(p) for p in env_ptrs]
     finally:
         mem.close()
+    argv = [fsdecode(a) for a in raw_argv]
     cwd = os.readlink("/proc/%d/cwd" % tid)
     if path.startswith("/"):
         where = proc_path(tid, path)
@@ -584,10 +589,20 @@ def read_held_exec(tid, nr, args):
         where = base if (not path and flags & AT_EMPTY_PATH) else os.path.join(base, path)
     program = realpath_cached(where)
     absolute = os.path.normpath(where) if not where.startswith("/proc/") else program
-    return Exec(tid, absolute, program, argv, cwd, env_subset(entries), truncated, False)
+    found = Exec(tid, absolute, program, argv, cwd, env_subset(entries), truncated, False)
+    found.opened = where
+    if raw_argv and not truncated and not env_truncated:
+        # What the kernel will copy, byte for byte: the exec event compares it as it is.
+        found.raw = (proc_image(raw_argv), proc_image(entries))
+    return found
 
 
-def read_proc_split(path):
+def proc_image(strings):
+    """Strings as /proc/PID/cmdline and /proc/PID/environ show them."""
+    return b"".join(s + b"\0" for s in strings)
+
+
+def read_proc_bytes(path):
     fd = os.open(path, os.O_RDONLY)
     try:
         chunks = []
@@ -598,7 +613,24 @@ def read_proc_split(path):
             chunks.append(chunk)
     finally:
         os.close(fd)
-    parts = b"".join(chunks).split(b"\0")
+    return b"".join(chunks)
+
+
+def loaded_as_judged(pid, judged):
+    """Whether the image loaded at the exec event is, byte for byte, the one judged (the quick
+    check: False sends it to the full comparison, never lets anything through)."""
+    if judged.raw is None or judged.interpreter:
+        return False
+    argv, env = judged.raw
+    if read_proc_bytes("/proc/%d/cmdline" % pid) != argv:
+        return False
+    if read_proc_bytes("/proc/%d/environ" % pid) != env:
+        return False
+    return identity("/proc/%d/exe" % pid) == judged.ident
+
+
+def read_proc_split(path):
+    parts = read_proc_bytes(path).split(b"\0")
     if parts and parts[-1] == b"":
         parts.pop()
     return parts
@@ -1050,7 +1082,7 @@ class Supervisor:
 
     def request_of(self, ex, rule):
         """What the program rules classify by; `shown` adds what only a person reads."""
-        copies = same_as(ex.program, "/proc/%d/exe" % ex.pid if ex.observed else None)
+        copies = same_as(ex.program, "/proc/%d/exe" % ex.pid if ex.observed else ex.opened)
         return {
             "engine": "shell",
             "tool": "exec",
@@ -1252,16 +1284,16 @@ class Supervisor:
         if not self.valid(held):
             return  # gone while being read: what was read may be another process's
         try:
-            st = os.stat(ex.program)
+            st = os.stat(ex.opened)
         except OSError as exc:
             # The kernel would refuse it the same way: execvp walking PATH is not a question.
             self.respond(held, exc.errno or errno.ENOENT)
             return
-        if not stat.S_ISREG(st.st_mode) or not os.access(ex.program, os.X_OK):
+        if not stat.S_ISREG(st.st_mode) or not os.access(ex.opened, os.X_OK):
             self.respond(held, errno.EACCES)
             return
         ex.ident = (st.st_dev, st.st_ino)
-        ex.interpreter = shebang(ex.program, st)
+        ex.interpreter = shebang(ex.opened, st)
         key = (ex.program, tuple(ex.argv), tuple(sorted(ex.env.items())))
         if self.refused.get(tid) == key:
             # The same program again (a shell trying the next PATH folder that leads to it):
@@ -1288,6 +1320,10 @@ class Supervisor:
             self.refused.pop(former.value, None)
             if former.value != pid:
                 self.pending.pop(pid, None)
+            if judged is not None and loaded_as_judged(pid, judged):
+                self.remember(pid, judged)
+                self.detach(pid)
+                return
             loaded = read_exec_event(pid, judged is None)
         except OSError as exc:
             if exc.errno == errno.ESRCH:

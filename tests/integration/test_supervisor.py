@@ -97,8 +97,9 @@ class MiniJudge:
     """Answers the supervisor's requests: what core.approvals_exec flags gets `risky`, the rest
     is allowed. Keeps every request with its verdict."""
 
-    def __init__(self, requests: Path, decisions: Path, risky: str):
+    def __init__(self, requests: Path, decisions: Path, risky: str, delay: float = 0.0):
         self.requests, self.decisions, self.risky = requests, decisions, risky
+        self.delay = delay  # how long each answer takes (the exec stays held meanwhile)
         self.seen: list[tuple[dict, str, str | None]] = []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
@@ -115,6 +116,7 @@ class MiniJudge:
                 verdict = classify_exec(ExecFacts.from_request(doc))
                 decision = self.risky if verdict.needs_approval else "allow"
                 self.seen.append((doc, decision, verdict.rule))
+                time.sleep(self.delay)
                 tmp = self.decisions / f".{path.name}.tmp"
                 answer = {
                     "id": doc["id"],
@@ -150,7 +152,7 @@ def box(tmp_path, sandbox_image, docker_client):
     (tools / "policy.json").write_text(json.dumps(POLICY))
     names: list[str] = []
 
-    def run(script: str, risky: str = "deny", timeout: float = 120):
+    def run(script: str, risky: str = "deny", timeout: float = 120, delay: float = 0.0):
         case = tmp_path / uuid.uuid4().hex[:8]
         workspace, requests, decisions = case / "ws", case / "requests", case / "decisions"
         for folder in (workspace, requests, decisions):
@@ -191,7 +193,7 @@ def box(tmp_path, sandbox_image, docker_client):
             "bash",
             "/cairn/script.sh",
         ]
-        with MiniJudge(requests, decisions, risky) as judge:
+        with MiniJudge(requests, decisions, risky, delay) as judge:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
         return done, judge
 
@@ -310,3 +312,74 @@ def test_no_supervision_means_no_command(box):
     done, _judge = box(script)
     assert "EXIT=121" in done.stdout and "NOT_RAN" in done.stdout, done.stdout
     assert done.stderr.count("\n") == 1 and "did not start" in done.stderr
+
+
+# A program of the tree tries to take the hold away: its own notification listener (which would
+# receive execs first), ptrace, writing another process's memory. Each is refused, and a push
+# afterwards is still asked.
+UNDO_THE_HOLD = r"""
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+libc.syscall.argtypes = [ctypes.c_long, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_void_p]
+class F(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte),
+                ("k", ctypes.c_uint)]
+class P(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(F))]
+prog = (F * 1)(F(0x06, 0, 0, 0x7FC00000))  # every call to a listener of its own
+fp = P(1, prog)
+fd = libc.syscall(317, 1, 8, ctypes.addressof(fp))  # seccomp(SET_MODE_FILTER, NEW_LISTENER)
+print("LISTENER", "refused" if fd < 0 and ctypes.get_errno() == errno.EPERM else fd)
+libc.ptrace.restype = ctypes.c_long
+print("TRACEME", "refused" if libc.ptrace(0, 0, None, None) == -1 else "allowed")
+buf = ctypes.create_string_buffer(8)
+local = (ctypes.c_void_p * 2)(ctypes.addressof(buf), 8)
+print("VM_WRITE", "refused" if libc.process_vm_writev(os.getppid(), local, 1, local, 1, 0) == -1 else "allowed")
+"""
+
+
+def test_the_hold_cannot_be_taken_over_or_undone(box):
+    body = (
+        "cat > /tmp/undo.py <<'PY'\n" + UNDO_THE_HOLD + "PY\n"
+        "python3 /tmp/undo.py\n"
+        "git push --force origin main\n"
+    )
+    done, judge = box(supervised(body))
+    out = done.stdout + done.stderr
+    for line in ("LISTENER refused", "TRACEME refused", "VM_WRITE refused"):
+        assert line in done.stdout, out
+    assert "REMOTE_SAME=yes" in done.stdout, out
+    assert any(d["argv"][:3] == ["git", "push", "--force"] for d in judge.asked("deny")), out
+
+
+# Asks to run a harmless `git log` and, while that exec is held waiting for its (slow) answer,
+# another thread rewrites the argument strings in place into a force push. The kernel copies what
+# is in memory when the exec goes on: the exec event sees the push, judges it again, and the
+# denied push is killed before it runs.
+REWRITE_WHILE_HELD = r"""
+import ctypes, threading, time
+libc = ctypes.CDLL(None, use_errno=True)
+words = [b"git", b"log", b"-q", b"-1", b"--all"]
+bufs = [ctypes.create_string_buffer(w, 32) for w in words]
+argv = (ctypes.c_char_p * 6)(*[ctypes.cast(b, ctypes.c_char_p) for b in bufs], None)
+def rewrite():
+    time.sleep(0.4)
+    for b, w in zip(bufs, [b"git", b"push", b"-f", b"origin", b"main"]):
+        ctypes.memmove(b, w + b"\0", len(w) + 1)
+threading.Thread(target=rewrite, daemon=True).start()
+libc.execv(b"/usr/bin/git", argv)
+print("EXEC_FAILED", ctypes.get_errno())
+"""
+
+
+def test_an_argument_rewritten_while_the_exec_is_held_is_judged_again(box):
+    body = "cat > /tmp/rewrite.py <<'PY'\n" + REWRITE_WHILE_HELD + "PY\npython3 /tmp/rewrite.py\n"
+    done, judge = box(supervised(body), delay=1.5)
+    out = done.stdout + done.stderr
+    assert "REMOTE_SAME=yes" in done.stdout, out
+    allowed = [d["argv"] for d in judge.asked("allow")]
+    denied = [d for d in judge.asked("deny")]
+    assert ["git", "log", "-q", "-1", "--all"] in allowed, out
+    assert any(d["argv"] == ["git", "push", "-f", "origin", "main"] for d in denied), out
+    assert all(d["observed_after_exec"] for d in denied if d["argv"][:2] == ["git", "push"])
