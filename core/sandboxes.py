@@ -222,16 +222,12 @@ class SandboxManager:
 
     def backend_of(self, host: str | None) -> SandboxBackend:
         """The backend of the sandbox host `host` (the default one for None). The unsafe host
-        backend has no hosts: every session is on this computer."""
+        backend has no hosts (every session is on this computer), and a manager given one
+        backend and no way to make others (`Cairn(backend=)`) uses it for every host."""
         name = host or self.host
-        if self.backend.unsafe or name == self.host:
+        if self.backend.unsafe or name == self.host or self._backend_for is None:
             return self.backend
         if name not in self._backends:
-            if self._backend_for is None:
-                raise InputError(
-                    f"the sandbox host {name} cannot be used here: this Cairn makes sandboxes "
-                    f"only on {self.host}"
-                )
             self._backends[name] = self._backend_for(name)
         return self._backends[name]
 
