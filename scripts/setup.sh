@@ -6,6 +6,9 @@
 #   scripts/setup.sh lint                  install ruff and mypy, then run ruff check, ruff format
 #                                          --check and mypy; fails when any of them finds something
 #   scripts/setup.sh perf  [pytest args]   install, then run the benchmarks in tests/perf
+#   scripts/setup.sh podman [pytest args]  the sandbox suite against rootless Podman, as a user
+#                                          who is not root (scripts/podman-suite.sh); `test`
+#                                          runs it after the whole suite
 #   scripts/setup.sh deps                  install only
 #
 # Works as root or as a user with sudo. Idempotent: a second run installs nothing and is quick.
@@ -475,7 +478,8 @@ cmd_lint() {
     run_lint
 }
 
-# Lint is not part of it: CI runs `scripts/setup.sh lint` first (.ci/run).
+# Lint is not part of it: CI runs `scripts/setup.sh lint` first (.ci/run). The whole suite
+# (no test named) is followed by the sandbox suite against rootless Podman.
 cmd_test() {
     with_install_lock install_all_deps
     trap cleanup EXIT
@@ -485,6 +489,15 @@ cmd_test() {
     if wants_bundle "$@"; then build_bundle; fi
     start_xvfb
     run_tests "$@"
+    if [ "$#" -eq 0 ]; then
+        bash "$REPO_ROOT/scripts/podman-suite.sh"
+    fi
+}
+
+cmd_podman() {
+    with_install_lock install_all_deps
+    mkdir -p "$ARTIFACTS"
+    bash "$REPO_ROOT/scripts/podman-suite.sh" "$@"
 }
 
 cmd_perf() {
@@ -514,6 +527,7 @@ main() {
         test) cmd_test "$@" ;;
         lint) cmd_lint "$@" ;;
         perf) cmd_perf "$@" ;;
+        podman) cmd_podman "$@" ;;
         deps) cmd_deps ;;
         -h|--help|help) usage ;;
         *) usage >&2; exit 2 ;;

@@ -94,6 +94,20 @@ def docker_client():
 
 
 @pytest.fixture(scope="session")
+def sandbox_host():
+    """The sandbox host the tests make sandboxes on: the built-in host CAIRN_HOST names
+    (`podman`: this user's rootless Podman; the docker_client fixture then needs DOCKER_HOST at
+    the same socket, as scripts/podman-suite.sh sets it), else the local Docker engine."""
+    from core.sandbox.hosts import LOCAL, builtin_hosts
+
+    hosts = builtin_hosts()
+    name = os.environ.get("CAIRN_HOST") or LOCAL
+    if name not in hosts:
+        pytest.fail(f"CAIRN_HOST={name} is not a built-in host ({', '.join(sorted(hosts))})")
+    return hosts[name]
+
+
+@pytest.fixture(scope="session")
 def sandbox_image(docker_client) -> str:
     """The default sandbox image (CAIRN_SANDBOX_IMAGE to name another), or a skip."""
     image = os.environ.get("CAIRN_SANDBOX_IMAGE", "cairn-sandbox:1")

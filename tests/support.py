@@ -165,3 +165,39 @@ def deciding_every_request(data_dir: Path, decision: str = "approve"):
     finally:
         done.set()
         worker.join(timeout=30)
+
+
+# --- the engine under test: the local Docker engine, or rootless Podman (CAIRN_HOST=podman) ---
+
+
+def on_podman(docker_client) -> bool:
+    """Whether the engine the tests talk to is Podman (its Docker-compatible API)."""
+    components = docker_client.version().get("Components") or []
+    return any("podman" in str(c.get("Name", "")).lower() for c in components)
+
+
+def no_limits_reason(docker_client) -> str | None:
+    """Why the engine applies no resource limits and cannot pause (rootless Podman on cgroups
+    v1), or None when it does."""
+    rootless_podman = on_podman(docker_client) and os.geteuid() != 0
+    if rootless_podman and str(docker_client.info().get("CgroupVersion")) == "1":
+        return "rootless Podman on cgroups v1 applies no resource limits and cannot pause"
+    return None
+
+
+def stored_container_files(docker_client, container_id: str) -> list[Path]:
+    """The files in which the engine keeps a container's configuration on disk: Docker's
+    containers/<id> folder; Podman's state database and its overlay-containers/<id> folder."""
+    root = Path(docker_client.info()["DockerRootDir"])
+    if not on_podman(docker_client):
+        folders = [root / "containers" / container_id]
+    else:
+        folders = [root / "libpod" / "bolt_state.db", root / "overlay-containers" / container_id]
+    found = []
+    for folder in folders:
+        candidates = [folder] if folder.is_file() else folder.rglob("*")
+        for p in candidates:
+            with contextlib.suppress(OSError):  # parts owned by the user namespace's ids
+                if p.is_file() and not p.is_symlink() and os.access(p, os.R_OK):
+                    found.append(p)
+    return found

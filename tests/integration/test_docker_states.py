@@ -13,7 +13,16 @@ import pytest
 
 from core.models import Run
 from tests.integration.test_runs_resume import latest_run, session, step_of, tree_of_disk
-from tests.support import as_json, cairnctl, cairnctl_argv, cairnctl_env, one_error_line, wait_for
+from tests.support import (
+    as_json,
+    cairnctl,
+    cairnctl_argv,
+    cairnctl_env,
+    no_limits_reason,
+    on_podman,
+    one_error_line,
+    wait_for,
+)
 
 pytestmark = pytest.mark.docker
 
@@ -62,7 +71,14 @@ def expected_after_all_steps(before: dict[str, bytes]) -> dict[str, bytes]:
     return {**before, "c.txt": b"a\nb\n", "steps.log": b"s0\ns1\ns2\ns3\n"}
 
 
+def skip_without_limits(docker_client) -> None:
+    reason = no_limits_reason(docker_client)
+    if reason:
+        pytest.skip(reason)
+
+
 def test_resume_after_docker_pause_unpauses_and_runs_on(task, docker_client):
+    skip_without_limits(docker_client)
     data, task_id, ws = task
     start(data, task_id, STEPS)
     at_step_2(data, task_id)
@@ -80,6 +96,7 @@ def test_resume_after_docker_pause_unpauses_and_runs_on(task, docker_client):
 
 
 def test_a_run_whose_sandbox_is_paused_is_not_declared_gone(task, docker_client):
+    skip_without_limits(docker_client)
     data, task_id, ws = task
     start(data, task_id, STEPS)
     run = at_step_2(data, task_id)
@@ -133,6 +150,15 @@ def test_a_stopped_or_never_started_sandbox_is_started_on_resume(task, docker_cl
     if how == "created":  # a container made but never started: same name, same everything
         info = docker_client.api.inspect_container(c.id)
         c.remove()
+        host_config = docker_client.api.create_host_config(
+            binds=[
+                f"{m['Source']}:{m['Destination']}:{'rw' if m['RW'] else 'ro'}"
+                for m in info["Mounts"]
+            ],
+            network_mode=info["HostConfig"]["NetworkMode"],
+        )
+        if on_podman(docker_client):  # the sandbox user is the person's uid on both sides
+            host_config["UsernsMode"] = "keep-id"
         docker_client.api.create_container(
             info["Image"],
             command=info["Config"]["Cmd"],
@@ -141,13 +167,7 @@ def test_a_stopped_or_never_started_sandbox_is_started_on_resume(task, docker_cl
             name=info["Name"].lstrip("/"),
             working_dir=info["Config"]["WorkingDir"],
             environment=info["Config"]["Env"],
-            host_config=docker_client.api.create_host_config(
-                binds=[
-                    f"{m['Source']}:{m['Destination']}:{'rw' if m['RW'] else 'ro'}"
-                    for m in info["Mounts"]
-                ],
-                network_mode=info["HostConfig"]["NetworkMode"],
-            ),
+            host_config=host_config,
         )
         cid = docker_client.containers.get(info["Name"].lstrip("/")).id
         from core.store import Store
@@ -174,7 +194,7 @@ def test_docker_errors_become_one_line_and_the_run_stays_interrupted(task, docke
     name = c.name
     c.remove(force=True)
     squatter = docker_client.containers.run(
-        "cairn-test-busybox:1", ["sleep", "300"], name=name, detach=True
+        "cairn-test-busybox:1", ["sleep", "300"], name=name, detach=True, network_mode="none"
     )
     try:
         line = one_error_line(cairnctl(data, "resume", task_id, check=False))
@@ -219,6 +239,7 @@ python3 /tmp/fill.py"""
 
 
 def test_a_sandbox_at_its_pids_limit_keeps_its_live_run(task, docker_client):
+    skip_without_limits(docker_client)
     data, task_id, ws = task
     cairnctl(data, "policy", task_id, "--pids", "48")
     start(data, task_id, ["echo s0 >> steps.log", FILL_PIDS, "echo s2 >> steps.log"])

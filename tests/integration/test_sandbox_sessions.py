@@ -17,7 +17,7 @@ from tests.integration.test_runs_resume import (
     step_of,
     wait_for,
 )
-from tests.support import as_json, cairnctl, cairnctl_env, one_error_line
+from tests.support import as_json, cairnctl, cairnctl_env, no_limits_reason, one_error_line
 
 pytestmark = pytest.mark.docker
 
@@ -46,6 +46,8 @@ def test_status_lists_sessions_and_snapshots_and_stop_stops_both(task, docker_cl
 
 
 def test_a_running_sandbox_has_cpu_and_memory_figures(task, docker_client):
+    if no_limits_reason(docker_client):
+        pytest.skip(no_limits_reason(docker_client))
     from core.app import Cairn
     from core.errors import NotFound
 
@@ -78,6 +80,7 @@ def test_reconcile_settles_runs_and_lists_orphans_without_deleting(task, docker_
         ["sleep", "300"],
         detach=True,
         labels={"cairn.managed": "1", "cairn.data_dir": str(data.resolve())},
+        network_mode="none",
     )
     try:
         report = as_json(cairnctl(data, "reconcile", "--json"))
@@ -105,7 +108,7 @@ def image_without_git(sandbox_image, docker_client) -> str:
         docker_client.images.get(tag)
     except Exception:
         maker = docker_client.containers.run(
-            sandbox_image, ["rm", "-f", "/usr/bin/git"], user="0", detach=True
+            sandbox_image, ["rm", "-f", "/usr/bin/git"], user="0", detach=True, network_mode="none"
         )
         try:
             assert maker.wait(timeout=60)["StatusCode"] == 0
