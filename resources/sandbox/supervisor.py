@@ -1026,6 +1026,23 @@ def load_rules(path):
     return module
 
 
+def facts_key(request):
+    """Everything of a request the program rules read (core/approvals_exec.py's
+    ExecFacts.from_request), as a key."""
+    return (
+        request["program"],
+        tuple(request["argv"]),
+        request["cwd"],
+        tuple(sorted(request["env"].items())),
+        request["stdin"],
+        request["stdin_path"],
+        tuple(sorted((word, tuple(pair)) for word, pair in request["links"].items())),
+        tuple(sorted(request["git_config"].items())),
+        tuple(request["same_as"]),
+        request["workspace"],
+    )
+
+
 class Supervisor:
     def __init__(self, policy, mailbox=None, log=None, script=None, rules=None, workspace=None):
         self.policy = policy
@@ -1043,7 +1060,8 @@ class Supervisor:
         self.top = None
         self.listener = None  # the seccomp notification listener
         self.traced = set()  # tids traced until their exec event (an allowed exec let go)
-        self.program = {}  # pid -> short description of what it runs
+        self.program = {}  # pid -> the argv it runs (what "started by" shows)
+        self.verdicts = {}  # the facts the rules read -> their verdict (the rules are pure)
         self.pending = {}  # tid -> Exec judged allowed, until its exec event
         self.refused = {}  # tid -> what it was last refused (execvp retries it along PATH)
         self.waiting = {}  # tid -> (request id, deadline, Exec, held, rule)
@@ -1066,7 +1084,8 @@ class Supervisor:
         chain = []
         here = self.parent_of(pid)
         while here is not None and len(chain) < MAX_PARENTS:
-            chain.append({"pid": here, "program": self.program.get(here, "")})
+            argv = self.program.get(here)
+            chain.append({"pid": here, "program": shlex.join(argv)[:256] if argv else ""})
             here = self.parent_of(here)
         return chain
 
@@ -1086,7 +1105,6 @@ class Supervisor:
         return {
             "engine": "shell",
             "tool": "exec",
-            "command": shlex.join(ex.argv) if ex.argv else ex.program,
             "cwd": ex.cwd,
             "program": ex.program,
             "path": ex.path,
@@ -1106,6 +1124,7 @@ class Supervisor:
         }
 
     def shown(self, request, ex):
+        request["command"] = shlex.join(ex.argv) if ex.argv else ex.program
         request["parents"] = self.parents_of(ex.pid)
         request["script_line"] = self.script_line(ex)
         return request
@@ -1134,15 +1153,28 @@ class Supervisor:
 
     def classify(self, ex, request):
         """(action, rule, verdict) from the program rules; anything that cannot be classified is
-        asked."""
+        asked. The rules are a pure function of the facts, so a verdict is kept for the same
+        facts (a build runs the same commands again and again)."""
         try:
-            verdict = self.rules.classify_exec(self.rules.ExecFacts.from_request(request))
-        except Exception as exc:  # noqa: BLE001 - what the rules cannot read goes to a person
-            return ASK, "unclassified", {"rule": None, "reason": "cannot classify: %s" % exc}
-        found = {"rule": verdict.rule, "reason": verdict.reason, "what": verdict.what}
-        if verdict.action == ALLOW:
-            return ALLOW, verdict.rule or "rules", found
-        return ASK, verdict.rule or "rules", found
+            key = facts_key(request)
+        except (KeyError, TypeError, AttributeError):
+            key = None
+        found = self.verdicts.get(key) if key is not None else None
+        if found is None:
+            try:
+                verdict = self.rules.classify_exec(self.rules.ExecFacts.from_request(request))
+            except Exception as exc:  # noqa: BLE001 - what the rules cannot read goes to a person
+                return ASK, "unclassified", {"rule": None, "reason": "cannot classify: %s" % exc}
+            found = (verdict.action, verdict.rule, verdict.reason, verdict.what)
+            if key is not None:
+                if len(self.verdicts) > 4096:
+                    self.verdicts.clear()
+                self.verdicts[key] = found
+        action, rule, reason, what = found
+        shown = {"rule": rule, "reason": reason, "what": what}
+        if action == ALLOW:
+            return ALLOW, rule or "rules", shown
+        return ASK, rule or "rules", shown
 
     def judge(self, tid, ex, held):
         """Decide now, or park the exec on a mailbox request (it stays held). `held` is the
@@ -1194,8 +1226,6 @@ class Supervisor:
             except OSError as exc:
                 return exc.errno == errno.ESRCH  # gone meanwhile: nothing runs
             self.traced.add(tid)
-            if not self.valid(held):
-                return True  # the exec was abandoned (the process died; the tid may be reused)
         self.pending[tid] = ex
         self.respond(held, 0, NOTIF_FLAG_CONTINUE)
         return True
@@ -1203,7 +1233,7 @@ class Supervisor:
     def remember(self, pid, ex):
         if len(self.program) > 4096:
             self.program = {p: d for p, d in self.program.items() if os.path.exists("/proc/%d" % p)}
-        self.program[pid] = shlex.join(ex.argv)[:256]
+        self.program[pid] = ex.argv
 
     def check_waiting(self):
         now = time.monotonic()
