@@ -59,6 +59,8 @@ from core.settings import Settings, policy_with_endpoint
 from core.snapshots import Snapshots
 
 log = logging.getLogger(__name__)
+PROBE_ATTEMPTS = 3
+PROBE_RETRY_S = 0.5
 
 ON_TOP = "on-top"
 RESTORE_INTO_NEW = "restore-into-new"
@@ -140,16 +142,34 @@ class Ladder:
     def probe_contract(
         self, live: LiveSession, engine_name: str, image_digest: str | None
     ) -> ToolContract:
+        """The versions of the engine's tools in the sandbox. A tool is "missing" only when the
+        sandbox says so (exit 126/127); a probe that fails otherwise (a fork refused at the
+        process limit, an exec that timed out) is tried again, so a passing fault is never
+        recorded as a changed tool."""
         tools = {}
         settings = self.settings.engine(engine_name)
         for name, argv in engine_for(engine_name).tool_probe(settings).items():
+            tools[name] = self._probe_tool(live, name, argv)
+        return ToolContract(image_digest, tools)
+
+    @staticmethod
+    def _probe_tool(live: LiveSession, name: str, argv: list[str]) -> str:
+        why = ""
+        for attempt in range(PROBE_ATTEMPTS):
+            if attempt:
+                time.sleep(PROBE_RETRY_S * attempt)
             try:
                 result = live.exec(argv, env={}, cwd="/", timeout=20)
-                out = (result.stdout or "").strip().splitlines()
-                tools[name] = out[0] if result.exit_code == 0 and out else "missing"
-            except CairnError:
-                tools[name] = "missing"
-        return ToolContract(image_digest, tools)
+            except CairnError as exc:
+                why = str(exc)
+                continue
+            out = (result.stdout or "").strip().splitlines()
+            if result.exit_code == 0 and out:
+                return out[0]
+            if result.exit_code in (126, 127):
+                return "missing"
+            why = f"exit {result.exit_code}: " + (result.stderr or "").strip()[:200]
+        raise CairnError(f"cannot check the sandbox's {name} ({' '.join(argv)}): {why}")
 
     # -- start ---------------------------------------------------------------------------------
 
