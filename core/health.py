@@ -624,6 +624,10 @@ def check_disk(
 
 ACTION_SEND_IMAGE = "send-image"
 START_PODMAN = "systemctl --user enable --now podman.socket"
+NO_LIMITS_NOTE = (
+    "memory, cpu and pids limits are not applied here (rootless on cgroups v1), "
+    "and sandboxes cannot be paused"
+)
 INSTALL_PODMAN = "sudo apt install podman uidmap catatonit"
 
 
@@ -635,6 +639,7 @@ class EngineFacts:
     api_version: str
     image_id: str | None  # None: the image is not on the host
     root_dir: str | None  # where the engine keeps images and containers
+    limits: bool = True  # False: it applies no memory, cpu or pids limits (rootless, cgroups v1)
 
 
 def engine_facts(address: str, image: str, timeout: float) -> EngineFacts:
@@ -650,12 +655,22 @@ def engine_facts(address: str, image: str, timeout: float) -> EngineFacts:
             image_id: str | None = str(client.inspect_image(image)["Id"])
         except docker.errors.NotFound:
             image_id = None
-        root = client.info().get("DockerRootDir")
+        info = client.info()
+        root = info.get("DockerRootDir")
+        rootless = any("rootless" in str(o) for o in info.get("SecurityOptions") or [])
+        podman = any(
+            "podman" in str(c.get("Name", "")).lower() for c in version.get("Components") or []
+        )
+        if podman and not rootless:  # Podman says so only on its own API
+            own: Any = client
+            libpod = own._result(own._get(f"{own.base_url}/v4.0.0/libpod/info"), json=True)
+            rootless = bool(((libpod.get("host") or {}).get("security") or {}).get("rootless"))
         return EngineFacts(
             str(version.get("Version") or "(unknown version)"),
             str(version.get("ApiVersion") or "?"),
             image_id,
             str(root) if root else None,
+            limits=not (rootless and str(info.get("CgroupVersion")) == "1"),
         )
     finally:
         client.close()
@@ -726,7 +741,7 @@ def check_host(
         facts.append(f"the sandbox image {image} is not there")
     else:
         facts.append(f"the sandbox image {image} is there ({found.image_id[:19]})")
-    state, detail = OK, f"ready: {facts[0]}"
+    state, detail = OK, "ready"
     fix: str | None = None
     command: str | None = None
     free = None
@@ -743,6 +758,10 @@ def check_host(
         elif free < DISK_WARNING_BYTES:
             state, detail = WARNING, f"only {_gib(free)} free on the host's disk"
             fix = "free some space on that disk"
+    note = None
+    if not found.limits:  # sandboxes run, without their ceilings: said, not refused
+        note = NO_LIMITS_NOTE
+        facts.append(note)
     problems: tuple[Problem, ...] = ()
     if found.image_id is None:
         state = ERROR
@@ -766,5 +785,6 @@ def check_host(
         command,
         facts=tuple(facts),
         problems=problems,
+        note=note,
         host=host.name,
     )

@@ -248,6 +248,12 @@ def test_a_ready_host_says_its_version_image_and_free_disk(tmp_path: Path):
     assert "50.0 GiB free" in check.facts[2]
 
 
+def test_a_host_without_resource_limits_says_so_and_stays_usable(tmp_path: Path):
+    check = host_check(tmp_path, facts=replace(FACTS, limits=False))
+    assert check.state == OK and check.note is not None
+    assert "limits are not applied" in check.note and check.note in check.facts
+
+
 def test_a_host_without_the_image_offers_to_send_it(tmp_path: Path):
     check = host_check(tmp_path, facts=replace(FACTS, image_id=None))
     assert check.state == ERROR
