@@ -77,13 +77,9 @@ class Views:
         try:
             manager = self._sandboxes.get()
             found, unreachable = manager.found_sessions()
-            problem = (
-                "; ".join(
-                    why if h == manager.host else f"sandbox host {h}: {why}"
-                    for h, why in unreachable.items()
-                )
-                or None
-            )
+            # The default host's problem stops every new sandbox (the GUI disables what needs
+            # one); another host's only its own sessions, each then shown as unknown.
+            problem = unreachable.get(manager.host)
         except CairnError as exc:
             manager, found, problem = None, {}, str(exc)
         for rec in self.ctx.store.list_sessions():
@@ -129,7 +125,13 @@ class Views:
                     "restorable": present,
                 }
             )
-        return {"sessions": sessions, "snapshots": snaps, "problem": problem}
+        others = {h: why for h, why in unreachable.items() if manager is None or h != manager.host}
+        return {
+            "sessions": sessions,
+            "snapshots": snaps,
+            "problem": problem,
+            "host_problems": others,
+        }
 
     def run_output(self, run_id: str) -> str:
         """A run's output with its structure kept: streams, when each part was observed, and

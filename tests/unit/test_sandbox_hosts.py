@@ -437,3 +437,24 @@ def test_a_manager_given_one_backend_uses_it_for_every_host(tmp_path: Path):
     )
     assert manager.backend_of(None) is manager.backend
     assert manager.backend_of("lab") is manager.backend
+
+
+def test_another_host_that_does_not_answer_leaves_its_sessions_unknown_only(tmp_path: Path):
+    from core.app import Cairn
+    from core.models import SessionRecord
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_text("a\n")
+    with Cairn(tmp_path / "data") as cairn:
+        made = cairn.tasks.new(src)
+        record = SessionRecord("ses_1", made.workspace.id, "podman", "c1", "cairn-ses_1", None)
+        record.host = "lab"
+        cairn.ctx.store.put_session(record)
+        manager = cairn.sandboxes
+        manager.found_sessions = lambda: ({}, {"lab": "lab does not answer"})  # type: ignore[method-assign]
+        status = cairn.views.status()
+        assert status["problem"] is None  # the default host is fine: new sandboxes can be made
+        assert status["host_problems"] == {"lab": "lab does not answer"}
+        (shown,) = status["sessions"]
+        assert shown["host"] == "lab" and shown["state"] == "unknown"
