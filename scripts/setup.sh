@@ -45,6 +45,8 @@ APT_PACKAGES=(
     desktop-file-utils appstream xdotool
     nodejs npm
 )
+# Only the test suite's: the SSH "remote host" of scripts/remote-host.sh.
+TEST_APT_PACKAGES=(openssh-server openssh-client iproute2)
 
 if [ -t 2 ]; then BOLD=$'\033[1m' YELLOW=$'\033[1;33m' RED=$'\033[1;31m' RESET=$'\033[0m'
 else BOLD="" YELLOW="" RED="" RESET=""; fi
@@ -184,6 +186,7 @@ install_app_deps() {
 
 install_all_deps() {
     install_system_packages
+    install_system_packages "${TEST_APT_PACKAGES[@]}"
     install_python_env "$ALL_EXTRAS"
     install_agent_clis
 }
@@ -405,6 +408,21 @@ prepare_test_services() {
     local docker_ok=0
     if ensure_docker; then docker_ok=1; fi
     build_test_images "$docker_ok"
+    start_remote_host "$docker_ok"
+}
+
+# A second Docker engine behind an SSH server on 127.0.0.1 (scripts/remote-host.sh), for the
+# tests of sandboxes on a remote host; its connection settings are exported for them.
+start_remote_host() {
+    [ "$1" -eq 1 ] && is_root || return 0
+    local settings
+    if settings="$(bash scripts/remote-host.sh start)"; then
+        while IFS= read -r line; do
+            [ -n "$line" ] && export "${line?}"
+        done <<<"$settings"
+    else
+        warn "the SSH remote host did not start; its tests will say why"
+    fi
 }
 
 # --- The packaged app --------------------------------------------------------------------------

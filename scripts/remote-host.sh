@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# A "remote" Docker host on this machine, for the tests of sandboxes reached over SSH: a second
+# Docker engine beside the first (its own data, bridge and containerd namespace), and an SSH
+# server on 127.0.0.1 whose one user's sessions talk to that engine. Needs root.
+#
+#   scripts/remote-host.sh start     start both (idempotent); prints the connection settings
+#   scripts/remote-host.sh stop      stop both (the engine's data stays)
+#   scripts/remote-host.sh env       the connection settings, as shell assignments
+#
+# The settings: CAIRN_TEST_SSH_HOST (ssh://USER@127.0.0.1:PORT), CAIRN_TEST_SSH_KEY (a private
+# key the server accepts), CAIRN_TEST_SSH_KNOWN_HOSTS (a known_hosts file holding the server's
+# key), CAIRN_TEST_REMOTE_SOCKET (the second engine's socket, to look at it directly).
+#
+# Never start the second engine with `--bridge none`: dockerd then deletes the first engine's
+# docker0 and the first engine's containers fail to start until it is restarted.
+set -euo pipefail
+
+STATE="${CAIRN_REMOTE_STATE:-/var/lib/cairn-test-remote}"
+RUN="${CAIRN_REMOTE_RUN:-/run/cairn-test-remote}"
+BRIDGE=cairnr0
+BRIDGE_ADDR=10.213.7.1/24
+PORT="${CAIRN_REMOTE_PORT:-2222}"
+USER_NAME=cairn-remote
+SOCKET="$RUN/docker.sock"
+
+log() { printf 'remote-host: %s\n' "$*" >&2; }
+die() { log "$*"; exit 1; }
+
+settings() {
+    cat <<EOF
+CAIRN_TEST_SSH_HOST=ssh://$USER_NAME@127.0.0.1:$PORT
+CAIRN_TEST_SSH_KEY=$STATE/ssh/client_ed25519
+CAIRN_TEST_SSH_KNOWN_HOSTS=$STATE/ssh/known_hosts
+CAIRN_TEST_REMOTE_SOCKET=$SOCKET
+EOF
+}
+
+alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+make_user() {
+    if ! getent group "$USER_NAME" >/dev/null; then groupadd --system "$USER_NAME"; fi
+    if ! id "$USER_NAME" >/dev/null 2>&1; then
+        useradd --system --gid "$USER_NAME" --home-dir "$STATE/home" --create-home \
+            --shell /bin/sh "$USER_NAME"
+    fi
+    # No password, but not a locked account either: sshd refuses a locked one even for a key.
+    usermod -p '*' "$USER_NAME"
+}
+
+make_bridge() {
+    if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
+        ip link add "$BRIDGE" type bridge
+        ip addr add "$BRIDGE_ADDR" dev "$BRIDGE"
+    fi
+    ip link set "$BRIDGE" up
+}
+
+start_engine() {
+    if alive "$RUN/docker.pid" && [ -S "$SOCKET" ]; then return 0; fi
+    mkdir -p "$STATE/docker" "$RUN/exec"
+    log "starting the second Docker engine on $SOCKET"
+    setsid dockerd \
+        --data-root "$STATE/docker" --exec-root "$RUN/exec" --pidfile "$RUN/docker.pid" \
+        -H "unix://$SOCKET" --group "$USER_NAME" --bridge "$BRIDGE" \
+        --iptables=false --ip6tables=false \
+        --containerd-namespace cairn-remote --containerd-plugins-namespace cairn-remote-plugins \
+        >"$RUN/dockerd.log" 2>&1 </dev/null &
+    local i
+    for i in $(seq 1 150); do
+        if DOCKER_HOST="unix://$SOCKET" docker version >/dev/null 2>&1; then return 0; fi
+        sleep 0.2
+    done
+    tail -n 20 "$RUN/dockerd.log" >&2 || true
+    die "the second Docker engine did not answer within 30 s"
+}
+
+make_keys() {
+    mkdir -p "$STATE/ssh"
+    chmod 755 "$STATE" "$STATE/ssh"
+    [ -f "$STATE/ssh/host_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -f "$STATE/ssh/host_ed25519"
+    [ -f "$STATE/ssh/client_ed25519" ] ||
+        ssh-keygen -q -t ed25519 -N '' -C cairn-test -f "$STATE/ssh/client_ed25519"
+    install -m 644 "$STATE/ssh/client_ed25519.pub" "$STATE/ssh/authorized_keys"
+    printf '[127.0.0.1]:%s %s\n' "$PORT" "$(cut -d' ' -f1,2 "$STATE/ssh/host_ed25519.pub")" \
+        >"$STATE/ssh/known_hosts"
+}
+
+start_sshd() {
+    if alive "$RUN/sshd.pid"; then return 0; fi
+    mkdir -p /run/sshd
+    chmod 755 /run/sshd
+    cat >"$STATE/sshd_config" <<EOF
+Port $PORT
+ListenAddress 127.0.0.1
+HostKey $STATE/ssh/host_ed25519
+PidFile $RUN/sshd.pid
+AuthorizedKeysFile $STATE/ssh/authorized_keys
+AllowUsers $USER_NAME
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+AllowTcpForwarding yes
+AllowStreamLocalForwarding yes
+StreamLocalBindUnlink yes
+SetEnv DOCKER_HOST=unix://$SOCKET
+EOF
+    log "starting the SSH server on 127.0.0.1:$PORT"
+    /usr/sbin/sshd -f "$STATE/sshd_config" -E "$RUN/sshd.log"
+    local i
+    for i in $(seq 1 50); do
+        alive "$RUN/sshd.pid" && return 0
+        sleep 0.1
+    done
+    cat "$RUN/sshd.log" >&2 || true
+    die "the SSH server did not start"
+}
+
+start() {
+    [ "$(id -u)" -eq 0 ] || die "needs root (it starts a Docker engine and an SSH server)"
+    command -v dockerd >/dev/null || die "dockerd is not installed"
+    [ -x /usr/sbin/sshd ] || die "sshd is not installed (Debian: openssh-server)"
+    mkdir -p "$RUN"
+    make_user
+    make_bridge
+    start_engine
+    make_keys
+    start_sshd
+    settings
+}
+
+stop() {
+    local file
+    for file in "$RUN/sshd.pid" "$RUN/docker.pid"; do
+        if alive "$file"; then kill "$(cat "$file")"; fi
+    done
+    for _ in $(seq 1 100); do
+        alive "$RUN/docker.pid" || break
+        sleep 0.1
+    done
+}
+
+case "${1:-}" in
+    start) start ;;
+    stop) stop ;;
+    env) settings ;;
+    *) awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$0" >&2; exit 2 ;;
+esac
