@@ -232,7 +232,11 @@ def _write_loose(
     written: dict[bytes, tuple[str, str]],
 ) -> list[str]:
     """Write the blobs stored as loose objects; returns the ids left for git (packed or large)."""
-    order = list(plan.blobs)
+    loose = _loose_ids(objects.objects_dir, plan.blobs)
+    order = [sha for sha in plan.blobs if sha in loose]
+    left_out = [sha for sha in plan.blobs if sha not in loose]
+    if not order:
+        return left_out
     objects_dir = os.fsencode(objects.objects_dir) + b"/"
     stop = threading.Event()
 
@@ -256,9 +260,25 @@ def _write_loose(
     with ThreadPoolExecutor(_WRITERS, thread_name_prefix="materialize-write") as pool:
         futures = [pool.submit(work, order[i : i + step]) for i in range(0, len(order), step)]
         try:
-            return [sha for future in futures for sha in future.result()]
+            return [sha for future in futures for sha in future.result()] + left_out
         finally:
             stop.set()
+
+
+def _loose_ids(objects_dir: Path, wanted: dict[str, list[tuple[bytes, str]]]) -> set[str]:
+    """Which of the `wanted` ids are stored as loose objects, from one listing of each fan-out
+    folder they fall in (a blob fetched with a repository is packed: no file to try to open)."""
+    by_fan: dict[str, list[str]] = {}
+    for sha in wanted:
+        by_fan.setdefault(sha[:2], []).append(sha)
+    found: set[str] = set()
+    for fan, shas in by_fan.items():
+        try:
+            names = set(os.listdir(objects_dir / fan))
+        except OSError:
+            continue
+        found.update(sha for sha in shas if sha[2:] in names)
+    return found
 
 
 def _read_loose(path: bytes, sha: str, kind: bytes) -> bytes | None | Literal[False]:
