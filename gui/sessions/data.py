@@ -28,6 +28,7 @@ class SessionRow:
     backend: str
     unsafe: bool
     container: str | None
+    host: str
     state: str  # running / stopped / gone / unknown
     image: str | None
     age_s: float
@@ -111,6 +112,7 @@ def load_sessions(cairn: Cairn) -> SessionsData:
             backend=s.get("backend") or "",
             unsafe=bool(s.get("unsafe")),
             container=s.get("container"),
+            host=s.get("host") or "",
             state=s.get("state") or "unknown",
             image=s.get("image"),
             age_s=float(s.get("age_s") or 0.0),

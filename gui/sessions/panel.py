@@ -41,8 +41,18 @@ if TYPE_CHECKING:
     from core.runs.reconcile import ReconcileReport
     from gui.context import AppContext
 
-SESSION_COLUMNS = ("Task", "Sandbox", "Backend", "State", "Image", "Uptime", "CPU", "Memory")
-(S_TASK, S_SANDBOX, S_BACKEND, S_STATE, S_IMAGE, S_UPTIME, S_CPU, S_MEMORY) = range(8)
+SESSION_COLUMNS = (
+    "Task",
+    "Sandbox",
+    "Backend",
+    "Host",
+    "State",
+    "Image",
+    "Uptime",
+    "CPU",
+    "Memory",
+)
+(S_TASK, S_SANDBOX, S_BACKEND, S_HOST, S_STATE, S_IMAGE, S_UPTIME, S_CPU, S_MEMORY) = range(9)
 SNAPSHOT_COLUMNS = ("Snapshot", "Name", "Task", "Revision", "Age", "Size", "Restorable")
 (P_ID, P_NAME, P_TASK, P_REVISION, P_AGE, P_SIZE, P_RESTORABLE) = range(7)
 
@@ -377,6 +387,9 @@ class SessionsPanel(QWidget):
                     backend.setFont(font)
                     backend.setForeground(QBrush(QColor(200, 40, 40)))
                 table.setItem(row, S_BACKEND, backend)
+                table.setItem(
+                    row, S_HOST, _item(s.host or "—", "the sandbox host the sandbox runs on")
+                )
                 table.setItem(row, S_STATE, _item(s.state, _STATE_WORDS.get(s.state)))
                 image = s.image or "—"
                 table.setItem(
