@@ -48,6 +48,8 @@ class AppContext(QObject):
         self.followers = RunFollowers(cairn, self.jobs, self.events, self)
         self.sandbox_watch = SandboxWatch(cairn, self.jobs, self)
         self.sandbox_problem: str | None = None
+        # Other sandbox hosts that did not answer at the last status check: name -> why.
+        self.host_problems: dict[str, str] = {}
         self._closed = False
 
     @classmethod
@@ -60,6 +62,12 @@ class AppContext(QObject):
         if problem != self.sandbox_problem:
             self.sandbox_problem = problem
             self.sig_sandbox_problem.emit(problem)
+
+    def set_sandbox_status(self, status: dict) -> None:
+        """What a `views.status()` said of the hosts: the default host's problem and the
+        others' (`host_problems`)."""
+        self.host_problems = dict(status.get("host_problems") or {})
+        self.set_sandbox_problem(status.get("problem"))
 
     def close(self, *, close_facade: bool = True, timeout_ms: int = 5000) -> None:
         """Stop following runs, stop listening, wait (bounded) for jobs, close the facade."""

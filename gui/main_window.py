@@ -85,7 +85,7 @@ from gui.settings import (
 )
 from gui.shortcuts import TASK_SHORTCUTS, show_shortcuts_on
 from gui.task_view import EMPTY_STATE_TEXT, TaskView
-from gui.task_view.actions import STOP, run_arguments
+from gui.task_view.actions import RESUME, RESUME_ON_HOST, STOP, run_arguments
 from gui.welcome import WelcomeDialog
 
 if TYPE_CHECKING:
@@ -387,7 +387,14 @@ class MainWindow(QMainWindow):
         for name, action in self.task_view.buttons.items():
             action.setShortcut(QKeySequence(TASK_SHORTCUTS[name]))
             action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
-        menu.addActions(task_actions)
+        # Resume on Host… sits beside Resume in the menus (and so in the palette), not on the
+        # toolbar, whose buttons are task_actions.
+        on_host = self.task_view.resume_on_host_action
+        on_host.setShortcut(QKeySequence(TASK_SHORTCUTS[RESUME_ON_HOST]))
+        on_host.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        menu_actions = list(task_actions)
+        menu_actions.insert(menu_actions.index(self.task_view.buttons[RESUME]) + 1, on_host)
+        menu.addActions(menu_actions)
         menu.addSeparator()
         menu.addActions(self.lineage.tree_actions)
         menu.addSeparator()
@@ -397,7 +404,7 @@ class MainWindow(QMainWindow):
         )
         self.reconcile_action.triggered.connect(self.reconcile)
         menu.addAction(self.reconcile_action)
-        self.lineage.set_task_actions(task_actions)
+        self.lineage.set_task_actions(menu_actions)
         # Connected after the task view's own handler: the stop is under way when this runs.
         self.task_view.buttons[STOP].triggered.connect(
             lambda _checked=False: self.lineage.show_stopping(self.task_view.task_id)
@@ -500,7 +507,7 @@ class MainWindow(QMainWindow):
         cairn = self.context.cairn
         self.context.jobs.job(
             cairn.views.status, key="sandbox-status", what="check the sandboxes", parent=self
-        ).success(lambda status: self.context.set_sandbox_problem(status.get("problem"))).run()
+        ).success(self.context.set_sandbox_status).run()
 
     def reconcile(self) -> None:
         """Settle runs that ended or were lost while Cairn was closed, then follow the rest."""

@@ -235,3 +235,11 @@ from PySide6.QtGui import QMouseEvent  # noqa: E402
 __all__ += [
     "QMouseEvent",
 ]
+
+# Names used by Resume on Host's list of hosts.
+from PySide6.QtWidgets import QListWidget, QListWidgetItem  # noqa: E402
+
+__all__ += [
+    "QListWidget",
+    "QListWidgetItem",
+]

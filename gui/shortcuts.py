@@ -15,6 +15,7 @@ from gui.task_view.actions import (
     FORK,
     PROMOTE,
     RESUME,
+    RESUME_ON_HOST,
     START,
     STOP,
 )
@@ -26,6 +27,7 @@ TASK_SHORTCUTS = {
     FORK: "Ctrl+Shift+F",
     STOP: "Ctrl+.",
     RESUME: "Ctrl+Shift+R",
+    RESUME_ON_HOST: "Ctrl+Shift+H",
     PROMOTE: "Ctrl+Shift+B",
     EXPORT_PATCH: "Ctrl+Shift+E",
 }

@@ -1,16 +1,21 @@
 """The questions an action asks on its way: how a resume goes on when the workspace was edited
-outside Cairn, and how to unlock the OS keyring when it is locked or missing.
+outside Cairn, which sandbox host Resume on Host… resumes on, and how to unlock the OS keyring
+when it is locked or missing.
 
 Owns the wording and collecting the answer; acting on it is the caller's.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from core.runs.ladder import ON_TOP, RESTORE_INTO_NEW
 from gui.qt import (
     QDialog,
     QDialogButtonBox,
     QLabel,
+    QListWidget,
+    QListWidgetItem,
     QMessageBox,
     QPushButton,
     Qt,
@@ -35,6 +40,64 @@ def ask_resume_choice(parent: QWidget, message: str) -> str | None:
     box.exec()
     clicked = box.clickedButton()
     return ON_TOP if clicked is on_top else RESTORE_INTO_NEW if clicked is restore else None
+
+
+MOVE_NOTE = "Another host gets a new sandbox for the task, re-created there from the same snapshot."
+
+
+class ResumeOnHostDialog(QDialog):
+    """Resume a task's interrupted run on a sandbox host of the person's choice: every host,
+    the task's own marked and preselected, each with what was last known of it."""
+
+    def __init__(
+        self,
+        task_title: str,
+        hosts: Sequence[str],
+        current: str | None,
+        parent: QWidget | None = None,
+        *,
+        states: Mapping[str, str] | None = None,
+    ):
+        """`current`: the host the task's sandbox runs on now; `states`: a host's last known
+        state in words (a host not in it is shown by name alone)."""
+        super().__init__(parent)
+        self.setWindowTitle(f"Resume “{task_title}” on Host")
+        self.setObjectName("resumeOnHostDialog")
+        states = states or {}
+        layout = QVBoxLayout(self)
+        layout.addWidget(QLabel("Resume the interrupted run on this sandbox host:", self))
+        self.host_list = QListWidget(self)
+        self.host_list.setObjectName("resumeHostList")
+        for name in hosts:
+            text = f"{name} (the task's host now)" if name == current else name
+            if states.get(name):
+                text += f" — {states[name]}"
+            item = QListWidgetItem(text, self.host_list)
+            item.setData(Qt.ItemDataRole.UserRole, name)
+            if name == current:
+                self.host_list.setCurrentItem(item)
+        if self.host_list.currentItem() is None and self.host_list.count():
+            self.host_list.setCurrentRow(0)
+        layout.addWidget(self.host_list)
+        self.note = QLabel(MOVE_NOTE, self)
+        self.note.setObjectName("resumeHostNote")
+        self.note.setWordWrap(True)
+        layout.addWidget(self.note)
+        self.buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel, self
+        )
+        self.ok_button = self.buttons.button(QDialogButtonBox.StandardButton.Ok)
+        self.ok_button.setText("Resume")
+        self.buttons.accepted.connect(self.accept)
+        self.buttons.rejected.connect(self.reject)
+        self.host_list.itemDoubleClicked.connect(lambda _item: self.accept())
+        layout.addWidget(self.buttons)
+        self.host_list.setFocus()
+
+    def host(self) -> str | None:
+        """The chosen host's name."""
+        item = self.host_list.currentItem()
+        return item.data(Qt.ItemDataRole.UserRole) if item is not None else None
 
 
 class KeyringDialog(QDialog):

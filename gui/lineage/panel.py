@@ -690,7 +690,7 @@ class LineagePanel(QWidget):
         ).success(self._sessions_checked).run()
 
     def _sessions_checked(self, status: dict) -> None:
-        self.context.set_sandbox_problem(status.get("problem"))
+        self.context.set_sandbox_status(status)
         live = live_workspaces(status)
         for node in self.model.task_nodes():
             row = node.task_row

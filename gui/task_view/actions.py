@@ -18,6 +18,9 @@ RESUME = "resume"
 PROMOTE = "promote"
 EXPORT_PATCH = "export_patch"
 BUTTONS = (START, CONTINUE, FORK, STOP, RESUME, PROMOTE, EXPORT_PATCH)
+# Resume on another sandbox host: in the menus and the palette, not the toolbar (Resume there
+# resumes at once on the task's own host).
+RESUME_ON_HOST = "resume_on_host"
 
 LABELS = {
     START: "Start",
@@ -27,6 +30,7 @@ LABELS = {
     RESUME: "Resume",
     PROMOTE: "Promote to branch",
     EXPORT_PATCH: "Export patch…",
+    RESUME_ON_HOST: "Resume on Host…",
 }
 
 NO_TASK = "select a task first"
@@ -207,6 +211,30 @@ def _resume(f: _Facts) -> str | None:
     if f.state != RunState.INTERRUPTED.value:
         return f"{_ended(f.state)}; only an interrupted run can be resumed"
     return f.lineage_busy() or f.no_sandbox()
+
+
+def resume_on_host_state(
+    details: dict | None,
+    run: Run | None = None,
+    *,
+    hosts: tuple[str, ...] = (),
+    lineage_run: Run | None = None,
+    busy: str | None = None,
+) -> State:
+    """Resume on Host…'s (enabled, reason): Resume's rules, and another sandbox host to go to.
+    `hosts`: the hosts' names as the task view read them (none: they could not be read). The
+    default host's problem does not disable it: moving to another host is a way around it."""
+    if details is None:
+        return False, NO_TASK
+    if busy:
+        return False, f"{busy}; wait for it to finish"
+    if not hosts:
+        return False, "the sandbox hosts could not be read; check the hosts in the settings"
+    if len(hosts) < 2:
+        return False, f"only one sandbox host is configured ({hosts[0]}); there is no other"
+    facts = _Facts(details, run.state if run is not None else None, None, lineage_run, None)
+    why = _resume(facts)
+    return not why, why or ""
 
 
 def _promote(f: _Facts) -> str | None:

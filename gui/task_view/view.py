@@ -1,5 +1,6 @@
 """The selected task: its title, engine and instructions, its run's output (live while the run
-goes on), and the actions Start, Continue, Fork, Stop, Resume, Promote to branch, Export patch.
+goes on), and the actions Start, Continue, Fork, Stop, Resume, Promote to branch, Export patch,
+and Resume on Host… (in the menus and the palette: Resume on a sandbox host chosen in a dialog).
 
 Owns showing one task and offering its actions. Which action is possible, and why not, comes
 from gui.task_view.actions; the reads are gui.task_view.data's and every facade call goes
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from core.events import RUN_OUTPUT, Event
 from core.models import Run, Task
 from core.runs.ladder import NeedsChoice
-from gui.dialogs import ContinueDialog, ForkDialog, ask_resume_choice
+from gui.dialogs import ContinueDialog, ForkDialog, ResumeOnHostDialog, ask_resume_choice
 from gui.errors import describe_error
 from gui.icons import icon
 from gui.jobs import JobFailure
@@ -47,11 +48,13 @@ from gui.task_view.actions import (
     LABELS,
     PROMOTE,
     RESUME,
+    RESUME_ON_HOST,
     START,
     STOP,
     STOPPING,
     button_states,
     pending_state,
+    resume_on_host_state,
 )
 from gui.task_view.data import TaskViewData, run_output, task_view
 from gui.task_view.output_view import OutputView
@@ -158,6 +161,11 @@ class TaskView(QWidget):
             self.buttons[name] = action
             self.toolbar.addAction(action)
         layout.addWidget(self.toolbar)
+        # Not on the toolbar: the window puts it in the Task menu and the tree's context menu
+        # (and so the palette), beside Resume.
+        self.resume_on_host_action = QAction(icon(ICONS[RESUME]), LABELS[RESUME_ON_HOST], self)
+        self.resume_on_host_action.setObjectName(f"action_{RESUME_ON_HOST}")
+        self.resume_on_host_action.triggered.connect(lambda _checked=False: self.resume_on_host())
 
         self.instructions_title = QLabel("<b>Instructions</b>", self.page)
         layout.addWidget(self.instructions_title)
@@ -180,6 +188,7 @@ class TaskView(QWidget):
     def refresh_icons(self) -> None:
         for name, button in self.buttons.items():
             button.setIcon(icon(ICONS[name]))
+        self.resume_on_host_action.setIcon(icon(ICONS[RESUME]))
 
     # -- showing a task --------------------------------------------------------------------------
 
@@ -299,6 +308,17 @@ class TaskView(QWidget):
             button = self.buttons[name]
             button.setEnabled(enabled)
             button.setToolTip(why or LABELS[name].rstrip("…"))
+        enabled, why = resume_on_host_state(
+            data.details if data else None,
+            data.run if data else None,
+            hosts=data.hosts if data else (),
+            lineage_run=data.lineage_run if data else None,
+            busy=self._busy.get(self.task_id or ""),
+        )
+        self.resume_on_host_action.setEnabled(enabled)
+        self.resume_on_host_action.setToolTip(
+            why or "Resume the interrupted run on another sandbox host"
+        )
 
     # -- events ----------------------------------------------------------------------------------
 
@@ -494,7 +514,38 @@ class TaskView(QWidget):
             busy=STOPPING,
         )
 
-    def _resume(self, d: dict, choice: str | None = None) -> None:
+    def resume_on_host(self) -> ResumeOnHostDialog | None:
+        """Resume on Host…: choose the sandbox host (the task's own preselected), then resume
+        there as Resume does; the hosts were read with the task's data, in its job."""
+        data = self.data
+        if data is None or not self.resume_on_host_action.isEnabled():
+            return None
+        d = data.details
+        dialog = ResumeOnHostDialog(
+            d["title"], data.hosts, d.get("host"), self, states=self._host_states(data)
+        )
+
+        def accepted() -> None:
+            host = dialog.host()
+            if host is not None:
+                self._resume(d, host=host)
+
+        dialog.accepted.connect(accepted)
+        self.resume_on_host_dialog = dialog
+        dialog.open()
+        return dialog
+
+    def _host_states(self, data: TaskViewData) -> dict[str, str]:
+        """What the last status check said of the hosts that did not answer (the default
+        host's problem, the others'); nothing is said of the rest."""
+        problems = dict(self.context.host_problems)
+        if data.default_host is not None and self.context.sandbox_problem:
+            problems[data.default_host] = self.context.sandbox_problem
+        return {name: f"did not answer at the last check: {why}" for name, why in problems.items()}
+
+    def _resume(self, d: dict, choice: str | None = None, *, host: str | None = None) -> None:
+        """Resume the task's interrupted run; with `host`, on that sandbox host (its sandbox is
+        made again there from the same snapshot when it is another)."""
         cairn, task_id, title = self.context.cairn, d["task_id"], d["title"]
         self._busy[task_id] = "resuming"
         self._update_buttons()
@@ -508,16 +559,21 @@ class TaskView(QWidget):
             if isinstance(failure.error, NeedsChoice) and choice is None:
                 picked = ask_resume_choice(self, describe_error(failure.error))
                 if picked is not None:
-                    self._resume(d, picked)
+                    self._resume(d, picked, host=host)
                 return
             self.report_failure(failure)
 
         def succeeded(result: tuple[Run, Any]) -> None:
-            self.context.sig_status.emit(f"Resumed {title}")
+            self.context.sig_status.emit(f"Resumed {title}" + (f" on {host}" if host else ""))
             self._follow(result[0])
 
+        def work() -> tuple[Run, Any]:
+            if host is None:
+                return cairn.runs.resume(task_id, choice=choice)
+            return cairn.runs.resume(task_id, choice=choice, host=host)
+
         self.context.jobs.job(
-            lambda: cairn.runs.resume(task_id, choice=choice),
+            work,
             write=True,
             what="resume the run",
             parent=self,
