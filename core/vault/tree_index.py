@@ -341,6 +341,14 @@ class TreeIndex:
                     self.ensure_dir(child)
                     stack.append(child)
                 else:
+                    old = children.get(name)
+                    if (
+                        old is not None
+                        and old.mode == mode
+                        and old.stat == (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
+                        and old.seen_at - st.st_mtime > racy_window(st)
+                    ):
+                        continue  # the stat cache vouches for it (what _record_file checks first)
                     if child in self.dirs:  # a folder became a file
                         changed += self._remove_counted(child)
                     changed += self._record_file(objects, entry.path, child, st, mode, problems)
