@@ -842,8 +842,19 @@ class MainWindow(QMainWindow):
         refused = sorted_paths.message()
         if refused:
             self.show_status(refused)
-        if sorted_paths.folders:
-            self.sig_folders_dropped.emit(sorted_paths.folders)
+        if not sorted_paths.folders:
+            return
+        folders = sorted_paths.folders
+        check = self.system_check
+        if check is not None and check.isVisible():
+            # The first-run check comes first (`cairn ~/repo` on a first start): New Task opens
+            # when it is closed, not stacked over it.
+            check.finished.connect(
+                lambda _result: self.sig_folders_dropped.emit(folders),
+                Qt.ConnectionType.SingleShotConnection,
+            )
+            return
+        self.sig_folders_dropped.emit(folders)
 
     def open_new_task_dialog(self, folders: list[Path]) -> NewTaskDialog:
         dialog = NewTaskDialog(

@@ -403,14 +403,22 @@ LAUNCH = textwrap.dedent(
     import sys
     from gui.qt import QApplication, QTimer
     app = QApplication([sys.argv[0]])
-    def close_all():
+    def shown(prefix):
         for widget in app.topLevelWidgets():
             if widget.isVisible():
-                print("window:", widget.windowTitle(), type(widget).__name__, flush=True)
+                print(prefix, widget.windowTitle(), type(widget).__name__, flush=True)
+    def close_check():
+        shown("window:")
+        for widget in app.topLevelWidgets():
+            if type(widget).__name__ == "WelcomeDialog" and widget.isVisible():
+                widget.done(0)
+        QTimer.singleShot(1000, close_all)
+    def close_all():
+        shown("then:")
         for widget in app.topLevelWidgets():
             if type(widget).__name__ == "MainWindow":
                 widget.close()
-    QTimer.singleShot(2000, close_all)
+    QTimer.singleShot(2000, close_check)
     from gui.main import main
     rc = main(["--data-dir", sys.argv[1], *sys.argv[2:]])
     print("app:", app.applicationName(), app.desktopFileName(), app.organizationDomain())
@@ -431,7 +439,10 @@ def test_main_starts_opens_the_dialog_for_a_path_and_quits_saving_settings(tmp_p
     )
     assert result.returncode == 0, result.stderr
     assert "window: Cairn MainWindow" in result.stdout
-    assert "window: New Task NewTaskDialog" in result.stdout
+    # A first start: the first-run check first, and New Task for the path once it is closed.
+    assert "window: Welcome to Cairn WelcomeDialog" in result.stdout, result.stdout
+    assert "window: New Task NewTaskDialog" not in result.stdout
+    assert "then: New Task NewTaskDialog" in result.stdout
     assert "app: Cairn io.cairn.Cairn cairn.io" in result.stdout
     saved = list((tmp_path / "config").rglob("*.conf"))
     assert saved, "closing the window did not save its state"
@@ -626,3 +637,33 @@ def test_a_palette_switched_live_reaches_the_widgets_under_the_style_sheet(qtbot
         app.setPalette(before)
     back = before.color(QPalette.ColorRole.Window)
     qtbot.waitUntil(lambda: window.task_view.palette().color(QPalette.ColorRole.Window) == back)
+
+
+def test_a_folder_given_at_the_first_start_waits_for_the_first_run_check(qtbot, window, tmp_path):
+    from gui.dialogs.data import SortedPaths
+
+    opened: list[list] = []
+    window.sig_folders_dropped.disconnect()
+    window.sig_folders_dropped.connect(opened.append)
+    check = window.show_system_check()
+    qtbot.waitUntil(check.isVisible)
+    window._paths_sorted(SortedPaths(folders=[tmp_path]))
+    qtbot.wait(50)
+    assert opened == []  # not stacked over the check
+    check.done(0)
+    qtbot.waitUntil(lambda: opened == [[tmp_path]])
+    again = window.show_system_check()  # a later System Check opens no New Task again
+    qtbot.waitUntil(again.isVisible)
+    again.done(0)
+    qtbot.wait(50)
+    assert opened == [[tmp_path]]
+
+
+def test_a_folder_dropped_with_no_check_open_opens_new_task_at_once(window, tmp_path):
+    from gui.dialogs.data import SortedPaths
+
+    opened: list[list] = []
+    window.sig_folders_dropped.disconnect()
+    window.sig_folders_dropped.connect(opened.append)
+    window._paths_sorted(SortedPaths(folders=[tmp_path]))
+    assert opened == [[tmp_path]]
