@@ -390,7 +390,13 @@ def seed_stat_cache(
         time.sleep(max(0.0, min(newest + RACY_SECONDS_FINE - time.time(), RACY_SECONDS_FINE)))
         _seed_stats([record for _, record in racy])
     vouched = sum(1 for _, rec in records if rec.stat is not None)
-    data = _encode_stat_cache(workspace_id, revision, index)
+    _write_cache_file(path, _encode_stat_cache(workspace_id, revision, index))
+    return vouched
+
+
+def _write_cache_file(path: Path, data: bytes) -> None:
+    """Replace the stat cache file whole (a temporary file renamed over it), or leave it as it
+    was and raise."""
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -401,7 +407,6 @@ def seed_stat_cache(
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    return vouched
 
 
 def _seed_stats(
@@ -1006,17 +1011,11 @@ class Recorder:
     def _write_stat_cache(self, data: bytes) -> None:
         path = self._stat_cache
         assert path is not None
-        tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
+            _write_cache_file(path, data)
         except OSError as exc:
             self._cache_dirty = True
             self._problem(f"cannot save the stat cache {path}: {exc.strerror or exc}")
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
 
     # -- the observer and the workspace folder -------------------------------------------------
 
