@@ -11,6 +11,7 @@ live. Showing the diff belongs to gui.diff; the restores' sequence to gui.restor
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from core import events as ev
@@ -261,19 +262,29 @@ class RevisionsPanel(QWidget):
         # The count first: a narrow pane clips the end of the heading, not the figure.
         self.heading.setText(f"{count} revision{'' if count == 1 else 's'} · {timeline.title}")
         self.heading.setToolTip(timeline.title)
+        self._keeping_selection(
+            selected,
+            lambda: self.model.set_entries(
+                timeline.entries, keep_stats=keep, markers=timeline.markers
+            ),
+        )
+        self._fill_other_picker(timeline.others, keep=other)
+        self._update_buttons()
+        self._update_file_actions()
+
+    def _keeping_selection(self, revisions: list[str], change: Callable[[], object]) -> None:
+        """Change the rows (`change`), then select `revisions` again where they still show,
+        without a selection signal in between."""
         selection = self.table.selectionModel()
         selection.blockSignals(True)
         try:
-            self.model.set_entries(timeline.entries, keep_stats=keep, markers=timeline.markers)
-            for rev in selected:
+            change()
+            for rev in revisions:
                 row = self.model.row_of(rev)
                 if row >= 0:
                     self._add_row(row)
         finally:
             selection.blockSignals(False)
-        self._fill_other_picker(timeline.others, keep=other)
-        self._update_buttons()
-        self._update_file_actions()
 
     def _add_row(self, row: int) -> None:
         flags = QItemSelectionModel.SelectionFlag.Select | QItemSelectionModel.SelectionFlag.Rows
@@ -352,34 +363,14 @@ class RevisionsPanel(QWidget):
 
     def open_group(self, row: int, opened: bool = True) -> None:
         """Open (or close) the group of revisions at `row`, keeping the selection."""
-        selected = self.selected_revisions()
-        selection = self.table.selectionModel()
-        selection.blockSignals(True)
-        try:
-            self.model.set_open(row, opened)
-            for rev in selected:
-                r = self.model.row_of(rev)
-                if r >= 0:
-                    self._add_row(r)
-        finally:
-            selection.blockSignals(False)
+        self._keeping_selection(self.selected_revisions(), lambda: self.model.set_open(row, opened))
 
     def set_search(self, text: str) -> None:
         """Search the timeline by path and text (as typing in the search field does)."""
         self.search.setText(text)
 
     def _on_search(self, text: str) -> None:
-        selected = self.selected_revisions()
-        selection = self.table.selectionModel()
-        selection.blockSignals(True)
-        try:
-            self.model.set_search(text)
-            for rev in selected:
-                r = self.model.row_of(rev)
-                if r >= 0:
-                    self._add_row(r)
-        finally:
-            selection.blockSignals(False)
+        self._keeping_selection(self.selected_revisions(), lambda: self.model.set_search(text))
         self._on_selection_changed()
 
     def _on_clicked(self, index: QModelIndex) -> None:
