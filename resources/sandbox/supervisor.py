@@ -551,6 +551,10 @@ class Exec:
             self._stdin = stdin_kind(self.pid)
         return self._stdin
 
+    def key(self):
+        """The same program start, as a PATH walk retries it: program, arguments, environment."""
+        return (self.program, tuple(self.argv), tuple(sorted(self.env.items())))
+
     def names(self):
         return {os.path.basename(self.program), os.path.basename(self.argv[0]) if self.argv else ""}
 
@@ -1214,7 +1218,7 @@ class Supervisor:
             if self.let_go(tid, held, ex):
                 return
             reason = "cannot watch the exec happen"
-        self.refused[tid] = (ex.program, tuple(ex.argv), tuple(sorted(ex.env.items())))
+        self.refused[tid] = ex.key()
         self.respond(held, errno.EPERM)
         self.say("cairn: denied %s (%s)" % (shlex.join(ex.argv)[:300], reason))
 
@@ -1324,7 +1328,7 @@ class Supervisor:
             return
         ex.ident = (st.st_dev, st.st_ino)
         ex.interpreter = shebang(ex.opened, st)
-        key = (ex.program, tuple(ex.argv), tuple(sorted(ex.env.items())))
+        key = ex.key()
         if self.refused.get(tid) == key:
             # The same program again (a shell trying the next PATH folder that leads to it):
             # one question, one answer.
@@ -1334,7 +1338,7 @@ class Supervisor:
         if waiting is not None and waiting[3] is not None:
             # The same exec held again after its first hold was interrupted: one question.
             request_id, deadline, before, _old, rule = waiting
-            if (before.program, tuple(before.argv), tuple(sorted(before.env.items()))) == key:
+            if before.key() == key:
                 self.waiting[tid] = (request_id, deadline, before, held, rule)
                 return
         self.judge(tid, ex, held)
