@@ -1310,10 +1310,13 @@ class Supervisor:
             if exc.errno in (errno.ESRCH, errno.ENOENT):
                 self.respond(held, errno.ESRCH)
                 return
-            # What cannot be read cannot be judged (a process that made itself undumpable, an
-            # address that is not there): the exec fails.
+            if exc.errno == errno.EFAULT:
+                self.respond(held, errno.EFAULT)  # a bad address: the kernel's own answer
+                return
+            # What cannot be read cannot be judged (a process that made itself undumpable):
+            # the exec fails.
             self.say("cairn: denied an exec of pid %d: cannot read it (%s)" % (tid, exc))
-            self.respond(held, errno.EPERM if exc.errno != errno.EFAULT else errno.EFAULT)
+            self.respond(held, errno.EPERM)
             return
         if not self.valid(held):
             return  # gone while being read: what was read may be another process's
