@@ -62,6 +62,32 @@ def git(cwd: Path, *args: str) -> str:
     ).stdout
 
 
+def git_alone(cwd: Path, *args: str) -> str:
+    """git as a repository's own tests need it: no user or system config, no optional locks, a
+    fixed author and committer."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(
+        GIT_CONFIG_GLOBAL="/dev/null",
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_OPTIONAL_LOCKS="0",
+        GIT_AUTHOR_NAME="T",
+        GIT_AUTHOR_EMAIL="t@example.com",
+        GIT_COMMITTER_NAME="T",
+        GIT_COMMITTER_EMAIL="t@example.com",
+    )
+    proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, check=True)
+    return proc.stdout.decode()
+
+
+def write_file(path: Path, data: str | bytes, mode: int | None = None) -> Path:
+    """Write `data` at `path` (folders made), with `mode` when given."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+    if mode is not None:
+        path.chmod(mode)
+    return path
+
+
 def one_error_line(proc: subprocess.CompletedProcess) -> str:
     assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
     lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]

@@ -21,32 +21,11 @@ from core.vault import Vault
 from core.vault.importer import check_importable, import_folder
 from core.vault.objects import EMPTY_TREE, MODE_EXEC, MODE_FILE, MODE_GITLINK, MODE_LINK
 from core.vault.tree_index import TreeIndex
+from tests.support import git_alone as git
+from tests.support import write_file as write
 
 ROOT = Path(__file__).resolve().parents[2]
 NOBODY = 65534
-
-
-def git(cwd: Path, *args: str) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(
-        GIT_CONFIG_GLOBAL="/dev/null",
-        GIT_CONFIG_NOSYSTEM="1",
-        GIT_OPTIONAL_LOCKS="0",
-        GIT_AUTHOR_NAME="T",
-        GIT_AUTHOR_EMAIL="t@example.com",
-        GIT_COMMITTER_NAME="T",
-        GIT_COMMITTER_EMAIL="t@example.com",
-    )
-    proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, check=True)
-    return proc.stdout.decode()
-
-
-def write(path: Path, text: str | bytes, mode: int | None = None) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(text.encode() if isinstance(text, str) else text)
-    if mode is not None:
-        path.chmod(mode)
-    return path
 
 
 @pytest.fixture

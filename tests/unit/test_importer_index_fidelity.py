@@ -20,30 +20,10 @@ from core.vault.importer import import_folder
 from core.vault.materialize import materialize
 from core.vault.objects import MODE_GITLINK
 from core.vault.tree_index import TreeIndex
+from tests.support import git_alone as git
+from tests.support import write_file as write
 
 HOUR = 3600
-
-
-def git(cwd: Path, *args: str) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(
-        GIT_CONFIG_GLOBAL="/dev/null",
-        GIT_CONFIG_NOSYSTEM="1",
-        GIT_AUTHOR_NAME="T",
-        GIT_AUTHOR_EMAIL="t@example.com",
-        GIT_COMMITTER_NAME="T",
-        GIT_COMMITTER_EMAIL="t@example.com",
-        GIT_OPTIONAL_LOCKS="0",
-    )
-    proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, check=True)
-    return proc.stdout.decode()
-
-
-def write(path: Path, data: str | bytes, mode: int | None = None) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data.encode() if isinstance(data, str) else data)
-    if mode is not None:
-        path.chmod(mode)
 
 
 def age(repo: Path) -> None:

@@ -13,29 +13,8 @@ import pytest
 
 from core import workspaces
 from core.app import Cairn
-
-
-def git(cwd: Path, *args: str) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(
-        GIT_CONFIG_GLOBAL="/dev/null",
-        GIT_CONFIG_NOSYSTEM="1",
-        GIT_OPTIONAL_LOCKS="0",
-        GIT_AUTHOR_NAME="T",
-        GIT_AUTHOR_EMAIL="t@example.com",
-        GIT_COMMITTER_NAME="T",
-        GIT_COMMITTER_EMAIL="t@example.com",
-    )
-    return subprocess.run(
-        ["git", *args], cwd=cwd, env=env, capture_output=True, check=True
-    ).stdout.decode()
-
-
-def write(path: Path, text: str, mode: int | None = None) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    if mode is not None:
-        path.chmod(mode)
+from tests.support import git_alone as git
+from tests.support import write_file as write
 
 
 @pytest.fixture
