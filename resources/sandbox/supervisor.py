@@ -242,6 +242,17 @@ def bpf_program():
     )
 
 
+# Why a filter with a notification listener is refused, in words that say what would fix it.
+FILTER_FAILURES = {
+    errno.EINVAL: "this kernel cannot hold a program start for a supervisor (Linux 5.5 or newer "
+    "is needed)",
+    errno.ENOSYS: "this kernel or the sandbox's seccomp profile has no seccomp() system call",
+    errno.EPERM: "the sandbox's seccomp profile refuses seccomp filters",
+    errno.EACCES: "the sandbox refuses seccomp filters (no_new_privs cannot be set)",
+    errno.EBUSY: "another notification listener is installed already",
+}
+
+
 def install_filter():
     """Install the filter on this process (inherited by everything it starts); return the
     notification listener's file descriptor."""
@@ -256,7 +267,9 @@ def install_filter():
         fd = libc().syscall(NR_SECCOMP, SECCOMP_SET_MODE_FILTER, flags, ctypes.addressof(fprog))
     if fd < 0:
         err = ctypes.get_errno()
-        raise OSError(err, "seccomp user notification: " + os.strerror(err))
+        raise OSError(
+            err, "seccomp user notification: %s" % FILTER_FAILURES.get(err, os.strerror(err))
+        )
     return fd
 
 

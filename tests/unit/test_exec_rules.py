@@ -799,3 +799,20 @@ def test_on_the_host_backend_the_workspace_is_where_the_folder_is():
     for claimed in ("", "/", "relative", "/a/../b", None):
         doc = {"program": "/usr/bin/rm", "argv": ["rm", "-rf", "x"], "workspace": claimed}
         assert ExecFacts.from_request(doc).workspace == "/workspace"
+
+
+def test_a_kernel_that_cannot_hold_execs_is_named_with_what_is_needed(monkeypatch):
+    import ctypes
+    import errno
+
+    class Refusing:
+        def prctl(self, *_args):
+            return 0
+
+        def syscall(self, *_args):
+            ctypes.set_errno(errno.EINVAL)
+            return -1
+
+    monkeypatch.setattr(supervisor, "libc", Refusing)
+    with pytest.raises(OSError, match=r"Linux 5\.5 or newer is needed"):
+        supervisor.install_filter()
