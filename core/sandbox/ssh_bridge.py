@@ -109,6 +109,10 @@ class SshBridge:
 
     def ssh_argv(self, *command: str) -> list[str]:
         """`ssh` with Cairn's options, to run `command` on the far side."""
+        return [*self._ssh_options(), "--", self.target.destination, *command]
+
+    def _ssh_options(self) -> list[str]:
+        """The `ssh` program and Cairn's options, up to the destination."""
         program = shutil.which(self.ssh)
         if program is None:
             raise SshUnavailable("there is no ssh client on this machine (Debian: openssh-client)")
@@ -133,7 +137,7 @@ class SshBridge:
             ]
         if self.target.port:
             argv += ["-p", str(self.target.port)]
-        return [*argv, "--", self.target.destination, *command]
+        return argv
 
     def check(self) -> str:
         """The remote engine's API version, or SshUnavailable saying why it cannot be had."""
@@ -219,7 +223,7 @@ class SshBridge:
             with contextlib.suppress(OSError, subprocess.SubprocessError):
                 # Ends the shared connection (ControlPersist would keep it a minute).
                 subprocess.run(
-                    [*self.ssh_argv()[:-2], "-O", "exit", "--", self.target.destination],
+                    [*self._ssh_options(), "-O", "exit", "--", self.target.destination],
                     capture_output=True,
                     timeout=10,
                     stdin=subprocess.DEVNULL,
