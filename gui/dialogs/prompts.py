@@ -57,9 +57,11 @@ class ResumeOnHostDialog(QDialog):
         parent: QWidget | None = None,
         *,
         states: Mapping[str, str] | None = None,
+        default: str | None = None,
     ):
         """`current`: the host the task's sandbox runs on now; `states`: a host's last known
-        state in words (a host not in it is shown by name alone)."""
+        state in words (a host not in it is shown by name alone); `default`: the settings'
+        default host, preselected when the task's own host is no longer in the settings."""
         super().__init__(parent)
         self.setWindowTitle(f"Resume “{task_title}” on Host")
         self.setObjectName("resumeOnHostDialog")
@@ -68,16 +70,28 @@ class ResumeOnHostDialog(QDialog):
         layout.addWidget(QLabel("Resume the interrupted run on this sandbox host:", self))
         self.host_list = QListWidget(self)
         self.host_list.setObjectName("resumeHostList")
+        if current and current not in hosts:
+            # Shown so the person sees where the sandbox was, but not to be chosen: Cairn no
+            # longer knows how to reach a host removed from the settings.
+            gone = QListWidgetItem(
+                f"{current} (the task's host now) — no longer in Settings ▸ General ▸ "
+                "Sandbox host: add it again there to resume on it",
+                self.host_list,
+            )
+            gone.setFlags(Qt.ItemFlag.NoItemFlags)
         for name in hosts:
             text = f"{name} (the task's host now)" if name == current else name
             if states.get(name):
                 text += f" — {states[name]}"
             item = QListWidgetItem(text, self.host_list)
             item.setData(Qt.ItemDataRole.UserRole, name)
-            if name == current:
+            if name == current or (current not in hosts and name == default):
                 self.host_list.setCurrentItem(item)
-        if self.host_list.currentItem() is None and self.host_list.count():
-            self.host_list.setCurrentRow(0)
+        if self.host_list.currentItem() is None:
+            for row in range(self.host_list.count()):
+                if self.host_list.item(row).flags() & Qt.ItemFlag.ItemIsEnabled:
+                    self.host_list.setCurrentRow(row)
+                    break
         layout.addWidget(self.host_list)
         self.note = QLabel(MOVE_NOTE, self)
         self.note.setObjectName("resumeHostNote")
@@ -90,7 +104,14 @@ class ResumeOnHostDialog(QDialog):
         self.ok_button.setText("Resume")
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
-        self.host_list.itemDoubleClicked.connect(lambda _item: self.accept())
+        self.host_list.itemDoubleClicked.connect(
+            lambda _item: self.accept() if self.host() is not None else None
+        )
+        # Resume is for a host Cairn can reach: none while nothing of the settings is chosen.
+        self.host_list.currentItemChanged.connect(
+            lambda *_: self.ok_button.setEnabled(self.host() is not None)
+        )
+        self.ok_button.setEnabled(self.host() is not None)
         layout.addWidget(self.buttons)
         self.host_list.setFocus()
 

@@ -522,7 +522,12 @@ class TaskView(QWidget):
             return None
         d = data.details
         dialog = ResumeOnHostDialog(
-            d["title"], data.hosts, d.get("host"), self, states=self._host_states(data)
+            d["title"],
+            data.hosts,
+            d.get("host"),
+            self,
+            states=self._host_states(data),
+            default=data.default_host,
         )
 
         def accepted() -> None:

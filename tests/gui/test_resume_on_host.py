@@ -19,7 +19,7 @@ from gui.context import AppContext
 from gui.dialogs import ResumeOnHostDialog
 from gui.dialogs.prompts import MOVE_NOTE
 from gui.palette import menu_actions
-from gui.qt import QCoreApplication, QEvent, QMessageBox, QSettings
+from gui.qt import QCoreApplication, QEvent, QMessageBox, QSettings, Qt
 from gui.sessions import SessionsPanel
 from gui.sessions.panel import S_BACKEND, S_HOST, S_STATE, SESSION_COLUMNS
 from gui.task_view import view as view_module
@@ -117,6 +117,21 @@ def test_the_dialog_preselects_the_task_s_host_and_resumes_on_the_chosen_one(
     qtbot.waitUntil(lambda: bool(calls), timeout=10_000)
     assert calls == [(shown.task_id, {"choice": None, "host": "podman"})]
     qtbot.waitUntil(lambda: window.statusBar().currentMessage() == "Resumed moves on podman")
+
+
+def test_a_task_s_host_removed_from_the_settings_is_shown_but_not_chosen(qtbot):
+    """The task's host is no longer in the settings: it is listed, says how to get it back,
+    cannot be chosen, and the settings' default host is preselected instead of the first."""
+    dialog = ResumeOnHostDialog("moves", ("local", "podman", "lab"), "gone-box", default="podman")
+    qtbot.addWidget(dialog)
+    first = dialog.host_list.item(0)
+    assert first.text().startswith("gone-box (the task's host now)")
+    assert "no longer in Settings" in first.text()
+    assert not first.flags() & Qt.ItemFlag.ItemIsSelectable
+    assert dialog.host() == "podman"
+    assert dialog.ok_button.isEnabled()
+    dialog.host_list.setCurrentRow(0)
+    assert dialog.host() is None and not dialog.ok_button.isEnabled()
 
 
 def test_plain_resume_asks_nothing_and_stays_on_the_task_s_host(
