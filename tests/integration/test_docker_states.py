@@ -29,7 +29,7 @@ pytestmark = pytest.mark.docker
 STEPS = [
     "echo s0 >> steps.log && echo a > a.txt",
     "mkdir -p d && echo b > d/b.txt && echo s1 >> steps.log",
-    "sleep 4 && echo s2 >> steps.log",
+    "sleep 8 && echo s2 >> steps.log",
     "cat a.txt d/b.txt > c.txt && echo s3 >> steps.log",
 ]
 

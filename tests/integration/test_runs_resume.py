@@ -135,7 +135,7 @@ def test_a_deleted_workspace_is_restored_from_the_snapshot(task, docker_client):
         data,
         task_id,
         "echo a > a.txt && mkdir -p d && ln -s ../a.txt d/link",
-        "sleep 4",
+        "sleep 8",
         "cat a.txt > c.txt",
     )
     wait_for(lambda: step_of(data, latest_run(data, task_id)) == 1, what="step 1")
@@ -156,7 +156,7 @@ def test_a_deleted_workspace_is_restored_from_the_snapshot(task, docker_client):
 
 def test_a_workspace_edited_by_hand_is_never_overwritten(task, docker_client):
     data, task_id, ws = task
-    start_steps(data, task_id, "echo a > a.txt", "sleep 4", "echo done > done.txt")
+    start_steps(data, task_id, "echo a > a.txt", "sleep 10", "echo done > done.txt")
     wait_for(lambda: step_of(data, latest_run(data, task_id)) == 1, what="step 1")
     cairnctl(data, "checkpoint", task_id)
     interrupt_by_removing_container(data, task_id, docker_client)
@@ -179,7 +179,7 @@ def test_a_workspace_edited_by_hand_is_never_overwritten(task, docker_client):
 
 def test_on_top_keeps_outside_edits(task, docker_client):
     data, task_id, ws = task
-    start_steps(data, task_id, "echo a > a.txt", "sleep 4", "cat a.txt > copy.txt")
+    start_steps(data, task_id, "echo a > a.txt", "sleep 8", "cat a.txt > copy.txt")
     wait_for(lambda: step_of(data, latest_run(data, task_id)) == 1, what="step 1")
     interrupt_by_removing_container(data, task_id, docker_client)
     (ws / "a.txt").write_text("mine\n")
@@ -244,7 +244,7 @@ def test_canary_secret_rotation_and_revocation(task, docker_client, secret_servi
         )
 
         # Revoked between a checkpoint and the resume: the resumed run goes without it.
-        start_steps(data, task_id, "sleep 4", check + " > token.txt")
+        start_steps(data, task_id, "sleep 8", check + " > token.txt")
         wait_for(lambda: step_of(data, latest_run(data, task_id)) == 0, what="step 0")
         interrupt_by_removing_container(data, task_id, docker_client)
         cairnctl(data, "revoke", task_id, name)
@@ -272,7 +272,7 @@ def test_a_policy_tightened_after_a_checkpoint_governs_the_resumed_sandbox(
             "grep -c : /proc/net/dev > {n}-net.txt; "
             'if [ -n "$TOKEN" ]; then echo has; else echo absent; fi > {n}-token.txt'
         )
-        start_steps(data, task_id, probe.format(n="before"), "sleep 4", probe.format(n="after"))
+        start_steps(data, task_id, probe.format(n="before"), "sleep 8", probe.format(n="after"))
         wait_for(lambda: step_of(data, latest_run(data, task_id)) == 1, what="step 1")
         cairnctl(data, "checkpoint", task_id)
         interrupt_by_removing_container(data, task_id, docker_client)
@@ -298,7 +298,7 @@ def test_a_policy_tightened_after_a_checkpoint_governs_the_resumed_sandbox(
 
 def test_two_resumes_of_one_lineage_at_once_only_one_proceeds(task, docker_client):
     data, task_id, _ = task
-    start_steps(data, task_id, "sleep 1", "sleep 1")
+    start_steps(data, task_id, "sleep 6", "sleep 1")
     wait_for(lambda: step_of(data, latest_run(data, task_id)) == 0, what="step 0")
     interrupt_by_removing_container(data, task_id, docker_client)
     procs = [
@@ -362,7 +362,7 @@ def test_crash_at_each_checkpoint_step_leaves_the_previous_checkpoint_restorable
 def test_failures_are_clear_and_the_task_stays_resumable(task, docker_client, tmp_path):
     data, task_id, _ = task
     # Long enough a first step that the sandbox is removed while it runs, on a loaded machine too.
-    start_steps(data, task_id, "sleep 4", "echo ok > ok.txt")
+    start_steps(data, task_id, "sleep 8", "echo ok > ok.txt")
     wait_for(lambda: step_of(data, latest_run(data, task_id)) == 0, what="step 0")
     interrupt_by_removing_container(data, task_id, docker_client)
 
@@ -405,7 +405,7 @@ def test_a_locked_keyring_refuses_the_run_and_keeps_it_resumable(
     try:
         cairnctl(data, "secret", "set", name, input=f"v-{uuid.uuid4().hex}")
         cairnctl(data, "grant", task_id, name, "--env", "TOKEN")
-        start_steps(data, task_id, "sleep 4", "echo ok > ok.txt")
+        start_steps(data, task_id, "sleep 8", "echo ok > ok.txt")
         wait_for(lambda: step_of(data, latest_run(data, task_id)) == 0, what="step 0")
         interrupt_by_removing_container(data, task_id, docker_client)
         line = one_error_line(
@@ -437,7 +437,7 @@ def test_a_link_planted_in_the_runs_folder_is_never_followed(task, docker_client
         + str(victim)
         + ' "${d%.1}.2.x"; done'
     )
-    start_steps(data, task_id, plant, "sleep 4", "echo resumed > r.txt")
+    start_steps(data, task_id, plant, "sleep 8", "echo resumed > r.txt")
     wait_for(lambda: step_of(data, latest_run(data, task_id)) == 1, what="step 1")
     interrupt_by_removing_container(data, task_id, docker_client)
     res = as_json(cairnctl(data, "resume", task_id, "--json"))
