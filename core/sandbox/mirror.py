@@ -1,0 +1,716 @@
+"""A local copy of a workspace that lives in a sandbox on another machine, kept equal to it.
+
+Owns following the in-sandbox watcher (resources/sandbox/workspace-watch.py), pulling the files it
+names, full comparison passes (after an overflow or a reconnect) and writing into the local folder
+without ever leaving it; how a program runs in the sandbox and how its files are read (exec or
+archive streams over the connection) is the `SandboxFiles` the caller gives. Recording revisions
+of the local copy stays the recorder's job (`on_changed` tells it what moved).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import functools
+import io
+import json
+import logging
+import os
+import secrets
+import shutil
+import stat as statmod
+import tarfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from core.errors import CairnError
+from core.launch import resource_path
+from core.vault.objects import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, object_id
+from core.vault.tree_index import StatKey, mode_of, racy_window, stat_key
+
+log = logging.getLogger(__name__)
+
+HELPER_SCRIPT = resource_path("sandbox", "workspace-watch.py")  # copied into the sandbox
+HELPER_IN_SANDBOX = "/cairn/tools/workspace-watch.py"
+# The recorder's numbers (core/watch.py's Recorder defaults); a test keeps them equal.
+QUIET_PERIOD = 0.25
+MAX_INTERVAL = 3.0
+# What reads files in the sandbox when the archive API is not used: paths NUL-separated on
+# stdin, a tar stream of just those entries (no recursion into folders) on stdout, and a path
+# that is gone meanwhile is skipped with a warning instead of failing the whole read.
+TAR_READ_ARGV = (
+    *("tar", "-c", "-f", "-", "--null", "--no-recursion", "--ignore-failed-read", "-T", "-"),
+)
+
+_PULL_BATCH = 256  # paths per read_files call
+_RETRY_FIRST_S = 1.0
+_RETRY_MAX_S = 30.0
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_MODES = {MODE_FILE: 0o644, MODE_EXEC: 0o755}
+
+_T = TypeVar("_T")
+Entry = tuple[str, str | None, bytes | None]  # (path, git mode or None, bytes or None: gone)
+
+
+class LineStream(Protocol):
+    """The standard output of one program in the sandbox, a line at a time (without the newline).
+    Iteration ends when the program ends or the connection drops. `close()` may be called from
+    another thread while a line is awaited: it ends the iteration soon and the program with it
+    (closing the exec's connection closes the program's stdout; it exits on its next poll)."""
+
+    def __iter__(self) -> Iterator[str]: ...
+
+    def close(self) -> None: ...
+
+
+class SandboxFiles(Protocol):
+    """What the mirror needs from the sandbox host."""
+
+    def lines(self, argv: Sequence[str]) -> LineStream:
+        """Start `argv` in the sandbox (as the sandbox user) and stream its stdout."""
+        ...
+
+    def read_files(self, paths: Sequence[str]) -> Iterable[Entry]:
+        """The entries at `paths` (relative to the workspace root, POSIX): for each one
+        `(path, mode, data)`: mode "100644"/"100755" with the file's bytes, "120000" with the
+        link's target, "40000" (a folder; data b"", its files are not included), or data None
+        when the path is gone or is something else. A path left out of the answer counts as
+        gone, so `tar -c --no-recursion --ignore-failed-read` (TAR_READ_ARGV, read with
+        `entries_from_tar`) is enough. May raise anything when the connection fails."""
+        ...
+
+
+class RemoteUnreadable(CairnError):
+    """The sandbox host's copy of the workspace cannot be read (connection lost, helper gone)."""
+
+
+class _Refused(Exception):
+    """A path the mirror will not write (outside the folder, through a link, excluded)."""
+
+
+def entries_from_tar(stream: io.BufferedIOBase | Any) -> Iterator[Entry]:
+    """The entries of a tar stream (read as it arrives) as `read_files` yields them."""
+    with tarfile.open(fileobj=stream, mode="r|") as archive:
+        for member in archive:
+            name = member.name
+            while name.startswith("./"):
+                name = name[2:]
+            name = name.rstrip("/")
+            if member.isdir():
+                yield name, MODE_TREE, b""
+            elif member.issym():
+                yield name, MODE_LINK, os.fsencode(member.linkname)
+            elif member.isreg():
+                f = archive.extractfile(member)
+                data = f.read() if f is not None else b""
+                yield name, MODE_EXEC if member.mode & 0o100 else MODE_FILE, data
+            else:
+                yield name, None, None
+
+
+def safe_parts(rel: str, exclude: frozenset[str] = frozenset()) -> list[str]:
+    """The components of a relative POSIX path the mirror may write, or _Refused."""
+    if not rel or rel.startswith("/") or "\0" in rel:
+        raise _Refused(f"refusing the path {rel!r}: not a relative path")
+    parts = rel.split("/")
+    for part in parts:
+        if part in ("", ".", ".."):
+            raise _Refused(f"refusing the path {rel!r}: it has an empty, '.' or '..' part")
+        if part in exclude:
+            raise _Refused(f"refusing the path {rel!r}: {part} is never copied")
+    return parts
+
+
+class WorkspaceMirror:
+    """Keeps `local_root` equal to the sandbox's `remote_root`.
+
+    One thread does everything (`run`, or the thread `start` makes); `stop` may be called from
+    any thread. `on_changed` gets the relative paths written or deleted locally (a folder's path
+    when the whole folder went), on the mirror's thread; `on_problem` gets one line per trouble.
+    """
+
+    def __init__(
+        self,
+        files: SandboxFiles,
+        local_root: Path,
+        *,
+        scan_cache: str,
+        remote_root: str = "/workspace",
+        helper: str = HELPER_IN_SANDBOX,
+        python: str = "python3",
+        exclude: Iterable[str] = (),
+        quiet_period: float = QUIET_PERIOD,
+        max_interval: float = MAX_INTERVAL,
+        on_changed: Callable[[list[str]], None] | None = None,
+        on_problem: Callable[[str], None] | None = None,
+    ) -> None:
+        self._files = files
+        self.local_root = Path(local_root)
+        self.remote_root = remote_root
+        self.scan_cache = scan_cache
+        self.helper = helper
+        self.python = python
+        self.exclude = frozenset(exclude)
+        self.quiet_period = quiet_period
+        self.max_interval = max_interval
+        self._on_changed = on_changed
+        self._on_problem = on_problem
+        # Local files whose bytes the mirror knows: path -> (stat data, mode, blob id, seen at).
+        self._known: dict[str, tuple[StatKey, str, str, float]] = {}
+        self._stop = threading.Event()
+        self._stream: LineStream | None = None
+        self._stream_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._want_full = False
+        self.state = "stopped"  # connecting | following | unreachable | stopped
+        self.last_problem: str | None = None
+        self.stats = {"batches": 0, "rescans": 0, "pulled": 0, "deleted": 0, "hashed_local": 0}
+
+    # -- the programs run in the sandbox -------------------------------------------------------
+
+    def _excludes(self) -> list[str]:
+        return [arg for name in sorted(self.exclude) for arg in ("--exclude", name)]
+
+    def watch_argv(self) -> list[str]:
+        return [
+            self.python,
+            self.helper,
+            "watch",
+            self.remote_root,
+            "--quiet",
+            repr(self.quiet_period),
+            "--max-interval",
+            repr(self.max_interval),
+            *self._excludes(),
+        ]
+
+    def scan_argv(self) -> list[str]:
+        return [
+            self.python,
+            self.helper,
+            "scan",
+            self.remote_root,
+            "--cache",
+            self.scan_cache,
+            *self._excludes(),
+        ]
+
+    # -- following -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Follow the sandbox on a thread of the mirror's own until `stop`."""
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self.run, name="cairn-mirror", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop following (a pull in progress finishes first) and wait for the thread."""
+        self._stop.set()
+        self._close_stream()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+        self.state = "stopped"
+
+    def wait_ready(self, timeout: float) -> bool:
+        """True once the full pass that opens the current connection is done."""
+        return self._ready.wait(timeout)
+
+    def run(self) -> None:
+        """Follow the sandbox until `stop`: reconnect after a drop (each new connection starts
+        with a full pass), telling `on_problem` once per drop."""
+        delay = _RETRY_FIRST_S
+        while not self._stop.is_set():
+            began = time.monotonic()
+            try:
+                self.follow()
+                return
+            except RemoteUnreadable as exc:
+                if self._stop.is_set():
+                    return
+                self.state = "unreachable"
+                self._problem(str(exc))
+            if time.monotonic() - began > _RETRY_MAX_S:
+                delay = _RETRY_FIRST_S  # it had been working: try again soon
+            self._stop.wait(delay)
+            delay = min(delay * 2, _RETRY_MAX_S)
+        self.state = "stopped"
+
+    def follow(self) -> None:
+        """One connection: start the watcher, pull what it reports, full passes when it asks.
+        Returns when stopped; raises RemoteUnreadable when the sandbox side cannot be read."""
+        self.state = "connecting"
+        self._ready.clear()
+        stream = self._remote(lambda: self._files.lines(self.watch_argv()), "start the watcher")
+        with self._stream_lock:
+            self._stream = stream
+        if self._stop.is_set():
+            self._close_stream()
+        try:
+            for line in self._guarded(stream, "read the watcher"):
+                if self._stop.is_set():
+                    return
+                message = _parse(line)
+                if message is None:
+                    continue
+                if "error" in message:
+                    raise RemoteUnreadable(
+                        f"the workspace watcher in the sandbox stopped: {message['error']}"
+                    )
+                if "rescan" in message:
+                    self.stats["rescans"] += 1
+                    self.sync()
+                    self.state = "following"
+                    self._ready.set()
+                elif "changed" in message:
+                    paths = [p for p in message["changed"] if isinstance(p, str)]
+                    self.stats["batches"] += 1
+                    self.pull(paths)
+                    if self._want_full:
+                        self.sync()
+        finally:
+            self._close_stream()
+        if not self._stop.is_set():
+            raise RemoteUnreadable(
+                "the connection to the sandbox's workspace watcher ended; "
+                "its changes are pulled again when it answers"
+            )
+
+    def _close_stream(self) -> None:
+        with self._stream_lock:
+            stream, self._stream = self._stream, None
+        if stream is not None:
+            try:
+                stream.close()
+            except Exception:  # the stream is being abandoned either way
+                log.debug("closing the watcher's stream failed", exc_info=True)
+
+    def _remote(self, call: Callable[[], _T], what: str) -> _T:
+        try:
+            return call()
+        except CairnError:
+            raise
+        except Exception as exc:  # whatever the transport raises
+            raise _unreadable(what, exc) from exc
+
+    def _guarded(self, stream: LineStream, what: str) -> Iterator[str]:
+        """The stream's lines; a failure of the transport is RemoteUnreadable (or the end, when
+        the mirror is stopping and closed it)."""
+        lines = iter(stream)
+        while True:
+            try:
+                line = next(lines)
+            except StopIteration:
+                return
+            except CairnError:
+                raise
+            except Exception as exc:  # whatever the transport raises
+                if self._stop.is_set():
+                    return
+                raise _unreadable(what, exc) from exc
+            yield line
+
+    # -- pulling -------------------------------------------------------------------------------
+
+    def pull(self, paths: Iterable[str]) -> list[str]:
+        """Bring these paths (files, links, folders, gone ones) to what the sandbox holds now;
+        returns the paths changed locally (also told to `on_changed`)."""
+        wanted: list[str] = []
+        for rel in dict.fromkeys(paths):
+            try:
+                safe_parts(rel, self.exclude)
+            except _Refused as exc:
+                self._problem(str(exc))
+                continue
+            wanted.append(rel)
+        changed = self._pull(wanted)
+        self._tell(changed)
+        return changed
+
+    def _pull(self, wanted: list[str]) -> list[str]:
+        # Parents before children: a folder that replaced a file is a folder before its files
+        # are written.
+        wanted.sort(key=lambda p: (p.count("/"), p))
+        changed: list[str] = []
+        for start in range(0, len(wanted), _PULL_BATCH):
+            chunk = wanted[start : start + _PULL_BATCH]
+            answered = self._remote(functools.partial(self._read, chunk), "read files")
+            self.stats["pulled"] += len(chunk)
+            for rel in chunk:
+                mode, data = answered.get(rel, (None, None))
+                if self._apply(rel, mode, data):
+                    changed.append(rel)
+        return changed
+
+    def _read(self, chunk: list[str]) -> dict[str, tuple[str | None, bytes | None]]:
+        asked = set(chunk)
+        answered: dict[str, tuple[str | None, bytes | None]] = {}
+        for path, mode, data in self._files.read_files(chunk):
+            if path in asked:  # anything else is not what was asked for: never written
+                answered[path] = (mode, data)
+        return answered
+
+    def _apply(self, rel: str, mode: str | None, data: bytes | None) -> bool:
+        """Make one local path what the sandbox said; True when the local folder changed."""
+        try:
+            parts = safe_parts(rel, self.exclude)
+            if data is None or mode is None:
+                return self._delete(parts)
+            if mode == MODE_TREE:
+                return self._make_dir(parts)
+            if mode == MODE_LINK or mode in _FILE_MODES:
+                return self._write(parts, mode, data)
+            self._problem(f"{rel}: the sandbox reported an unknown kind of file ({mode})")
+            return False
+        except _Refused as exc:
+            self._want_full = True
+            self._problem(str(exc))
+            return False
+        except OSError as exc:
+            self._want_full = True
+            self._problem(
+                f"cannot write {rel} into the local copy {self.local_root}: {exc.strerror or exc}"
+            )
+            return False
+
+    # -- the local folder (every step relative to a folder opened without following links) ----
+
+    def _open_parent(self, parts: list[str], *, create: bool) -> int | None:
+        """The folder that holds parts[-1]; None (create False) when a folder on the way is not
+        there or is not a folder. A link or a file on the way is never followed nor replaced."""
+        if create:
+            self.local_root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.local_root, _DIR_FLAGS)
+        try:
+            for i, part in enumerate(parts[:-1]):
+                try:
+                    child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    if not create:
+                        os.close(fd)
+                        return None
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                    child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                except OSError as exc:
+                    if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+                        raise
+                    if not create:
+                        os.close(fd)
+                        return None
+                    where = "/".join(parts[: i + 1])
+                    raise _Refused(
+                        f"refusing {'/'.join(parts)}: {where} is not a folder in the local copy"
+                    ) from None
+                os.close(fd)
+                fd = child
+            return fd
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            raise
+
+    def _delete(self, parts: list[str]) -> bool:
+        rel = "/".join(parts)
+        fd = self._open_parent(parts, create=False)
+        if fd is None:
+            return False
+        try:
+            try:
+                st = os.lstat(parts[-1], dir_fd=fd)
+            except FileNotFoundError:
+                return False
+            self._forget(rel)
+            if statmod.S_ISDIR(st.st_mode):
+                shutil.rmtree(parts[-1], dir_fd=fd)
+            else:
+                os.unlink(parts[-1], dir_fd=fd)
+            self.stats["deleted"] += 1
+            return True
+        finally:
+            os.close(fd)
+
+    def _make_dir(self, parts: list[str]) -> bool:
+        rel = "/".join(parts)
+        fd = self._open_parent(parts, create=True)
+        assert fd is not None
+        try:
+            try:
+                st = os.lstat(parts[-1], dir_fd=fd)
+            except FileNotFoundError:
+                st = None
+            if st is not None and statmod.S_ISDIR(st.st_mode):
+                return False
+            if st is not None:
+                self._forget(rel)
+                os.unlink(parts[-1], dir_fd=fd)
+            os.mkdir(parts[-1], 0o755, dir_fd=fd)
+            return True
+        finally:
+            os.close(fd)
+
+    def _write(self, parts: list[str], mode: str, data: bytes) -> bool:
+        rel = "/".join(parts)
+        blob = object_id("blob", data)
+        fd = self._open_parent(parts, create=True)
+        assert fd is not None
+        name = parts[-1]
+        try:
+            if self._local_id(fd, name, rel) == (mode, blob):
+                return False
+            tmp = f".{name[:40]}.{secrets.token_hex(6)}.cairn-tmp"
+            try:
+                if mode == MODE_LINK:
+                    os.symlink(os.fsdecode(data), tmp, dir_fd=fd)
+                else:
+                    out = os.open(
+                        tmp,
+                        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                        0o600,
+                        dir_fd=fd,
+                    )
+                    try:
+                        view = memoryview(data)
+                        while view:
+                            view = view[os.write(out, view) :]
+                        os.fchmod(out, _FILE_MODES[mode])
+                    finally:
+                        os.close(out)
+                try:
+                    os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+                except OSError as exc:
+                    if exc.errno not in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST):
+                        raise
+                    shutil.rmtree(name, dir_fd=fd)  # a folder became a file
+                    os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=fd)
+                raise
+            self._forget(rel)
+            seen_at = time.time()
+            st = os.lstat(name, dir_fd=fd)
+            self._known[rel] = (stat_key(st), mode, blob, seen_at)
+            return True
+        finally:
+            os.close(fd)
+
+    def _forget(self, rel: str) -> None:
+        self._known.pop(rel, None)
+        prefix = rel + "/"
+        for key in [k for k in self._known if k.startswith(prefix)]:
+            del self._known[key]
+
+    def _local_id(self, fd: int, name: str, rel: str) -> tuple[str, str] | None:
+        """(mode, blob id) of a local file or link, None when it is neither."""
+        seen_at = time.time()  # before the lstat: a later change is never hidden
+        try:
+            st = os.lstat(name, dir_fd=fd)
+        except FileNotFoundError:
+            return None
+        mode = mode_of(st)
+        if mode not in (MODE_FILE, MODE_EXEC, MODE_LINK):
+            return None
+        known = self._known.get(rel)
+        if (
+            known is not None
+            and known[0] == stat_key(st)
+            and known[1] == mode
+            and known[3] - st.st_mtime > racy_window(st)
+        ):
+            return mode, known[2]
+        try:
+            if mode == MODE_LINK:
+                data = os.fsencode(os.readlink(name, dir_fd=fd))
+            else:
+                with open(
+                    os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd), "rb"
+                ) as f:
+                    data = f.read()
+        except FileNotFoundError:
+            return None
+        self.stats["hashed_local"] += 1
+        blob = object_id("blob", data)
+        assert mode is not None
+        self._known[rel] = (stat_key(st), mode, blob, seen_at)
+        return mode, blob
+
+    # -- full passes ---------------------------------------------------------------------------
+
+    def sync(self) -> list[str]:
+        """Compare the whole sandbox copy with the local folder (the sandbox's scan, with its stat
+        cache) and pull only what differs; delete what the sandbox lacks. Returns (and tells)
+        the paths changed locally."""
+        self._want_full = False
+        remote, problems = self._scan()
+        local = self._local_tree()
+        changed: list[str] = []
+        # What the sandbox lacks: outermost first, so a gone folder goes whole.
+        gone_dirs: list[str] = []
+        for rel in sorted(local, key=lambda p: (p.count("/"), p)):
+            if rel in remote or _under_any(rel, problems):
+                continue
+            if _under_any(rel, gone_dirs):
+                continue
+            if local[rel][0] == MODE_TREE:
+                gone_dirs.append(rel)
+            if self._apply(rel, None, None):
+                changed.append(rel)
+        wanted: list[str] = []
+        for rel, (mode, blob) in remote.items():
+            here = local.get(rel)
+            if mode == MODE_TREE:
+                if here is None or here[0] != MODE_TREE:
+                    wanted.append(rel)
+            elif here is None or here != (mode, blob):
+                wanted.append(rel)
+        changed += self._pull(wanted)
+        self._tell(changed)
+        return changed
+
+    def _scan(self) -> tuple[dict[str, tuple[str, str | None]], list[str]]:
+        stream = self._remote(lambda: self._files.lines(self.scan_argv()), "start a scan")
+        remote: dict[str, tuple[str, str | None]] = {}
+        problems: list[str] = []
+        done = False
+        try:
+            for line in self._guarded(stream, "read the scan"):
+                message = _parse(line)
+                if message is None:
+                    continue
+                if "error" in message:
+                    raise RemoteUnreadable(
+                        f"cannot scan the workspace in the sandbox: {message['error']}"
+                    )
+                if message.get("done") is True:
+                    done = True
+                    break
+                path = message.get("path")
+                if not isinstance(path, str):
+                    continue
+                try:
+                    safe_parts(path, self.exclude)
+                except _Refused as exc:
+                    self._problem(str(exc))
+                    continue
+                if "problem" in message:
+                    problems.append(path)
+                    self._problem(f"{path} in the sandbox: {message['problem']}; left as it was")
+                    continue
+                mode = message.get("mode")
+                if mode == MODE_TREE:
+                    remote[path] = (MODE_TREE, None)
+                elif mode in (MODE_FILE, MODE_EXEC, MODE_LINK) and isinstance(
+                    message.get("id"), str
+                ):
+                    remote[path] = (mode, message["id"])
+        finally:
+            with contextlib.suppress(Exception):
+                stream.close()
+        if not done:
+            # Half a list must never delete the other half.
+            raise RemoteUnreadable(
+                "the scan of the workspace in the sandbox ended before it finished; "
+                "nothing was deleted"
+            )
+        return remote, problems
+
+    def _local_tree(self) -> dict[str, tuple[str, str | None]]:
+        """Every local path (excluded names left out) with its mode and blob id (None for a
+        folder), hashing only files the mirror has not seen since their last change."""
+        out: dict[str, tuple[str, str | None]] = {}
+        try:
+            root = os.open(self.local_root, _DIR_FLAGS)
+        except FileNotFoundError:
+            self.local_root.mkdir(parents=True, exist_ok=True)
+            return out
+        stack: list[tuple[str, int]] = [("", root)]
+        while stack:
+            folder, fd = stack.pop()
+            try:
+                for name in sorted(os.listdir(fd)):
+                    if name in self.exclude:
+                        continue
+                    rel = f"{folder}/{name}" if folder else name
+                    try:
+                        st = os.lstat(name, dir_fd=fd)
+                    except FileNotFoundError:
+                        continue
+                    if statmod.S_ISDIR(st.st_mode):
+                        out[rel] = (MODE_TREE, None)
+                        try:
+                            stack.append((rel, os.open(name, _DIR_FLAGS, dir_fd=fd)))
+                        except OSError:
+                            continue
+                        continue
+                    got = self._local_id(fd, name, rel)
+                    if got is not None:
+                        out[rel] = got
+                    else:  # a socket or a fifo: not the sandbox's, remove it
+                        out[rel] = ("other", None)
+            finally:
+                os.close(fd)
+        return out
+
+    # -- telling -------------------------------------------------------------------------------
+
+    def _tell(self, changed: list[str]) -> None:
+        if not changed or self._on_changed is None:
+            return
+        try:
+            self._on_changed(changed)
+        except Exception:
+            log.exception("on_changed failed")
+
+    def _problem(self, message: str) -> None:
+        self.last_problem = message
+        log.warning("%s", message)
+        if self._on_problem is not None:
+            try:
+                self._on_problem(message)
+            except Exception:
+                log.exception("on_problem failed")
+
+
+def _unreadable(what: str, exc: BaseException) -> RemoteUnreadable:
+    return RemoteUnreadable(f"cannot {what} of the workspace in the sandbox: {_one_line(exc)}")
+
+
+def _parse(line: str) -> dict[str, Any] | None:
+    line = line.strip()
+    if not line:
+        return None
+    try:
+        message = json.loads(line)
+    except ValueError:
+        log.debug("not a line of the workspace helper: %r", line[:200])
+        return None
+    return message if isinstance(message, dict) else None
+
+
+def _under_any(rel: str, folders: list[str]) -> bool:
+    return any(rel == f or rel.startswith(f + "/") for f in folders)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text[:300]
+
+
+__all__ = [
+    "HELPER_IN_SANDBOX",
+    "HELPER_SCRIPT",
+    "TAR_READ_ARGV",
+    "Entry",
+    "LineStream",
+    "RemoteUnreadable",
+    "SandboxFiles",
+    "WorkspaceMirror",
+    "entries_from_tar",
+    "safe_parts",
+]
