@@ -56,10 +56,12 @@ Entry = tuple[str, str | None, bytes | None]  # (path, git mode or None, bytes o
 
 
 class LineStream(Protocol):
-    """The standard output of one program in the sandbox, a line at a time (without the newline).
-    Iteration ends when the program ends or the connection drops. `close()` may be called from
-    another thread while a line is awaited: it ends the iteration soon and the program with it
-    (closing the exec's connection closes the program's stdout; it exits on its next poll)."""
+    """The standard output of one program in the sandbox, a line at a time. Iteration ends when
+    the program ends or the connection drops. The program's stdin is attached and held open
+    while the stream lives: the watcher exits when it ends (`--exit-with-stdin`), since a Docker
+    exec whose connection closes keeps running with its stdout going nowhere but has its stdin
+    closed. `close()` may be called from another thread while a line is awaited: it ends the
+    iteration soon (shut the exec's socket down, which closes the program's stdin)."""
 
     def __iter__(self) -> Iterator[str]: ...
 
@@ -168,7 +170,15 @@ class WorkspaceMirror:
         self._want_full = False
         self.state = "stopped"  # connecting | following | unreachable | stopped
         self.last_problem: str | None = None
-        self.stats = {"batches": 0, "rescans": 0, "pulled": 0, "deleted": 0, "hashed_local": 0}
+        self.stats = {
+            "batches": 0,  # batches of changed paths followed
+            "rescans": 0,  # full passes the watcher asked for (start, overflow, unwatched)
+            "pulled": 0,  # paths asked of read_files
+            "deleted": 0,  # local paths deleted
+            "hashed_local": 0,  # local files hashed to compare them
+            "remote_files": 0,  # files in the sandbox's last scan
+            "remote_hashed": 0,  # of which its stat cache did not vouch for
+        }
 
     # -- the programs run in the sandbox -------------------------------------------------------
 
@@ -185,6 +195,7 @@ class WorkspaceMirror:
             repr(self.quiet_period),
             "--max-interval",
             repr(self.max_interval),
+            "--exit-with-stdin",
             *self._excludes(),
         ]
 
@@ -269,9 +280,10 @@ class WorkspaceMirror:
                     self.state = "following"
                     self._ready.set()
                 elif "changed" in message:
-                    paths = [p for p in message["changed"] if isinstance(p, str)]
+                    paths = [p for p in message.get("changed") or [] if isinstance(p, str)]
+                    complete = [p for p in message.get("complete") or [] if isinstance(p, str)]
                     self.stats["batches"] += 1
-                    self.pull(paths)
+                    self.pull(paths, complete=complete)
                     if self._want_full:
                         self.sync()
         finally:
@@ -318,9 +330,11 @@ class WorkspaceMirror:
 
     # -- pulling -------------------------------------------------------------------------------
 
-    def pull(self, paths: Iterable[str]) -> list[str]:
+    def pull(self, paths: Iterable[str], *, complete: Iterable[str] = ()) -> list[str]:
         """Bring these paths (files, links, folders, gone ones) to what the sandbox holds now;
-        returns the paths changed locally (also told to `on_changed`)."""
+        returns the paths changed locally (also told to `on_changed`). `complete` names folders
+        whose every path is among `paths` (made or moved in whole): anything else the local
+        copy holds under them is deleted."""
         wanted: list[str] = []
         for rel in dict.fromkeys(paths):
             try:
@@ -330,8 +344,21 @@ class WorkspaceMirror:
                 continue
             wanted.append(rel)
         changed = self._pull(wanted)
+        named = set(wanted)
+        for folder in complete:
+            if folder in named:
+                changed += self._prune(folder, named)
         self._tell(changed)
         return changed
+
+    def _prune(self, folder: str, keep: set[str]) -> list[str]:
+        """Delete what the local folder holds that `keep` does not name (outermost first)."""
+        stale = [rel for rel in self._local_tree(folder, ids=False) if rel not in keep]
+        gone: list[str] = []
+        for rel in sorted(stale, key=lambda p: (p.count("/"), p)):
+            if not _under_any(rel, gone) and self._apply(rel, None, None):
+                gone.append(rel)
+        return gone
 
     def _pull(self, wanted: list[str]) -> list[str]:
         # Parents before children: a folder that replaced a file is a folder before its files
@@ -589,6 +616,9 @@ class WorkspaceMirror:
                     )
                 if message.get("done") is True:
                     done = True
+                    # What the sandbox's scan had to hash (its stat cache vouched for the rest).
+                    self.stats["remote_files"] = int(message.get("files") or 0)
+                    self.stats["remote_hashed"] = int(message.get("hashed") or 0)
                     break
                 path = message.get("path")
                 if not isinstance(path, str):
@@ -620,16 +650,32 @@ class WorkspaceMirror:
             )
         return remote, problems
 
-    def _local_tree(self) -> dict[str, tuple[str, str | None]]:
-        """Every local path (excluded names left out) with its mode and blob id (None for a
-        folder), hashing only files the mirror has not seen since their last change."""
+    def _local_tree(
+        self, under: str = "", *, ids: bool = True
+    ) -> dict[str, tuple[str, str | None]]:
+        """Every local path (under a folder, when given; excluded names left out) with its mode
+        and, with `ids`, its blob id (None for a folder), hashing only files the mirror has not
+        seen since their last change."""
         out: dict[str, tuple[str, str | None]] = {}
         try:
-            root = os.open(self.local_root, _DIR_FLAGS)
+            if under:
+                parts = safe_parts(under, self.exclude)
+                parent = self._open_parent(parts, create=False)
+                if parent is None:
+                    return out
+                try:
+                    top = os.open(parts[-1], _DIR_FLAGS, dir_fd=parent)
+                finally:
+                    os.close(parent)
+            else:
+                top = os.open(self.local_root, _DIR_FLAGS)
         except FileNotFoundError:
-            self.local_root.mkdir(parents=True, exist_ok=True)
+            if not under:
+                self.local_root.mkdir(parents=True, exist_ok=True)
             return out
-        stack: list[tuple[str, int]] = [("", root)]
+        except (_Refused, OSError):
+            return out
+        stack: list[tuple[str, int]] = [(under, top)]
         while stack:
             folder, fd = stack.pop()
             try:
@@ -648,11 +694,9 @@ class WorkspaceMirror:
                         except OSError:
                             continue
                         continue
-                    got = self._local_id(fd, name, rel)
-                    if got is not None:
-                        out[rel] = got
-                    else:  # a socket or a fifo: not the sandbox's, remove it
-                        out[rel] = ("other", None)
+                    got = self._local_id(fd, name, rel) if ids else (mode_of(st) or "", None)
+                    # A socket or a fifo is never the sandbox's: "other" gets it replaced.
+                    out[rel] = got if got is not None and got[0] else ("other", None)
             finally:
                 os.close(fd)
         return out

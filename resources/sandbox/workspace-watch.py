@@ -2,6 +2,7 @@
 """Workspace watcher, run inside a sandbox whose workspace lives on another machine than Cairn.
 
     workspace-watch.py watch ROOT [--exclude NAME]... [--quiet SECONDS] [--max-interval SECONDS]
+                             [--exit-with-stdin]
     workspace-watch.py scan ROOT --cache FILE [--exclude NAME]...
 
 `watch` watches ROOT and every folder below it with inotify (the local recorder's event set:
@@ -11,13 +12,16 @@ which overflow the kernel's queue on large trees) and writes one JSON object per
     {"rescan": "start"}        the watches are in place: do a full pass now (also "overflow",
                                when the kernel's queue overflowed, and "unwatched: PATH (WHY)",
                                when a folder could not be watched: then again every few seconds)
-    {"changed": [PATH, ...]}   paths (relative, POSIX) created, modified or deleted: the reader
-                               decides which by looking; a new folder's files are listed with it
+    {"changed": [PATH, ...],   paths (relative, POSIX) created, modified or deleted: the reader
+     "complete": [FOLDER, ...]} decides which by looking. A folder created or moved in is listed
+                               with everything in it, and named in "complete": whatever the
+                               reader holds under it that the batch does not name is stale
     {"error": "WHY"}           the last line before exiting 1 (ROOT gone, no inotify)
 
 A batch is written once nothing happened for the quiet period, and at most every maximum
 interval under constant writes (Cairn passes its recorder's numbers). It exits 0 when stdout is
-closed or on SIGTERM.
+closed, on SIGTERM, and with --exit-with-stdin when stdin ends: a Docker exec whose connection
+closes keeps its program running with stdout going nowhere, but closes the program's stdin.
 
 `scan` prints one JSON object per entry of ROOT, then {"done": true, "files": N, "hashed": K}:
 
@@ -120,11 +124,12 @@ def excluded(rel, exclude):
 
 
 class Watcher:
-    def __init__(self, root, exclude, quiet, max_interval):
+    def __init__(self, root, exclude, quiet, max_interval, exit_with_stdin=False):
         self.root = os.path.abspath(root)
         self.exclude = frozenset(exclude)
         self.quiet = quiet
         self.max_interval = max_interval
+        self.exit_with_stdin = exit_with_stdin
         self.libc = ctypes.CDLL(None, use_errno=True)
         self.libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
         self.libc.inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
@@ -136,6 +141,7 @@ class Watcher:
         self.paths = {}  # wd -> folder (relative; "" is ROOT)
         self.wds = {}  # folder -> wd
         self.pending = set()
+        self.complete = set()  # new folders whose every path is in `pending`
         self.rescan = None  # why a full pass is wanted, or None
         self.first = None  # when the first unreported change came
         self.last = 0.0  # when the latest one came
@@ -168,16 +174,20 @@ class Watcher:
 
     def add_tree(self, rel, report):
         """Watch a folder and every folder below it; with `report`, every path in it is a change
-        (it was created or moved in, and files made before its watch existed were not seen)."""
+        (it was created or moved in, and files made before its watch existed were not seen).
+        True when every folder in it was watched and listed."""
         stack = [rel]
+        whole = True
         while stack:
             folder = stack.pop()
             if not self.add_watch(folder):
+                whole = False
                 continue
             try:
                 with os.scandir(join(self.root, folder) if folder else self.root) as it:
                     entries = list(it)
             except OSError:
+                whole = False
                 continue
             for entry in entries:
                 name = entry.name
@@ -190,7 +200,8 @@ class Watcher:
                     if entry.is_dir(follow_symlinks=False):
                         stack.append(child)
                 except OSError:
-                    pass
+                    whole = False
+        return whole
 
     def drop_tree(self, rel):
         """Forget the watches of a folder that moved away (its new place gets its own)."""
@@ -221,6 +232,7 @@ class Watcher:
         if self.rescan is None or self.rescan == "many changes":
             self.rescan = why
         self.pending.clear()
+        self.complete.clear()
         self.touch()
 
     def read_events(self):
@@ -268,8 +280,12 @@ class Watcher:
             if mask & IN_ISDIR:
                 if mask & IN_MOVED_FROM or mask & IN_DELETE:
                     self.drop_tree(rel)
-                elif mask & (IN_CREATE | IN_MOVED_TO):
-                    self.add_tree(rel, report=True)
+                elif (
+                    mask & (IN_CREATE | IN_MOVED_TO)
+                    and self.add_tree(rel, report=True)
+                    and self.rescan is None
+                ):
+                    self.complete.add(rel)
             self.note(rel)
 
     # The loop -------------------------------------------------------------------------------
@@ -295,15 +311,28 @@ class Watcher:
                 self.add_tree("", report=False)
                 self.rescan = None  # the walk may have asked again; this pass covers it
                 self.pending.clear()
+            self.complete.clear()
             emit({"rescan": why})
         elif self.pending:
             paths, self.pending = sorted(self.pending), set()
+            complete, self.complete = sorted(self.complete), set()
             self.first = None
-            emit({"changed": paths})
+            emit({"changed": paths, "complete": complete} if complete else {"changed": paths})
         if self.unwatched:
             self.next_unwatched_rescan = time.monotonic() + UNWATCHED_RESCAN_SECONDS
         else:
             self.next_unwatched_rescan = None
+
+    def stdin_open(self, fd, revents):
+        """False once stdin has ended (what arrives on it is read and dropped)."""
+        if revents & select.POLLIN:
+            try:
+                return bool(os.read(fd, 4096))
+            except (BlockingIOError, InterruptedError):
+                return True
+            except OSError:
+                return False
+        return not revents & (select.POLLHUP | select.POLLERR | select.POLLNVAL)
 
     def run(self):
         if not os.path.isdir(self.root):
@@ -322,6 +351,9 @@ class Watcher:
         poller.register(self.fd, select.POLLIN)
         out = sys.stdout.fileno()
         poller.register(out, 0)  # only POLLERR/POLLHUP: the reader went away
+        stdin = sys.stdin.fileno() if self.exit_with_stdin else -1
+        if stdin >= 0:
+            poller.register(stdin, select.POLLIN)
         while True:
             now = time.monotonic()
             nxt = self.next_unwatched_rescan
@@ -336,6 +368,8 @@ class Watcher:
             timeout = None if due is None else max(0, int((due - now) * 1000) + 1)
             for fd, revents in poller.poll(timeout):
                 if fd == out and revents & (select.POLLERR | select.POLLHUP | select.POLLNVAL):
+                    raise StdoutClosed()
+                if fd == stdin and not self.stdin_open(stdin, revents):
                     raise StdoutClosed()
                 if fd == self.fd:
                     self.read_events()
@@ -497,6 +531,7 @@ def main(argv=None):
     w.add_argument("--exclude", action="append", default=[])
     w.add_argument("--quiet", type=float, default=QUIET_PERIOD)
     w.add_argument("--max-interval", type=float, default=MAX_INTERVAL)
+    w.add_argument("--exit-with-stdin", action="store_true")
     s = sub.add_parser("scan")
     s.add_argument("root")
     s.add_argument("--cache", required=True)
@@ -506,7 +541,9 @@ def main(argv=None):
     signal.signal(signal.SIGINT, _stop)
     try:
         if args.command == "watch":
-            Watcher(args.root, args.exclude, args.quiet, args.max_interval).run()
+            Watcher(
+                args.root, args.exclude, args.quiet, args.max_interval, args.exit_with_stdin
+            ).run()
         else:
             scan(args.root, args.cache, args.exclude)
     except StdoutClosed:

@@ -30,7 +30,9 @@ class ProcessLines:
     """A program's stdout as lines; close() ends it (from any thread)."""
 
     def __init__(self, argv: Sequence[str]) -> None:
-        self.proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
 
     def __iter__(self) -> Iterator[str]:
         for raw in self.proc.stdout:
@@ -38,8 +40,7 @@ class ProcessLines:
         self.proc.wait()
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
+        self.proc.stdin.close()  # as an exec's connection closing does
 
 
 class SubprocessFiles:
@@ -227,6 +228,35 @@ def test_a_folder_replaced_by_a_file_and_back(places, following):
     (remote / "x" / "passwd").write_text("not /etc's")
     wait_same(remote, local)
     assert not os.path.islink(local / "x")
+
+
+def test_a_folder_moved_over_a_removed_one_leaves_nothing_stale(places, following):
+    remote, local, _ = places
+    (remote / "d").mkdir()
+    (remote / "d" / "old.txt").write_text("old")
+    (remote / "d" / "keep-name.txt").write_text("old version")
+    (remote / "x" / "sub").mkdir(parents=True)
+    (remote / "x" / "sub" / "new.txt").write_text("new")
+    (remote / "x" / "keep-name.txt").write_text("new version")
+    mirror, *_ = following()
+    os.rename(remote / "d", remote.parent / "elsewhere")  # moved out: its files are not listed
+    os.rename(remote / "x", remote / "d")
+    wait_same(remote, local)
+    assert sorted(tree(local)) == ["d", "d/keep-name.txt", "d/sub", "d/sub/new.txt"]
+
+
+def test_odd_file_names_survive_the_round_trip(places, following):
+    remote, local, _ = places
+    mirror, _, _, problems = following()
+    names = [b"caf\xe9.txt", "ünïcode ✓.md".encode(), b"new\nline", b"-starts-with-dash", b" sp "]
+    for name in names:
+        with open(os.path.join(os.fsencode(remote), name), "wb") as f:
+            f.write(name)
+    wait_same(remote, local)
+    for name in names:
+        with open(os.path.join(os.fsencode(local), name), "rb") as f:
+            assert f.read() == name
+    assert problems == []
 
 
 def test_excluded_names_are_never_written(places, following):

@@ -162,7 +162,11 @@ def test_a_new_folder_is_watched_and_its_files_are_listed_with_it(root, watching
     w = watching()
     (root / "d" / "e").mkdir(parents=True)
     (root / "d" / "e" / "f.txt").write_text("x")
-    w.changed_until({"d", "d/e", "d/e/f.txt"})
+    messages = []
+    while not {"d", "d/e", "d/e/f.txt"} <= {p for m in messages for p in m["changed"]}:
+        messages.append(w.next())
+    # The new folder is named complete: the batch lists everything in it.
+    assert any("d" in m.get("complete", []) for m in messages), messages
     # Files made later in the new folders are seen through their own watches.
     (root / "d" / "e" / "g.txt").write_text("y")
     assert w.changed_until({"d/e/g.txt"})
@@ -242,6 +246,30 @@ def test_it_exits_cleanly_when_nobody_reads_any_more(root):
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+        proc.stderr.close()
+
+
+def test_with_exit_with_stdin_it_ends_when_stdin_does(root):
+    proc = subprocess.Popen(
+        [sys.executable, str(HELPER), "watch", str(root), "--exit-with-stdin"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert json.loads(proc.stdout.readline()) == {"rescan": "start"}
+        proc.stdin.write(b"anything sent is ignored\n")
+        proc.stdin.flush()
+        (root / "f").write_text("x")
+        assert json.loads(proc.stdout.readline()) == {"changed": ["f"]}
+        proc.stdin.close()
+        assert proc.wait(10) == 0
+        assert proc.stderr.read() == b""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        proc.stdout.close()
         proc.stderr.close()
 
 
@@ -419,19 +447,27 @@ def test_a_stat_taken_within_the_racy_window_is_not_trusted(root, tmp_path):
     fresh.write_text("a\n")
     old.write_text("b\n")
     _age(old)
-    _scan(root, cache)  # fresh.txt's mtime is within 0.1 s of when it was looked at
-    _, again = _scan(root, cache)
-    assert again["hashed"] == 1  # fresh.txt again, old.txt trusted
-    # Whole-second times get the two-second window.
-    second = int(time.time()) - 1
-    os.utime(fresh, (second, second))
+    # An mtime after the look (a clock step, or a write in the same tick) is always racy.
+    ahead = time.time_ns() + 5_000_000_123
+    os.utime(fresh, ns=(ahead, ahead))
     _scan(root, cache)
-    _, whole = _scan(root, cache)
-    assert whole["hashed"] == (1 if time.time() - second <= 2.0 else 0)
-    os.utime(fresh, (second - 10, second - 10))
+    _, again = _scan(root, cache)
+    assert again["hashed"] == 1  # fresh.txt again; old.txt trusted
+    _, still = _scan(root, cache)
+    assert still["hashed"] == 1
+    os.utime(fresh, ns=(ahead - 60_000_000_000, ahead - 60_000_000_000))
     _scan(root, cache)
     _, settled = _scan(root, cache)
     assert settled["hashed"] == 0
+
+
+def test_whole_second_file_times_get_the_long_window(root):
+    f = root / "f"
+    f.write_text("x")
+    os.utime(f, ns=(1_700_000_000_000_000_000,) * 2)
+    assert ww.racy_window(os.stat(f)) == ww.RACY_SECONDS
+    os.utime(f, ns=(1_700_000_000_000_000_001,) * 2)
+    assert ww.racy_window(os.stat(f)) == ww.RACY_SECONDS_FINE
 
 
 def test_a_same_size_rewrite_in_the_same_tick_is_still_seen(root, tmp_path):
