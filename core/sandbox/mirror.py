@@ -35,6 +35,10 @@ log = logging.getLogger(__name__)
 
 HELPER_SCRIPT = resource_path("sandbox", "workspace-watch.py")  # copied into the sandbox
 HELPER_IN_SANDBOX = "/cairn/tools/workspace-watch.py"
+# Where the sandbox's scan keeps its stat cache unless told: writable by the sandbox user and
+# outside the workspace. On the sandbox's tmpfs it lasts as long as the container, so the first
+# full pass after a recreate hashes every file once; a volume of its own makes it last longer.
+SCAN_CACHE_IN_SANDBOX = "/tmp/cairn-workspace-scan"
 # The recorder's numbers (core/watch.py's Recorder defaults); a test keeps them equal.
 QUIET_PERIOD = 0.25
 MAX_INTERVAL = 3.0
@@ -139,7 +143,7 @@ class WorkspaceMirror:
         files: SandboxFiles,
         local_root: Path,
         *,
-        scan_cache: str,
+        scan_cache: str = SCAN_CACHE_IN_SANDBOX,
         remote_root: str = "/workspace",
         helper: str = HELPER_IN_SANDBOX,
         python: str = "python3",
@@ -749,6 +753,7 @@ def _one_line(exc: BaseException) -> str:
 __all__ = [
     "HELPER_IN_SANDBOX",
     "HELPER_SCRIPT",
+    "SCAN_CACHE_IN_SANDBOX",
     "TAR_READ_ARGV",
     "Entry",
     "LineStream",
