@@ -30,7 +30,7 @@ from core.locks import FileLock, lock_path
 from core.models import Revision, RevisionTrigger, Task, Workspace, WorkspaceState
 from core.revisions import Revisions
 from core.runs.states import IN_FLIGHT
-from core.safe_fs import fsync_dir, open_dir
+from core.safe_fs import fsync_dir, open_dir, write_new_entry
 from core.vault import Vault, revisions_ref
 from core.vault.ignore import ALWAYS_IGNORED
 from core.vault.objects import (
@@ -688,23 +688,7 @@ def _write_one(root: Path, path: str, mode: str, data: bytes) -> None:
             perm = bits | ((bits & 0o444) >> 2) if mode == MODE_EXEC else bits
         if st is not None and statmod.S_ISDIR(st.st_mode):
             os.rmdir(name, dir_fd=fd)  # emptied above; a folder in use says so here
-        if mode == MODE_LINK:
-            os.symlink(os.fsdecode(data), tmp, dir_fd=fd)
-        else:
-            out = os.open(
-                tmp,
-                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                0o600,
-                dir_fd=fd,
-            )
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(out, view) :]
-                os.fchmod(out, perm)
-                os.fsync(out)
-            finally:
-                os.close(out)
+        write_new_entry(fd, tmp, data, perm=None if mode == MODE_LINK else perm, fsync=True)
         try:
             os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
         except BaseException:

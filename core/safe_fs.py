@@ -69,6 +69,32 @@ def ensure_dir(root: Path, rel: str | os.PathLike[str]) -> Path:
     return Path(root, *_parts(rel))
 
 
+def write_new_entry(
+    fd: int, name: str, data: bytes, *, perm: int | None, fsync: bool = False
+) -> None:
+    """Make a new entry `name` in the folder `fd`: a file holding `data` with permissions
+    `perm`, or, with `perm` None, a link to `data`. Fails when the name exists (O_EXCL): meant
+    for a fresh temporary name that is renamed over the real one afterwards."""
+    if perm is None:
+        os.symlink(os.fsdecode(data), name, dir_fd=fd)
+        return
+    out = os.open(
+        name,
+        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+        0o600,
+        dir_fd=fd,
+    )
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(out, view) :]
+        os.fchmod(out, perm)
+        if fsync:
+            os.fsync(out)
+    finally:
+        os.close(out)
+
+
 def write_file(
     root: Path, rel: str | os.PathLike[str], data: bytes | str, *, mode: int = 0o644
 ) -> Path:

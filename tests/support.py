@@ -88,6 +88,26 @@ def write_file(path: Path, data: str | bytes, mode: int | None = None) -> Path:
     return path
 
 
+def folder_tree(root: Path, exclude: frozenset[str] = frozenset()) -> dict[str, tuple]:
+    """Everything under `root` (names in `exclude` left out): folders, files with their bytes
+    and exec bit, links with their targets; for comparing two folders whole."""
+    out: dict[str, tuple] = {}
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in exclude]
+        for name in dirs + files:
+            if name in exclude:
+                continue
+            full = Path(folder, name)
+            rel = full.relative_to(root).as_posix()
+            if full.is_symlink():
+                out[rel] = ("link", os.readlink(full))
+            elif full.is_dir():
+                out[rel] = ("dir",)
+            else:
+                out[rel] = ("file", full.read_bytes(), bool(full.stat().st_mode & 0o100))
+    return out
+
+
 def one_error_line(proc: subprocess.CompletedProcess) -> str:
     assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
     lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]

@@ -28,6 +28,7 @@ from typing import Any, Protocol, TypeVar
 
 from core.errors import CairnError
 from core.launch import resource_path
+from core.safe_fs import write_new_entry
 from core.vault.objects import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, object_id
 from core.vault.tree_index import StatKey, mode_of, racy_window, stat_key
 
@@ -133,9 +134,10 @@ def safe_parts(rel: str, exclude: frozenset[str] = frozenset()) -> list[str]:
 class WorkspaceMirror:
     """Keeps `local_root` equal to the sandbox's `remote_root`.
 
-    One thread does everything (`run`, or the thread `start` makes); `stop` may be called from
-    any thread. `on_changed` gets the relative paths written or deleted locally (a folder's path
-    when the whole folder went), on the mirror's thread; `on_problem` gets one line per trouble.
+    One thread follows the sandbox (`run`, or the thread `start` makes); `sync` and `pull` may
+    also be called from other threads (one pass at a time), `stop` from any thread.
+    `on_changed` gets the relative paths written or deleted locally (a folder's path when the
+    whole folder went), on the thread that pulled; `on_problem` gets one line per trouble.
     """
 
     def __init__(
@@ -167,6 +169,7 @@ class WorkspaceMirror:
         # Local files whose bytes the mirror knows: path -> (stat data, mode, blob id, seen at).
         self._known: dict[str, tuple[StatKey, str, str, float]] = {}
         self._stop = threading.Event()
+        self._passes = threading.RLock()  # one pull or full pass at a time
         self._stream: LineStream | None = None
         self._stream_lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -339,6 +342,10 @@ class WorkspaceMirror:
         returns the paths changed locally (also told to `on_changed`). `complete` names folders
         whose every path is among `paths` (made or moved in whole): anything else the local
         copy holds under them is deleted."""
+        with self._passes:
+            return self._pull_named(list(paths), list(complete))
+
+    def _pull_named(self, paths: list[str], complete: list[str]) -> list[str]:
         wanted: list[str] = []
         for rel in dict.fromkeys(paths):
             try:
@@ -496,22 +503,7 @@ class WorkspaceMirror:
                 return False
             tmp = f".{name[:40]}.{secrets.token_hex(6)}.cairn-tmp"
             try:
-                if mode == MODE_LINK:
-                    os.symlink(os.fsdecode(data), tmp, dir_fd=fd)
-                else:
-                    out = os.open(
-                        tmp,
-                        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                        0o600,
-                        dir_fd=fd,
-                    )
-                    try:
-                        view = memoryview(data)
-                        while view:
-                            view = view[os.write(out, view) :]
-                        os.fchmod(out, _FILE_MODES[mode])
-                    finally:
-                        os.close(out)
+                write_new_entry(fd, tmp, data, perm=_FILE_MODES.get(mode))
                 try:
                     os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
                 except OSError as exc:
@@ -577,6 +569,10 @@ class WorkspaceMirror:
         """Compare the whole sandbox copy with the local folder (the sandbox's scan, with its stat
         cache) and pull only what differs; delete what the sandbox lacks. Returns (and tells)
         the paths changed locally."""
+        with self._passes:
+            return self._sync()
+
+    def _sync(self) -> list[str]:
         self._want_full = False
         remote, problems = self._scan()
         local = self._local_tree()

@@ -9,6 +9,7 @@ import io
 import os
 import socket
 import tarfile
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -23,6 +24,7 @@ from core.sandbox.mirror import (
     WorkspaceMirror,
     entries_from_tar,
 )
+from tests.support import folder_tree as local_tree
 from tests.support import wait_for
 
 WORKSPACE, STATE, TOOLS = "/workspace", "/cairn/state", "/cairn/tools"
@@ -162,23 +164,10 @@ def run_in(api, container: str, script: str) -> str:
     return out
 
 
-def local_tree(root: Path) -> dict[str, tuple]:
-    out: dict[str, tuple] = {}
-    for folder, dirs, files in os.walk(root):
-        for name in dirs + files:
-            full = Path(folder, name)
-            rel = full.relative_to(root).as_posix()
-            if full.is_symlink():
-                out[rel] = ("link", os.readlink(full))
-            elif full.is_dir():
-                out[rel] = ("dir",)
-            else:
-                out[rel] = ("file", full.read_bytes(), bool(full.stat().st_mode & 0o100))
-    return out
-
-
-def mirror_of(files, local: Path, changed: list, problems: list) -> WorkspaceMirror:
-    return WorkspaceMirror(
+@contextlib.contextmanager
+def following(files, local: Path, changed: list, problems: list) -> Iterator[WorkspaceMirror]:
+    """A mirror following the sandbox, its first full pass done; stopped afterwards."""
+    mirror = WorkspaceMirror(
         files,
         local,
         scan_cache=f"{STATE}/workspace-scan",
@@ -186,6 +175,12 @@ def mirror_of(files, local: Path, changed: list, problems: list) -> WorkspaceMir
         on_changed=changed.append,
         on_problem=problems.append,
     )
+    mirror.start()
+    try:
+        assert mirror.wait_ready(30), problems
+        yield mirror
+    finally:
+        mirror.stop()
 
 
 def test_files_written_in_a_remote_style_sandbox_appear_locally(sandbox, tmp_path):
@@ -202,10 +197,7 @@ def test_files_written_in_a_remote_style_sandbox_appear_locally(sandbox, tmp_pat
     files = DockerFiles(api, container)
     changed: list[list[str]] = []
     problems: list[str] = []
-    mirror = mirror_of(files, local, changed, problems)
-    mirror.start()
-    try:
-        assert mirror.wait_ready(30), problems
+    with following(files, local, changed, problems):
         assert (local / "seed.txt").read_text() == "seeded\n"
         assert not (local / ".git").exists()
 
@@ -240,8 +232,6 @@ def test_files_written_in_a_remote_style_sandbox_appear_locally(sandbox, tmp_pat
         # The helper runs as the sandbox user, and ends with its connection.
         ps = run_in(api, container, "ps -o user:12,args -e")
         assert any("workspace-watch.py watch" in line for line in ps.splitlines())
-    finally:
-        mirror.stop()
     wait_for(
         lambda: "workspace-watch.py watch" not in run_in(api, container, "ps -o args -e"),
         timeout=10,
@@ -251,10 +241,7 @@ def test_files_written_in_a_remote_style_sandbox_appear_locally(sandbox, tmp_pat
     # Changes made while nobody watched: a new mirror's first pass reads only those.
     run_in(api, container, "echo three > lib/new.txt && rm run.sh && echo 4 > lib/pkg/app.py")
     again = DockerFiles(api, container)
-    mirror = mirror_of(again, local, changed, problems)
-    mirror.start()
-    try:
-        assert mirror.wait_ready(30), problems
+    with following(again, local, changed, problems) as mirror:
         assert local_tree(local) == {
             "lib": ("dir",),
             "lib/pkg": ("dir",),
@@ -266,5 +253,10 @@ def test_files_written_in_a_remote_style_sandbox_appear_locally(sandbox, tmp_pat
             "lib/new.txt",
             "lib/pkg/app.py",
         ]
-    finally:
-        mirror.stop()
+        # The scan's stat cache (in its own volume): once past their racy window, unchanged
+        # files are not hashed again.
+        assert mirror.stats["remote_files"] == 3
+        time.sleep(0.2)
+        mirror.sync()
+        mirror.sync()
+        assert mirror.stats["remote_files"] == 3 and mirror.stats["remote_hashed"] == 0

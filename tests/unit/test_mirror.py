@@ -23,6 +23,7 @@ from core.sandbox.mirror import (
     WorkspaceMirror,
     entries_from_tar,
 )
+from tests.support import folder_tree as tree
 from tests.support import wait_for
 
 
@@ -76,25 +77,6 @@ class SubprocessFiles:
     @property
     def pulled(self) -> int:
         return sum(len(c) for c in self.read_calls)
-
-
-def tree(root: Path, exclude: frozenset[str] = frozenset()) -> dict[str, tuple]:
-    """Everything under root: folders, files with their bytes and exec bit, links' targets."""
-    out: dict[str, tuple] = {}
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if d not in exclude]
-        for name in dirs + files:
-            if name in exclude:
-                continue
-            full = Path(folder, name)
-            rel = full.relative_to(root).as_posix()
-            if full.is_symlink():
-                out[rel] = ("link", os.readlink(full))
-            elif full.is_dir():
-                out[rel] = ("dir",)
-            else:
-                out[rel] = ("file", full.read_bytes(), bool(full.stat().st_mode & 0o100))
-    return out
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ cache and the racy rule."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import importlib.util
@@ -231,33 +232,35 @@ def test_constant_writes_still_give_a_batch_every_maximum_interval(root, watchin
     assert all(m == {"changed": ["busy.txt"]} for m in batches)
 
 
-def test_it_exits_cleanly_when_nobody_reads_any_more(root):
+@contextlib.contextmanager
+def helper_process(root: Path, *args: str):
+    """The helper's `watch` with all three pipes, killed and reaped afterwards."""
     proc = subprocess.Popen(
-        [sys.executable, str(HELPER), "watch", str(root)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        assert json.loads(proc.stdout.readline()) == {"rescan": "start"}
-        proc.stdout.close()  # no write is needed for it to notice
-        assert proc.wait(10) == 0
-        assert proc.stderr.read() == b""
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        proc.stderr.close()
-
-
-def test_with_exit_with_stdin_it_ends_when_stdin_does(root):
-    proc = subprocess.Popen(
-        [sys.executable, str(HELPER), "watch", str(root), "--exit-with-stdin"],
+        [sys.executable, str(HELPER), "watch", str(root), *args],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
     try:
         assert json.loads(proc.stdout.readline()) == {"rescan": "start"}
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            pipe.close()
+
+
+def test_it_exits_cleanly_when_nobody_reads_any_more(root):
+    with helper_process(root) as proc:
+        proc.stdout.close()  # no write is needed for it to notice
+        assert proc.wait(10) == 0
+        assert proc.stderr.read() == b""
+
+
+def test_with_exit_with_stdin_it_ends_when_stdin_does(root):
+    with helper_process(root, "--exit-with-stdin") as proc:
         proc.stdin.write(b"anything sent is ignored\n")
         proc.stdin.flush()
         (root / "f").write_text("x")
@@ -265,12 +268,6 @@ def test_with_exit_with_stdin_it_ends_when_stdin_does(root):
         proc.stdin.close()
         assert proc.wait(10) == 0
         assert proc.stderr.read() == b""
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
 
 
 def test_it_exits_cleanly_on_sigterm(root):
