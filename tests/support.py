@@ -9,9 +9,12 @@ import shutil
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
+
+from core.sandbox.mirror import TAR_READ_ARGV, entries_from_tar
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -247,3 +250,56 @@ def stored_container_files(docker_client, container_id: str) -> list[Path]:
                 if p.is_file() and not p.is_symlink() and os.access(p, os.R_OK):
                     found.append(p)
     return found
+
+
+class ProcessLines:
+    """A program's stdout as lines; close() ends it (from any thread)."""
+
+    def __init__(self, argv: Sequence[str]) -> None:
+        self.proc = subprocess.Popen(
+            list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+
+    def __iter__(self) -> Iterator[str]:
+        for raw in self.proc.stdout:
+            yield raw.decode("utf-8", "surrogateescape")
+        self.proc.wait()
+
+    def close(self) -> None:
+        self.proc.stdin.close()  # as an exec's connection closing does
+
+
+class LocalSandboxFiles:
+    """The workspace mirror's protocol (core.sandbox.mirror.SandboxFiles) through local
+    processes: the helper runs on this machine against `remote`, files are read with tar."""
+
+    def __init__(self, remote: Path) -> None:
+        self.remote = remote
+        self.streams: list[ProcessLines] = []
+        self.read_calls: list[list[str]] = []
+
+    def lines(self, argv: Sequence[str]) -> ProcessLines:
+        stream = ProcessLines(argv)
+        self.streams.append(stream)
+        return stream
+
+    def read_files(self, paths: Sequence[str]):
+        self.read_calls.append(list(paths))
+        proc = subprocess.Popen(
+            list(TAR_READ_ARGV),
+            cwd=self.remote,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        proc.stdin.write(b"".join(os.fsencode(p) + b"\0" for p in paths))
+        proc.stdin.close()
+        try:
+            yield from entries_from_tar(proc.stdout)
+        finally:
+            proc.stdout.close()
+            proc.wait()
+
+    @property
+    def pulled(self) -> int:
+        return sum(len(c) for c in self.read_calls)

@@ -168,6 +168,7 @@ class WorkspaceMirror:
         self._on_problem = on_problem
         # Local files whose bytes the mirror knows: path -> (stat data, mode, blob id, seen at).
         self._known: dict[str, tuple[StatKey, str, str, float]] = {}
+        self._last_parent: tuple[str, int] | None = None  # see _open_parent
         self._stop = threading.Event()
         self._passes = threading.RLock()  # one pull or full pass at a time
         self._stream: LineStream | None = None
@@ -270,11 +271,13 @@ class WorkspaceMirror:
             self._stream = stream
         if self._stop.is_set():
             self._close_stream()
+        started = False
         try:
             for line in self._guarded(stream, "read the watcher"):
                 if self._stop.is_set():
                     return
                 message = _parse(line)
+                started = started or message is not None
                 if message is None:
                     continue
                 if "error" in message:
@@ -295,11 +298,18 @@ class WorkspaceMirror:
                         self.sync()
         finally:
             self._close_stream()
-        if not self._stop.is_set():
+        if self._stop.is_set():
+            return
+        if not started:
             raise RemoteUnreadable(
-                "the connection to the sandbox's workspace watcher ended; "
-                "its changes are pulled again when it answers"
+                f"the workspace watcher did not start in the sandbox ({self.python} "
+                f"{self.helper} said nothing); check that the image has python3 and the "
+                f"sandbox's tools folder holds the helper"
             )
+        raise RemoteUnreadable(
+            "the connection to the sandbox's workspace watcher ended; "
+            "its changes are pulled again when it answers"
+        )
 
     def _close_stream(self) -> None:
         with self._stream_lock:
@@ -343,7 +353,10 @@ class WorkspaceMirror:
         whose every path is among `paths` (made or moved in whole): anything else the local
         copy holds under them is deleted."""
         with self._passes:
-            return self._pull_named(list(paths), list(complete))
+            try:
+                return self._pull_named(list(paths), list(complete))
+            finally:
+                self._forget_parent()
 
     def _pull_named(self, paths: list[str], complete: list[str]) -> list[str]:
         wanted: list[str] = []
@@ -421,10 +434,32 @@ class WorkspaceMirror:
 
     def _open_parent(self, parts: list[str], *, create: bool) -> int | None:
         """The folder that holds parts[-1]; None (create False) when a folder on the way is not
-        there or is not a folder. A link or a file on the way is never followed nor replaced."""
-        if create:
+        there or is not a folder. A link or a file on the way is never followed nor replaced.
+        The last folder opened is kept for the next path in the same folder (a pull writes
+        folder by folder) until the mirror removes a folder or the pass ends."""
+        folder = "/".join(parts[:-1])
+        last = self._last_parent
+        if last is not None and last[0] == folder:
+            return os.dup(last[1])
+        fd = self._walk_to_parent(parts, create=create)
+        if fd is not None:
+            self._forget_parent()
+            self._last_parent = (folder, os.dup(fd))
+        return fd
+
+    def _forget_parent(self) -> None:
+        last, self._last_parent = self._last_parent, None
+        if last is not None:
+            os.close(last[1])
+
+    def _walk_to_parent(self, parts: list[str], *, create: bool) -> int | None:
+        try:
+            fd = os.open(self.local_root, _DIR_FLAGS)
+        except FileNotFoundError:
+            if not create:
+                return None
             self.local_root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.local_root, _DIR_FLAGS)
+            fd = os.open(self.local_root, _DIR_FLAGS)
         try:
             for i, part in enumerate(parts[:-1]):
                 try:
@@ -463,10 +498,12 @@ class WorkspaceMirror:
                 st = os.lstat(parts[-1], dir_fd=fd)
             except FileNotFoundError:
                 return False
-            self._forget(rel)
             if statmod.S_ISDIR(st.st_mode):
+                self._forget_tree(rel)
+                self._forget_parent()  # it may be that folder or one inside it
                 shutil.rmtree(parts[-1], dir_fd=fd)
             else:
+                self._known.pop(rel, None)
                 os.unlink(parts[-1], dir_fd=fd)
             self.stats["deleted"] += 1
             return True
@@ -485,7 +522,7 @@ class WorkspaceMirror:
             if st is not None and statmod.S_ISDIR(st.st_mode):
                 return False
             if st is not None:
-                self._forget(rel)
+                self._known.pop(rel, None)
                 os.unlink(parts[-1], dir_fd=fd)
             os.mkdir(parts[-1], 0o755, dir_fd=fd)
             return True
@@ -509,13 +546,14 @@ class WorkspaceMirror:
                 except OSError as exc:
                     if exc.errno not in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST):
                         raise
+                    self._forget_tree(rel)
+                    self._forget_parent()
                     shutil.rmtree(name, dir_fd=fd)  # a folder became a file
                     os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
             except BaseException:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp, dir_fd=fd)
                 raise
-            self._forget(rel)
             seen_at = time.time()
             st = os.lstat(name, dir_fd=fd)
             self._known[rel] = (stat_key(st), mode, blob, seen_at)
@@ -523,8 +561,8 @@ class WorkspaceMirror:
         finally:
             os.close(fd)
 
-    def _forget(self, rel: str) -> None:
-        self._known.pop(rel, None)
+    def _forget_tree(self, rel: str) -> None:
+        """Forget what the mirror knew of the files in a folder it removes."""
         prefix = rel + "/"
         for key in [k for k in self._known if k.startswith(prefix)]:
             del self._known[key]
@@ -570,7 +608,10 @@ class WorkspaceMirror:
         cache) and pull only what differs; delete what the sandbox lacks. Returns (and tells)
         the paths changed locally."""
         with self._passes:
-            return self._sync()
+            try:
+                return self._sync()
+            finally:
+                self._forget_parent()
 
     def _sync(self) -> list[str]:
         self._want_full = False

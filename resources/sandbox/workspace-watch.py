@@ -104,10 +104,11 @@ class StdoutClosed(Exception):
     pass
 
 
-def emit(obj):
+def emit(obj, flush=True):
     try:
         sys.stdout.write(json.dumps(obj, separators=(",", ":")) + "\n")
-        sys.stdout.flush()
+        if flush:
+            sys.stdout.flush()
     except (BrokenPipeError, ValueError, OSError) as exc:
         raise StdoutClosed() from exc
 
@@ -459,7 +460,7 @@ def scan(root, cache_path, exclude):
         except FileNotFoundError:
             continue
         except OSError as exc:
-            emit({"path": folder or ".", "problem": exc.strerror or str(exc)})
+            emit({"path": folder or ".", "problem": exc.strerror or str(exc)}, flush=False)
             continue
         subfolders = []
         for name in names:
@@ -473,13 +474,13 @@ def scan(root, cache_path, exclude):
             except FileNotFoundError:
                 continue
             except OSError as exc:
-                emit({"path": rel, "problem": exc.strerror or str(exc)})
+                emit({"path": rel, "problem": exc.strerror or str(exc)}, flush=False)
                 continue
             mode = git_mode(st)
             if mode is None:
                 continue
             if mode == "40000":
-                emit({"path": rel, "mode": mode})
+                emit({"path": rel, "mode": mode}, flush=False)
                 subfolders.append(rel)
                 continue
             key = [st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, mode]
@@ -504,13 +505,13 @@ def scan(root, cache_path, exclude):
                 except FileNotFoundError:
                     continue
                 except OSError as exc:
-                    emit({"path": rel, "problem": exc.strerror or str(exc)})
+                    emit({"path": rel, "problem": exc.strerror or str(exc)}, flush=False)
                     continue
                 hashed += 1
                 stamp = seen_at
             files += 1
             new[rel] = key + [blob, stamp]
-            emit({"path": rel, "mode": mode, "size": size, "id": blob})
+            emit({"path": rel, "mode": mode, "size": size, "id": blob}, flush=False)
         stack.extend(reversed(subfolders))
     save_cache(cache_path, root, new)
     emit({"done": True, "files": files, "hashed": hashed})

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -18,65 +18,11 @@ import pytest
 from core.errors import CairnError
 from core.sandbox.mirror import (
     HELPER_SCRIPT,
-    TAR_READ_ARGV,
     RemoteUnreadable,
     WorkspaceMirror,
-    entries_from_tar,
 )
+from tests.support import LocalSandboxFiles, wait_for
 from tests.support import folder_tree as tree
-from tests.support import wait_for
-
-
-class ProcessLines:
-    """A program's stdout as lines; close() ends it (from any thread)."""
-
-    def __init__(self, argv: Sequence[str]) -> None:
-        self.proc = subprocess.Popen(
-            list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
-
-    def __iter__(self) -> Iterator[str]:
-        for raw in self.proc.stdout:
-            yield raw.decode("utf-8", "surrogateescape")
-        self.proc.wait()
-
-    def close(self) -> None:
-        self.proc.stdin.close()  # as an exec's connection closing does
-
-
-class SubprocessFiles:
-    """The protocol through local processes: the helper on the host, tar for the files."""
-
-    def __init__(self, remote: Path) -> None:
-        self.remote = remote
-        self.streams: list[ProcessLines] = []
-        self.read_calls: list[list[str]] = []
-
-    def lines(self, argv: Sequence[str]) -> ProcessLines:
-        stream = ProcessLines(argv)
-        self.streams.append(stream)
-        return stream
-
-    def read_files(self, paths: Sequence[str]):
-        self.read_calls.append(list(paths))
-        proc = subprocess.Popen(
-            list(TAR_READ_ARGV),
-            cwd=self.remote,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
-        proc.stdin.write(b"".join(os.fsencode(p) + b"\0" for p in paths))
-        proc.stdin.close()
-        try:
-            yield from entries_from_tar(proc.stdout)
-        finally:
-            proc.stdout.close()
-            proc.wait()
-
-    @property
-    def pulled(self) -> int:
-        return sum(len(c) for c in self.read_calls)
 
 
 @pytest.fixture
@@ -113,7 +59,7 @@ def following(places):
     made: list[WorkspaceMirror] = []
 
     def start(**kwargs):
-        files = SubprocessFiles(remote)
+        files = LocalSandboxFiles(remote)
         mirror, changed, problems = make_mirror(files, local, state, **kwargs)
         made.append(mirror)
         mirror.start()
@@ -281,7 +227,7 @@ def test_a_rescan_pulls_only_what_differs(places):
     for i in range(50):
         (remote / "many" / f"f{i:02}.txt").parent.mkdir(exist_ok=True)
         (remote / "many" / f"f{i:02}.txt").write_text(f"file {i}\n")
-    files = SubprocessFiles(remote)
+    files = LocalSandboxFiles(remote)
     mirror, changed, problems = make_mirror(files, local, state)
     mirror.sync()
     assert same(remote, local)
@@ -318,10 +264,10 @@ def test_a_new_mirror_on_an_existing_copy_reads_only_what_differs(places):
     remote, local, state = places
     for i in range(30):
         (remote / f"f{i}").write_text(str(i))
-    first = SubprocessFiles(remote)
+    first = LocalSandboxFiles(remote)
     make_mirror(first, local, state)[0].sync()
     (remote / "f7").write_text("seven")
-    again = SubprocessFiles(remote)
+    again = LocalSandboxFiles(remote)
     mirror, _, _ = make_mirror(again, local, state)
     mirror.sync()
     assert again.read_calls == [["f7"]]
@@ -336,7 +282,7 @@ class Scripted:
         self.watch = list(watch)
         self.scan = scan
         self.started: list[list[str]] = []
-        self.reader = SubprocessFiles(remote)
+        self.reader = LocalSandboxFiles(remote)
         self.fail_reads = False
 
     def lines(self, argv: Sequence[str]):
@@ -403,7 +349,7 @@ def test_bad_paths_are_refused_and_nothing_is_written_outside(places, tmp_path):
 def test_an_answer_for_a_path_not_asked_for_is_not_written(places):
     remote, local, state = places
 
-    class Liar(SubprocessFiles):
+    class Liar(LocalSandboxFiles):
         def read_files(self, paths):
             yield ("../../etc/cron.d/evil", "100644", b"x")
             yield ("other.txt", "100644", b"not asked")
@@ -423,6 +369,38 @@ def test_a_scan_cut_short_deletes_nothing(places):
     with pytest.raises(RemoteUnreadable, match="ended before it finished; nothing was deleted"):
         mirror.sync()
     assert (local / "keep.txt").read_text() == "mine"
+
+
+def test_a_watcher_that_never_starts_says_what_to_check(places):
+    remote, local, state = places
+    files = Scripted(remote, [[]])  # python3 or the helper missing: the exec ends at once
+    mirror, *_ = make_mirror(files, local, state)
+    with pytest.raises(
+        RemoteUnreadable, match="the workspace watcher did not start in the sandbox"
+    ):
+        mirror.follow()
+
+
+def test_what_the_sandbox_cannot_read_is_left_as_it_was(places):
+    remote, local, state = places
+    (local / "secret").write_text("the last copy")
+    (local / "locked").mkdir()
+    (local / "locked" / "inside.txt").write_text("kept too")
+    (local / "gone.txt").write_text("the sandbox lacks it")
+    scan = [
+        '{"path": "secret", "problem": "Permission denied"}',
+        '{"path": "locked", "problem": "Permission denied"}',
+        '{"done": true, "files": 0, "hashed": 0}',
+    ]
+    files = Scripted(remote, [], scan=[scan])
+    mirror, changed, problems = make_mirror(files, local, state)
+    assert mirror.sync() == ["gone.txt"]
+    assert (local / "secret").read_text() == "the last copy"
+    assert (local / "locked" / "inside.txt").read_text() == "kept too"
+    assert problems == [
+        "secret in the sandbox: Permission denied; left as it was",
+        "locked in the sandbox: Permission denied; left as it was",
+    ]
 
 
 def test_an_unreachable_sandbox_is_one_clear_line(places):

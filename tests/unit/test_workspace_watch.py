@@ -12,10 +12,12 @@ import inspect
 import json
 import os
 import queue
+import shutil
 import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -507,10 +509,33 @@ def test_a_cache_inside_the_root_is_refused(root):
     assert not (root / "c").exists()
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every file")
-def test_an_unreadable_file_is_a_problem_line(root, tmp_path):
-    secret = root / "secret"
-    secret.write_text("x")
-    secret.chmod(0)
-    entries, _ = _scan(root, tmp_path / "cache")
-    assert entries["secret"]["problem"]
+def test_an_unreadable_file_or_folder_is_a_problem_line(tmp_path):
+    # As a user who cannot read them (root reads everything: the scan then runs as nobody).
+    top = Path(tempfile.mkdtemp(prefix="cairn-scan-"))
+    try:
+        os.chmod(top, 0o755)
+        root = top / "root"
+        (root / "closed").mkdir(parents=True)
+        (root / "closed" / "inside").write_text("x")
+        (root / "secret").write_text("x")
+        (root / "open.txt").write_text("y")
+        for p in (root / "closed", root / "secret"):
+            p.chmod(0)
+        os.chmod(root, 0o755)
+        cache = top / "cache"
+        argv = [sys.executable, str(HELPER), "scan", str(root), "--cache", str(cache)]
+        if os.geteuid() == 0:
+            os.chown(top, 65534, 65534)
+            argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *argv]
+        proc = subprocess.run(argv, capture_output=True, check=True)
+        lines = [json.loads(x) for x in proc.stdout.splitlines()]
+        entries = {m["path"]: m for m in lines if "path" in m}
+        assert entries["secret"]["problem"] == "Permission denied"
+        assert entries["closed"]["problem"] == "Permission denied"
+        assert entries["open.txt"]["mode"] == "100644"
+        assert lines[-1] == {"done": True, "files": 1, "hashed": 1}
+    finally:
+        for p in (top / "root" / "closed", top / "root" / "secret"):
+            with contextlib.suppress(OSError):
+                p.chmod(0o700)
+        shutil.rmtree(top, ignore_errors=True)
