@@ -171,8 +171,8 @@ class WorkspaceMirror:
         self._last_parent: tuple[str, int] | None = None  # see _open_parent
         self._stop = threading.Event()
         self._passes = threading.RLock()  # one pull or full pass at a time
-        self._stream: LineStream | None = None
-        self._stream_lock = threading.Lock()
+        self._streams: list[LineStream] = []  # the watcher's and a scan's, closed by stop()
+        self._streams_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._want_full = False
@@ -229,9 +229,14 @@ class WorkspaceMirror:
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop following (a pull in progress finishes first) and wait for the thread."""
+        """Stop following and wait for the thread: the watcher's stream and a scan in progress
+        are closed, a pull stops after the read in progress (the next start's full pass
+        catches up)."""
         self._stop.set()
-        self._close_stream()
+        with self._streams_lock:
+            streams = list(self._streams)
+        for stream in streams:
+            self._close(stream)
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
@@ -266,11 +271,7 @@ class WorkspaceMirror:
         Returns when stopped; raises RemoteUnreadable when the sandbox side cannot be read."""
         self.state = "connecting"
         self._ready.clear()
-        stream = self._remote(lambda: self._files.lines(self.watch_argv()), "start the watcher")
-        with self._stream_lock:
-            self._stream = stream
-        if self._stop.is_set():
-            self._close_stream()
+        stream = self._open(self.watch_argv(), "start the watcher")
         started = False
         try:
             for line in self._guarded(stream, "read the watcher"):
@@ -297,7 +298,7 @@ class WorkspaceMirror:
                     if self._want_full:
                         self.sync()
         finally:
-            self._close_stream()
+            self._close(stream)
         if self._stop.is_set():
             return
         if not started:
@@ -311,14 +312,21 @@ class WorkspaceMirror:
             "its changes are pulled again when it answers"
         )
 
-    def _close_stream(self) -> None:
-        with self._stream_lock:
-            stream, self._stream = self._stream, None
-        if stream is not None:
-            try:
-                stream.close()
-            except Exception:  # the stream is being abandoned either way
-                log.debug("closing the watcher's stream failed", exc_info=True)
+    def _open(self, argv: list[str], what: str) -> LineStream:
+        stream = self._remote(lambda: self._files.lines(argv), what)
+        with self._streams_lock:
+            self._streams.append(stream)
+        if self._stop.is_set():
+            self._close(stream)
+        return stream
+
+    def _close(self, stream: LineStream) -> None:
+        with self._streams_lock:
+            self._streams = [s for s in self._streams if s is not stream]
+        try:
+            stream.close()
+        except Exception:  # the stream is being abandoned either way
+            log.debug("closing a stream from the sandbox failed", exc_info=True)
 
     def _remote(self, call: Callable[[], _T], what: str) -> _T:
         try:
@@ -390,6 +398,8 @@ class WorkspaceMirror:
         wanted.sort(key=lambda p: (p.count("/"), p))
         changed: list[str] = []
         for start in range(0, len(wanted), _PULL_BATCH):
+            if self._stop.is_set():
+                break  # the next connection's full pass brings the rest
             chunk = wanted[start : start + _PULL_BATCH]
             answered = self._remote(functools.partial(self._read, chunk), "read files")
             self.stats["pulled"] += len(chunk)
@@ -642,7 +652,7 @@ class WorkspaceMirror:
         return changed
 
     def _scan(self) -> tuple[dict[str, tuple[str, str | None]], list[str]]:
-        stream = self._remote(lambda: self._files.lines(self.scan_argv()), "start a scan")
+        stream = self._open(self.scan_argv(), "start a scan")
         remote: dict[str, tuple[str, str | None]] = {}
         problems: list[str] = []
         done = False
@@ -681,8 +691,7 @@ class WorkspaceMirror:
                 ):
                     remote[path] = (mode, message["id"])
         finally:
-            with contextlib.suppress(Exception):
-                stream.close()
+            self._close(stream)
         if not done:
             # Half a list must never delete the other half.
             raise RemoteUnreadable(

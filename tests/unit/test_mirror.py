@@ -312,6 +312,39 @@ class _Closable:
         pass
 
 
+class _Blocking:
+    """A scan that never ends until closed (a very large tree, a slow link)."""
+
+    def __init__(self) -> None:
+        self.closed = threading.Event()
+
+    def __iter__(self):
+        yield '{"path": "a", "mode": "40000"}'
+        self.closed.wait(30)
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+def test_stop_ends_a_full_pass_in_progress_and_deletes_nothing(places):
+    remote, local, state = places
+    (local / "mine.txt").write_text("kept")
+    blocking = _Blocking()
+    files = Scripted(remote, [['{"rescan": "start"}']], scan=[])
+    files.lines = lambda argv: blocking if argv[2] == "scan" else _Closable(['{"rescan": "start"}'])
+    mirror, changed, problems = make_mirror(files, local, state)
+    mirror.start()
+    wait_for(lambda: mirror._streams, timeout=10, what="the scan to begin")
+    time.sleep(0.1)
+    began = time.monotonic()
+    mirror.stop()
+    assert time.monotonic() - began < 5
+    assert blocking.closed.is_set()
+    assert mirror._thread is not None and not mirror._thread.is_alive()
+    assert (local / "mine.txt").read_text() == "kept"
+    assert changed == []
+
+
 def test_a_rescan_line_runs_a_full_pass(places):
     remote, local, state = places
     (remote / "seen-only-by-a-scan.txt").write_text("x")
