@@ -526,3 +526,52 @@ def test_a_local_write_failure_is_told_and_retried_by_a_full_pass(places, monkey
     assert "No space left on device" in told[0]
     assert os.listdir(local) == []  # no temporary left behind
     assert mirror.sync() == ["f.txt"]
+
+
+def test_changes_made_there_become_revisions_here_with_the_same_blob_ids(places, following):
+    from core.vault import Vault
+    from core.vault.ignore import IgnoreRules
+    from core.vault.objects import run_git
+    from core.vault.tree_index import TreeIndex
+    from core.watch import Recorder
+
+    remote, local, state = places
+    vault = Vault.open_or_create(state / "vault.git")
+    base = TreeIndex().scan(vault.objects, local, IgnoreRules(local))
+    vault.commit_revision("ws", base.tree, None, trigger="base")
+    revisions: list = []
+    recorder = Recorder(vault, "ws", local, on_revision=revisions.append, quiet_period=0.1)
+    recorder.start()
+    try:
+        mirror, *_ = following(exclude=[".git"])
+        (remote / "src").mkdir()
+        (remote / "src" / "app.py").write_text("print('there')\n")
+        (remote / "tool.sh").write_text("#!/bin/sh\n")
+        os.chmod(remote / "tool.sh", 0o755)
+        os.symlink("src/app.py", remote / "link")
+        scan = subprocess.run(
+            [sys.executable, str(HELPER_SCRIPT), "scan", str(remote), "--cache", str(state / "c")],
+            capture_output=True,
+            check=True,
+        )
+        there = {
+            (m["path"], m["mode"], m["id"])
+            for m in map(json.loads, scan.stdout.splitlines())
+            if m.get("id")
+        }
+
+        def recorded():
+            head = recorder.head
+            out = run_git(["--git-dir", str(vault.git_dir), "ls-tree", "-r", "-z", head]).stdout
+            here = set()
+            for item in filter(None, out.decode().split("\0")):
+                meta, path = item.split("\t", 1)
+                mode, _kind, sha = meta.split()
+                here.add((path, mode, sha))
+            return here == there
+
+        wait_for(recorded, timeout=15, what="a revision with the sandbox's files")
+        assert revisions and all(r.trigger == "watch" for r in revisions)
+    finally:
+        recorder.stop()
+        vault.close()
