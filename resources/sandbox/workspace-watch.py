@@ -30,9 +30,10 @@ closes keeps its program running with stdout going nowhere, but closes the progr
     {"path": P, "problem": "permission denied"}   left as the reader had it
 
 BLOB is git's blob id (sha1 of "blob SIZE\\0" and the bytes; a link's target for 120000). FILE
-(outside ROOT) keeps each file's stat data and id, so the next scan hashes only files whose stat
-data changed; a stat taken within the file time granularity of the file's mtime is never
-trusted (git's racy rule), so a change in the same tick is never hidden.
+(outside ROOT, or under an excluded name such as ROOT/.git) keeps each file's stat data and id,
+so the next scan hashes only files whose stat data changed; a stat taken within the file time
+granularity of the file's mtime is never trusted (git's racy rule), so a change in the same
+tick is never hidden.
 
 NAME (any number) is left out wherever it appears as a path component (`.git`). Python 3.7 or
 later, standard library only; Linux.
@@ -445,9 +446,13 @@ def scan(root, cache_path, exclude):
     if not os.path.isdir(root):
         raise Fatal("%s is not a folder" % root)
     cache_path = os.path.abspath(cache_path)
-    if cache_path == root or cache_path.startswith(root.rstrip("/") + "/"):
-        raise Fatal("the scan cache %s must be outside %s" % (cache_path, root))
     exclude = frozenset(exclude)
+    inside = cache_path == root or cache_path.startswith(root.rstrip("/") + "/")
+    if inside and not excluded(cache_path[len(root) :].strip("/"), exclude):
+        # It would be listed (and watched) as a file of the workspace.
+        raise Fatal(
+            "the scan cache %s must be outside %s or under an excluded name" % (cache_path, root)
+        )
     old = load_cache(cache_path, root)
     new = {}
     files = hashed = 0

@@ -498,7 +498,7 @@ def test_a_damaged_cache_costs_a_rehash_never_a_wrong_id(root, tmp_path):
     assert done["hashed"] == 1
 
 
-def test_a_cache_inside_the_root_is_refused(root):
+def test_a_cache_inside_the_root_is_refused_unless_excluded(root):
     proc = subprocess.run(
         [sys.executable, str(HELPER), "scan", str(root), "--cache", str(root / "c")],
         capture_output=True,
@@ -507,6 +507,11 @@ def test_a_cache_inside_the_root_is_refused(root):
     assert proc.returncode == 1
     assert "outside" in json.loads(proc.stdout)["error"]
     assert not (root / "c").exists()
+    # Under an excluded name it is never listed, so it may live in the workspace's volume.
+    (root / ".git").mkdir()
+    (root / "f").write_text("x")
+    entries, done = _scan(root, root / ".git" / "cairn-scan", "--exclude", ".git")
+    assert set(entries) == {"f"} and (root / ".git" / "cairn-scan").exists()
 
 
 def test_an_unreadable_file_or_folder_is_a_problem_line(tmp_path):
