@@ -114,6 +114,17 @@ def emit(obj, flush=True):
         raise StdoutClosed() from exc
 
 
+quote = json.encoder.encode_basestring_ascii  # a JSON string (the C encoder, when there is one)
+
+
+def write_line(text):
+    """One line of the scan's output, written without a flush (the scan's lines are many)."""
+    try:
+        sys.stdout.write(text)
+    except (BrokenPipeError, ValueError, OSError) as exc:
+        raise StdoutClosed() from exc
+
+
 def join(folder, name):
     return folder + "/" + name if folder else name
 
@@ -414,17 +425,19 @@ def blob_id_of_file(path, size):
 
 
 def load_cache(path, root):
+    """The cache's entries, or None when the file is not a cache of ROOT (missing, damaged,
+    another root's)."""
     try:
         with open(path, encoding="utf-8") as f:
             if f.readline().rstrip("\n") != CACHE_MAGIC:
-                return {}
+                return None
             doc = json.load(f)
     except (OSError, ValueError, UnicodeDecodeError):
-        return {}
+        return None
     if not isinstance(doc, dict) or doc.get("root") != root:
-        return {}
+        return None
     entries = doc.get("entries")
-    return entries if isinstance(entries, dict) else {}
+    return entries if isinstance(entries, dict) else None
 
 
 def save_cache(path, root, entries):
@@ -433,7 +446,8 @@ def save_cache(path, root, entries):
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(CACHE_MAGIC + "\n")
-            json.dump({"root": root, "entries": entries}, f, separators=(",", ":"))
+            # dumps, not dump: dump streams through the pure-Python encoder (ten times slower).
+            f.write(json.dumps({"root": root, "entries": entries}, separators=(",", ":")))
         os.replace(tmp, path)
     except OSError as exc:
         with contextlib.suppress(OSError):
@@ -453,7 +467,8 @@ def scan(root, cache_path, exclude):
         raise Fatal(
             "the scan cache %s must be outside %s or under an excluded name" % (cache_path, root)
         )
-    old = load_cache(cache_path, root)
+    loaded = load_cache(cache_path, root)
+    old = loaded or {}
     new = {}
     files = hashed = 0
     stack = [""]
@@ -485,7 +500,7 @@ def scan(root, cache_path, exclude):
             if mode is None:
                 continue
             if mode == "40000":
-                emit({"path": rel, "mode": mode}, flush=False)
+                write_line('{"path":%s,"mode":"40000"}\n' % quote(rel))
                 subfolders.append(rel)
                 continue
             key = [st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, mode]
@@ -516,9 +531,12 @@ def scan(root, cache_path, exclude):
                 stamp = seen_at
             files += 1
             new[rel] = key + [blob, stamp]
-            emit({"path": rel, "mode": mode, "size": size, "id": blob}, flush=False)
+            write_line(
+                '{"path":%s,"mode":"%s","size":%d,"id":"%s"}\n' % (quote(rel), mode, size, blob)
+            )
         stack.extend(reversed(subfolders))
-    save_cache(cache_path, root, new)
+    if loaded is None or new != loaded:  # an unchanged tree leaves the file as it was
+        save_cache(cache_path, root, new)
     emit({"done": True, "files": files, "hashed": hashed})
 
 
