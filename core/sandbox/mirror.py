@@ -169,7 +169,11 @@ class WorkspaceMirror:
         # Local files whose bytes the mirror knows: path -> (stat data, mode, blob id, seen at).
         self._known: dict[str, tuple[StatKey, str, str, float]] = {}
         self._last_parent: tuple[str, int] | None = None  # see _open_parent
-        self._stop = threading.Event()
+        self._stop = threading.Event()  # the following ends
+        # Passes in progress at stop() end early; one asked for after it (a last sync before a
+        # checkpoint) runs whole.
+        self._interrupt = threading.Event()
+        self._follower: threading.Thread | None = None
         self._passes = threading.RLock()  # one pull or full pass at a time
         self._streams: list[LineStream] = []  # the watcher's and a scan's, closed by stop()
         self._streams_lock = threading.Lock()
@@ -233,6 +237,7 @@ class WorkspaceMirror:
         are closed, a pull stops after the read in progress (the next start's full pass
         catches up)."""
         self._stop.set()
+        self._interrupt.set()
         with self._streams_lock:
             streams = list(self._streams)
         for stream in streams:
@@ -269,8 +274,18 @@ class WorkspaceMirror:
     def follow(self) -> None:
         """One connection: start the watcher, pull what it reports, full passes when it asks.
         Returns when stopped; raises RemoteUnreadable when the sandbox side cannot be read."""
+        self._follower = threading.current_thread()
+        try:
+            self._follow()
+        finally:
+            self._follower = None
+
+    def _follow(self) -> None:
         self.state = "connecting"
         self._ready.clear()
+        self._interrupt.clear()
+        if self._stop.is_set():
+            return
         stream = self._open(self.watch_argv(), "start the watcher")
         started = False
         try:
@@ -316,7 +331,7 @@ class WorkspaceMirror:
         stream = self._remote(lambda: self._files.lines(argv), what)
         with self._streams_lock:
             self._streams.append(stream)
-        if self._stop.is_set():
+        if self._interrupt.is_set():
             self._close(stream)
         return stream
 
@@ -348,7 +363,7 @@ class WorkspaceMirror:
             except CairnError:
                 raise
             except Exception as exc:  # whatever the transport raises
-                if self._stop.is_set():
+                if self._interrupt.is_set():
                     return
                 raise _unreadable(what, exc) from exc
             yield line
@@ -361,10 +376,17 @@ class WorkspaceMirror:
         whose every path is among `paths` (made or moved in whole): anything else the local
         copy holds under them is deleted."""
         with self._passes:
+            self._own_pass()
             try:
                 return self._pull_named(list(paths), list(complete))
             finally:
                 self._forget_parent()
+
+    def _own_pass(self) -> None:
+        """Under _passes: a pass asked for by another thread than the follower (after stop, or
+        beside it) is not cut short by a stop that came before it."""
+        if threading.current_thread() is not self._follower:
+            self._interrupt.clear()
 
     def _pull_named(self, paths: list[str], complete: list[str]) -> list[str]:
         wanted: list[str] = []
@@ -398,7 +420,7 @@ class WorkspaceMirror:
         wanted.sort(key=lambda p: (p.count("/"), p))
         changed: list[str] = []
         for start in range(0, len(wanted), _PULL_BATCH):
-            if self._stop.is_set():
+            if self._interrupt.is_set():
                 break  # the next connection's full pass brings the rest
             chunk = wanted[start : start + _PULL_BATCH]
             answered = self._remote(functools.partial(self._read, chunk), "read files")
@@ -618,6 +640,7 @@ class WorkspaceMirror:
         cache) and pull only what differs; delete what the sandbox lacks. Returns (and tells)
         the paths changed locally."""
         with self._passes:
+            self._own_pass()
             try:
                 return self._sync()
             finally:

@@ -345,6 +345,16 @@ def test_stop_ends_a_full_pass_in_progress_and_deletes_nothing(places):
     assert changed == []
 
 
+def test_a_last_pass_after_stop_runs_whole(places, following):
+    remote, local, _ = places
+    mirror, files, changed, problems = following()
+    mirror.stop()
+    for i in range(300):  # more than one read's worth
+        (remote / f"late-{i:03}.txt").write_text(str(i))
+    assert len(mirror.sync()) == 300
+    assert same(remote, local)
+
+
 def test_a_rescan_line_runs_a_full_pass(places):
     remote, local, state = places
     (remote / "seen-only-by-a-scan.txt").write_text("x")
