@@ -297,7 +297,32 @@ def test_a_deleted_root_ends_the_watcher_with_an_error(root, watching):
     assert w.proc.wait(10) == 1
 
 
-# -- rescans (driven in-process: the kernel's queue cannot be shrunk here) -----------------------
+# -- rescans ------------------------------------------------------------------------------------
+
+
+def test_a_real_queue_overflow_gives_a_rescan_and_watching_goes_on(root, watching):
+    limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+    w = watching(quiet=0.1)
+    w.proc.send_signal(signal.SIGSTOP)  # nobody reads: the kernel's queue fills up
+    try:
+        a = os.open(root / "a", os.O_WRONLY | os.O_CREAT)
+        b = os.open(root / "b", os.O_WRONLY | os.O_CREAT)
+        for _ in range(limit // 2 + 1000):  # alternating, so the kernel cannot merge them
+            os.write(a, b"x")
+            os.write(b, b"y")
+        os.close(a)
+        os.close(b)
+    finally:
+        w.proc.send_signal(signal.SIGCONT)
+    messages = [w.next()]
+    while "rescan" not in messages[-1]:
+        messages.append(w.next())
+    assert messages[-1] == {"rescan": "overflow"}
+    (root / "after.txt").write_text("still watched")
+    assert "after.txt" in w.changed_until({"after.txt"})
+
+
+# The next ones drive the watcher in-process: what the kernel does not let a test provoke.
 
 
 def _event(wd: int, mask: int, name: bytes = b"") -> bytes:
