@@ -585,3 +585,29 @@ def test_changes_made_there_become_revisions_here_with_the_same_blob_ids(places,
     finally:
         recorder.stop()
         vault.close()
+
+
+def test_an_overflow_in_the_sandbox_is_caught_up_by_a_full_pass(places, following):
+    import signal
+
+    remote, local, _ = places
+    mirror, files, changed, problems = following()
+    helper = files.streams[0].proc
+    limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+    helper.send_signal(signal.SIGSTOP)
+    try:
+        a = os.open(remote / "a", os.O_WRONLY | os.O_CREAT)
+        b = os.open(remote / "b", os.O_WRONLY | os.O_CREAT)
+        for _ in range(limit // 2 + 1000):
+            os.write(a, b"x")
+            os.write(b, b"y")
+        os.close(a)
+        os.close(b)
+        (remote / "made-in-the-burst").mkdir()
+        (remote / "made-in-the-burst" / "f.txt").write_text("seen by the full pass")
+    finally:
+        helper.send_signal(signal.SIGCONT)
+    # The start's full pass, then the overflow's.
+    wait_for(lambda: mirror.stats["rescans"] >= 2, timeout=15, what="the overflow's full pass")
+    wait_same(remote, local)
+    assert problems == []
