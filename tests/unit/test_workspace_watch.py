@@ -212,10 +212,10 @@ def test_excluded_names_are_never_reported(root, watching):
 
 
 def test_a_burst_within_the_quiet_period_is_one_batch(root, watching):
-    w = watching(quiet=0.5, max_interval=10.0)
+    w = watching(quiet=1.0, max_interval=30.0)
     for i in range(30):
         (root / f"f{i}.txt").write_text(str(i))
-    batches = [m for m in w.quiet_for(1.5) if m is not None]
+    batches = [m for m in w.quiet_for(3.0) if m is not None]
     assert len(batches) == 1, batches
     assert set(batches[0]["changed"]) == {f"f{i}.txt" for i in range(30)}
 
