@@ -265,6 +265,11 @@ class WorkspaceMirror:
                     return
                 self.state = "unreachable"
                 self._problem(str(exc))
+            except Exception as exc:  # a fault here must not end the following for good
+                log.exception("the workspace mirror of %s failed", self.local_root)
+                if self._stop.is_set():
+                    return
+                self._problem(f"the workspace mirror of {self.local_root} failed: {exc}")
             if time.monotonic() - began > _RETRY_MAX_S:
                 delay = _RETRY_FIRST_S  # it had been working: try again soon
             self._stop.wait(delay)

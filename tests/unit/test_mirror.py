@@ -611,3 +611,27 @@ def test_an_overflow_in_the_sandbox_is_caught_up_by_a_full_pass(places, followin
     wait_for(lambda: mirror.stats["rescans"] >= 2, timeout=15, what="the overflow's full pass")
     wait_same(remote, local)
     assert problems == []
+
+
+def test_a_fault_in_the_mirror_is_told_and_followed_by_a_new_connection(places, monkeypatch):
+    import core.sandbox.mirror as module
+
+    remote, local, state = places
+    (remote / "f.txt").write_text("x")
+    files = Scripted(remote, [['{"rescan": "start"}'], ['{"rescan": "start"}']])
+    mirror, changed, problems = make_mirror(files, local, state)
+    real_sync = mirror.sync
+    calls = []
+
+    def sync_failing_once():
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyError("a bug")
+        return real_sync()
+
+    mirror.sync = sync_failing_once
+    monkeypatch.setattr(module, "_RETRY_FIRST_S", 0.05)
+    mirror.start()
+    wait_for(lambda: (local / "f.txt").exists(), timeout=10, what="the second connection's pass")
+    mirror.stop()
+    assert problems[0].startswith(f"the workspace mirror of {local} failed: ")
