@@ -414,16 +414,6 @@ def test_a_scan_cut_short_deletes_nothing(places):
     assert (local / "keep.txt").read_text() == "mine"
 
 
-def test_a_watcher_that_never_starts_says_what_to_check(places):
-    remote, local, state = places
-    files = Scripted(remote, [[]])  # python3 or the helper missing: the exec ends at once
-    mirror, *_ = make_mirror(files, local, state)
-    with pytest.raises(
-        RemoteUnreadable, match="the workspace watcher did not start in the sandbox"
-    ):
-        mirror.follow()
-
-
 def test_what_the_sandbox_cannot_read_is_left_as_it_was(places):
     remote, local, state = places
     (local / "secret").write_text("the last copy")
@@ -469,13 +459,18 @@ def test_a_read_that_fails_midway_is_remote_unreadable(places):
         mirror.follow()
 
 
-def test_the_helpers_error_line_is_told(places):
+@pytest.mark.parametrize(
+    ("said", "told"),
+    [
+        # python3 or the helper missing: the exec ends at once, without a word.
+        ([], "the workspace watcher did not start in the sandbox"),
+        (['{"error": "/workspace is gone"}'], "watcher in the sandbox stopped: /workspace is gone"),
+    ],
+)
+def test_a_watcher_that_ends_says_why(places, said, told):
     remote, local, state = places
-    files = Scripted(remote, [['{"error": "/workspace is gone"}']])
-    mirror, *_ = make_mirror(files, local, state)
-    with pytest.raises(
-        RemoteUnreadable, match="watcher in the sandbox stopped: /workspace is gone"
-    ):
+    mirror, *_ = make_mirror(Scripted(remote, [said]), local, state)
+    with pytest.raises(RemoteUnreadable, match=told):
         mirror.follow()
 
 
