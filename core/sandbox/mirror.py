@@ -50,7 +50,8 @@ TAR_READ_ARGV = (
     *("tar", "-c", "-f", "-", "--null", "--no-recursion", "--ignore-failed-read", "-T", "-"),
 )
 
-_PULL_BATCH = 256  # paths per read_files call
+_PULL_BATCH = 256  # paths per read_files call at most
+_PULL_BYTES = 32 << 20  # and, when a scan said their sizes, about this many bytes
 _RETRY_FIRST_S = 1.0
 _RETRY_MAX_S = 30.0
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -419,15 +420,14 @@ class WorkspaceMirror:
                 gone.append(rel)
         return gone
 
-    def _pull(self, wanted: list[str]) -> list[str]:
+    def _pull(self, wanted: list[str], sizes: dict[str, int] | None = None) -> list[str]:
         # Parents before children: a folder that replaced a file is a folder before its files
         # are written.
         wanted.sort(key=lambda p: (p.count("/"), p))
         changed: list[str] = []
-        for start in range(0, len(wanted), _PULL_BATCH):
+        for chunk in _chunks(wanted, sizes or {}):
             if self._interrupt.is_set():
                 break  # the next connection's full pass brings the rest
-            chunk = wanted[start : start + _PULL_BATCH]
             answered = self._remote(functools.partial(self._read, chunk), "read files")
             self.stats["pulled"] += len(chunk)
             for rel in chunk:
@@ -653,7 +653,7 @@ class WorkspaceMirror:
 
     def _sync(self) -> list[str]:
         self._want_full = False
-        remote, problems = self._scan()
+        remote, sizes, problems = self._scan()
         local = self._local_tree()
         changed: list[str] = []
         # What the sandbox lacks: outermost first, so a gone folder goes whole.
@@ -675,13 +675,14 @@ class WorkspaceMirror:
                     wanted.append(rel)
             elif here is None or here != (mode, blob):
                 wanted.append(rel)
-        changed += self._pull(wanted)
+        changed += self._pull(wanted, sizes)
         self._tell(changed)
         return changed
 
-    def _scan(self) -> tuple[dict[str, tuple[str, str | None]], list[str]]:
+    def _scan(self) -> tuple[dict[str, tuple[str, str | None]], dict[str, int], list[str]]:
         stream = self._open(self.scan_argv(), "start a scan")
         remote: dict[str, tuple[str, str | None]] = {}
+        sizes: dict[str, int] = {}
         problems: list[str] = []
         done = False
         try:
@@ -718,6 +719,9 @@ class WorkspaceMirror:
                     message.get("id"), str
                 ):
                     remote[path] = (mode, message["id"])
+                    size = message.get("size")
+                    if isinstance(size, int):
+                        sizes[path] = size
         finally:
             self._close(stream)
         if not done:
@@ -726,7 +730,7 @@ class WorkspaceMirror:
                 "the scan of the workspace in the sandbox ended before it finished; "
                 "nothing was deleted"
             )
-        return remote, problems
+        return remote, sizes, problems
 
     def _local_tree(
         self, under: str = "", *, ids: bool = True
@@ -801,6 +805,22 @@ class WorkspaceMirror:
 
 def _unreadable(what: str, exc: BaseException) -> RemoteUnreadable:
     return RemoteUnreadable(f"cannot {what} of the workspace in the sandbox: {_one_line(exc)}")
+
+
+def _chunks(paths: list[str], sizes: dict[str, int]) -> Iterator[list[str]]:
+    """The paths in reads of at most _PULL_BATCH paths and about _PULL_BYTES bytes (a larger
+    file is read alone), so a full pass of big files never holds them all at once."""
+    chunk: list[str] = []
+    held = 0
+    for rel in paths:
+        size = sizes.get(rel, 0)
+        if chunk and (len(chunk) >= _PULL_BATCH or held + size > _PULL_BYTES):
+            yield chunk
+            chunk, held = [], 0
+        chunk.append(rel)
+        held += size
+    if chunk:
+        yield chunk
 
 
 def _parse(line: str) -> dict[str, Any] | None:

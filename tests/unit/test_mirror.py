@@ -630,3 +630,24 @@ def test_a_fault_in_the_mirror_is_told_and_followed_by_a_new_connection(places, 
     wait_for(lambda: (local / "f.txt").exists(), timeout=10, what="the second connection's pass")
     mirror.stop()
     assert problems[0].startswith(f"the workspace mirror of {local} failed: ")
+
+
+def test_a_full_pass_reads_big_files_a_few_at_a_time(places, monkeypatch):
+    import core.sandbox.mirror as module
+
+    remote, local, state = places
+    monkeypatch.setattr(module, "_PULL_BYTES", 3000)
+    for i in range(6):
+        (remote / f"big{i}").write_bytes(os.urandom(1000))
+    (remote / "huge").write_bytes(os.urandom(10_000))
+    for i in range(20):
+        (remote / f"small{i:02}").write_bytes(b"s")
+    files = LocalSandboxFiles(remote)
+    mirror, *_ = make_mirror(files, local, state)
+    mirror.sync()
+    assert same(remote, local)
+    assert max(len(c) for c in files.read_calls) <= 256
+    sizes = {p.name: p.stat().st_size for p in remote.iterdir()}
+    for call in files.read_calls:
+        assert len(call) == 1 or sum(sizes[p] for p in call) <= 3000, call
+    assert ["huge"] in files.read_calls
