@@ -352,9 +352,9 @@ class WorkspaceMirror:
     def _remote(self, call: Callable[[], _T], what: str) -> _T:
         try:
             return call()
-        except CairnError:
+        except RemoteUnreadable:
             raise
-        except Exception as exc:  # whatever the transport raises
+        except Exception as exc:  # whatever the transport raises (its own CairnError too)
             raise _unreadable(what, exc) from exc
 
     def _guarded(self, stream: LineStream, what: str) -> Iterator[str]:
@@ -366,9 +366,9 @@ class WorkspaceMirror:
                 line = next(lines)
             except StopIteration:
                 return
-            except CairnError:
+            except RemoteUnreadable:
                 raise
-            except Exception as exc:  # whatever the transport raises
+            except Exception as exc:  # whatever the transport raises (its own CairnError too)
                 if self._interrupt.is_set():
                     return
                 raise _unreadable(what, exc) from exc

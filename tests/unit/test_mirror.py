@@ -651,3 +651,23 @@ def test_a_full_pass_reads_big_files_a_few_at_a_time(places, monkeypatch):
     for call in files.read_calls:
         assert len(call) == 1 or sum(sizes[p] for p in call) <= 3000, call
     assert ["huge"] in files.read_calls
+
+
+def test_the_transports_own_error_is_remote_unreadable_with_its_line(places):
+    remote, local, state = places
+
+    class HostGone(CairnError):
+        pass
+
+    class Transport(Scripted):
+        def lines(self, argv):
+            raise HostGone("host build-box does not answer", hint="is it switched on?")
+
+    mirror, *_ = make_mirror(Transport(remote, []), local, state)
+    with pytest.raises(RemoteUnreadable) as caught:
+        mirror.follow()
+    assert str(caught.value) == (
+        "cannot start the watcher of the workspace in the sandbox: "
+        "host build-box does not answer (is it switched on?)"
+    )
+    assert isinstance(caught.value.__cause__, HostGone)
