@@ -57,12 +57,19 @@ import socket
 import stat
 import struct
 import sys
+import threading
 import time
 
 UNSUPERVISED_EXIT = 121
 NOT_FOUND_EXIT = 127
 DEFAULT_TIMEOUT_S = 3600.0
 POLL_S = 0.02
+# Workers taking held execs from the listener: two jobs that exec at once are not queued behind
+# one another. More start while all are busy (waiting for an answer, or tracing).
+WORKERS = 8
+SPARE_WORKERS = 8
+MAX_WORKERS = 64
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 MAX_STR = 128 * 1024  # the kernel's MAX_ARG_STRLEN
 MAX_ARGS = 8192
 MAX_ENV_VALUE = 4096
@@ -109,6 +116,7 @@ EVENT_EXEC = 4
 EVENT_STOP = 128
 
 WALL = 0x40000000
+WNOTHREAD = 0x20000000  # wait for this thread's own children and tracees only
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
@@ -125,6 +133,8 @@ NOTIF_FLAG_CONTINUE = 1
 NOTIF_RECV = 0xC0502100
 NOTIF_SEND = 0xC0182101
 NOTIF_ID_VALID = 0x40082102
+NOTIF_SET_FLAGS = 0x40082104  # _IOW('!', 4, __u64), Linux 6.6
+FD_SYNC_WAKE_UP = 1  # the receiver runs on the CPU of the process it wakes: a quicker handoff
 NOTIF_SIZE = 80  # struct seccomp_notif: id, pid, flags, seccomp_data (nr, arch, ip, args[6])
 NOTIF_FORMAT = "<QIIiIQ6Q"
 RESP_FORMAT = "<QqiI"  # struct seccomp_notif_resp: id, val, error, flags
@@ -625,9 +635,9 @@ def read_proc_bytes(path):
         chunks = []
         while True:
             chunk = os.read(fd, 65536)
-            if not chunk:
-                break
             chunks.append(chunk)
+            if len(chunk) < 65536:
+                break  # /proc's cmdline and environ read whole unless at the end
     finally:
         os.close(fd)
     return b"".join(chunks)
@@ -716,6 +726,8 @@ class Policy:
             return cls(json.loads(f.read().decode("utf-8")))
 
     def decide(self, ex):
+        if not self.rules:
+            return self.default, "default"
         names = ex.names()
         args = ex.argv[1:]
         for rule in self.rules:
@@ -941,6 +953,23 @@ def same_as(program, readable=None):
 MAX_LINK_WORDS = 256
 
 
+def kernel_path(path):
+    """Where the kernel finds `path`, its last part not followed (None: not there), and "" for a
+    symbolic link: one lookup instead of one per folder."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except (OSError, ValueError):
+        return None
+    try:
+        if stat.S_ISLNK(os.fstat(fd).st_mode):
+            return ""
+        return os.readlink("/proc/self/fd/%d" % fd)
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+
+
 def links_of(ex):
     """Arguments naming a path that leads elsewhere through a symbolic link: word -> [the file it
     names, the word with only its folders resolved] (`rm -rf link/` empties the target, `rm -rf
@@ -952,6 +981,13 @@ def links_of(ex):
         if not word or word.startswith("-") or len(word) > 4096 or word in out:
             continue
         path = os.path.join(ex.cwd or "/", word)
+        follows = word.endswith(("/", "/.")) or word.endswith("/..")
+        if not follows:
+            found = kernel_path(path)
+            if found is None:
+                continue  # not there (lexists would say so)
+            if found == os.path.normpath(path):
+                continue  # no link on the way: where it is is what it says
         try:
             if not os.path.lexists(path):
                 continue
@@ -1074,28 +1110,32 @@ class Supervisor:
                     self.script_lines = fsdecode(f.read()).splitlines()
             except OSError:
                 self.script_lines = None
-        self.top = None
+        self.reaper = None  # the process that is the tree's parent (see start)
         self.listener = None  # the seccomp notification listener
-        self.traced = set()  # tids traced until their exec event (an allowed exec let go)
+        self.lock = threading.Lock()
+        self.receiving = threading.Lock()  # held by the worker waiting on the listener
+        self.poller = None
+        self.here = threading.local()  # .mine: the tids this worker traces
+        self.workers = self.idle = 0
+        # tid -> the tracing worker's set: traced until its exec event (an allowed exec let go)
+        self.traced = {}
         self.program = {}  # pid -> the argv it runs (what "started by" shows)
         self.verdicts = {}  # the facts the rules read -> their verdict (the rules are pure)
         self.pending = {}  # tid -> Exec judged allowed, until its exec event
         self.refused = {}  # tid -> what it was last refused (execvp retries it along PATH)
-        self.waiting = {}  # tid -> (request id, deadline, Exec, held, rule)
+        self.waiting = {}  # tid -> [request id, deadline, Exec, held, rule]
         self.status = None
 
     # which programs lead here, nearest first
     def parent_of(self, pid):
         """The parent as /proc tells, within the supervised tree (the supervisor is its
         subreaper, so orphans stay in it)."""
-        if pid == self.top:
-            return None
         try:
             with open("/proc/%d/stat" % pid, "rb") as f:
                 found = int(f.read().rsplit(b")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             return None
-        return None if found in (0, 1, os.getpid()) else found
+        return None if found in (0, 1, os.getpid(), self.reaper) else found
 
     def parents_of(self, pid):
         chain = []
@@ -1163,8 +1203,9 @@ class Supervisor:
         }
         if request_id:
             entry["request"] = request_id
-        self.log.write(json.dumps(entry, sort_keys=True) + "\n")
-        self.log.flush()
+        with self.lock:
+            self.log.write(json.dumps(entry, sort_keys=True) + "\n")
+            self.log.flush()
 
     # -- verdicts --
 
@@ -1194,8 +1235,9 @@ class Supervisor:
         return ASK, rule or "rules", shown
 
     def judge(self, tid, ex, held):
-        """Decide now, or park the exec on a mailbox request (it stays held). `held` is the
-        notification id of an exec held before it runs, None for one seen at its exec event."""
+        """Decide now, or ask and wait here for the answer (the exec stays held; other workers
+        go on with other execs). `held` is the notification id of an exec held before it runs,
+        None for one seen at its exec event (by this thread, its tracer)."""
         action, rule = self.policy.decide(ex)
         request = None
         if rule == "default" and self.rules is not None:
@@ -1213,14 +1255,39 @@ class Supervisor:
             except OSError as exc:
                 self.finish(tid, ex, held, False, rule, "cannot ask: %s" % exc)
                 return
-            self.waiting[tid] = (request_id, deadline, ex, held, rule)
+            entry = [request_id, deadline, ex, held, rule]
+            with self.lock:
+                self.waiting[tid] = entry
+            self.await_answer(tid, entry)
             return
         self.finish(tid, ex, held, action == ALLOW, rule, "policy")
+
+    def await_answer(self, tid, entry):
+        """Poll the mailbox until the request is decided or times out, then finish the exec. A
+        spare worker takes the listener meanwhile."""
+        self.spare()
+        request_id, deadline = entry[0], entry[1]
+        while True:
+            answer = self.mailbox.answer(request_id)
+            if answer is not None or time.monotonic() >= deadline:
+                break
+            time.sleep(POLL_S)
+        with self.lock:
+            if self.waiting.get(tid) is entry:
+                del self.waiting[tid]
+        if answer is None:
+            answer = (False, "no decision within %g s" % self.mailbox.timeout)
+        # entry[3]: the exec's latest hold (a hold interrupted and made again keeps its question)
+        try:
+            self.finish(tid, entry[2], entry[3], answer[0], entry[4], answer[1], request_id)
+        except OSError as exc:
+            if exc.errno != errno.ESRCH:
+                raise
 
     def finish(self, tid, ex, held, allowed, rule, reason, request_id=None):
         self.record(ex, ALLOW if allowed else DENY, rule, reason, request_id)
         if held is None:
-            # At the exec event: the new image is loaded but has not run.
+            # At the exec event (this thread traces it): the new image is loaded but has not run.
             if allowed:
                 self.remember(tid, ex)
             else:
@@ -1236,14 +1303,20 @@ class Supervisor:
         self.say("cairn: denied %s (%s)" % (shlex.join(ex.argv)[:300], reason))
 
     def let_go(self, tid, held, ex):
-        """Trace the process for its exec event, then let the held exec go on."""
-        if tid not in self.traced:
-            try:
-                ptrace(PTRACE_SEIZE, tid, 0, SEIZE_OPTIONS)
-            except OSError as exc:
-                return exc.errno == errno.ESRCH  # gone meanwhile: nothing runs
-            self.traced.add(tid)
-        self.pending[tid] = ex
+        """Trace the process (from this thread) for its exec event, then let the held exec go
+        on. A process another worker traces already (its last exec failed before loading, so no
+        exec event came) stays that worker's: its exec event goes there."""
+        mine = self.here.mine
+        with self.lock:
+            tracer = self.traced.get(tid)
+            if tracer is None:
+                try:
+                    ptrace(PTRACE_SEIZE, tid, 0, SEIZE_OPTIONS)
+                except OSError as exc:
+                    return exc.errno == errno.ESRCH  # gone meanwhile: nothing runs
+                self.traced[tid] = mine
+                mine.add(tid)
+            self.pending[tid] = ex
         self.respond(held, 0, NOTIF_FLAG_CONTINUE)
         return True
 
@@ -1251,21 +1324,6 @@ class Supervisor:
         if len(self.program) > 4096:
             self.program = {p: d for p, d in self.program.items() if os.path.exists("/proc/%d" % p)}
         self.program[pid] = ex.argv
-
-    def check_waiting(self):
-        now = time.monotonic()
-        for tid, (request_id, deadline, ex, held, rule) in list(self.waiting.items()):
-            answer = self.mailbox.answer(request_id)
-            if answer is None and now < deadline:
-                continue
-            del self.waiting[tid]
-            if answer is None:
-                answer = (False, "no decision within %g s" % self.mailbox.timeout)
-            try:
-                self.finish(tid, ex, held, answer[0], rule, answer[1], request_id)
-            except OSError as exc:
-                if exc.errno != errno.ESRCH:
-                    raise
 
     # -- the listener and ptrace plumbing --
 
@@ -1292,8 +1350,15 @@ class Supervisor:
             if exc.errno != errno.ESRCH:
                 raise
 
+    def untrace(self, tid):
+        """Forget a tracee of this thread (let go, or gone)."""
+        self.here.mine.discard(tid)
+        with self.lock:
+            if self.traced.get(tid) is self.here.mine:
+                del self.traced[tid]
+
     def detach(self, tid):
-        self.traced.discard(tid)
+        self.untrace(tid)
         try:
             ptrace(PTRACE_DETACH, tid, 0, 0)
         except OSError as exc:
@@ -1305,15 +1370,25 @@ class Supervisor:
         with contextlib.suppress(OSError):
             os.write(2, (line + "\n").encode("utf-8", "replace"))
 
-    def on_notification(self, buf):
-        buf[:] = bytes(NOTIF_SIZE)  # the kernel wants it zeroed
-        try:
-            fcntl.ioctl(self.listener, NOTIF_RECV, buf, True)
-        except OSError as exc:
-            if exc.errno in (errno.ENOENT, errno.EINTR):
-                return  # the process left before its exec was read
-            raise
+    def receive(self, buf):
+        """The next held exec (id, tid, nr, args), waiting for it; None when it left first.
+        One worker at a time waits on the listener (the others wait for their turn here): all
+        would be woken for each exec, and all but one for nothing. It polls first: the kernel
+        may count requests that are gone, and a receive would then return at once with
+        nothing (ENOENT); poll looks at the requests themselves."""
+        with self.receiving:
+            self.poller.poll()
+            buf[:] = bytes(NOTIF_SIZE)  # the kernel wants it zeroed
+            try:
+                fcntl.ioctl(self.listener, NOTIF_RECV, buf, True)
+            except OSError as exc:
+                if exc.errno in (errno.ENOENT, errno.EINTR):
+                    return None  # the process left before its exec was read
+                raise
         held, tid, _flags, nr, _arch, _ip, *args = struct.unpack(NOTIF_FORMAT, buf)
+        return held, tid, nr, args
+
+    def on_notification(self, held, tid, nr, args):
         if nr not in (NR_EXECVE, NR_EXECVEAT):
             self.respond(held, errno.EPERM)
             return
@@ -1350,12 +1425,12 @@ class Supervisor:
             # one question, one answer.
             self.respond(held, errno.EPERM)
             return
-        waiting = self.waiting.get(tid)
-        if waiting is not None and waiting[3] is not None:
-            # The same exec held again after its first hold was interrupted: one question.
-            request_id, deadline, before, _old, rule = waiting
-            if before.key() == key:
-                self.waiting[tid] = (request_id, deadline, before, held, rule)
+        with self.lock:
+            waiting = self.waiting.get(tid)
+            if waiting is not None and waiting[3] is not None and waiting[2].key() == key:
+                # The same exec held again after its first hold was interrupted: one question
+                # (the worker waiting for its answer answers this hold).
+                waiting[3] = held
                 return
         self.judge(tid, ex, held)
 
@@ -1364,8 +1439,11 @@ class Supervisor:
             former = ctypes.c_ulong()
             ptrace(PTRACE_GETEVENTMSG, pid, 0, ctypes.addressof(former))
             if former.value != pid:
-                self.traced.discard(former.value)
-                self.traced.add(pid)
+                # A thread that was not the leader exec'd: it has the leader's pid now.
+                self.untrace(former.value)
+                with self.lock:
+                    self.traced[pid] = self.here.mine
+                self.here.mine.add(pid)
             judged = self.pending.pop(former.value, None)
             self.refused.pop(former.value, None)
             if former.value != pid:
@@ -1412,23 +1490,20 @@ class Supervisor:
         return found
 
     def forward(self, signum, _frame):
-        """A signal to the supervisor goes to the whole supervised tree."""
+        """A signal to the supervisor goes to the whole supervised tree (not to the reaper,
+        which ends when the command does)."""
         for pid in self.tree():
-            with contextlib.suppress(OSError):
-                os.kill(pid, signum)
+            if pid != self.reaper:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signum)
 
     def step(self, pid, status):
+        """One event of a tracee of this thread."""
         if os.WIFEXITED(status) or os.WIFSIGNALED(status):
-            self.traced.discard(pid)
+            self.untrace(pid)
             self.pending.pop(pid, None)
             self.refused.pop(pid, None)
-            self.waiting.pop(pid, None)
             self.program.pop(pid, None)
-            if pid == self.top:
-                if os.WIFEXITED(status):
-                    self.status = os.WEXITSTATUS(status)
-                else:
-                    self.status = 128 + os.WTERMSIG(status)
             return
         if not os.WIFSTOPPED(status):
             return
@@ -1447,13 +1522,16 @@ class Supervisor:
         else:
             self.cont(pid, sig)  # a signal for the traced process: deliver it
 
-    def reap(self):
-        while True:
+    def follow(self):
+        """Wait for the events of this thread's tracees until none is left (each is let go at
+        its exec event). __WNOTHREAD: another worker's tracees are that worker's."""
+        mine = self.here.mine
+        while mine:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG | WALL)
+                pid, status = os.waitpid(-1, WALL | WNOTHREAD)
             except ChildProcessError:
-                return
-            if pid == 0:
+                for tid in list(mine):
+                    self.untrace(tid)
                 return
             try:
                 self.step(pid, status)
@@ -1461,33 +1539,69 @@ class Supervisor:
                 if exc.errno != errno.ESRCH:
                     raise
 
-    def loop(self, wake):
-        poller = select.poll()
-        poller.register(self.listener, select.POLLIN)
-        poller.register(wake, select.POLLIN)
+    def spare(self):
+        """Start one more worker when none is left waiting on the listener (one waits for an
+        answer, or traces a process whose exec failed before its exec event)."""
+        with self.lock:
+            if self.idle > 0 or self.workers >= MAX_WORKERS:
+                return
+            self.workers += 1
+            self.idle += 1
+        threading.Thread(target=self.work, daemon=True).start()
+
+    def work(self):
+        """A worker: take a held exec from the listener and see it through, from the hold to
+        its exec event (ptrace requests must come from the tracing thread). Workers share the
+        one listener; each held exec goes to one of them."""
+        self.here.mine = set()
         buf = bytearray(NOTIF_SIZE)
-        listening = True
-        while self.status is None:
-            timeout = POLL_S * 1000 if self.waiting else None
-            for fd, events in poller.poll(timeout):
-                if fd == wake:
-                    with contextlib.suppress(BlockingIOError):
-                        while os.read(wake, 512):
-                            pass
-                elif events & select.POLLIN:
-                    self.on_notification(buf)
-                elif listening and events & (select.POLLHUP | select.POLLERR):
-                    poller.unregister(self.listener)  # no process holds the filter any more
-                    listening = False
-            self.reap()
-            if self.waiting:
-                self.check_waiting()
+        try:
+            while True:
+                got = self.receive(buf)
+                with self.lock:
+                    self.idle -= 1
+                if self.idle <= 0:
+                    self.spare()
+                if got is not None:
+                    self.on_notification(*got)
+                    self.follow()
+                with self.lock:
+                    if self.idle >= SPARE_WORKERS and self.workers > WORKERS:
+                        self.workers -= 1
+                        return  # more workers than needed wait already
+                    self.idle += 1
+        except BaseException as exc:  # noqa: BLE001 - a worker that fails ends the run
+            self.say("cairn: the supervisor failed, the command is stopped: %r" % (exc,))
+            self.status = UNSUPERVISED_EXIT
+            with contextlib.suppress(OSError):
+                os.kill(self.reaper, signal.SIGKILL)
+
+    def loop(self):
+        """Start the workers and wait for the reaper, which ends with the command."""
+        self.poller = select.poll()
+        self.poller.register(self.listener, select.POLLIN)
+        self.workers = self.idle = WORKERS
+        for _ in range(WORKERS):
+            threading.Thread(target=self.work, daemon=True).start()
+        status = None
+        while True:
+            try:
+                pid, code = os.waitpid(-1, WALL | WNOTHREAD)
+            except ChildProcessError:
+                break
+            if pid == self.reaper:
+                status = os.WEXITSTATUS(code) if os.WIFEXITED(code) else 128 + os.WTERMSIG(code)
+                break
         # Whatever the command left running ends with it, as it always has.
         for pid in self.tree():
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-        self.reap()
-        return self.status if self.status is not None else 0
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG | WALL | WNOTHREAD)[0]:
+                pass
+        if self.status is not None:
+            return self.status
+        return status if status is not None else 0
 
 
 def resolve_command(argv, environ):
@@ -1512,70 +1626,97 @@ def receive_fd(sock):
 
 
 def start(argv, supervisor):
-    """Fork the command's first process, which installs the filter and hands its notification
-    listener over, then execs the command (the first exec held and judged like any other)."""
+    """Fork the reaper, which forks the command's first process; that one installs the filter,
+    hands its notification listener over and execs the command (the first exec held and judged
+    like any other). The reaper is the tree's parent and subreaper, a process of its own: a
+    parent in the supervisor's own thread group would be shown its children's exec events,
+    which are the tracing worker's."""
     check_arch()
     libc()
     program = resolve_command(argv, os.environ)
     if program is None:
         sys.stderr.write("cairn: %s: command not found\n" % argv[0])
         return NOT_FOUND_EXIT
-    # Orphans of the tree become the supervisor's children: they stay its descendants, which a
-    # restricted ptrace (Yama) needs, and are reaped here.
+    # Orphans of the tree become the reaper's children, and the supervisor's if the reaper is
+    # gone: they stay its descendants, which a restricted ptrace (Yama) needs.
     prctl(PR_SET_CHILD_SUBREAPER, 1)
-    wake_r, wake_w = os.pipe()
-    for fd in (wake_r, wake_w):
-        os.set_blocking(fd, False)
-    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
-    signal.signal(signal.SIGCHLD, lambda _signum, _frame: None)
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    pid = os.fork()
-    if pid == 0:
+    reaper = os.fork()
+    if reaper == 0:
         ours.close()
         try:
             prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-            prctl(PR_SET_DUMPABLE, 1)  # readable by the supervisor (which itself is not)
-            listener = install_filter()
-            theirs.sendmsg(
-                [b"l"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", listener))]
-            )
-            os.close(listener)
-            if theirs.recv(1) != b"g":
-                os._exit(UNSUPERVISED_EXIT)
+            # The supervisor forwards these to the tree; a terminal's reach the command itself.
+            for signum in FORWARDED:
+                signal.signal(signum, signal.SIG_IGN)
+            pid = os.fork()
+            if pid == 0:
+                first_process(program, argv, theirs)
             theirs.close()
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            signal.set_wakeup_fd(-1)
-            os.close(wake_r)
-            os.close(wake_w)
-        except BaseException as exc:  # noqa: BLE001 - the child must never return into the parent
-            try:
-                theirs.sendall(("%s\n" % exc).encode("utf-8", "replace"))
-            finally:
-                os._exit(UNSUPERVISED_EXIT)
-        code = NOT_FOUND_EXIT
-        try:
-            os.execv(program, argv)
-        except OSError as exc:
-            os.write(2, ("cairn: cannot run %s: %s\n" % (argv[0], exc.strerror)).encode())
-            code = NOT_FOUND_EXIT if exc.errno == errno.ENOENT else 126
-        os._exit(code)
+            reap_until(pid)
+        finally:
+            os._exit(UNSUPERVISED_EXIT)
     theirs.close()
-    supervisor.top = pid
+    supervisor.reaper = reaper
     try:
         listener, why = receive_fd(ours)
     except OSError as exc:
         listener, why = None, str(exc)
     if listener is None:
         ours.close()
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, WALL)
+        os.kill(reaper, signal.SIGKILL)
+        os.waitpid(reaper, WALL)
         raise SetupError("cannot install the exec filter (%s)" % why)
+    with contextlib.suppress(OSError):  # Linux 6.6 and newer
+        fcntl.ioctl(listener, NOTIF_SET_FLAGS, FD_SYNC_WAKE_UP)
     supervisor.listener = listener
     ours.sendall(b"g")
     ours.close()
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+    for signum in FORWARDED:
         signal.signal(signum, supervisor.forward)
-    return supervisor.loop(wake_r)
+    return supervisor.loop()
+
+
+def first_process(program, argv, theirs):
+    """The command's first process: install the filter, hand the listener over, exec."""
+    try:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        prctl(PR_SET_DUMPABLE, 1)  # readable by the supervisor (which itself is not)
+        for signum in (*FORWARDED, signal.SIGPIPE, signal.SIGXFSZ):
+            signal.signal(signum, signal.SIG_DFL)  # python3 ignores the last two; exec keeps that
+        listener = install_filter()
+        theirs.sendmsg([b"l"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", listener))])
+        os.close(listener)
+        if theirs.recv(1) != b"g":
+            os._exit(UNSUPERVISED_EXIT)
+        theirs.close()
+    except BaseException as exc:  # noqa: BLE001 - the child must never return into the parent
+        try:
+            theirs.sendall(("%s\n" % exc).encode("utf-8", "replace"))
+        finally:
+            os._exit(UNSUPERVISED_EXIT)
+    code = NOT_FOUND_EXIT
+    try:
+        os.execv(program, argv)
+    except OSError as exc:
+        os.write(2, ("cairn: cannot run %s: %s\n" % (argv[0], exc.strerror)).encode())
+        code = NOT_FOUND_EXIT if exc.errno == errno.ENOENT else 126
+    os._exit(code)
+
+
+def reap_until(top):
+    """The reaper: reap the tree's orphans; end with the command's exit status (128+N when
+    signal N ended it)."""
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            os._exit(UNSUPERVISED_EXIT)
+        if pid == top:
+            if os.WIFEXITED(status):
+                os._exit(os.WEXITSTATUS(status))
+            os._exit(128 + os.WTERMSIG(status))
 
 
 def check():
