@@ -330,18 +330,22 @@ class Memory:
         return b"".join(out)
 
     def string(self, addr, limit=MAX_STR):
-        out = []
-        total = 0
+        n, off = divmod(addr, self.PAGE)
+        page = self.page(n)
+        end = page.find(b"\0", off)
+        if end >= 0:
+            return page[off : min(end, off + limit)]
+        out = [page[off:]]
+        total = len(out[0])
         while total < limit:
-            n, off = divmod(addr, self.PAGE)
-            chunk = self.page(n)[off:]
-            end = chunk.find(b"\0")
+            n += 1
+            page = self.page(n)
+            end = page.find(b"\0")
             if end >= 0:
-                out.append(chunk[:end])
+                out.append(page[:end])
                 break
-            out.append(chunk)
-            total += len(chunk)
-            addr += len(chunk)
+            out.append(page)
+            total += len(page)
         return b"".join(out)[:limit]
 
     def pointers(self, addr, limit):
@@ -351,17 +355,19 @@ class Memory:
             n, off = divmod(addr, self.PAGE)
             if off % 8:
                 (value,) = struct.unpack("<Q", self.read(addr, 8))
-                values = (value,)
+                values = ((value,),)
+                count = 1
             else:
-                page = self.page(n)
-                values = struct.unpack_from("<%dQ" % ((len(page) - off) // 8), page, off)
-            for value in values:
+                page = memoryview(self.page(n))[off:]
+                values = struct.iter_unpack("<Q", page)
+                count = len(page) // 8
+            for (value,) in values:
                 if value == 0:
                     return found, False
                 found.append(value)
                 if len(found) >= limit:
-                    break
-            addr += 8 * len(values)
+                    return found, True
+            addr += 8 * count
         return found, bool(addr)
 
 
@@ -1113,7 +1119,8 @@ class Supervisor:
         self.reaper = None  # the process that is the tree's parent (see start)
         self.listener = None  # the seccomp notification listener
         self.lock = threading.Lock()
-        self.receiving = threading.Lock()  # held by the worker waiting on the listener
+        # Held by the worker that waits on the listener, until the exec it takes is answered.
+        self.receiving = threading.Lock()
         self.poller = None
         self.here = threading.local()  # .mine: the tids this worker traces
         self.workers = self.idle = 0
@@ -1265,6 +1272,7 @@ class Supervisor:
     def await_answer(self, tid, entry):
         """Poll the mailbox until the request is decided or times out, then finish the exec. A
         spare worker takes the listener meanwhile."""
+        self.hand_over()
         self.spare()
         request_id, deadline = entry[0], entry[1]
         while True:
@@ -1288,10 +1296,12 @@ class Supervisor:
         self.record(ex, ALLOW if allowed else DENY, rule, reason, request_id)
         if held is None:
             # At the exec event (this thread traces it): the new image is loaded but has not run.
-            if allowed:
-                self.remember(tid, ex)
-            else:
-                os.kill(tid, signal.SIGKILL)  # it never runs
+            if not allowed:
+                # It never runs. It stays traced until its end is waited for here (follow):
+                # its parent can reap it only then.
+                os.kill(tid, signal.SIGKILL)
+                return
+            self.remember(tid, ex)
             self.detach(tid)
             return
         if allowed:
@@ -1372,19 +1382,17 @@ class Supervisor:
 
     def receive(self, buf):
         """The next held exec (id, tid, nr, args), waiting for it; None when it left first.
-        One worker at a time waits on the listener (the others wait for their turn here): all
-        would be woken for each exec, and all but one for nothing. It polls first: the kernel
-        may count requests that are gone, and a receive would then return at once with
-        nothing (ENOENT); poll looks at the requests themselves."""
-        with self.receiving:
-            self.poller.poll()
-            buf[:] = bytes(NOTIF_SIZE)  # the kernel wants it zeroed
-            try:
-                fcntl.ioctl(self.listener, NOTIF_RECV, buf, True)
-            except OSError as exc:
-                if exc.errno in (errno.ENOENT, errno.EINTR):
-                    return None  # the process left before its exec was read
-                raise
+        The caller holds `receiving`. It polls first: the kernel may count requests that are
+        gone, and a receive would then return at once with nothing (ENOENT); poll looks at
+        the requests themselves."""
+        self.poller.poll()
+        buf[:] = bytes(NOTIF_SIZE)  # the kernel wants it zeroed
+        try:
+            fcntl.ioctl(self.listener, NOTIF_RECV, buf, True)
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.EINTR):
+                return None  # the process left before its exec was read
+            raise
         held, tid, _flags, nr, _arch, _ip, *args = struct.unpack(NOTIF_FORMAT, buf)
         return held, tid, nr, args
 
@@ -1419,14 +1427,16 @@ class Supervisor:
             return
         ex.ident = (st.st_dev, st.st_ino)
         ex.interpreter = shebang(ex.opened, st)
-        key = ex.key()
-        if self.refused.get(tid) == key:
+        refused = self.refused.get(tid)
+        waiting = self.waiting.get(tid)
+        key = ex.key() if refused is not None or waiting is not None else None
+        if refused is not None and refused == key:
             # The same program again (a shell trying the next PATH folder that leads to it):
             # one question, one answer.
             self.respond(held, errno.EPERM)
             return
         with self.lock:
-            waiting = self.waiting.get(tid)
+            waiting = self.waiting.get(tid) if key is not None else None
             if waiting is not None and waiting[3] is not None and waiting[2].key() == key:
                 # The same exec held again after its first hold was interrupted: one question
                 # (the worker waiting for its answer answers this hold).
@@ -1457,8 +1467,7 @@ class Supervisor:
             if exc.errno == errno.ESRCH:
                 return
             self.say("cairn: killed pid %d: its new program cannot be read (%s)" % (pid, exc))
-            os.kill(pid, signal.SIGKILL)
-            self.detach(pid)
+            os.kill(pid, signal.SIGKILL)  # waited for in follow, as above
             return
         if judged is not None and same_exec(judged, loaded):
             self.remember(pid, judged)
@@ -1539,6 +1548,14 @@ class Supervisor:
                 if exc.errno != errno.ESRCH:
                     raise
 
+    def hand_over(self):
+        """Let the next worker take the listener. The one that received an exec keeps it until
+        the exec is answered (the judging is Python, one thread at a time anyway), and hands
+        it over before it waits: for the exec event, or for a person's answer."""
+        if getattr(self.here, "receiving", False):
+            self.here.receiving = False
+            self.receiving.release()
+
     def spare(self):
         """Start one more worker when none is left waiting on the listener (one waits for an
         answer, or traces a process whose exec failed before its exec event)."""
@@ -1553,18 +1570,26 @@ class Supervisor:
         """A worker: take a held exec from the listener and see it through, from the hold to
         its exec event (ptrace requests must come from the tracing thread). Workers share the
         one listener; each held exec goes to one of them."""
+        # Signals for the supervisor are the main thread's to forward: blocked here, so the
+        # kernel delivers them there.
+        signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
         self.here.mine = set()
         buf = bytearray(NOTIF_SIZE)
         try:
             while True:
-                got = self.receive(buf)
-                with self.lock:
-                    self.idle -= 1
-                if self.idle <= 0:
-                    self.spare()
-                if got is not None:
-                    self.on_notification(*got)
-                    self.follow()
+                self.receiving.acquire()
+                self.here.receiving = True
+                try:
+                    got = self.receive(buf)
+                    with self.lock:
+                        self.idle -= 1
+                    if self.idle <= 0:
+                        self.spare()
+                    if got is not None:
+                        self.on_notification(*got)
+                finally:
+                    self.hand_over()
+                self.follow()
                 with self.lock:
                     if self.idle >= SPARE_WORKERS and self.workers > WORKERS:
                         self.workers -= 1

@@ -280,6 +280,25 @@ def test_ordinary_commands_pass_through_unchanged(box):
     assert not judge.asked("deny")
 
 
+def test_a_closed_pipe_ends_its_writer_as_it_does_unsupervised(box):
+    # python3 ignores SIGPIPE and SIGXFSZ, and an ignored signal stays ignored across exec: the
+    # command must start with them as a shell would have left them.
+    body = "yes | head -n 1; echo codes=${PIPESTATUS[*]}\n"
+    script = (
+        "cat > /tmp/pipe.sh <<'X'\n"
+        + body
+        + "X\n"
+        + "bash /tmp/pipe.sh > /tmp/o1 2> /tmp/e1\n"
+        + "python3 /cairn/tools/supervisor.py --judge --policy /cairn/tools/policy.json "
+        + "-- bash /tmp/pipe.sh > /tmp/o2 2> /tmp/e2\n"
+        + "cat /tmp/o1 /tmp/e1; echo ---; cat /tmp/o2 /tmp/e2\n"
+    )
+    done, _judge = box(script)
+    plain, supervised_out = done.stdout.split("---\n")
+    assert "codes=141 0" in plain, done.stdout
+    assert supervised_out == plain, done.stdout + done.stderr
+
+
 def test_sigterm_reaches_the_tree_and_the_exit_code_is_the_commands(box):
     script = r"""
 cat > /tmp/t.sh <<'X'
