@@ -40,20 +40,17 @@ CAIRN_APPROVAL_DECISIONS, CAIRN_APPROVAL_TIMEOUT.
 """
 
 # ruff: noqa: UP031 - %-formatting, like approval-gate.py: it runs on the image's python3 (3.8+)
+# ruff: noqa: SIM105 - try/except, not contextlib: every import delays the start of each run
 
-import contextlib
+import _socket as socket  # the C module: socket.py imports much more (a slower start)
 import ctypes
 import errno
 import fcntl
-import hashlib
-import json
 import os
-import platform
 import re
 import select
 import shlex
 import signal
-import socket
 import stat
 import struct
 import sys
@@ -64,9 +61,10 @@ UNSUPERVISED_EXIT = 121
 NOT_FOUND_EXIT = 127
 DEFAULT_TIMEOUT_S = 3600.0
 POLL_S = 0.02
-# Workers taking held execs from the listener: two jobs that exec at once are not queued behind
-# one another. More start while all are busy (waiting for an answer, or tracing).
-WORKERS = 8
+# Worker threads taking held execs from the listener, so two jobs that exec at once are not
+# queued behind one another's exec events: WORKERS at first, one more whenever all are busy
+# (tracing, or waiting for an answer), up to MAX_WORKERS; one ends when SPARE_WORKERS wait.
+WORKERS = 2
 SPARE_WORKERS = 8
 MAX_WORKERS = 64
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
@@ -286,7 +284,7 @@ def install_filter():
 def check_arch():
     if sys.platform != "linux":
         raise SetupError("supervision needs Linux, this is %s" % sys.platform)
-    machine = platform.machine()
+    machine = os.uname().machine
     if machine not in ("x86_64", "amd64"):
         raise SetupError("supervision supports x86_64 only, this machine is %s" % machine)
     if struct.calcsize("P") != 8:
@@ -729,6 +727,8 @@ class Policy:
     @classmethod
     def load(cls, path):
         with open(path, "rb") as f:
+            import json  # only when asked: a run's start waits for every import
+
             return cls(json.loads(f.read().decode("utf-8")))
 
     def decide(self, ex):
@@ -809,6 +809,9 @@ class Mailbox:
         doc["created_at"] = time.time()
         final = os.path.join(self.requests, request_id + ".json")
         tmp = os.path.join(self.requests, "." + request_id + ".json.tmp")
+        import hashlib
+        import json
+
         data = json.dumps(doc, sort_keys=True).encode("utf-8")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
@@ -826,6 +829,8 @@ class Mailbox:
         path = os.path.join(self.decisions, request_id + ".json")
         try:
             with open(path, "rb") as f:
+                import json
+
                 doc = json.loads(f.read().decode("utf-8"))
         except (OSError, ValueError):
             return None
@@ -1211,6 +1216,8 @@ class Supervisor:
         if request_id:
             entry["request"] = request_id
         with self.lock:
+            import json
+
             self.log.write(json.dumps(entry, sort_keys=True) + "\n")
             self.log.flush()
 
@@ -1377,8 +1384,10 @@ class Supervisor:
 
     @staticmethod
     def say(line):
-        with contextlib.suppress(OSError):
+        try:
             os.write(2, (line + "\n").encode("utf-8", "replace"))
+        except OSError:
+            pass
 
     def receive(self, buf):
         """The next held exec (id, tid, nr, args), waiting for it; None when it left first.
@@ -1503,8 +1512,10 @@ class Supervisor:
         which ends when the command does)."""
         for pid in self.tree():
             if pid != self.reaper:
-                with contextlib.suppress(OSError):
+                try:
                     os.kill(pid, signum)
+                except OSError:
+                    pass
 
     def step(self, pid, status):
         """One event of a tracee of this thread."""
@@ -1598,8 +1609,10 @@ class Supervisor:
         except BaseException as exc:  # noqa: BLE001 - a worker that fails ends the run
             self.say("cairn: the supervisor failed, the command is stopped: %r" % (exc,))
             self.status = UNSUPERVISED_EXIT
-            with contextlib.suppress(OSError):
+            try:
                 os.kill(self.reaper, signal.SIGKILL)
+            except OSError:
+                pass
 
     def loop(self):
         """Start the workers and wait for the reaper, which ends with the command."""
@@ -1619,11 +1632,15 @@ class Supervisor:
                 break
         # Whatever the command left running ends with it, as it always has.
         for pid in self.tree():
-            with contextlib.suppress(OSError):
+            try:
                 os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(ChildProcessError):
+            except OSError:
+                pass
+        try:
             while os.waitpid(-1, os.WNOHANG | WALL | WNOTHREAD)[0]:
                 pass
+        except ChildProcessError:
+            pass
         if self.status is not None:
             return self.status
         return status if status is not None else 0
@@ -1692,8 +1709,10 @@ def start(argv, supervisor):
         os.kill(reaper, signal.SIGKILL)
         os.waitpid(reaper, WALL)
         raise SetupError("cannot install the exec filter (%s)" % why)
-    with contextlib.suppress(OSError):  # Linux 6.6 and newer
+    try:  # Linux 6.6 and newer
         fcntl.ioctl(listener, NOTIF_SET_FLAGS, FD_SYNC_WAKE_UP)
+    except OSError:
+        pass
     supervisor.listener = listener
     ours.sendall(b"g")
     ours.close()

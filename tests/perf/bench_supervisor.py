@@ -8,7 +8,8 @@ from a shell loop (nothing but process starts: the worst case), and a build-like
 has no make: two parallel shell jobs, 600 short tool runs each — sed, grep, sort, wc, cat in
 pipelines over generated files). The supervisor runs as a run's does: every program start
 classified by Cairn's program rules (none of these is asked). Target: at most 1.3x. The ratios
-are printed, not asserted.
+are printed, not asserted. `--supervisor PATH`, given more than once, measures several
+supervisors interleaved in the same container (say main's copy against this one).
 """
 
 from __future__ import annotations
@@ -49,31 +50,39 @@ TIMER = r"""
 import json, os, resource, subprocess, sys, time
 os.environ.update(CAIRN_EXEC_ID="bench", CAIRN_APPROVAL_REQUESTS="/tmp/requests",
                   CAIRN_APPROVAL_DECISIONS="/tmp/decisions")
-runs, cases = int(sys.argv[1]), json.loads(sys.argv[2])
-sup = ["python3", "/bench/supervisor.py", "--judge", "--rules", "/bench/exec_rules.py", "--"]
+runs, cases, names = int(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3])
+def sup(name):
+    return ["python3", "/bench/%s/supervisor.py" % name, "--judge", "--rules",
+            "/bench/exec_rules.py", "--"]
+variants = [("plain", [])] + [(name, sup(name)) for name in names]
 def cpu():
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
     return used.ru_utime + used.ru_stime
 out = {}
 for name, script in cases.items():
-    times = {"plain": [], "supervised": [], "plain_cpu": [], "supervised_cpu": []}
+    times = {}
     for _ in range(runs):
-        for argv, key in (([], "plain"), (sup, "supervised")):
+        for key, argv in variants:  # interleaved: each round runs every variant once
             c, t = cpu(), time.perf_counter()
             subprocess.run(argv + ["sh", "-c", script], check=True)
-            times[key].append(time.perf_counter() - t)
-            times[key + "_cpu"].append(cpu() - c)
+            times.setdefault(key, []).append(time.perf_counter() - t)
+            times.setdefault(key + "_cpu", []).append(cpu() - c)
     out[name] = times
 print(json.dumps(out))
 """
 
 
 def measure(
-    image: str, runs: int, supervisor: Path = SUPERVISOR
+    image: str, runs: int, supervisors: dict[str, Path] | None = None
 ) -> dict[str, dict[str, list[float]]]:
+    """Times per workload: "plain", each supervisor's name, and the same with "_cpu"."""
+    supervisors = supervisors or {"supervised": SUPERVISOR}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        (folder / "supervisor.py").write_text(supervisor.read_text())
+        for name, path in supervisors.items():
+            (folder / name).mkdir()
+            (folder / name / "supervisor.py").write_text(path.read_text())
+            (folder / name).chmod(0o755)
         (folder / "exec_rules.py").write_text(RULES.read_text())
         (folder / "timer.py").write_text(TIMER)
         folder.chmod(0o755)
@@ -87,11 +96,12 @@ def measure(
                     *("--tmpfs", "/tmp", "--network", "none", "--cpus", "2"),
                     *("-v", f"{folder}:/bench:ro", image),
                     *("python3", "/bench/timer.py", str(runs), cases),
+                    json.dumps(list(supervisors)),
                 ],
                 check=True,
                 capture_output=True,
                 text=True,
-                timeout=900,
+                timeout=1800,
             )
         finally:
             subprocess.run(["docker", "rm", "-f", name], capture_output=True)
@@ -99,24 +109,30 @@ def measure(
 
 
 def report(results: dict[str, dict[str, list[float]]]) -> dict[str, float]:
+    """Print each supervisor against plain: medians, and the range of the per-round ratios."""
     ratios = {}
     print(
-        f"\n{'workload':<24}{'plain s':>10}{'supervised s':>15}{'ratio':>8}"
-        f"{'plain cpu s':>14}{'superv. cpu s':>15}{'cpu ratio':>11}  (target <= {TARGET}x)"
+        f"\n{'workload':<22}{'variant':<12}{'plain s':>9}{'superv. s':>11}{'ratio':>7}"
+        f"{'rounds':>13}{'plain cpu':>11}{'superv. cpu':>13}{'cpu ratio':>11}"
+        f"  (target <= {TARGET}x)"
     )
     for name, times in results.items():
         plain = statistics.median(times["plain"])
-        watched = statistics.median(times["supervised"])
         plain_cpu = statistics.median(times["plain_cpu"])
-        watched_cpu = statistics.median(times["supervised_cpu"])
-        ratios[name] = watched / plain
-        print(
-            f"{name:<24}{plain:>10.3f}{watched:>15.3f}{ratios[name]:>7.2f}x"
-            f"{plain_cpu:>14.3f}{watched_cpu:>15.3f}{watched_cpu / plain_cpu:>10.2f}x"
-        )
+        for variant in [k for k in times if k != "plain" and not k.endswith("_cpu")]:
+            watched = statistics.median(times[variant])
+            watched_cpu = statistics.median(times[variant + "_cpu"])
+            each = [w / p for w, p in zip(times[variant], times["plain"], strict=True)]
+            ratios[name if variant == "supervised" else f"{name} [{variant}]"] = watched / plain
+            print(
+                f"{name:<22}{variant:<12}{plain:>9.3f}{watched:>11.3f}{watched / plain:>6.2f}x"
+                f"{min(each):>7.2f}-{max(each):.2f}x{plain_cpu:>10.3f}{watched_cpu:>13.3f}"
+                f"{watched_cpu / plain_cpu:>10.2f}x"
+            )
     print(
-        "(cpu: user+system time of every process of the run, the supervisor's included; "
-        "on a busy machine the wall ratio drifts, the cpu ratio much less)"
+        "(ratio: of the medians; rounds: the lowest and highest ratio of one round, each round "
+        "running every variant once; cpu: user+system time of every process of the run, the "
+        "supervisor's included; on a busy machine the wall ratio drifts, the cpu ratio much less)"
     )
     return ratios
 
@@ -130,10 +146,21 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--image", default="cairn-sandbox:1")
     parser.add_argument(
-        "--supervisor", type=Path, default=SUPERVISOR, help="another supervisor.py to measure"
+        "--supervisor",
+        type=Path,
+        action="append",
+        help="another supervisor.py to measure instead (given twice or more: all of them, "
+        "interleaved in the same container, named #1, #2...)",
     )
     args = parser.parse_args()
-    report(measure(args.image, args.runs, args.supervisor))
+    paths = args.supervisor or [SUPERVISOR]
+    if len(paths) == 1:
+        supervisors = {"supervised": paths[0]}
+    else:
+        supervisors = {f"#{i}": p for i, p in enumerate(paths, 1)}
+        for name, path in supervisors.items():
+            print(f"{name} = {path}")
+    report(measure(args.image, args.runs, supervisors))
     return 0
 
 

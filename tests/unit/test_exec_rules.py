@@ -6,7 +6,7 @@ pure helpers (resources/sandbox/supervisor.py)."""
 from __future__ import annotations
 
 import importlib.util
-import platform
+import os
 from pathlib import Path
 
 import pytest
@@ -409,7 +409,8 @@ def test_supervisor_policy_first_match_and_default():
 
 
 def test_supervisor_refuses_other_architectures(monkeypatch):
-    monkeypatch.setattr(platform, "machine", lambda: "aarch64")
+    fake = os.uname_result((*os.uname()[:4], "aarch64"))
+    monkeypatch.setattr(supervisor.os, "uname", lambda: fake)
     with pytest.raises(supervisor.SetupError, match="x86_64 only"):
         supervisor.check_arch()
 
