@@ -392,8 +392,32 @@ print("EXEC_FAILED", ctypes.get_errno())
 """
 
 
-def test_an_argument_rewritten_while_the_exec_is_held_is_judged_again(box):
-    body = "cat > /tmp/rewrite.py <<'PY'\n" + REWRITE_WHILE_HELD + "PY\npython3 /tmp/rewrite.py\n"
+# The same, from another process: any process of the sandbox's user can write a held process's
+# memory through /proc/PID/mem (the filter cannot refuse an open by its path).
+REWRITE_FROM_ANOTHER_PROCESS = r"""
+import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+words = [b"git", b"log", b"-q", b"-1", b"--all"]
+bufs = [ctypes.create_string_buffer(w, 32) for w in words]
+argv = (ctypes.c_char_p * 6)(*[ctypes.cast(b, ctypes.c_char_p) for b in bufs], None)
+pid = os.fork()
+if pid == 0:
+    libc.execv(b"/usr/bin/git", argv)
+    os._exit(99)
+time.sleep(0.4)
+fd = os.open("/proc/%d/mem" % pid, os.O_RDWR)
+for b, w in zip(bufs, [b"git", b"push", b"-f", b"origin", b"main"]):
+    os.pwrite(fd, w + b"\0", ctypes.addressof(b))
+os.close(fd)
+os.waitpid(pid, 0)
+"""
+
+
+@pytest.mark.parametrize(
+    "program", [REWRITE_WHILE_HELD, REWRITE_FROM_ANOTHER_PROCESS], ids=["thread", "process"]
+)
+def test_an_argument_rewritten_while_the_exec_is_held_is_judged_again(box, program):
+    body = "cat > /tmp/rewrite.py <<'PY'\n" + program + "PY\npython3 /tmp/rewrite.py\n"
     done, judge = box(supervised(body), delay=1.5)
     out = done.stdout + done.stderr
     assert "REMOTE_SAME=yes" in done.stdout, out

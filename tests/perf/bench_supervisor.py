@@ -3,10 +3,11 @@
     .venv/bin/python tests/perf/bench_supervisor.py [--runs 3] [--image cairn-sandbox:1]
     pytest tests/perf -s -k supervisor
 
-Two workloads, each timed with and without the supervisor in the same container: 2000 `/bin/true`
-from a shell loop (nothing but process starts: the worst case), and a build-like script (the image
-has no make: two parallel shell jobs, 600 short tool runs each — sed, grep, sort, wc, cat in
-pipelines over generated files). The supervisor runs as a run's does: every program start
+Three workloads, each timed with and without the supervisor in the same container: 2000
+`/bin/true` from a shell loop (nothing but process starts: the worst case), a build-like script
+(the image has no make: two parallel shell jobs, 600 short tool runs each — sed, grep, sort, wc,
+cat in pipelines over generated files), and one closer to an agent's work: git in two
+repositories at once (add, commit, status, log). The supervisor runs as a run's does: every program start
 classified by Cairn's program rules (none of these is asked). Target: at most 1.3x. The ratios
 are printed, not asserted. `--supervisor PATH`, given more than once, measures several
 supervisors interleaved in the same container (say main's copy against this one).
@@ -43,6 +44,25 @@ job() {
   done
 }
 rm -rf /tmp/b
+job a & job b & wait
+"""
+
+# A third, closer to what an agent runs: git in two repositories at once (each git command also
+# starts helpers), 40 commits each.
+GIT = r"""
+job() {
+  mkdir -p /tmp/g/$1 && cd /tmp/g/$1 && git init -q .
+  i=0
+  while [ $i -lt 40 ]; do
+    echo "line $i" >> notes.txt
+    git add notes.txt
+    git -c user.name=b -c user.email=b@b commit -qm "step $i"
+    git status --short > /dev/null
+    git log -1 --oneline > /dev/null
+    i=$((i+1))
+  done
+}
+rm -rf /tmp/g
 job a & job b & wait
 """
 
@@ -87,7 +107,9 @@ def measure(
         (folder / "timer.py").write_text(TIMER)
         folder.chmod(0o755)
         name = f"cairn-bench-supervisor-{uuid.uuid4().hex[:10]}"
-        cases = json.dumps({"2000 x /bin/true": TRUE_LOOP, "build-like (2 jobs)": BUILD})
+        cases = json.dumps(
+            {"2000 x /bin/true": TRUE_LOOP, "build-like (2 jobs)": BUILD, "git (2 jobs)": GIT}
+        )
         try:
             done = subprocess.run(
                 [
