@@ -1390,11 +1390,14 @@ class Supervisor:
             pass
 
     def receive(self, buf):
-        """The next held exec (id, tid, nr, args), waiting for it; None when it left first.
+        """The next held exec (id, tid, nr, args), waiting for it; None when it left first,
+        False when none can come any more.
         The caller holds `receiving`. It polls first: the kernel may count requests that are
         gone, and a receive would then return at once with nothing (ENOENT); poll looks at
         the requests themselves."""
-        self.poller.poll()
+        for _fd, events in self.poller.poll():
+            if not events & select.POLLIN:
+                return False  # no process holds the filter any more: nothing comes again
         buf[:] = bytes(NOTIF_SIZE)  # the kernel wants it zeroed
         try:
             fcntl.ioctl(self.listener, NOTIF_RECV, buf, True)
@@ -1594,6 +1597,8 @@ class Supervisor:
                     got = self.receive(buf)
                     with self.lock:
                         self.idle -= 1
+                    if got is False:
+                        return  # the tree is gone (the next worker sees the same at once)
                     if self.idle <= 0:
                         self.spare()
                     if got is not None:
