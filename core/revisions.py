@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import subprocess
 import threading
 import time
@@ -30,8 +31,9 @@ from core.launch import python_command
 from core.locks import FileLock, lock_path
 from core.models import Revision, RevisionTrigger, Run, Task, Workspace
 from core.runs.states import IN_FLIGHT, run_files
+from core.vault.ignore import IgnoreRules
 from core.vault.tree_index import TreeIndex
-from core.watch import CapturedRevision, Recorder, seed_stat_cache
+from core.watch import CapturedRevision, Recorder, seed_stat_cache, stat_pass
 
 log = logging.getLogger(__name__)
 
@@ -422,6 +424,10 @@ class Revisions:
         if entry is not None:
             captured = entry[0].capture(trigger, full=verify, run_id=run_id)
         elif self._captures_in_child:
+            unchanged = self._proved_unchanged(ws)
+            if unchanged is not None:
+                self._check_quota(ws)
+                return unchanged, False
             return self._capture_in_child(task, ws, trigger, run_id)
         else:
             self.sync_rows(ws)
@@ -437,6 +443,29 @@ class Revisions:
         latest = self.ctx.store.latest_revision(ws.id)
         assert latest is not None
         return latest, False
+
+    def _proved_unchanged(self, ws: Workspace) -> Revision | None:
+        """The latest revision, when a stat pass against the workspace's stat cache (in helper
+        processes: nothing of it runs on this process's threads) proves the folder holds exactly
+        its tree; None when anything differs or the cache cannot say (a full capture decides)."""
+        vault = self.ctx.vault_for(ws.source_id)
+        head = vault.revision_head(ws.id)
+        if head is None or not os.path.isdir(ws.root):
+            return None
+        self.sync_rows(ws)
+        latest = self.ctx.store.latest_revision(ws.id)
+        if latest is None or latest.id != head:
+            return None
+        suspects = stat_pass(
+            self._stat_cache(ws.id),
+            ws.root,
+            ws.id,
+            head,
+            latest.tree,
+            IgnoreRules(ws.root),
+            in_process=False,
+        )
+        return latest if suspects == [] else None
 
     def _capture_in_child(
         self, task: Task, ws: Workspace, trigger: str, run_id: str | None

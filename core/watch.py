@@ -10,16 +10,17 @@ import contextlib
 import ctypes
 import errno
 import hashlib
-import io
+import json
 import logging
 import os
-import pickle
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from watchdog.events import (
     DirCreatedEvent,
@@ -37,17 +38,14 @@ from watchdog.events import (
 from watchdog.observers.api import BaseObserver, EventQueue, ObservedWatch
 
 from core.errors import CairnError, Conflict, NotFound, VaultError
-from core.vault import Vault
+from core.launch import is_frozen, python_command
+from core.vault import Vault, statpass
 from core.vault.ignore import IgnoreRules
 from core.vault.objects import (
     MODE_EXEC,
     MODE_FILE,
     MODE_GITLINK,
     MODE_LINK,
-    MODE_TREE,
-    TreeEntry,
-    encode_tree,
-    object_id,
 )
 from core.vault.tree_index import (
     RACY_SECONDS_FINE,
@@ -249,119 +247,189 @@ class _EventCollector(FileSystemEventHandler):
 
 # -- the stat cache ------------------------------------------------------------------------------
 #
-# One file per workspace: a magic line, the SHA-256 of the payload, and the payload (a pickle of
-# plain built-in values only, loaded without resolving any global). It is trusted only when its
+# One file per workspace, in core.vault.statpass's format: the head's tree bodies (which must hash,
+# from the root down, to the head's tree) and each entry's stat data. It is trusted only when its
 # records rebuild exactly the head revision's tree; anything else costs a rehash, never a wrong
 # revision.
 
-_CACHE_MAGIC = b"CAIRN-STAT-CACHE 1\n"
-_MODES = {m: m for m in (MODE_FILE, MODE_EXEC, MODE_LINK, MODE_GITLINK)}
+_MODES = {m.encode(): m for m in (MODE_FILE, MODE_EXEC, MODE_LINK, MODE_GITLINK)}
+_STAT_PASS_TIMEOUT_S = 600.0
 
 
-class _PlainUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> NoReturn:  # refuses every global
-        raise pickle.UnpicklingError(f"unexpected object {module}.{name} in a stat cache")
+def _cache_folders(index: TreeIndex) -> tuple[str, list[statpass.Folder]]:
+    """The root tree id and the folders of the index, root first, as the cache holds them."""
+    ids: dict[str, bytes] = {}
+    out: dict[str, statpass.Folder] = {}
+    no_stat = statpass.NO_STAT
+    pack = statpass.STAT.pack
+    for folder in sorted(index.dirs, key=lambda f: f.count("/") + (1 if f else 0), reverse=True):
+        items = []
+        prefix = folder + "/" if folder else ""
+        for name, rec in index.dirs[folder].items():
+            bname = os.fsencode(name)
+            if rec is None:
+                items.append((bname + b"/", b"40000", bname, ids[prefix + name], no_stat))
+            else:
+                stat = pack(*rec.stat, rec.seen_at) if rec.stat is not None else no_stat
+                items.append((bname, rec.mode.encode(), bname, bytes.fromhex(rec.sha), stat))
+        items.sort()  # git's order: a folder's name sorts as if it ended with "/"
+        body = b"".join([b"%s %s\0%s" % (mode, name, sha) for _, mode, name, sha, _ in items])
+        tree_id = hashlib.sha1(b"tree %d\0" % len(body) + body).digest()
+        ids[folder] = tree_id
+        out[folder] = statpass.Folder(
+            os.fsencode(folder), tree_id, body, b"".join([i[4] for i in items]), len(items)
+        )
+    root = out.pop("")
+    return root.tree_id.hex(), [root, *out.values()]
 
 
 def _encode_stat_cache(workspace_id: str, head: str, index: TreeIndex) -> bytes:
-    dirs = {}
-    for folder, children in index.dirs.items():
-        dirs[folder] = {
-            name: None if rec is None else (rec.mode, bytes.fromhex(rec.sha), rec.stat, rec.seen_at)
-            for name, rec in children.items()
-        }
-    # Pickled through a Python-level writer: the C pickler hands it each 64 KiB frame, and each
-    # call lets other threads take the GIL. `pickle.dumps` of a 100,000-file cache holds it for
-    # over 100 ms in one call, and the GUI thread would stall that long. Same bytes either way.
-    out = _FrameSink()
-    pickle.Pickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(
-        {"workspace": workspace_id, "head": head, "dirs": dirs}
-    )
-    payload = b"".join(out.frames)
-    return _CACHE_MAGIC + hashlib.sha256(payload).digest() + payload
-
-
-class _FrameSink:
-    """Collects the pickler's output frames (see _encode_stat_cache)."""
-
-    def __init__(self) -> None:
-        self.frames: list[bytes] = []
-
-    def write(self, data: bytes | memoryview) -> int:
-        self.frames.append(bytes(data))
-        return len(data)
-
-
-class _FrameSource:
-    """Feeds the unpickler one frame per Python-level call, so other threads get the GIL
-    between frames (one `load` of a 100,000-file cache from memory holds it throughout)."""
-
-    def __init__(self, payload: bytes) -> None:
-        self._data = io.BytesIO(payload)
-
-    def read(self, n: int = -1) -> bytes:
-        return self._data.read(n)
-
-    def readinto(self, buffer: bytearray | memoryview) -> int:
-        return self._data.readinto(buffer)
-
-    def readline(self) -> bytes:
-        return self._data.readline()
+    tree, folders = _cache_folders(index)
+    return statpass.encode(workspace_id, head, tree, folders)
 
 
 def _decode_stat_cache(
     data: bytes, workspace_id: str, head: str, head_tree: str
 ) -> TreeIndex | None:
     """The index the cache describes, or None when it is not exactly the head's tree."""
-    if not data.startswith(_CACHE_MAGIC):
-        return None
-    digest, payload = (
-        data[len(_CACHE_MAGIC) : len(_CACHE_MAGIC) + 32],
-        data[len(_CACHE_MAGIC) + 32 :],
-    )
-    if hashlib.sha256(payload).digest() != digest:
-        return None
     try:
-        doc = _PlainUnpickler(_FrameSource(payload)).load()
-        if doc["workspace"] != workspace_id or doc["head"] != head:
-            return None
-        raw_dirs = doc["dirs"]
-        del doc
+        folders = statpass.decode(data, workspace_id, head, head_tree)
+        ids = {f.path: f.tree_id for f in folders}
         dirs: dict[str, dict[str, FileRecord | None]] = {}
-        for folder in list(raw_dirs):
-            # Each folder's raw records are freed as it is converted: freeing them all at once
-            # at the end would hold the GIL for tens of milliseconds in one go.
-            children = raw_dirs.pop(folder)
+        tree_ids: dict[str, str] = {}
+        subtrees = 0
+        for folder in folders:
+            prefix = folder.path + b"/" if folder.path else b""
             out: dict[str, FileRecord | None] = {}
-            for name, rec in children.items():
-                if not isinstance(name, str) or not name or "/" in name:
-                    return None
-                if rec is None:
-                    out[name] = None
+            for mode, name, sha, (mtime_ns, ctime_ns, size, ino, seen_at) in statpass.entries_of(
+                folder
+            ):
+                if mode == b"40000":
+                    if ids.get(prefix + name) != sha:
+                        return None
+                    subtrees += 1
+                    out[os.fsdecode(name)] = None
                     continue
-                mode, sha, stat, seen_at = rec
-                if mode not in _MODES or len(sha) != 20:
-                    return None
-                if stat is not None and (
-                    len(stat) != 4 or not all(isinstance(v, int) for v in stat)
-                ):
-                    return None
-                out[name] = FileRecord(
-                    _MODES[mode], sha.hex(), tuple(stat) if stat else None, float(seen_at)
+                out[os.fsdecode(name)] = FileRecord(
+                    _MODES[mode],
+                    sha.hex(),
+                    None if seen_at < 0 else (mtime_ns, ctime_ns, size, ino),
+                    max(seen_at, 0.0),
                 )
-            dirs[folder] = out
-        if "" not in dirs:
+            key = os.fsdecode(folder.path)
+            dirs[key] = out
+            tree_ids[key] = folder.tree_id.hex()
+        if subtrees != len(folders) - 1 or len(dirs) != len(folders):
             return None
-        tree_ids = _tree_ids(dirs)
-    except Exception:  # noqa: BLE001 - any damage at all: not ours to trust
-        return None
-    if tree_ids is None or tree_ids[""] != head_tree:
+    except (statpass.CacheMismatch, KeyError, ValueError):  # any damage: not ours to trust
         return None
     index = TreeIndex()
     index.dirs = dirs
     index.tree_ids = tree_ids
     index.dirty = set()
     return index
+
+
+def _helper_argv() -> list[str]:
+    """What runs one shard of the stat pass in a helper process: the module as a script with
+    nothing but the standard library (a few milliseconds to start), or the bundle's entry."""
+    if is_frozen():
+        return python_command("core.vault.statpass")
+    return [sys.executable, "-S", "-I", statpass.__file__]
+
+
+def stat_pass_shards() -> int:
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def stat_pass(
+    cache: Path,
+    root: str,
+    workspace_id: str,
+    head: str,
+    tree: str,
+    ignore: IgnoreRules,
+    *,
+    in_process: bool = True,
+) -> list[tuple[str, str, bool]] | None:
+    """A full, verifying stat pass of the workspace against its stat cache, one shard of the
+    folders per core (helper processes, and this one unless `in_process` is false). Returns the
+    paths whose stat data does not vouch for the head's tree (new paths the ignore rules leave
+    out are not among them: an empty list proves the workspace holds exactly the head's tree),
+    or None when the cache cannot be used."""
+    if not cache.is_file():
+        return None
+    shards = stat_pass_shards()
+    first = 0 if in_process else None
+    helpers: list[subprocess.Popen[bytes]] = []
+    found = statpass.Findings()
+    total = None
+    try:
+        for shard in range(0 if first is None else 1, shards):
+            helpers.append(
+                subprocess.Popen(
+                    [
+                        *_helper_argv(),
+                        os.fspath(cache),
+                        root,
+                        str(shard),
+                        str(shards),
+                        workspace_id,
+                        head,
+                        tree,
+                    ],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    close_fds=True,
+                )
+            )
+        if first is not None:
+            try:
+                data = cache.read_bytes()
+                folders = statpass.decode(data, workspace_id, head, tree)
+                found.add(statpass.check_shard(folders, os.fsencode(root), first, shards))
+                total = len(folders)
+            except (OSError, statpass.CacheMismatch):
+                return None
+        for helper in helpers:
+            out, _ = helper.communicate(timeout=_STAT_PASS_TIMEOUT_S)
+            answer: dict[str, Any] = (
+                json.loads(out) if helper.returncode == 0 and out else {"ok": False}
+            )
+            if not answer.get("ok"):
+                return None
+            if total is not None and answer["total"] != total:
+                return None
+            total = answer["total"]
+            found.add(
+                statpass.Findings(
+                    answer["folders"],
+                    answer["subtrees"],
+                    [(rel, kind, bool(is_dir)) for rel, kind, is_dir in answer["suspects"]],
+                )
+            )
+        assert total is not None
+        statpass.check_totals(found, total)
+    except (
+        OSError,
+        ValueError,
+        KeyError,
+        TypeError,
+        subprocess.SubprocessError,
+        statpass.CacheMismatch,
+    ):
+        return None
+    finally:
+        for helper in helpers:
+            if helper.poll() is None:
+                helper.kill()
+                helper.wait()
+    return [
+        (rel, kind, is_dir)
+        for rel, kind, is_dir in found.suspects
+        if kind != statpass.NEW or not ignore.matches(rel, is_dir)
+    ]
 
 
 def seed_stat_cache(
@@ -427,26 +495,6 @@ def _seed_stats(
             if window == RACY_SECONDS_FINE and seen_at - st.st_mtime <= window:
                 racy.append((st.st_mtime, (full, rec)))
     return racy
-
-
-def _tree_ids(dirs: dict[str, dict[str, FileRecord | None]]) -> dict[str, str] | None:
-    """Every folder's tree id, computed in memory (nothing written); None if inconsistent."""
-    subfolders = sum(1 for c in dirs.values() for r in c.values() if r is None)
-    if subfolders != len(dirs) - 1:
-        return None
-    ids: dict[str, str] = {}
-    for folder in sorted(dirs, key=lambda f: f.count("/") + (1 if f else 0), reverse=True):
-        entries = []
-        for name, rec in dirs[folder].items():
-            if rec is None:
-                sub = ids.get(f"{folder}/{name}" if folder else name)
-                if sub is None:
-                    return None
-                entries.append(TreeEntry(MODE_TREE, os.fsencode(name), sub))
-            else:
-                entries.append(TreeEntry(rec.mode, os.fsencode(name), rec.sha))
-        ids[folder] = object_id("tree", encode_tree(entries))
-    return ids
 
 
 # -- the recorder --------------------------------------------------------------------------------
@@ -560,8 +608,8 @@ class Recorder:
             raise Conflict(f"workspace {self.workspace_id} is already being recorded")
         if not os.path.isdir(self._root):
             raise NotFound(f"workspace folder {self._root} does not exist")
-        with self._lock:
-            self._load_index()
+        # The index is loaded by the first capture (or left to the worker when a stat pass
+        # proves the workspace unchanged): a big workspace's watch starts in a stat pass.
         with self._cond:
             self._stopping = False
             self._root_event = False
@@ -693,7 +741,8 @@ class Recorder:
                 continue
             if self._event_ignore.is_ignored(rel, event.is_directory):
                 index = self._index
-                if index is None or not index.contains(rel):  # tracked stays tracked
+                # Tracked stays tracked (not loaded yet: the capture decides).
+                if index is not None and not index.contains(rel):
                     continue
             if rel == ".gitignore" or rel.endswith("/.gitignore"):
                 self._event_ignore.reset()
@@ -768,6 +817,8 @@ class Recorder:
 
     def _work(self) -> None:
         while True:
+            if self._index is None and not self._stopping:
+                self._load_index_quietly()
             with self._cond:
                 while True:
                     if self._stopping:
@@ -837,6 +888,9 @@ class Recorder:
                     full_id = self._fulls_started
             try:
                 if self._index is None:
+                    if full and self._proved_unchanged():
+                        self._note_capture(t0, full, 0, learnt=False)
+                        return None, full
                     self._load_index()
                 index = self._index
                 assert index is not None
@@ -943,9 +997,10 @@ class Recorder:
             log.exception("the run_id callback failed; recording without a run")
             return None
 
-    def _note_capture(self, t0: float, full: bool, changed: int) -> None:
+    def _note_capture(self, t0: float, full: bool, changed: int, *, learnt: bool = True) -> None:
         ms = (time.perf_counter() - t0) * 1000.0
-        self._cache_dirty = True
+        if learnt:
+            self._cache_dirty = True
         with self._cond:
             self._stats["captures"] += 1
             self._stats["last_capture_ms"] = ms
@@ -991,6 +1046,43 @@ class Recorder:
                 self._stats["stat_cache_used"] = True
                 return
         self._index = TreeIndex.from_tree(self.vault.objects, self._head_tree)
+
+    def _proved_unchanged(self) -> bool:
+        """Under _lock, with no index loaded: whether a stat pass against the stat cache proves
+        that the workspace holds exactly its head's tree. Any doubt (no cache, another head's,
+        a path whose stat data does not vouch for it) is a no: the caller captures the slow way."""
+        if self._stat_cache is None:
+            return False
+        head = self.vault.revision_head(self.workspace_id)
+        if head is None:
+            return False
+        if not self._root_present():
+            raise _RootGone()
+        tree = self.vault.tree_of(head)
+        self._ignore.reset()
+        suspects = stat_pass(
+            self._stat_cache, self._root, self.workspace_id, head, tree, self._ignore
+        )
+        if suspects is None or suspects:
+            return False
+        if not self._root_present():
+            raise _RootGone()
+        self._head, self._head_tree = head, tree
+        self._index_matches_head = True
+        self._stats["stat_cache_used"] = True
+        return True
+
+    def _load_index_quietly(self) -> None:
+        """On the worker: load the index a stat pass left unloaded, before the first event's
+        capture needs it (a failure is that capture's to report)."""
+        with self._lock:
+            if self._index is not None:
+                return
+            try:
+                self._load_index()
+            except Exception:  # the next capture loads it again and says why
+                log.exception("cannot load the index of workspace %s", self.workspace_id)
+                self._index = None
 
     def _save_stat_cache(self) -> None:
         if self._stat_cache is None:

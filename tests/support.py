@@ -303,3 +303,18 @@ class LocalSandboxFiles:
     @property
     def pulled(self) -> int:
         return sum(len(c) for c in self.read_calls)
+
+
+def hashed_paths(monkeypatch) -> list[str]:
+    """The paths the vault reads and hashes from now on (ObjectStore.write_blob_from_path)."""
+    from core.vault.objects import ObjectStore
+
+    seen: list[str] = []
+    original = ObjectStore.write_blob_from_path
+
+    def counting(self, path, st):
+        seen.append(os.fspath(path))
+        return original(self, path, st)
+
+    monkeypatch.setattr(ObjectStore, "write_blob_from_path", counting)
+    return seen

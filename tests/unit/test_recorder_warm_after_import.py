@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from core.app import Cairn
-from core.vault.objects import ObjectStore
 from core.vault.tree_index import RACY_SECONDS, RACY_SECONDS_FINE, racy_window
+from tests.support import hashed_paths
 
 
 @pytest.fixture
@@ -25,15 +25,7 @@ def cairn(tmp_path: Path):
 @pytest.fixture
 def hashed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The paths the recorder reads and hashes."""
-    seen: list[str] = []
-    original = ObjectStore.write_blob_from_path
-
-    def counting(self, path, st):
-        seen.append(os.fspath(path))
-        return original(self, path, st)
-
-    monkeypatch.setattr(ObjectStore, "write_blob_from_path", counting)
-    return seen
+    return hashed_paths(monkeypatch)
 
 
 def project(tmp_path: Path, *, git: bool) -> Path:
