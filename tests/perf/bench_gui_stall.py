@@ -16,7 +16,11 @@ Measured, each with a 5 ms timer (StallMeter) whose longest gap between ticks is
   created, `echo hi` run and observed). Needs Docker and the sandbox image; skipped otherwise;
 - import: New Task's Create for a git repository holding the same files (what the dialog's accept
   does: `MainWindow.create_tasks`), to the window saying the task was created;
-- idle: the same window, nothing clicked, for as long as each operation took (the baseline).
+- idle: the same window, nothing clicked, for as long as each operation took (the baseline);
+- Start by size: a first Start of a new 100-file task and of a new task of the big tree (both
+  imported through the facade, not measured), in alternating order for a few rounds, click to
+  done, with this process's and its children's CPU time beside; target: the big one within 1.5 s
+  of the small one.
 
 Target: the longest stall under 100 ms during each operation (asserted). The app's own garbage
 collector (gui.collector) runs as in the app. `--trace` (or CAIRN_PERF_STALL_TRACE=1) samples
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -63,6 +68,9 @@ SNAPSHOT_TIMEOUT_S = 600.0
 IMPORT_TIMEOUT_S = 900.0
 START_TIMEOUT_S = 300.0
 SETTLE_TIMEOUT_S = 120.0
+SMALL_FILES = 100  # Start on the big workspace is compared with Start on one this size
+START_GAP_TARGET_S = 1.5
+START_ROUNDS = 2
 LATE_MS = 50.0  # a tick this late is a stall worth sampling (--trace)
 
 
@@ -345,6 +353,72 @@ def measure_import(bench: Bench) -> tuple[float, float, float]:
 
 def measure_start(bench: Bench) -> tuple[float, float, float]:
     """Start on the task (a new sandbox, `echo hi`): (longest stall ms, idle baseline ms, s)."""
+    stall, seconds, ticks = measure_one_start(bench)
+    _, idle = _add_rows(bench, "Start (sandbox + echo hi)", stall, seconds, ticks)
+    return stall, idle, seconds
+
+
+def show_task(bench: Bench, task_id: str) -> None:
+    window = bench.window
+    run_until(lambda: window.lineage.select_task(task_id), SETTLE_TIMEOUT_S, "the task listed")
+    run_until(
+        lambda: (
+            window.task_view.data is not None
+            and window.task_view.data.details["task_id"] == task_id
+        ),
+        SETTLE_TIMEOUT_S,
+        "the task shown in the task view",
+    )
+    settle(bench)
+
+
+def measure_start_by_size(bench: Bench, rounds: int = START_ROUNDS) -> list[tuple[float, float]]:
+    """Start (a first start: snapshot, sandbox, checkpoint, `echo hi`) of a new task of
+    SMALL_FILES files and of a new task of the bench's files, alternating which goes first:
+    (small, big) click-to-done seconds per round, CPU of this process and its children beside."""
+    from core.app import Cairn
+
+    small_tree = small_file_tree(SMALL_FILES, max(1, SMALL_FILES // 10))
+    cairn = bench.cairn
+    assert isinstance(cairn, Cairn)
+    pairs = []
+    for r in range(rounds):
+        made = {
+            size: cairn.tasks.new(
+                tree, title=f"{size:,} files, round {r}", engine="shell", instructions=INSTRUCTIONS
+            ).task.id
+            for size, tree in ((SMALL_FILES, small_tree), (bench.files, bench.tree))
+        }
+        order = [SMALL_FILES, bench.files] if r % 2 == 0 else [bench.files, SMALL_FILES]
+        took: dict[int, float] = {}
+        for size in order:
+            show_task(bench, made[size])
+            cpu0 = cpu_seconds()
+            stall, seconds, ticks = measure_one_start(bench)
+            cpu = cpu_seconds() - cpu0
+            took[size] = seconds
+            bench.rows.append(
+                (
+                    f"round {r}: Start, {size:,} files: click to done (cpu)",
+                    f"{seconds:.2f} s ({cpu:.2f} s)",
+                    "",
+                    f"stall {stall:.0f} ms",
+                )
+            )
+        gap = took[bench.files] - took[SMALL_FILES]
+        bench.rows.append(
+            (
+                f"round {r}: Start, {bench.files:,} minus {SMALL_FILES:,} files",
+                f"{gap:+.2f} s",
+                f"<= {START_GAP_TARGET_S} s",
+                verdict(gap <= START_GAP_TARGET_S),
+            )
+        )
+        pairs.append((took[SMALL_FILES], took[bench.files]))
+    return pairs
+
+
+def measure_one_start(bench: Bench) -> tuple[float, float, int]:
     view = bench.window.task_view
     action = view.buttons[START]
     run_until(action.isEnabled, SETTLE_TIMEOUT_S, "Start offered")
@@ -354,14 +428,17 @@ def measure_start(bench: Bench) -> tuple[float, float, float]:
         run = view.data.run if view.data is not None else None
         return run is not None and run.state in ("succeeded", "failed", "cancelled", "interrupted")
 
-    stall, seconds, ticks = _measured(
-        bench, button.click, ended, START_TIMEOUT_S, "the run shown as ended"
-    )
+    measured = _measured(bench, button.click, ended, START_TIMEOUT_S, "the run shown as ended")
     run = view.data.run
     assert run.state == "succeeded", f"the run ended {run.state}: {getattr(run, 'note', '')}"
-    _, idle = _add_rows(bench, "Start (sandbox + echo hi)", stall, seconds, ticks)
     settle(bench)
-    return stall, idle, seconds
+    return measured
+
+
+def cpu_seconds() -> float:
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def print_results(bench: Bench) -> None:
@@ -397,6 +474,12 @@ def test_import_from_new_task_keeps_the_event_loop_responsive(bench):
     assert stall < STALL_TARGET_MS, f"the event loop stalled {stall:.0f} ms during the import"
 
 
+def test_start_costs_little_more_on_a_big_workspace(bench, docker_client, sandbox_image):
+    bench.docker_client = docker_client
+    pairs = measure_start_by_size(bench, rounds=1)
+    assert pairs and all(small > 0 and big > 0 for small, big in pairs)
+
+
 def test_sandbox_start_keeps_the_event_loop_responsive(bench, docker_client, sandbox_image):
     bench.docker_client = docker_client  # its containers and judge are released at the end
     stall, _idle, _seconds = measure_start(bench)
@@ -409,6 +492,9 @@ def main() -> None:
     parser.add_argument("--folders", type=int, default=FOLDERS)
     parser.add_argument("--no-sandbox", action="store_true", help="no sandbox start")
     parser.add_argument("--no-import", action="store_true", help="no import from New Task")
+    parser.add_argument(
+        "--start-rounds", type=int, default=START_ROUNDS, help="rounds of Start, big against small"
+    )
     parser.add_argument(
         "--trace", action="store_true", help="print the GUI thread's stack when a tick is late"
     )
@@ -423,6 +509,7 @@ def main() -> None:
 
             bench.docker_client = docker.from_env()
             measure_start(bench)
+            measure_start_by_size(bench, args.start_rounds)
         print_results(bench)
     finally:
         close_bench(bench)
