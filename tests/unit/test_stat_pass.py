@@ -254,3 +254,21 @@ def test_the_helper_runs_with_the_standard_library_alone(cairn, tmp_path):
     answer = json.loads(out.stdout)
     assert answer["ok"] and answer["suspects"] == []
     assert answer["folders"] == answer["total"] == answer["subtrees"] + 1
+
+
+def test_a_watch_starts_in_a_stat_pass_and_still_records_the_next_edit(cairn, tmp_path, hashed):
+    made = cairn.tasks.new(project(tmp_path))
+    hashed.clear()
+    recorder = cairn.revisions.watch(made.task.id)
+    try:
+        assert recorder.stats["stat_cache_used"] and recorder.head == made.base_revision
+        assert hashed == []
+        target = Path(made.workspace.root) / "pkg2" / "sub0" / "mod2.py"
+        target.write_text("value = 8\n")  # same size, right after the watch began
+        assert recorder.wait_idle(30)
+        assert recorder.head != made.base_revision
+        vault = cairn.ctx.vault_for(made.workspace.source_id)
+        blob = vault.objects.write_blob(b"value = 8\n")
+        assert ("pkg2/sub0/mod2.py", blob) in tree_of(vault, recorder.head)
+    finally:
+        cairn.revisions.stop_watching(made.workspace.id)
