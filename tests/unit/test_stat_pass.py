@@ -17,7 +17,10 @@ from pathlib import Path
 import pytest
 
 from core.app import Cairn
-from core.vault import statpass
+from core.engines.base import ToolContract
+from core.ids import new_id
+from core.models import Run
+from core.vault import snapshot_ref, statpass
 from core.vault.ignore import IgnoreRules
 from core.vault.tree_index import FileRecord, TreeIndex, stat_key
 from core.watch import _encode_stat_cache, _helper_argv, stat_pass
@@ -272,3 +275,45 @@ def test_a_watch_starts_in_a_stat_pass_and_still_records_the_next_edit(cairn, tm
         assert ("pkg2/sub0/mod2.py", blob) in tree_of(vault, recorder.head)
     finally:
         cairn.revisions.stop_watching(made.workspace.id)
+
+
+def a_run(app: Cairn, made) -> Run:
+    now = time.time()
+    run = Run(
+        new_id("run"),
+        made.task.id,
+        "preparing",
+        0,
+        "shell",
+        {"prompt": "echo hi"},
+        attempt=1,
+        workspace_id=made.workspace.id,
+        created_at=now,
+        started_at=now,
+    )
+    app.ctx.store.add_run(run)
+    return run
+
+
+def test_starts_checkpoint_of_a_workspace_edited_outside_cairn_records_the_edit(app, tmp_path):
+    """What Start does before it launches: a snapshot, then a checkpoint (verifying capture,
+    durable snapshot, row). Unchanged, both cost a stat pass and name the base; edited outside
+    Cairn before Start, the checkpoint's snapshot holds the edit."""
+    made = app.tasks.new(project(tmp_path))
+    snap = app.snapshots.take(made.task.id)
+    contract = ToolContract(None)
+    ck = app.runs.checkpoints.write(
+        a_run(app, made), pending_step="0", tool_contract=contract, policy_version=1
+    )
+    assert snap.revision_id == made.base_revision and ck.snapshot_id == snap.id
+
+    Path(made.workspace.root, "pkg1", "sub0", "mod4.py").write_text("value = 5\n")  # same size
+    ck = app.runs.checkpoints.write(
+        a_run(app, made), pending_step="0", tool_contract=contract, policy_version=1
+    )
+    rev = ck.workspace_ref.rpartition("@")[2]
+    assert rev != made.base_revision and ck.snapshot_id != snap.id
+    vault = app.ctx.vault_for(made.workspace.source_id)
+    assert vault.objects.read_ref(snapshot_ref(ck.snapshot_id)) == rev
+    blob = vault.objects.write_blob(b"value = 5\n")
+    assert ("pkg1/sub0/mod4.py", blob) in tree_of(vault, rev)
