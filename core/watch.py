@@ -621,16 +621,19 @@ class Recorder:
             self._mode = "stopped"
         self._event_ignore.reset()
         self._start_observer()
-        self._worker = threading.Thread(
-            target=self._work, name=f"cairn-recorder-{self.workspace_id}", daemon=True
-        )
-        self._worker.start()
         try:
-            return self.capture(trigger, full=True)
+            # Before the worker starts, which would load the index first: the capture of an
+            # unchanged workspace is then a stat pass. Events meanwhile wait in the pending set.
+            captured = self.capture(trigger, full=True)
         except BaseException:
             self._halt()
             self._mode = "stopped"
             raise
+        self._worker = threading.Thread(
+            target=self._work, name=f"cairn-recorder-{self.workspace_id}", daemon=True
+        )
+        self._worker.start()
+        return captured
 
     def stop(self) -> None:
         """Capture what is pending, stop watching, save the stat cache."""

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from core import watch
 from core.app import Cairn
 from core.engines.base import ToolContract
 from core.ids import new_id
@@ -259,13 +260,26 @@ def test_the_helper_runs_with_the_standard_library_alone(cairn, tmp_path):
     assert answer["folders"] == answer["total"] == answer["subtrees"] + 1
 
 
-def test_a_watch_starts_in_a_stat_pass_and_still_records_the_next_edit(cairn, tmp_path, hashed):
+def test_a_watch_starts_in_a_stat_pass_and_still_records_the_next_edit(
+    cairn, tmp_path, hashed, monkeypatch
+):
     made = cairn.tasks.new(project(tmp_path))
     hashed.clear()
+    order: list[str] = []
+    load, prove = watch.Recorder._load_index, watch.Recorder._proved_unchanged
+    monkeypatch.setattr(
+        watch.Recorder, "_load_index", lambda self: order.append("load") or load(self)
+    )
+    monkeypatch.setattr(
+        watch.Recorder,
+        "_proved_unchanged",
+        lambda self: (order.append("pass"), prove(self))[1],
+    )
     recorder = cairn.revisions.watch(made.task.id)
     try:
         assert recorder.stats["stat_cache_used"] and recorder.head == made.base_revision
-        assert hashed == []
+        # The stat pass proved it; the index was loaded afterwards, by the worker.
+        assert hashed == [] and order[0] == "pass"
         target = Path(made.workspace.root) / "pkg2" / "sub0" / "mod2.py"
         target.write_text("value = 8\n")  # same size, right after the watch began
         assert recorder.wait_idle(30)
