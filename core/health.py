@@ -28,10 +28,11 @@ from typing import Any
 from core import signin
 from core.credentials import Credentials, SecretStore
 from core.engines import ENGINES
-from core.errors import exception_chain
+from core.errors import CairnError, exception_chain
 from core.sandbox.base import DEFAULT_IMAGE
 from core.sandbox.docker import DEFAULT_SOCKET
-from core.sandbox.hosts import DOCKER, LOCAL, PODMAN, SandboxHost
+from core.sandbox.hosts import DOCKER, LOCAL, PODMAN, SandboxHost, bridge_for
+from core.sandbox.ssh_bridge import SshBridge
 from core.settings import Settings
 from core.signin import EngineStatus, Problem
 
@@ -677,7 +678,8 @@ def engine_facts(address: str, image: str, timeout: float) -> EngineFacts:
 
 
 def _host_title(host: SandboxHost) -> str:
-    return f"Sandbox host {host.name} ({'Podman' if host.engine == PODMAN else 'Docker'})"
+    kind = "Podman" if host.engine == PODMAN else "Docker over SSH" if host.remote else "Docker"
+    return f"Sandbox host {host.name} ({kind})"
 
 
 def _host_start_fix(host: SandboxHost) -> tuple[str, str]:
@@ -695,15 +697,30 @@ def check_host(
     facts_of: Callable[[str, str, float], EngineFacts] | None = None,
     disk_usage: Callable[[str], Any] = shutil.disk_usage,
     timeout: float = DOCKER_TIMEOUT_S,
+    bridge_of: Callable[[SandboxHost], SshBridge] = bridge_for,
 ) -> Check:
     """One sandbox host: reachable, its API version, the sandbox image there (else the offer to
-    send it from the local Docker engine), and the free disk where the engine keeps its data."""
+    send it from the local Docker engine), and the free disk where the engine keeps its data.
+    A host reached over SSH is asked through its bridge (`bridge_of`), its disk by `df` there."""
     title = _host_title(host)
     where = host.address
 
     def problem(detail: str, fix: str | None = None, command: str | None = None) -> Check:
         return Check("host", title, ERROR, detail, fix, command, host=host.name)
 
+    if host.remote:
+        bridge = bridge_of(host)
+        try:
+            bridge.check()
+        except CairnError as exc:  # ssh's failure in words: the host key, the key, the address
+            return problem(exc.message, exc.hint or _SSH_FIX.format(name=host.name))
+        try:
+            api = bridge.start()
+            return _engine_check(
+                host, title, api, image, facts_of, bridge.free_bytes, timeout, problem
+            )
+        finally:
+            bridge.close()
     path = _unix_path(where)
     if path is not None:
         try:
@@ -730,8 +747,36 @@ def check_host(
             return problem(
                 f"{where} refuses connections ({_describe(exc)})", *_host_start_fix(host)
             )
+
+    def local_free(root: str) -> int | None:
+        try:
+            return int(disk_usage(str(_existing_parent(Path(root)))).free)
+        except OSError:
+            return None
+
+    return _engine_check(host, title, where, image, facts_of, local_free, timeout, problem)
+
+
+_SSH_FIX = (
+    "check the host's address, key and known_hosts: "
+    "cairnctl config set hosts.{name} 'docker ssh://user@host key=FILE known_hosts=FILE'"
+)
+
+
+def _engine_check(
+    host: SandboxHost,
+    title: str,
+    api: str,
+    image: str,
+    facts_of: Callable[[str, str, float], EngineFacts] | None,
+    free_of: Callable[[str], int | None],
+    timeout: float,
+    problem: Callable[..., Check],
+) -> Check:
+    """The engine's part of a host check, through its API at `api`: version, image, disk."""
+    where = host.address
     try:
-        found = (facts_of or engine_facts)(where, image, timeout)
+        found = (facts_of or engine_facts)(api, image, timeout)
     except Exception as exc:  # noqa: BLE001 - docker-py wraps transport failures in many ways
         return problem(
             f"the engine at {where} did not answer ({_describe(exc)})", *_host_start_fix(host)
@@ -744,12 +789,7 @@ def check_host(
     state, detail = OK, "ready"
     fix: str | None = None
     command: str | None = None
-    free = None
-    if found.root_dir:
-        try:
-            free = disk_usage(str(_existing_parent(Path(found.root_dir)))).free
-        except OSError:
-            free = None
+    free = free_of(found.root_dir) if found.root_dir else None
     if free is not None:
         facts.append(f"{_gib(free)} free where it keeps images and sandboxes ({found.root_dir})")
         if free < DISK_ERROR_BYTES:

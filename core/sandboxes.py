@@ -21,7 +21,7 @@ from core.datadir import DataDir
 from core.errors import CairnError, InputError, NotFound
 from core.ids import new_id
 from core.launch import resource_path
-from core.models import SessionRecord, Workspace
+from core.models import Run, SessionRecord, Workspace
 from core.policy import NETWORK_ALLOWLIST, NETWORK_NONE, Policy
 from core.safe_fs import write_file
 from core.sandbox import egress
@@ -43,7 +43,7 @@ from core.sandbox.base import (
     SessionState,
     SessionSummary,
 )
-from core.sandbox.hosts import LOCAL, PODMAN, SandboxHost
+from core.sandbox.hosts import LOCAL, PODMAN, SandboxHost, bridge_for
 from core.settings import Settings, endpoint_of
 from core.store import Store
 
@@ -237,6 +237,27 @@ class SandboxManager:
         if record.host:
             return record.host
         return {"docker": LOCAL, "podman": PODMAN}.get(record.backend, self.host)
+
+    def sync_run_files(self, run: Run, *, force: bool = False) -> None:
+        """Bring a run's files up to date in the local runs folder, where observation reads
+        them: nothing to do for a sandbox on this machine; one on another machine mirrors them
+        from there (at most every few moments unless `force`). A sandbox that cannot be reached
+        or is not running is left to liveness to judge: nothing is raised here."""
+        if not run.workspace_id or not run.exec_id:
+            return
+        record = self.store.session_for(run.workspace_id)
+        if record is None or record.status != "live":
+            return
+        backend = self.backend_of(self.host_of(record))
+        if not backend.mirrors_run_files:
+            return
+        try:
+            ws = self.store.get_workspace(run.workspace_id)
+            found = self.look_as_made(record, ws)
+            if isinstance(found, Attached):
+                found.live.sync_run(run.exec_id, force=force)
+        except CairnError as exc:
+            log.debug("could not read the files of run %s from its host: %s", run.id, exc)
 
     def found_sessions(self) -> tuple[dict[str, SessionSummary], dict[str, str]]:
         """This data folder's sandboxes on every host a session runs on (and the default
@@ -624,7 +645,12 @@ def default_backend(data: DataDir, settings: Settings) -> SandboxBackend:
 
 def backend_for_host(host: SandboxHost, data_root: Path) -> DockerBackend:
     """The sandbox backend of one host for a data folder: Docker's or Podman's API at its
-    address (the built-in `local` host as DOCKER_HOST and Docker's own variables say)."""
+    address (the built-in `local` host as DOCKER_HOST and Docker's own variables say), or a
+    Docker engine on another machine through an SSH bridge (volumes instead of bind mounts)."""
+    if host.remote:
+        from core.sandbox.remote import RemoteDockerBackend
+
+        return RemoteDockerBackend(data_root, bridge_for(host), host_name=host.name)
     if host.engine == PODMAN:
         from core.sandbox.podman import PodmanBackend
 

@@ -53,6 +53,7 @@ def settle_run(ctx: Context, sandboxes: Sandboxes, end_run: EndRun, run: Run) ->
         if lineage.lease_held(ctx.store, lineage.root_of(ctx.store, run.task_id)):
             return "starting"  # another Cairn process is launching it under the lineage lease
         run = _adopt_launched_attempt(ctx, run)
+    sandboxes.get().sync_run_files(run, force=True)  # a sandbox on another machine: its files
     files = run_files(ctx.data.runs_root, run)
     code = files.exit_code
     if code is None:

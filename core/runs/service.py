@@ -298,11 +298,15 @@ class Runs:
                 # are not this attempt's.
                 time.sleep(interval)
                 continue
+            self._sandboxes.get().sync_run_files(run)  # from another machine, if it is there
             files = self.files(run)
             tail.files = files
             tail.poll()
             code = files.exit_code
             if code is not None:
+                # The files as they were when it ended: the look that saw the exit code may
+                # have read the output a moment before.
+                self._sandboxes.get().sync_run_files(run, force=True)
                 tail.poll(final=True)
                 stop_recording()  # its last capture lands before the run's checkpoint
                 if news is not None:
@@ -351,8 +355,10 @@ class Runs:
                 deadline = time.monotonic() + grace
                 while files.exit_code is None and time.monotonic() < deadline:
                     time.sleep(0.1)
+                    self._sandboxes.get().sync_run_files(run)
                 if files.exit_code is None:
                     live.signal_process(files.pid, "KILL")
+            self._sandboxes.get().sync_run_files(run, force=True)
             OutputTail(self.ctx.store, run.id, files).poll(final=True)
             self.revisions.capture(task.id, trigger="watch", run_id=run.id)
             try:

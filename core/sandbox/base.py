@@ -607,6 +607,11 @@ class LiveSession(abc.ABC):
         processes see it. The same in a container; the host backend maps it to a host folder."""
         return sandbox_path
 
+    def sync_run(self, run_id: str, *, force: bool = False) -> None:  # noqa: B027
+        """Bring the run folder `run_id` up to date where Cairn reads it (runs/<ws>/<run>/).
+        Nothing to do where the sandbox writes that folder itself (a bind mount); a sandbox on
+        another machine mirrors it from there. `force`: now, not at most every few moments."""
+
     @abc.abstractmethod
     def stats(self) -> dict[str, Any]:
         """{"cpu_percent", "memory_bytes", "memory_limit_bytes", "pids", "uptime_s"} (None when
@@ -627,6 +632,9 @@ class SandboxBackend(abc.ABC):
     name: ClassVar[str]
     capabilities: ClassVar[Capabilities]
     unsafe: ClassVar[bool] = False
+    # The sandbox writes its run files somewhere else than the local runs folder (another
+    # machine): LiveSession.sync_run brings them here.
+    mirrors_run_files: ClassVar[bool] = False
 
     @abc.abstractmethod
     def check(self) -> None:

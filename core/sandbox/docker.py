@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from core.errors import CairnError, Conflict, exception_chain
 from core.sandbox.base import (
@@ -304,6 +304,18 @@ class DockerBackend(SandboxBackend):
         """Host-config fields this engine needs beyond Docker's (none for Docker itself)."""
         return {}
 
+    # What a sandbox's mounts are: folders of this machine bound in (`bind`), or volumes of the
+    # engine (`volume`, for an engine on another machine; core.sandbox.remote).
+    mount_type: Literal["bind", "volume"] = "bind"
+
+    def sandbox_mounts(self, spec: SandboxSpec) -> list[MountSpec]:
+        """The sandbox's mounts, in order: for binds the spec's own (a source is a folder here)."""
+        return spec.mounts()
+
+    def prepare(self, spec: SandboxSpec, image_id: str) -> None:
+        """Make what the sandbox mounts exist and usable for its user, before it is created."""
+        prepare_host_dirs(spec)
+
     @docker_call("create the sandbox")
     def create(
         self, spec: SandboxSpec, *, previous: SessionState | None = None
@@ -316,14 +328,21 @@ class DockerBackend(SandboxBackend):
         generation = next_generation(spec, previous)
         image = self.resolve_image(spec.image)
         image_id = image["Id"]
-        prepare_host_dirs(spec)
+        self.prepare(spec, image_id)
         uid, gid = spec.user
-        mounts = spec.mounts()
+        mounts = self.sandbox_mounts(spec)
         limits = spec.limits
         cpus = min(float(limits.cpus), float(os.cpu_count() or 1))
         host_config = api.create_host_config(
             mounts=[
-                docker.types.Mount(m.target, m.source, type="bind", read_only=m.read_only)
+                docker.types.Mount(
+                    m.target,
+                    m.source,
+                    type=self.mount_type,
+                    read_only=m.read_only,
+                    # A volume keeps what Cairn put there: never the image's folder copied over it.
+                    no_copy=self.mount_type == "volume",
+                )
                 for m in mounts
             ],
             tmpfs={"/tmp": f"rw,nosuid,nodev,size={limits.tmp_bytes}", "/run": RUN_TMPFS_OPTIONS},
@@ -562,12 +581,14 @@ class DockerBackend(SandboxBackend):
             have = actual_labels.get(key)
             if have != want:
                 reasons.append(f"label {key} is {have!r}, expected {want!r}")
+        source = "Name" if self.mount_type == "volume" else "Source"
         actual_mounts = {
-            MountSpec(m.get("Source", ""), m.get("Destination", ""), not m.get("RW", True))
+            MountSpec(m.get(source, ""), m.get("Destination", ""), not m.get("RW", True))
             for m in info.get("Mounts") or []
-            if m.get("Type") == "bind"
+            if m.get("Type") == self.mount_type
         }
-        for label, expected in (("state", set(state.mounts)), ("spec", set(spec.mounts()))):
+        expected_now = set(self.sandbox_mounts(spec))
+        for label, expected in (("state", set(state.mounts)), ("spec", expected_now)):
             for m in sorted(expected - actual_mounts, key=lambda m: m.target):
                 reasons.append(
                     f"mount {m.source} -> {m.target} ({'ro' if m.read_only else 'rw'}) "
@@ -721,6 +742,16 @@ class DockerLiveSession(LiveSession):
         )
         return created["Id"]
 
+    def _prepare_run(self, run_id: str) -> None:
+        """The run's folder, ready for a new process: a previous attempt's pid and exit code
+        gone, handed to the sandbox user."""
+        uid, gid = self.spec.user
+        reset_run_dir(self.spec.run_dir(run_id), uid, gid)
+
+    def _started_pid(self, run_id: str) -> int | None:
+        """The detached process's pid, once its wrapper has written it."""
+        return read_pid(self.spec.run_dir(run_id))
+
     @docker_call("start the run in the sandbox")
     def exec_detached(
         self,
@@ -732,15 +763,14 @@ class DockerLiveSession(LiveSession):
     ) -> DetachedProcess:
         check_run_id(run_id)
         run_dir = self.spec.run_dir(run_id)
-        uid, gid = self.spec.user
-        reset_run_dir(run_dir, uid, gid)
+        self._prepare_run(run_id)
         wrapped = ["sh", "-c", DETACHED_WRAPPER, "cairn-run", f"{CONTAINER_RUNS}/{run_id}", *argv]
         exec_id = self._exec_create(wrapped, env, cwd)
         self._api.exec_start(exec_id, detach=True)
         deadline = time.monotonic() + DETACHED_START_TIMEOUT_S
         next_inspect = time.monotonic() + 0.1
         while True:
-            pid = read_pid(run_dir)
+            pid = self._started_pid(run_id)
             if pid is not None:
                 return DetachedProcess(run_id=run_id, pid=pid, run_dir=run_dir)
             now = time.monotonic()
@@ -750,7 +780,7 @@ class DockerLiveSession(LiveSession):
                 if (
                     not info.get("Running")
                     and info.get("ExitCode") is not None
-                    and read_pid(run_dir) is None
+                    and self._started_pid(run_id) is None
                 ):
                     raise SandboxError(
                         f"run {run_id} could not start in {self.state.container_name} "

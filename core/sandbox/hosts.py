@@ -2,7 +2,10 @@
 
 Owns the names and addresses: the built-in `local` (the local Docker engine, or whatever
 DOCKER_HOST names) and `podman` (the person's rootless Podman socket), and the settings' own
-`hosts.<name>` entries ("<engine> <address>"). Making a host's backend is core.sandboxes';
+`hosts.<name>` entries ("<engine> <address>", where the address is a local socket or, for a
+Docker engine on another machine, `ssh://user@host[:port]` followed by `key=FILE` and
+`known_hosts=FILE` when they are not the SSH agent and ~/.ssh/known_hosts). Making a host's
+backend is core.sandboxes';
 testing a host (reachable, API version, image, disk) and sending it an image are
 core.host_checks'; which host a task uses is the task's record and `defaults.host`.
 """
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import InputError
+from core.sandbox.ssh_bridge import SshBridge, SshTarget
 
 DOCKER = "docker"
 PODMAN = "podman"
@@ -26,6 +30,9 @@ DEFAULT_HOST = LOCAL
 DOCKER_SOCKET = "/var/run/docker.sock"
 
 PODMAN_ROOTFUL_SOCKET = "/run/podman/podman.sock"
+
+SSH_SCHEME = "ssh://"
+SSH_OPTIONS = ("key", "known_hosts")
 
 _NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 _MAX_ADDRESS = 300
@@ -40,11 +47,21 @@ class SandboxHost:
     engine: str
     address: str
     builtin: bool = False
+    key_file: str | None = None  # ssh: the private key (else the SSH agent)
+    known_hosts: str | None = None  # ssh: the host keys to check against (else ~/.ssh's)
 
     @property
     def value(self) -> str:
-        """The host as the settings store it: `<engine> <address>`."""
-        return f"{self.engine} {self.address}"
+        """The host as the settings store it: `<engine> <address> [key=…] [known_hosts=…]`."""
+        options = [f"key={self.key_file}"] if self.key_file else []
+        options += [f"known_hosts={self.known_hosts}"] if self.known_hosts else []
+        return " ".join([self.engine, self.address, *options])
+
+    @property
+    def remote(self) -> bool:
+        """Whether the engine is on another machine (reached over SSH): nothing on this
+        machine's disk can be mounted into its sandboxes."""
+        return self.address.startswith(SSH_SCHEME)
 
     @property
     def local_docker(self) -> bool:
@@ -77,29 +94,68 @@ def check_name(name: str) -> str:
 
 
 def parse_value(name: str, value: str) -> SandboxHost:
-    """`<engine> <address>` → the host, or InputError naming what is wrong. The address is a
-    unix socket on this machine for now: `unix:///run/user/1000/podman/podman.sock`."""
+    """`<engine> <address> [key=FILE] [known_hosts=FILE]` → the host, or InputError naming
+    what is wrong. The address is a unix socket on this machine
+    (`unix:///run/user/1000/podman/podman.sock`) or a Docker engine reached over SSH
+    (`ssh://user@host[:port]`); the key and known_hosts files belong to SSH addresses only."""
     check_name(name)
     parts = value.split() if isinstance(value, str) else []
-    if len(parts) != 2 or len(value) > _MAX_ADDRESS:
+    if len(parts) < 2 or len(value) > _MAX_ADDRESS:
         raise InputError(
             f"hosts.{name} takes '<engine> <address>', e.g. "
-            f"'podman unix:///run/user/1000/podman/podman.sock', not {value!r}"
+            f"'podman unix:///run/user/1000/podman/podman.sock' or "
+            f"'docker ssh://me@build-box key=~/.ssh/id_ed25519', not {value!r}"
         )
-    engine, address = parts
+    engine, address, *rest = parts
     if engine not in ENGINES:
         raise InputError(
             f"unknown engine {engine!r} for hosts.{name} (known: {', '.join(ENGINES)})"
         )
+    if address.startswith(SSH_SCHEME):
+        return _parse_ssh(name, engine, address, rest)
+    if rest:
+        raise InputError(
+            f"hosts.{name}: {' '.join(rest)!r} is for SSH hosts only (key=, known_hosts=)"
+        )
     if not address.startswith("unix:///"):
         raise InputError(
             f"the address of hosts.{name} must be a unix socket on this machine, "
-            f"unix:///path/to/socket, not {address!r}"
+            f"unix:///path/to/socket, or ssh://user@host[:port], not {address!r}"
         )
     path = Path(address[len("unix://") :])
     if ".." in path.parts:
         raise InputError(f"the address of hosts.{name} must not hold '..': {address!r}")
     return SandboxHost(name, engine, f"unix://{path}")
+
+
+def _parse_ssh(name: str, engine: str, address: str, options: list[str]) -> SandboxHost:
+    if engine != DOCKER:
+        raise InputError(
+            f"hosts.{name}: only a Docker engine is reached over SSH (write 'docker {address}')"
+        )
+    target = SshTarget.parse(address)  # the address's own rules, before ssh ever runs
+    files: dict[str, str] = {}
+    for option in options:
+        key, sep, path = option.partition("=")
+        if not sep or key not in SSH_OPTIONS or not path:
+            raise InputError(
+                f"hosts.{name}: {option!r} is not an SSH host option (key=FILE, known_hosts=FILE)"
+            )
+        if key in files:
+            raise InputError(f"hosts.{name} names {key}= twice")
+        full = Path(os.path.expanduser(path))
+        if not full.is_absolute() or ".." in full.parts:
+            raise InputError(
+                f"hosts.{name}: {key}= needs an absolute path without '..', not {path!r}"
+            )
+        files[key] = str(full)
+    return SandboxHost(
+        name,
+        engine,
+        target.url,
+        key_file=files.get("key"),
+        known_hosts=files.get("known_hosts"),
+    )
 
 
 def builtin_hosts(environ: Mapping[str, str] | None = None) -> dict[str, SandboxHost]:
@@ -137,3 +193,15 @@ def pick(
             hint=f"add it: cairnctl config set hosts.{chosen} '<engine> <address>'",
         )
     return found
+
+
+def bridge_for(host: SandboxHost) -> SshBridge:
+    """The SSH bridge to a remote host's engine, with the host's key and known_hosts files
+    (not started: `check()` it, then `start()`)."""
+    if not host.remote:
+        raise InputError(f"host {host.name} is not reached over SSH ({host.address})")
+    return SshBridge(
+        SshTarget.parse(host.address),
+        key_file=Path(host.key_file) if host.key_file else None,
+        known_hosts=Path(host.known_hosts) if host.known_hosts else None,
+    )

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -139,11 +140,12 @@ class SshBridge:
             argv += ["-p", str(self.target.port)]
         return argv
 
-    def check(self) -> str:
-        """The remote engine's API version, or SshUnavailable saying why it cannot be had."""
+    def run(self, *command: str) -> subprocess.CompletedProcess[str]:
+        """Run one command on the far side with Cairn's options (bounded): its exit code and
+        output; SshUnavailable when it did not answer in time."""
         try:
-            done = subprocess.run(
-                self.ssh_argv("docker", "version", "--format", "{{.Server.APIVersion}}"),
+            return subprocess.run(
+                self.ssh_argv(*command),
                 capture_output=True,
                 text=True,
                 timeout=self.connect_timeout + 20,
@@ -153,9 +155,28 @@ class SshBridge:
             raise SshUnavailable(
                 f"{self.target.url} did not answer within {self.connect_timeout + 20:g} s"
             ) from None
+
+    def check(self) -> str:
+        """The remote engine's API version, or SshUnavailable saying why it cannot be had."""
+        done = self.run("docker", "version", "--format", "{{.Server.APIVersion}}")
         if done.returncode == 0 and done.stdout.strip():
             return done.stdout.strip()
         raise SshUnavailable(explain(self.target, done.returncode, done.stderr, self.known_hosts))
+
+    def free_bytes(self, path: str) -> int | None:
+        """The free space of the far side's filesystem holding `path` (or its nearest folder
+        that can be looked at); None when it cannot be told."""
+        script = (
+            'd=$1; while [ ! -e "$d" ] && [ "$d" != / ]; do d=$(dirname -- "$d"); done; '
+            'df -Pk -- "$d"'
+        )
+        try:
+            done = self.run("sh", "-c", shlex.quote(script), "sh", shlex.quote(path))
+        except SshUnavailable:
+            return None
+        lines = done.stdout.strip().splitlines()
+        fields = lines[-1].split() if done.returncode == 0 and len(lines) >= 2 else []
+        return int(fields[3]) * 1024 if len(fields) >= 4 and fields[3].isdigit() else None
 
     # -- the socket ----------------------------------------------------------------------------
 

@@ -5,8 +5,6 @@ do."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
 import subprocess
 import time
@@ -18,41 +16,15 @@ import pytest
 
 from core.errors import InputError
 from core.sandbox.ssh_bridge import SshBridge, SshTarget, SshUnavailable
+from tests.integration.remote_support import private_key_copy, remote_settings
 
 pytestmark = pytest.mark.docker
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _remote_settings() -> dict[str, str]:
-    names = (
-        "CAIRN_TEST_SSH_HOST",
-        "CAIRN_TEST_SSH_KEY",
-        "CAIRN_TEST_SSH_KNOWN_HOSTS",
-        "CAIRN_TEST_REMOTE_SOCKET",
-    )
-    if all(os.environ.get(n) for n in names):
-        return {n: os.environ[n] for n in names}
-    # Not started by scripts/setup.sh: start it here (it needs root, as the suite does).
-    done = subprocess.run(
-        ["bash", str(ROOT / "scripts/remote-host.sh"), "start"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    return dict(line.split("=", 1) for line in done.stdout.split() if "=" in line)
 
 
 @pytest.fixture(scope="module")
 def remote(tmp_path_factory):
-    settings = _remote_settings()
-    # The key as a user keeps it: readable by its owner only (ssh refuses it otherwise).
-    folder = tmp_path_factory.mktemp("ssh")
-    key = folder / "id_ed25519"
-    shutil.copy(settings["CAIRN_TEST_SSH_KEY"], key)
-    key.chmod(0o600)
-    settings["key"] = str(key)
+    settings = remote_settings()
+    settings["key"] = str(private_key_copy(settings, tmp_path_factory.mktemp("ssh")))
     return settings
 
 

@@ -21,6 +21,7 @@ LAZY_IMPORTS = {
     ("core.sandboxes", "core.sandbox.docker"): "the Docker client is slow to import",
     ("core.sandboxes", "core.sandbox.host"): "chosen only when the user asks for no isolation",
     ("core.sandboxes", "core.sandbox.podman"): "the Docker client, chosen for a Podman host",
+    ("core.sandboxes", "core.sandbox.remote"): "the Docker client, chosen for an SSH host",
     ("core.sandboxes", "core.sandbox"): "the package of the two backends above",
     ("core.sandbox.egress", "core.credentials"): "the proxy process reads the keyring only when "
     "it serves a model endpoint",

@@ -76,7 +76,7 @@ def test_a_host_entry_is_an_engine_and_a_unix_socket():
         ("lab", SOCKET, "takes '<engine> <address>'"),
         ("lab", f"lxc {SOCKET}", "unknown engine 'lxc'"),
         ("lab", "docker tcp://10.0.0.2:2375", "must be a unix socket on this machine"),
-        ("lab", "docker ssh://me@build", "must be a unix socket on this machine"),
+        ("lab", "docker ssh:/me@build", "must be a unix socket on this machine"),
         ("lab", "docker unix:///run/../etc/x.sock", "must not hold '..'"),
         ("Lab!", f"docker {SOCKET}", "is not a host name"),
     ],

@@ -1,0 +1,614 @@
+"""The remote Docker backend: sandboxes on a Docker engine on another machine, reached over SSH
+(core.sandbox.ssh_bridge), with nothing of this machine's disk mounted into them.
+
+Owns what living on another machine changes. The workspace, the engine home, the run folder,
+the approval decisions, the in-sandbox tools and Cairn's git settings are volumes of that engine
+(`cairn-<session>-<part>`), never bind mounts. A never-started *carrier* container per session
+holds every one of them writable (at /v/<part>), so Cairn fills them with tar streams
+(`put_archive`) whether the sandbox runs or not: the workspace and home from this machine's
+copies when a volume is new, the tools, git settings and decisions at every creation and the
+decisions again whenever a judge writes one. The run files come back the other way: `sync_run`
+mirrors one run folder into the local `runs/` folder, the output files appended from the size
+they have here (so each byte arrives exactly once and the local observation code reads them as
+it reads a local sandbox's), the small files (pid, exit_code, step, approval requests) whole.
+
+Everything about containers, execs and attach checks is the Docker backend's; the SSH transport
+and its failures in words are the bridge's; a connection that fails mid-way is explained by the
+bridge's `check()`, never passed on as a raw "connection aborted".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import tarfile
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from core.errors import CairnError
+from core.launch import resource_path
+from core.mailbox import DECISIONS_IN_SANDBOX, decisions_root
+from core.safe_fs import ensure_dir
+from core.sandbox.base import (
+    CONTAINER_GIT_SETTINGS,
+    CONTAINER_HOME,
+    CONTAINER_RUNS,
+    CONTAINER_WORKSPACE,
+    NETWORK_NONE,
+    NETWORK_OPEN,
+    PROTECTED_GIT_TARGETS,
+    RUN_EXIT_CODE_FILE,
+    RUN_PID_FILE,
+    Capabilities,
+    MountSpec,
+    SandboxError,
+    SandboxSpec,
+    SandboxUnavailable,
+    SessionState,
+    SessionSummary,
+    UnsupportedNetwork,
+    check_run_id,
+    prepare_host_dirs,
+    read_pid,
+)
+from core.sandbox.docker import (
+    API_TIMEOUT_S,
+    CONNECT_TIMEOUT_S,
+    LABEL_DATA_DIR,
+    LABEL_MANAGED,
+    LABEL_SESSION,
+    LABEL_WORKSPACE,
+    DockerBackend,
+    DockerLiveSession,
+    docker_call,
+)
+from core.sandbox.ssh_bridge import SshBridge, SshUnavailable
+
+if TYPE_CHECKING:
+    from docker import DockerClient
+
+LABEL_ROLE = "cairn.role"  # on carriers and volumes: what they are for
+ROLE_CARRIER = "carrier"
+CARRIER_ROOT = "/v"
+TOOLS_IN_SANDBOX = "/cairn/tools"
+HOOKS_IN_SANDBOX = next(t for t in PROTECTED_GIT_TARGETS if t.endswith("/hooks"))
+RESOURCES_SANDBOX = resource_path("sandbox")
+
+# The volumes of one session, by part, and where the sandbox sees each (read-only or not).
+WORKSPACE, HOME, RUNS, DECISIONS, TOOLS, GIT, HOOKS = (
+    "workspace",
+    "home",
+    "runs",
+    "decisions",
+    "tools",
+    "git",
+    "hooks",
+)
+PARTS = (WORKSPACE, HOME, RUNS, DECISIONS, TOOLS, GIT, HOOKS)
+# Folders of this machine the spec names that are volumes there; any other is refused.
+STANDARD_EXTRA_TARGETS = (TOOLS_IN_SANDBOX, DECISIONS_IN_SANDBOX)
+
+# Run files read whole at each look (small, and rewritten rather than appended); every other
+# file of a run folder only grows and is read from the size it already has here.
+WHOLE_FILES = ("pid", "exit_code", "step")
+WHOLE_FOLDERS = ("requests/",)
+SYNC_INTERVAL_S = 0.2  # a run's files are looked at no more often than this
+# Lists a run folder's files and prints each one's new bytes, framed:
+#   W <size> <name>\n<size bytes>          a small file, whole
+#   A <offset> <count> <name>\n<count bytes>   an output file's bytes from <offset>
+# and `E` last, so a stream cut short is seen (and dropped) rather than half written. An output
+# file only grows, so the bytes after the size read first are always there to be read.
+SYNC_SCRIPT = r"""
+export LC_ALL=C
+d="$1"; shift
+[ -d "$d" ] || { echo E; exit 0; }
+cd "$d" || exit 3
+find . -type f ! -name '*.tmp' | while IFS= read -r f; do
+  f=${f#./}
+  case "$f" in
+    pid|exit_code|step|requests/*)
+      [ -f "$f" ] || continue
+      c=$(cat -- "$f" 2>/dev/null; echo x) || continue
+      c=${c%x}
+      printf 'W %s %s\n%s' "${#c}" "$f" "$c"
+      continue;;
+  esac
+  s=$(wc -c < "$f" 2>/dev/null) || continue
+  off=0
+  for a in "$@"; do case "$a" in "$f="*) off=${a#"$f="};; esac; done
+  [ "$s" -lt "$off" ] && off=0
+  if [ "$s" -gt "$off" ]; then
+    n=$((s - off))
+    printf 'A %s %s %s\n' "$off" "$n" "$f"
+    tail -c +$((off + 1)) -- "$f" | head -c "$n"
+  fi
+done
+echo E
+"""
+PREPARE_RUN_SCRIPT = (
+    'mkdir -p -- "$1" && cd -- "$1" && rm -f -- pid exit_code pid.tmp exit_code.tmp'
+)
+
+
+class HostUnreachable(SandboxUnavailable):
+    """The remote sandbox host does not answer (the SSH connection or its engine): its
+    sandboxes and runs are unknown, never gone."""
+
+
+def volume_name(session_id: str, part: str) -> str:
+    return f"cairn-{session_id}-{part}"
+
+
+def carrier_name(session_id: str) -> str:
+    return f"cairn-{session_id}-carrier"
+
+
+class RemoteDockerBackend(DockerBackend):
+    """Sandboxes as containers of a Docker engine on another machine, hardened as the local
+    ones are, whose every mount is a volume of that engine. `none` and `open` networks; the
+    allowlist proxy and local model endpoints are not reachable from there yet."""
+
+    name = "docker-ssh"
+    capabilities = Capabilities(
+        reattach=True,
+        recreate_from_snapshot=True,
+        per_exec_env=True,
+        network_modes=frozenset({NETWORK_NONE, NETWORK_OPEN}),
+        isolated=True,
+    )
+    mount_type: Literal["bind", "volume"] = "volume"
+    mirrors_run_files = True
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        bridge: SshBridge,
+        *,
+        host_name: str | None = None,
+        client: DockerClient | None = None,
+    ):
+        super().__init__(data_dir, client=client)
+        self.bridge = bridge
+        self.host_name = host_name or bridge.target.url
+        self._bridge_lock = threading.Lock()
+        self._checked = False
+
+    # --- connection -------------------------------------------------------------------------
+
+    def _where(self) -> str:
+        return self.bridge.target.url
+
+    @property
+    def address(self) -> str:
+        """The local socket in front of the remote engine (the bridge's)."""
+        return self._open_bridge()
+
+    def _open_bridge(self) -> str:
+        """The bridge's socket, after ssh's own check the first time (so a host that cannot be
+        reached says why before any API call is made)."""
+        with self._bridge_lock:
+            if not self._checked:
+                try:
+                    self.bridge.check()
+                except SshUnavailable as exc:
+                    raise self._unreachable(exc.message) from exc
+                self._checked = True
+            return self.bridge.start()
+
+    def _connect(self) -> DockerClient:
+        import docker
+
+        url = self._open_bridge()
+        try:
+            client = docker.DockerClient(base_url=url, timeout=CONNECT_TIMEOUT_S)
+            client.api.timeout = API_TIMEOUT_S
+            return client
+        except Exception as exc:  # docker-py wraps transport failures variously
+            raise self._unavailable(exc) from exc
+
+    def _unreachable(self, why: str) -> HostUnreachable:
+        return HostUnreachable(
+            f"sandbox host {self.host_name} cannot be reached: {why}",
+            hint="its sandboxes and runs are left as they are; they are found again "
+            "when it answers",
+        )
+
+    def _unavailable(self, exc: BaseException) -> SandboxUnavailable:
+        # The API connection failed: ask ssh why, so a person reads that, not the transport's
+        # "connection aborted".
+        try:
+            self.bridge.check()
+        except SshUnavailable as why:
+            return self._unreachable(why.message)
+        except CairnError as why:
+            return self._unreachable(str(why))
+        found = super()._unavailable(exc)
+        return self._unreachable(f"its Docker engine did not answer ({found.message})")
+
+    def close(self) -> None:
+        super().close()
+        with self._bridge_lock:
+            self.bridge.close()
+            self._checked = False
+
+    # --- what a remote sandbox is made of ---------------------------------------------------
+
+    def check_spec(self, spec: SandboxSpec) -> None:
+        if spec.egress_socket_dir is not None:
+            raise UnsupportedNetwork(
+                f"a sandbox on host {self.host_name} cannot reach Cairn's egress proxy yet "
+                f"(the network policy {spec.network!r}, or a model endpoint)",
+                hint="use the network policy 'none' or 'open' on a remote host",
+            )
+        local = [
+            f"{source} -> {target}"
+            for source, target in spec.extra_mounts
+            if target not in STANDARD_EXTRA_TARGETS
+        ]
+        if local:
+            raise SandboxError(
+                f"a sandbox on host {self.host_name} cannot mount folders of this machine: "
+                + ", ".join(local),
+                hint="run this task on the local engine, or drop the extra mounts from its policy",
+            )
+
+    def volume_mounts(self, spec: SandboxSpec) -> list[tuple[str, str, bool]]:
+        """(part, target, read-only) of each volume the sandbox mounts, folders before the
+        folders inside them."""
+        out = [(WORKSPACE, CONTAINER_WORKSPACE, False)]
+        if spec.protects_git:
+            out.append((HOOKS, HOOKS_IN_SANDBOX, True))
+        out += [
+            (HOME, CONTAINER_HOME, False),
+            (RUNS, CONTAINER_RUNS, False),
+            (TOOLS, TOOLS_IN_SANDBOX, True),
+            (DECISIONS, DECISIONS_IN_SANDBOX, True),
+        ]
+        if spec.protects_git:
+            out.append((GIT, CONTAINER_GIT_SETTINGS, True))
+        return out
+
+    def sandbox_mounts(self, spec: SandboxSpec) -> list[MountSpec]:
+        return [
+            MountSpec(volume_name(spec.session_id, part), target, read_only)
+            for part, target, read_only in self.volume_mounts(spec)
+        ]
+
+    def _stale_mounts(self, info: Mapping[str, Any], spec: SandboxSpec) -> list[str]:
+        return []  # a volume in use cannot be removed or replaced under the container
+
+    def prepare(self, spec: SandboxSpec, image_id: str) -> None:
+        """The session's volumes, made and filled: the workspace and home from this machine's
+        copies when their volume is new (a recreate keeps what the old sandbox left), the
+        tools, git settings and decisions every time."""
+        # The local folders stay: the workspace is what the volume is seeded from and mirrored
+        # back to, the home and runs folders what the run's files are mirrored into.
+        prepare_host_dirs(spec, hand_over=False)
+        made = self._ensure_volumes(spec)
+        carrier = self._ensure_carrier(spec, image_id)
+        uid, gid = spec.user
+        if WORKSPACE in made:
+            self._put_folder(carrier, WORKSPACE, spec.workspace_root, (uid, gid))
+        if HOME in made:
+            self._put_folder(carrier, HOME, spec.home_dir, (uid, gid))
+        if RUNS in made:
+            self._put_folder(carrier, RUNS, None, (uid, gid))
+        self._put_folder(carrier, TOOLS, RESOURCES_SANDBOX, (0, 0))
+        if spec.git_settings_dir is not None:
+            self._put_folder(carrier, GIT, spec.git_settings_dir, (0, 0))
+        self._put_folder(carrier, DECISIONS, self._decisions_of(spec), (0, 0))
+
+    def _decisions_of(self, spec: SandboxSpec) -> Path:
+        return decisions_root(Path(self.data_dir), spec.workspace_id)
+
+    def _labels(self, spec: SandboxSpec, role: str) -> dict[str, str]:
+        return {
+            LABEL_MANAGED: "1",
+            LABEL_DATA_DIR: self.data_dir,
+            LABEL_WORKSPACE: spec.workspace_id,
+            LABEL_SESSION: spec.session_id,
+            LABEL_ROLE: role,
+        }
+
+    def _ensure_volumes(self, spec: SandboxSpec) -> set[str]:
+        """The parts whose volume had to be made now."""
+        import docker.errors
+
+        made = set()
+        for part in PARTS:
+            name = volume_name(spec.session_id, part)
+            try:
+                self.api.inspect_volume(name)
+            except docker.errors.NotFound:
+                self.api.create_volume(name, labels=self._labels(spec, part))
+                made.add(part)
+        return made
+
+    def _ensure_carrier(self, spec: SandboxSpec, image_id: str) -> str:
+        """The session's carrier: a container that is never started, holding each volume
+        writable at /v/<part>, for the archive calls that fill and read them."""
+        import docker.errors
+        import docker.types
+
+        name = carrier_name(spec.session_id)
+        try:
+            return str(self.api.inspect_container(name)["Id"])
+        except docker.errors.NotFound:
+            pass
+        host_config = self.api.create_host_config(
+            mounts=[
+                docker.types.Mount(
+                    f"{CARRIER_ROOT}/{part}", volume_name(spec.session_id, part), type="volume"
+                )
+                for part in PARTS
+            ],
+            network_mode="none",
+            cap_drop=["ALL"],
+        )
+        created = self.api.create_container(
+            image=image_id,
+            command=["true"],
+            name=name,
+            labels=self._labels(spec, ROLE_CARRIER),
+            host_config=host_config,
+            network_disabled=True,
+        )
+        return str(created["Id"])
+
+    @docker_call("send the run's files to the sandbox host")
+    def put_run_folder(self, spec: SandboxSpec, run_id: str) -> None:
+        """The local run folder's files into the run folder of the runs volume."""
+        self._put_folder(
+            carrier_name(spec.session_id),
+            f"{RUNS}/{check_run_id(run_id)}",
+            spec.run_dir(run_id),
+            spec.user,
+        )
+
+    def _put_folder(
+        self, carrier: str, part: str, folder: Path | None, owner: tuple[int, int]
+    ) -> None:
+        """Write `folder`'s tree (links as links) into the volume of `part` (or a folder in it:
+        `runs/<run>`), owned by `owner`; without a folder, only the top folder and its owner."""
+        uid, gid = owner
+
+        def own(info: tarfile.TarInfo) -> tarfile.TarInfo:
+            info.uid, info.gid, info.uname, info.gname = uid, gid, "", ""
+            return info
+
+        with tempfile.SpooledTemporaryFile(max_size=64 * 1024**2) as spool:
+            with tarfile.open(fileobj=spool, mode="w", format=tarfile.PAX_FORMAT) as tar:
+                if folder is not None and folder.is_dir():
+                    tar.add(str(folder), arcname=part, recursive=True, filter=own)
+                else:
+                    top = tarfile.TarInfo(part)
+                    top.type, top.mode = tarfile.DIRTYPE, 0o755
+                    tar.addfile(own(top))
+            spool.seek(0)
+            if not self.api.put_archive(carrier, CARRIER_ROOT, spool):
+                raise SandboxError(f"host {self.host_name} refused the files of the {part} volume")
+
+    def list_sessions(self) -> list[SessionSummary]:
+        """The sandboxes, without their carriers (which never run anything)."""
+        found = super().list_sessions()
+        carriers = {carrier_name(s.session_id or "") for s in found}
+        return [s for s in found if s.container_name not in carriers]
+
+    def live_session(
+        self, state: SessionState, spec: SandboxSpec, container_id: str
+    ) -> DockerLiveSession:
+        return RemoteLiveSession(self, state, spec, container_id)
+
+    @docker_call("write the approval decisions to the sandbox host")
+    def push_decisions(self, spec: SandboxSpec) -> None:
+        self._put_folder(carrier_name(spec.session_id), DECISIONS, self._decisions_of(spec), (0, 0))
+
+
+class RemoteLiveSession(DockerLiveSession):
+    """A running container on a remote engine: its run files are mirrored into the local runs
+    folder on each look (`sync_run`), and nothing is ever done to a local process by a pid
+    the remote engine gave."""
+
+    backend: RemoteDockerBackend
+
+    def __init__(
+        self,
+        backend: RemoteDockerBackend,
+        state: SessionState,
+        spec: SandboxSpec,
+        container_id: str,
+    ):
+        super().__init__(backend, state, spec, container_id)
+        self._synced: dict[str, float] = {}
+        self._decisions_seen: tuple | None = None
+
+    def _prepare_run(self, run_id: str) -> None:
+        inside = f"{CONTAINER_RUNS}/{run_id}"
+        prepared = self.exec(["sh", "-c", PREPARE_RUN_SCRIPT, "sh", inside], env={}, cwd="/")
+        if not prepared.ok:
+            raise SandboxError(
+                f"run {run_id} could not start in {self.state.container_name}: its folder "
+                f"could not be made ({prepared.stderr.strip()[:200] or prepared.exit_code})"
+            )
+        _reset_local(self.spec.run_dir(run_id))
+        # What Cairn wrote for this launch (a shell run's script, an engine's files) goes along.
+        self.backend.put_run_folder(self.spec, run_id)
+
+    def _started_pid(self, run_id: str) -> int | None:
+        self.sync_run(run_id, force=True)
+        return read_pid(self.spec.run_dir(run_id))
+
+    def _exec_create(self, argv: Sequence[str], env: Mapping[str, str] | None, cwd: str) -> str:
+        # Whatever an exec reads under /cairn/decisions (the program rules placed at each
+        # launch, a decision just written) is there before it starts.
+        self.push_decisions()
+        return super()._exec_create(argv, env, cwd)
+
+    def _kill_exec(self, exec_id: str) -> None:
+        # The engine's pid of a timed-out exec is a pid of the other machine: never signalled
+        # here. The exec ends with its sandbox, or by itself.
+        return None
+
+    @docker_call("read the run's files from the sandbox host")
+    def sync_run(self, run_id: str, *, force: bool = False) -> None:
+        """Mirror the run folder `run_id` of the sandbox into the local one: output files
+        appended from the size they have here, the small files replaced whole (and removed when
+        they are gone there). A look cut short writes nothing."""
+        check_run_id(run_id)
+        now = time.monotonic()
+        if not force and now - self._synced.get(run_id, 0.0) < SYNC_INTERVAL_S:
+            return
+        self._synced[run_id] = now
+        local = self.spec.run_dir(run_id)
+        local.mkdir(parents=True, exist_ok=True)
+        # One look at a time per run folder, across Cairn's processes: the offsets asked for
+        # are the sizes when the answer is written, so nothing is appended twice.
+        fd = os.open(local, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            offsets = _local_offsets(local)
+            argv = ["sh", "-c", SYNC_SCRIPT, "sh", f"{CONTAINER_RUNS}/{run_id}"]
+            argv += [f"{name}={size}" for name, size in sorted(offsets.items())]
+            frames = parse_sync(self._raw_exec(argv))
+            if frames is not None:  # else cut short: looked at again next time
+                _apply(local, frames)
+        finally:
+            os.close(fd)
+
+    def _raw_exec(self, argv: Sequence[str]) -> bytes:
+        """A short exec's stdout as bytes (a run's output need not be text)."""
+        exec_id = self._exec_create(argv, {}, "/")
+        out, _err = self._api.exec_start(exec_id, demux=True)
+        return out or b""
+
+    def push_decisions(self) -> None:
+        """Send the workspace's approval decisions when they changed since the last push."""
+        folder = self.backend._decisions_of(self.spec)
+        seen = _signature(folder)
+        if seen == self._decisions_seen:
+            return
+        self.backend.push_decisions(self.spec)
+        self._decisions_seen = seen
+
+
+# --- mirroring run files ----------------------------------------------------------------------
+
+
+def parse_sync(data: bytes) -> list[tuple[str, str, int, bytes]] | None:
+    """SYNC_SCRIPT's frames as (kind, name, offset, bytes); None when the stream did not end
+    with its end mark where the frames say it must (cut short, or a file shrank under it)."""
+    frames: list[tuple[str, str, int, bytes]] = []
+    at = 0
+    while True:
+        end = data.find(b"\n", at)
+        if end < 0:
+            return None
+        head = data[at:end].decode("utf-8", errors="replace")
+        at = end + 1
+        if head == "E":
+            return frames if at == len(data) else None
+        kind, _, rest = head.partition(" ")
+        try:
+            if kind == "W":
+                size, _, name = rest.partition(" ")
+                offset, count = 0, int(size)
+            elif kind == "A":
+                offset_text, count_text, name = rest.split(" ", 2)
+                offset, count = int(offset_text), int(count_text)
+            else:
+                return None
+        except ValueError:
+            return None
+        if not _safe_name(name) or at + count > len(data):
+            return None
+        frames.append((kind, name, offset, data[at : at + count]))
+        at += count
+
+
+def _safe_name(name: str) -> bool:
+    parts = name.split("/")
+    return bool(name) and not name.startswith("/") and all(p not in ("", ".", "..") for p in parts)
+
+
+def _is_whole(name: str) -> bool:
+    return name in WHOLE_FILES or any(name.startswith(f) for f in WHOLE_FOLDERS)
+
+
+def _local_offsets(folder: Path) -> dict[str, int]:
+    """The size of each output file mirrored here so far: where the next bytes go."""
+    out: dict[str, int] = {}
+    if not folder.is_dir():
+        return out
+    for path in folder.rglob("*"):
+        name = path.relative_to(folder).as_posix()
+        if path.name.startswith(".") and path.name.endswith(".sync"):
+            continue
+        if path.is_file() and not path.is_symlink() and not _is_whole(name):
+            out[name] = path.stat().st_size
+    return out
+
+
+def _apply(folder: Path, frames: list[tuple[str, str, int, bytes]]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    whole_there = set()
+    for kind, name, offset, data in frames:
+        parent = folder
+        *dirs, leaf = name.split("/")
+        for part in dirs:
+            parent = ensure_dir(parent, part)  # never through a link
+        path = parent / leaf
+        if kind == "W":
+            whole_there.add(name)
+            try:
+                if path.read_bytes() == data:
+                    continue
+            except OSError:
+                pass
+            tmp = parent / f".{leaf}.sync"
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+            continue
+        size = path.stat().st_size if path.is_file() else 0
+        if size > offset:  # the file started again there (a restarted background process)
+            with open(path, "r+b") as out:
+                out.truncate(offset)
+        elif size < offset:
+            continue  # not the bytes that follow ours: asked again from our size next time
+        with open(path, "ab") as out:
+            out.write(data)
+    for name in (*WHOLE_FILES, *_local_whole_in_folders(folder)):
+        if name not in whole_there:
+            with contextlib.suppress(FileNotFoundError):
+                (folder / name).unlink()
+
+
+def _local_whole_in_folders(folder: Path) -> list[str]:
+    out = []
+    for sub in WHOLE_FOLDERS:
+        base = folder / sub.rstrip("/")
+        if base.is_dir() and not base.is_symlink():
+            out += [p.relative_to(folder).as_posix() for p in base.rglob("*") if p.is_file()]
+    return out
+
+
+def _reset_local(run_dir: Path) -> None:
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(run_dir.parent, run_dir.name)
+    for name in (RUN_PID_FILE, RUN_EXIT_CODE_FILE):
+        (run_dir / name).unlink(missing_ok=True)
+
+
+def _signature(folder: Path) -> tuple:
+    if not folder.is_dir():
+        return ()
+    out = []
+    for path in sorted(folder.rglob("*")):
+        with contextlib.suppress(OSError):
+            st = path.lstat()
+            out.append((path.relative_to(folder).as_posix(), st.st_size, st.st_mtime_ns))
+    return tuple(out)

@@ -1,0 +1,188 @@
+"""Sandbox hosts on another machine, without one: the `hosts.<name>` entry of a Docker engine
+reached over SSH, its test (ssh's failure in words, the disk asked there), the backend's
+refusals, and the mirroring of a run folder from the sandbox host (framing, exactly once)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from core.errors import InputError
+from core.health import ERROR, OK, EngineFacts, check_host
+from core.sandbox.base import SandboxError, UnsupportedNetwork
+from core.sandbox.hosts import bridge_for, parse_value
+from core.sandbox.remote import (
+    HostUnreachable,
+    RemoteDockerBackend,
+    _apply,
+    _local_offsets,
+    parse_sync,
+)
+from core.sandbox.ssh_bridge import SshUnavailable
+from core.sandboxes import backend_for_host
+from tests.unit.test_sandbox_hosts import spec
+
+ADDRESS = "ssh://me@build-box:2200"
+FACTS = EngineFacts("20.10.24", "1.41", "sha256:" + "a" * 64, "/var/lib/docker")
+
+
+def test_an_ssh_host_is_a_docker_engine_with_its_key_and_known_hosts(tmp_path: Path):
+    host = parse_value("far", f"docker {ADDRESS}  key=/home/me/.ssh/id  known_hosts=/etc/kh")
+    assert (host.engine, host.address, host.remote) == ("docker", ADDRESS, True)
+    assert (host.key_file, host.known_hosts) == ("/home/me/.ssh/id", "/etc/kh")
+    assert host.value == f"docker {ADDRESS} key=/home/me/.ssh/id known_hosts=/etc/kh"
+    assert parse_value("far", host.value) == host  # what the settings store reads back the same
+    plain = parse_value("far", "docker ssh://build-box")
+    assert plain.remote and plain.key_file is None and plain.known_hosts is None
+    bridge = bridge_for(host)
+    assert bridge.target.port == 2200 and bridge.key_file == Path("/home/me/.ssh/id")
+    backend = backend_for_host(host, tmp_path)
+    assert isinstance(backend, RemoteDockerBackend) and backend.mount_type == "volume"
+    assert backend.mirrors_run_files and backend.host_name == "far"
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (f"podman {ADDRESS}", "only a Docker engine is reached over SSH"),
+        (f"docker {ADDRESS} port=22", "not an SSH host option"),
+        (f"docker {ADDRESS} key=", "not an SSH host option"),
+        (f"docker {ADDRESS} key=id_ed25519", "needs an absolute path"),
+        (f"docker {ADDRESS} key=/a/../b", "needs an absolute path"),
+        (f"docker {ADDRESS} key=/a key=/b", "names key= twice"),
+        ("docker unix:///run/d.sock key=/a", "for SSH hosts only"),
+        ("docker ssh://-oProxyCommand=sh", "not a host name"),
+        ("docker ssh://me@build:99999", "not a port"),
+    ],
+)
+def test_a_bad_ssh_host_entry_says_what_is_wrong(value, message):
+    with pytest.raises(InputError, match=message):
+        parse_value("far", value)
+
+
+class FakeBridge:
+    """A bridge whose ssh answers as told."""
+
+    def __init__(self, failure: str | None = None, free: int | None = 40 * 1024**3):
+        self.failure = failure
+        self.free = free
+        self.closed = False
+        self.asked_disk: list[str] = []
+
+    def check(self) -> str:
+        if self.failure:
+            raise SshUnavailable(self.failure)
+        return "1.41"
+
+    def start(self) -> str:
+        return "unix:///tmp/bridge.sock"
+
+    def free_bytes(self, path: str) -> int | None:
+        self.asked_disk.append(path)
+        return self.free
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def remote_check(bridge: FakeBridge, facts: EngineFacts = FACTS):
+    asked = []
+
+    def facts_of(address, image, timeout):
+        asked.append(address)
+        return facts
+
+    host = parse_value("far", f"docker {ADDRESS}")
+    check = check_host(host, "cairn-sandbox:1", facts_of=facts_of, bridge_of=lambda h: bridge)
+    return check, asked
+
+
+def test_an_ssh_host_is_tested_through_its_bridge_and_its_disk_is_asked_there():
+    bridge = FakeBridge()
+    check, asked = remote_check(bridge)
+    assert check.state == OK and check.title == "Sandbox host far (Docker over SSH)"
+    assert asked == ["unix:///tmp/bridge.sock"]  # the API through the local socket
+    assert bridge.asked_disk == ["/var/lib/docker"] and "40.0 GiB free" in check.facts[2]
+    assert ADDRESS in check.facts[0] and bridge.closed
+    missing, _ = remote_check(FakeBridge(), replace(FACTS, image_id=None))
+    assert missing.state == ERROR and missing.command == "cairnctl host send-image far"
+    unknown_disk, _ = remote_check(FakeBridge(free=None))
+    assert unknown_disk.state == OK and len(unknown_disk.facts) == 2
+
+
+def test_an_ssh_host_that_refuses_says_sshs_reason_not_a_transport_error():
+    why = "the host key of ssh://me@build-box:2200 is not in /etc/kh: connect once with …"
+    bridge = FakeBridge(failure=why)
+    check, asked = remote_check(bridge)
+    assert check.state == ERROR and check.detail == why and asked == []
+    assert "hosts.far" in (check.fix or "")
+
+
+def test_a_connection_that_fails_is_explained_by_ssh(tmp_path: Path):
+    host = parse_value("far", f"docker {ADDRESS}")
+    backend = RemoteDockerBackend(tmp_path, bridge_for(host), host_name="far")
+    backend.bridge = FakeBridge(failure="ssh://me@build-box:2200 cannot be reached: refused")  # type: ignore[assignment]
+    found = backend.translate(ConnectionAbortedError("Connection aborted."), "list the sandboxes")
+    assert isinstance(found, HostUnreachable)
+    assert "cannot be reached: refused" in found.message and "aborted" not in found.message
+    with pytest.raises(HostUnreachable, match="sandbox host far cannot be reached"):
+        backend.check()  # ssh's check comes before the first API call
+
+
+def test_a_remote_sandbox_mounts_no_folder_of_this_machine(tmp_path: Path):
+    backend = backend_for_host(parse_value("far", f"docker {ADDRESS}"), tmp_path)
+    made = spec(tmp_path, git_settings_dir=tmp_path / "git")
+    mounts = backend.sandbox_mounts(made)
+    assert all(m.source.startswith("cairn-ses_1-") for m in mounts)
+    assert {m.target for m in mounts} >= {"/workspace", "/home/agent", "/cairn/runs", "/cairn/git"}
+    assert {m.target for m in mounts if m.read_only} == {
+        "/workspace/.git/hooks",
+        "/cairn/tools",
+        "/cairn/decisions",
+        "/cairn/git",
+    }
+    with pytest.raises(SandboxError, match="cannot mount folders of this machine"):
+        backend.check_spec(spec(tmp_path, extra_mounts=((tmp_path / "bin", "/opt/engine"),)))
+    with pytest.raises(UnsupportedNetwork, match="egress proxy"):
+        backend.check_spec(spec(tmp_path, network="allowlist", egress_socket_dir=tmp_path / "e"))
+
+
+# --- mirroring a run folder ------------------------------------------------------------------
+
+
+def frames(*parts: bytes) -> bytes:
+    return b"".join(parts) + b"E\n"
+
+
+def test_the_sync_stream_is_read_whole_or_not_at_all():
+    data = frames(b"W 4 pid\n1234", b"A 0 6 stdout\nhello\n", b"W 0 requests/a.json\n")
+    assert parse_sync(data) == [
+        ("W", "pid", 0, b"1234"),
+        ("A", "stdout", 0, b"hello\n"),
+        ("W", "requests/a.json", 0, b""),
+    ]
+    assert parse_sync(data[:-2]) is None  # cut short: no end mark
+    assert parse_sync(b"A 0 9 stdout\nhello\nE\n") is None  # fewer bytes than announced
+    assert parse_sync(frames(b"A 0 1 ../x\nz")) is None  # never outside the run folder
+    assert parse_sync(frames(b"A 0 1 /etc/x\nz")) is None
+    assert parse_sync(frames(b"X 1 y\nz")) is None
+
+
+def test_output_arrives_exactly_once_and_small_files_whole(tmp_path: Path):
+    run = tmp_path / "run"
+    _apply(run, parse_sync(frames(b"W 3 pid\n101", b"A 0 2 stdout\na\n")))
+    assert _local_offsets(run) == {"stdout": 2}
+    # The next look asks from offset 2 and gets what follows.
+    _apply(run, parse_sync(frames(b"W 3 pid\n101", b"A 2 2 stdout\nb\n")))
+    assert (run / "stdout").read_bytes() == b"a\nb\n"
+    _apply(run, parse_sync(frames(b"A 9 2 stdout\nz\n")))  # past our end: not ours to write
+    assert (run / "stdout").read_bytes() == b"a\nb\n"
+    _apply(run, parse_sync(frames(b"W 1 exit_code\n0", b"W 2 requests/r1\n{}")))
+    assert (run / "exit_code").read_text() == "0" and (run / "requests/r1").read_text() == "{}"
+    assert not (run / "pid").exists()  # gone there (a new attempt's reset): gone here
+    _apply(run, parse_sync(frames(b"W 1 exit_code\n0")))
+    assert not (run / "requests/r1").exists()
+    _apply(run, parse_sync(frames(b"W 1 exit_code\n0", b"A 0 1 stdout\nc")))  # started again
+    assert (run / "stdout").read_bytes() == b"c"
