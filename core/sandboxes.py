@@ -21,6 +21,7 @@ from core.datadir import DataDir
 from core.errors import CairnError, InputError, NotFound
 from core.ids import new_id
 from core.launch import resource_path
+from core.locks import FileLock, lock_path
 from core.models import Run, SessionRecord, Workspace
 from core.policy import NETWORK_ALLOWLIST, NETWORK_NONE, Policy
 from core.safe_fs import write_file
@@ -55,6 +56,7 @@ log = logging.getLogger(__name__)
 TOOLS_DIR_IN_SANDBOX = "/cairn/tools"
 RESOURCES_SANDBOX = resource_path("sandbox")
 EGRESS_PROXY_PORT = 3128  # inside the sandbox, on its own loopback
+HOST_UNREACHABLE = "host unreachable"  # a session's state while its remote host does not answer
 
 # The git config every git in a sandbox reads as its global one (GIT_CONFIG_GLOBAL), read-only
 # there. The same keys are also set at command level in each exec's environment (see
@@ -238,6 +240,54 @@ class SandboxManager:
             return record.host
         return {"docker": LOCAL, "podman": PODMAN}.get(record.backend, self.host)
 
+    def unanswered_state(self, host: str) -> str:
+        """A session's state when its host could not be asked: "host unreachable" for a host
+        on another machine (its sandboxes and runs go on there), "unknown" otherwise."""
+        try:
+            remote = self.backend_of(host).remote
+        except CairnError:
+            remote = False
+        return HOST_UNREACHABLE if remote else "unknown"
+
+    def mirror_workspace(self, run: Run) -> Callable[[], None] | None:
+        """Keep the local workspace folder equal to the run's sandbox when that is on another
+        machine, so the local recorder writes its revisions (and checkpoints and snapshots stay
+        here); returns what ends it, after a last full pass. None when there is nothing to
+        mirror: a sandbox on this machine, one not running, or another Cairn process mirroring
+        this workspace already."""
+        if not run.workspace_id:
+            return None
+        record = self.store.session_for(run.workspace_id)
+        if record is None or record.status != "live":
+            return None
+        if not self.backend_of(self.host_of(record)).remote:
+            return None
+        lock = FileLock(lock_path(self.data.locks_root, "mirror", run.workspace_id))
+        if not lock.try_acquire():
+            return None
+        try:
+            found = self.look_as_made(record, self.store.get_workspace(run.workspace_id))
+        except CairnError:
+            found = None
+        live = found.live if isinstance(found, Attached) else None
+        make = getattr(live, "workspace_mirror", None)  # a remote backend's live session
+        if make is None:
+            lock.release()
+            return None
+        mirror = make(on_problem=lambda line: log.info("workspace mirror: %s", line))
+        mirror.start()
+
+        def stop() -> None:
+            try:
+                mirror.stop()
+                mirror.sync()  # what the last moments wrote, before the run's checkpoint
+            except CairnError as exc:
+                log.warning("the last pass of the workspace mirror failed: %s", exc)
+            finally:
+                lock.release()
+
+        return stop
+
     def sync_run_files(self, run: Run, *, force: bool = False) -> None:
         """Bring a run's files up to date in the local runs folder, where observation reads
         them: nothing to do for a sandbox on this machine; one on another machine mirrors them
@@ -249,7 +299,7 @@ class SandboxManager:
         if record is None or record.status != "live":
             return
         backend = self.backend_of(self.host_of(record))
-        if not backend.mirrors_run_files:
+        if not backend.remote:
             return
         try:
             ws = self.store.get_workspace(run.workspace_id)
@@ -593,6 +643,34 @@ class SandboxManager:
 
     def run_dir_in_sandbox(self, exec_id: str) -> str:
         return f"{CONTAINER_RUNS}/{exec_id}"
+
+
+class Mirroring:
+    """The workspace mirror of one followed run (SandboxManager.mirror_workspace): started
+    once the run runs in a sandbox on another machine (tried again every few seconds while it
+    cannot be), ended with a last full pass by `stop`."""
+
+    RETRY_S = 3.0
+
+    def __init__(self, sandboxes: Lazy[SandboxManager]):
+        self._sandboxes = sandboxes
+        self._stop: Callable[[], None] | None = None
+        self._tried = float("-inf")
+        self._stopped = False
+
+    def ensure(self, run: Run) -> None:
+        import time
+
+        if self._stop is not None or self._stopped or time.monotonic() - self._tried < self.RETRY_S:
+            return
+        self._tried = time.monotonic()
+        self._stop = self._sandboxes.get().mirror_workspace(run)
+
+    def stop(self) -> None:
+        self._stopped = True
+        stop, self._stop = self._stop, None
+        if stop is not None:
+            stop()
 
 
 def _state_of(record: SessionRecord) -> SessionState:

@@ -87,7 +87,9 @@ class Views:
             host = manager.host_of(rec) if manager is not None else rec.host
             state = (
                 "unknown"
-                if manager is None or host in unreachable
+                if manager is None
+                else manager.unanswered_state(host)
+                if host in unreachable
                 else "gone"
                 if summary is None
                 else "running"

@@ -6,10 +6,17 @@
 #   scripts/remote-host.sh start     start both (idempotent); prints the connection settings
 #   scripts/remote-host.sh stop      stop both (the engine's data stays)
 #   scripts/remote-host.sh env       the connection settings, as shell assignments
+#   scripts/remote-host.sh sshd PORT       one more SSH server for the same engine on PORT (for a
+#                                          test that makes the host go away and come back);
+#                                          prints its settings (its own known_hosts file)
+#   scripts/remote-host.sh stop-sshd PORT  stop that server and every connection it carries
 #
 # The settings: CAIRN_TEST_SSH_HOST (ssh://USER@127.0.0.1:PORT), CAIRN_TEST_SSH_KEY (a private
 # key the server accepts), CAIRN_TEST_SSH_KNOWN_HOSTS (a known_hosts file holding the server's
 # key), CAIRN_TEST_REMOTE_SOCKET (the second engine's socket, to look at it directly).
+#
+# The engine keeps its containers running while it is stopped (--live-restore), as a server's
+# engine restarted by its admin would, so a test can stop it mid-run and find the run again.
 #
 # Never start the second engine with `--bridge none`: dockerd then deletes the first engine's
 # docker0 and the first engine's containers fail to start until it is restarted.
@@ -62,7 +69,7 @@ start_engine() {
     setsid dockerd \
         --data-root "$STATE/docker" --exec-root "$RUN/exec" --pidfile "$RUN/docker.pid" \
         -H "unix://$SOCKET" --group "$USER_NAME" --bridge "$BRIDGE" \
-        --iptables=false --ip6tables=false \
+        --iptables=false --ip6tables=false --live-restore \
         --containerd-namespace cairn-remote --containerd-plugins-namespace cairn-remote-plugins \
         >"$RUN/dockerd.log" 2>&1 </dev/null &
     local i
@@ -139,9 +146,53 @@ stop() {
     done
 }
 
+# Every process below PID (the servers of each connection), deepest first.
+descendants() {
+    local child
+    for child in $(ps -o pid= --ppid "$1" 2>/dev/null); do
+        descendants "$child"
+        echo "$child"
+    done
+}
+
+extra_sshd() {
+    local port="$1"
+    [ "$(id -u)" -eq 0 ] || die "needs root"
+    [[ "$port" =~ ^[0-9]{1,5}$ ]] && [ "$port" != "$PORT" ] || die "give a free port other than $PORT"
+    alive "$RUN/sshd.pid" || die "start the remote host first: $0 start"
+    if ! alive "$RUN/sshd.$port.pid"; then
+        sed -e "s/^Port .*/Port $port/" -e "s#^PidFile .*#PidFile $RUN/sshd.$port.pid#" \
+            "$STATE/sshd_config" >"$STATE/sshd_config.$port"
+        /usr/sbin/sshd -f "$STATE/sshd_config.$port" -E "$RUN/sshd.$port.log"
+        local i
+        for i in $(seq 1 50); do
+            alive "$RUN/sshd.$port.pid" && break
+            sleep 0.1
+        done
+        alive "$RUN/sshd.$port.pid" || die "the SSH server on port $port did not start"
+    fi
+    printf '[127.0.0.1]:%s %s\n' "$port" "$(cut -d' ' -f1,2 "$STATE/ssh/host_ed25519.pub")" \
+        >"$STATE/ssh/known_hosts.$port"
+    settings | sed -e "s#@127.0.0.1:$PORT#@127.0.0.1:$port#" \
+        -e "s#known_hosts\$#known_hosts.$port#"
+}
+
+stop_extra_sshd() {
+    local port="$1" pid
+    [ -f "$RUN/sshd.$port.pid" ] || return 0
+    pid="$(cat "$RUN/sshd.$port.pid")"
+    if kill -0 "$pid" 2>/dev/null; then
+        # The connections' own servers too: a shared ssh connection would outlive the listener.
+        kill $(descendants "$pid") "$pid" 2>/dev/null || true
+    fi
+    rm -f "$RUN/sshd.$port.pid"
+}
+
 case "${1:-}" in
     start) start ;;
     stop) stop ;;
     env) settings ;;
+    sshd) extra_sshd "${2:-}" ;;
+    stop-sshd) stop_extra_sshd "${2:-}" ;;
     *) awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$0" >&2; exit 2 ;;
 esac

@@ -62,6 +62,7 @@ def settle_run(ctx: Context, sandboxes: Sandboxes, end_run: EndRun, run: Run) ->
             raise CairnError(f"run {run.id}: its state is unknown, left as it is: {why}")
         if alive:
             return "running"
+        sandboxes.get().sync_run_files(run, force=True)
         code = files.exit_code  # it may have ended while we looked
         if code is None:
             end_run(run.id, None, note=f"interrupted: {why}")

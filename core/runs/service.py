@@ -32,6 +32,7 @@ from core.runs.liveness import Sandboxes, run_liveness
 from core.runs.reconcile import ReconcileReport, reconcile, settle_run
 from core.runs.states import IN_FLIGHT, OutputTail, RunFiles, move, output_of, run_files
 from core.sandbox.base import Attached
+from core.sandboxes import Mirroring
 
 log = logging.getLogger(__name__)
 
@@ -269,10 +270,27 @@ class Runs:
             except CairnError:
                 pass  # another Cairn process records this workspace, or it is gone
         news = None if record is True else self.revisions.revision_news(run.workspace_id)
+        # A sandbox on another machine: its workspace mirrored into the local folder, which is
+        # what the recorder watches; the mirror's last pass comes before the recording stops.
+        mirroring = Mirroring(self._sandboxes)
+        recording = stop_recording
+
+        def stop_mirror_and_recording() -> None:
+            mirroring.stop()
+            recording()
+
         try:
-            return self._follow(run, on_output, should_stop, interval, stop_recording, news)
+            return self._follow(
+                run,
+                on_output,
+                should_stop,
+                interval,
+                stop_mirror_and_recording,
+                news,
+                mirroring.ensure,
+            )
         finally:
-            stop_recording()
+            stop_mirror_and_recording()
 
     def _follow(
         self,
@@ -282,6 +300,7 @@ class Runs:
         interval: float,
         stop_recording: Callable[[], None],
         news: Callable[[], None] | None,
+        mirror: Callable[[Run], None],
     ) -> Run:
         run_id = run.id
         self._know_secrets_of(run.task_id)
@@ -299,6 +318,7 @@ class Runs:
                 time.sleep(interval)
                 continue
             self._sandboxes.get().sync_run_files(run)  # from another machine, if it is there
+            mirror(run)
             files = self.files(run)
             tail.files = files
             tail.poll()
@@ -317,6 +337,8 @@ class Runs:
                 # Only evidence ends it: an unknown (a probe that could not start, Docker not
                 # answering) is asked again at the next check.
                 alive, why = run_liveness(self.ctx, self._sandboxes, run)
+                if alive is False:  # it may have ended since the last look at its files
+                    self._sandboxes.get().sync_run_files(run, force=True)
                 if alive is False and files.exit_code is None:
                     stop_recording()
                     return self.end(run.id, None, note=f"interrupted: {why}")

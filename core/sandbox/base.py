@@ -632,9 +632,9 @@ class SandboxBackend(abc.ABC):
     name: ClassVar[str]
     capabilities: ClassVar[Capabilities]
     unsafe: ClassVar[bool] = False
-    # The sandbox writes its run files somewhere else than the local runs folder (another
-    # machine): LiveSession.sync_run brings them here.
-    mirrors_run_files: ClassVar[bool] = False
+    # The sandboxes are on another machine: their run files are mirrored here
+    # (LiveSession.sync_run), and a host that does not answer is "host unreachable".
+    remote: ClassVar[bool] = False
 
     @abc.abstractmethod
     def check(self) -> None:

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import io
 import os
 import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -44,6 +45,8 @@ from core.sandbox.base import (
     PROTECTED_GIT_TARGETS,
     RUN_EXIT_CODE_FILE,
     RUN_PID_FILE,
+    Attached,
+    AttachResult,
     Capabilities,
     MountSpec,
     SandboxError,
@@ -67,6 +70,7 @@ from core.sandbox.docker import (
     DockerLiveSession,
     docker_call,
 )
+from core.sandbox.mirror import Entry, WorkspaceMirror, entries_from_tar
 from core.sandbox.ssh_bridge import SshBridge, SshUnavailable
 
 if TYPE_CHECKING:
@@ -130,6 +134,9 @@ find . -type f ! -name '*.tmp' | while IFS= read -r f; do
 done
 echo E
 """
+# Reads workspace files for the mirror: just the paths named (never a folder's contents), a path
+# gone meanwhile skipped rather than failing the whole read.
+READ_FILES_ARGV = ("tar", "-c", "-f", "-", "--no-recursion", "--ignore-failed-read", "--")
 PREPARE_RUN_SCRIPT = (
     'mkdir -p -- "$1" && cd -- "$1" && rm -f -- pid exit_code pid.tmp exit_code.tmp'
 )
@@ -162,7 +169,7 @@ class RemoteDockerBackend(DockerBackend):
         isolated=True,
     )
     mount_type: Literal["bind", "volume"] = "volume"
-    mirrors_run_files = True
+    remote = True
 
     def __init__(
         self,
@@ -298,10 +305,22 @@ class RemoteDockerBackend(DockerBackend):
             self._put_folder(carrier, HOME, spec.home_dir, (uid, gid))
         if RUNS in made:
             self._put_folder(carrier, RUNS, None, (uid, gid))
+        self._put_current(carrier, spec)
+
+    def _put_current(self, carrier: str, spec: SandboxSpec) -> None:
+        """What a sandbox reads of Cairn's own, as this Cairn has it: the tools, the git
+        settings and the decisions (on this machine they are live bind mounts)."""
         self._put_folder(carrier, TOOLS, RESOURCES_SANDBOX, (0, 0))
         if spec.git_settings_dir is not None:
             self._put_folder(carrier, GIT, spec.git_settings_dir, (0, 0))
         self._put_folder(carrier, DECISIONS, self._decisions_of(spec), (0, 0))
+
+    @docker_call("reattach to the sandbox")
+    def attach(self, state: SessionState, spec: SandboxSpec) -> AttachResult:
+        found = super().attach(state, spec)
+        if isinstance(found, Attached):  # made by another Cairn, or before an update of it
+            self._put_current(carrier_name(spec.session_id), spec)
+        return found
 
     def _decisions_of(self, spec: SandboxSpec) -> Path:
         return decisions_root(Path(self.data_dir), spec.workspace_id)
@@ -480,9 +499,30 @@ class RemoteLiveSession(DockerLiveSession):
         finally:
             os.close(fd)
 
-    def _raw_exec(self, argv: Sequence[str]) -> bytes:
+    # -- the workspace's files (core.sandbox.mirror.SandboxFiles) ---------------------------
+
+    @docker_call("start a program in the sandbox")
+    def lines(self, argv: Sequence[str]) -> ExecLines:
+        """`argv`'s stdout a line at a time, as it comes (the workspace watcher, a scan)."""
+        exec_id = self._exec_create(argv, {}, CONTAINER_WORKSPACE)
+        return ExecLines(self._api.exec_start(exec_id, stream=True, demux=True))
+
+    @docker_call("read workspace files in the sandbox")
+    def read_files(self, paths: Sequence[str]) -> list[Entry]:
+        """The entries at `paths` (relative to /workspace): one tar of just them, read whole."""
+        if not paths:
+            return []
+        argv = [*READ_FILES_ARGV, *(f"./{p}" for p in paths)]
+        return list(entries_from_tar(io.BytesIO(self._raw_exec(argv, cwd=CONTAINER_WORKSPACE))))
+
+    def workspace_mirror(self, **options: Any) -> WorkspaceMirror:
+        """A mirror keeping the local workspace folder equal to this sandbox's /workspace (its
+        .git stays the sandbox's: the recorder never reads it, and the local one is protected)."""
+        return WorkspaceMirror(self, self.spec.workspace_root, exclude=(".git",), **options)
+
+    def _raw_exec(self, argv: Sequence[str], *, cwd: str = "/") -> bytes:
         """A short exec's stdout as bytes (a run's output need not be text)."""
-        exec_id = self._exec_create(argv, {}, "/")
+        exec_id = self._exec_create(argv, {}, cwd)
         out, _err = self._api.exec_start(exec_id, demux=True)
         return out or b""
 
@@ -494,6 +534,30 @@ class RemoteLiveSession(DockerLiveSession):
             return
         self.backend.push_decisions(self.spec)
         self._decisions_seen = seen
+
+
+class ExecLines:
+    """An exec's stdout as lines (core.sandbox.mirror.LineStream); `close()`, from any thread,
+    closes the exec's connection, which ends the iteration and the program with it."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+
+    def __iter__(self) -> Iterator[str]:
+        pending = b""
+        for out, _err in self._stream:
+            if not out:
+                continue
+            pending += out
+            *whole, pending = pending.split(b"\n")
+            for line in whole:
+                yield line.decode("utf-8", errors="replace")
+        if pending:
+            yield pending.decode("utf-8", errors="replace")
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._stream.close()
 
 
 # --- mirroring run files ----------------------------------------------------------------------

@@ -700,6 +700,8 @@ _STATE_WORDS = {
     "stopped": "the sandbox exists but is stopped",
     "gone": "the sandbox no longer exists; a resume recreates it from the same snapshot",
     "unknown": "the sandbox backend could not be asked",
+    "host unreachable": "the sandbox's host does not answer; its runs go on there and are "
+    "found again when it answers",
 }
 
 

@@ -40,7 +40,7 @@ def test_an_ssh_host_is_a_docker_engine_with_its_key_and_known_hosts(tmp_path: P
     assert bridge.target.port == 2200 and bridge.key_file == Path("/home/me/.ssh/id")
     backend = backend_for_host(host, tmp_path)
     assert isinstance(backend, RemoteDockerBackend) and backend.mount_type == "volume"
-    assert backend.mirrors_run_files and backend.host_name == "far"
+    assert backend.remote and backend.host_name == "far"
 
 
 @pytest.mark.parametrize(
