@@ -23,6 +23,7 @@ import contextlib
 import fcntl
 import io
 import os
+import socket
 import tarfile
 import tempfile
 import threading
@@ -70,7 +71,7 @@ from core.sandbox.docker import (
     DockerLiveSession,
     docker_call,
 )
-from core.sandbox.mirror import Entry, WorkspaceMirror, entries_from_tar
+from core.sandbox.mirror import TAR_READ_ARGV, Entry, WorkspaceMirror, entries_from_tar
 from core.sandbox.ssh_bridge import SshBridge, SshUnavailable
 
 if TYPE_CHECKING:
@@ -134,9 +135,6 @@ find . -type f ! -name '*.tmp' | while IFS= read -r f; do
 done
 echo E
 """
-# Reads workspace files for the mirror: just the paths named (never a folder's contents), a path
-# gone meanwhile skipped rather than failing the whole read.
-READ_FILES_ARGV = ("tar", "-c", "-f", "-", "--no-recursion", "--ignore-failed-read", "--")
 PREPARE_RUN_SCRIPT = (
     'mkdir -p -- "$1" && cd -- "$1" && rm -f -- pid exit_code pid.tmp exit_code.tmp'
 )
@@ -501,28 +499,54 @@ class RemoteLiveSession(DockerLiveSession):
 
     # -- the workspace's files (core.sandbox.mirror.SandboxFiles) ---------------------------
 
+    def _exec_socket(self, argv: Sequence[str], cwd: str) -> Any:
+        """An exec with its stdin attached: the raw socket of its stream (docker-py's)."""
+        self.push_decisions()
+        made = self._api.exec_create(
+            self.container_id,
+            cmd=[str(a) for a in argv],
+            stdin=True,
+            stdout=True,
+            stderr=True,
+            tty=False,
+            user=self._user(),
+            workdir=cwd,
+        )
+        return self._api.exec_start(made["Id"], socket=True)
+
     @docker_call("start a program in the sandbox")
     def lines(self, argv: Sequence[str]) -> ExecLines:
-        """`argv`'s stdout a line at a time, as it comes (the workspace watcher, a scan)."""
-        exec_id = self._exec_create(argv, {}, CONTAINER_WORKSPACE)
-        return ExecLines(self._api.exec_start(exec_id, stream=True, demux=True))
+        """`argv`'s stdout a line at a time, as it comes (the workspace watcher, a scan); its
+        stdin held open until `close()`, which is how the watcher knows to end."""
+        return ExecLines(self._exec_socket(argv, CONTAINER_WORKSPACE))
 
     @docker_call("read workspace files in the sandbox")
     def read_files(self, paths: Sequence[str]) -> list[Entry]:
-        """The entries at `paths` (relative to /workspace): one tar of just them, read whole."""
+        """The entries at `paths` (relative to /workspace): one tar of just them, the names
+        given on its stdin (any name, however it is spelt)."""
+        from docker.utils.socket import frames_iter
+
         if not paths:
             return []
-        argv = [*READ_FILES_ARGV, *(f"./{p}" for p in paths)]
-        return list(entries_from_tar(io.BytesIO(self._raw_exec(argv, cwd=CONTAINER_WORKSPACE))))
+        sock = self._exec_socket(TAR_READ_ARGV, CONTAINER_WORKSPACE)
+        raw = sock._sock
+        try:
+            raw.sendall(b"".join(os.fsencode(p) + b"\0" for p in paths))
+            raw.shutdown(socket.SHUT_WR)  # the end of tar's list
+            out = b"".join(data for stream, data in frames_iter(sock, tty=False) if stream == 1)
+        finally:
+            sock.close()
+            raw.close()
+        return list(entries_from_tar(io.BytesIO(out)))
 
     def workspace_mirror(self, **options: Any) -> WorkspaceMirror:
         """A mirror keeping the local workspace folder equal to this sandbox's /workspace (its
         .git stays the sandbox's: the recorder never reads it, and the local one is protected)."""
         return WorkspaceMirror(self, self.spec.workspace_root, exclude=(".git",), **options)
 
-    def _raw_exec(self, argv: Sequence[str], *, cwd: str = "/") -> bytes:
+    def _raw_exec(self, argv: Sequence[str]) -> bytes:
         """A short exec's stdout as bytes (a run's output need not be text)."""
-        exec_id = self._exec_create(argv, {}, cwd)
+        exec_id = self._exec_create(argv, {}, "/")
         out, _err = self._api.exec_start(exec_id, demux=True)
         return out or b""
 
@@ -537,27 +561,31 @@ class RemoteLiveSession(DockerLiveSession):
 
 
 class ExecLines:
-    """An exec's stdout as lines (core.sandbox.mirror.LineStream); `close()`, from any thread,
-    closes the exec's connection, which ends the iteration and the program with it."""
+    """An exec's stdout as lines (core.sandbox.mirror.LineStream), its stdin held open;
+    `close()`, from any thread, shuts the stream down: the iteration ends, and the program's
+    stdin with it."""
 
-    def __init__(self, stream: Any):
-        self._stream = stream
+    def __init__(self, sock: Any):
+        from docker.utils.socket import frames_iter
+
+        self._sock = sock
+        self._raw = sock._sock
+        self._frames = frames_iter(sock, tty=False)
 
     def __iter__(self) -> Iterator[str]:
         pending = b""
-        for out, _err in self._stream:
-            if not out:
+        for stream, data in self._frames:
+            if stream != 1:  # the program's stderr: not lines of its protocol
                 continue
-            pending += out
+            pending += data
             *whole, pending = pending.split(b"\n")
             for line in whole:
-                yield line.decode("utf-8", errors="replace")
-        if pending:
-            yield pending.decode("utf-8", errors="replace")
+                yield line.decode("utf-8", errors="surrogateescape")
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self._stream.close()
+        # shutdown acts at once; close() alone waits for the reader's file object to let go.
+        with contextlib.suppress(OSError):
+            self._raw.shutdown(socket.SHUT_RDWR)
 
 
 # --- mirroring run files ----------------------------------------------------------------------

@@ -230,7 +230,7 @@ def test_a_host_that_stops_answering_is_unreachable_and_its_run_is_found_again(
         time.sleep(2)
         run = Store(data / "cairn.db").runs_of([task_id])[-1]
         assert run.state == "running", run  # unknown is never taken for an end
-        assert follower.poll() is None  # still following
+        assert follower.poll() is None, follower.communicate()  # still following
         assert "after" not in stdout_text()
         own_server.start()  # it answers again: the run is found and followed to its end
         out, err = follower.communicate(timeout=120)
