@@ -48,6 +48,9 @@ class FakeManager:
             raise self._look
         return self._look
 
+    def sync_run_files(self, run, *, force=False):
+        pass  # a sandbox on this machine: its run files are where they are read
+
 
 def make(tmp_path: Path, look: object, *, pid: str | None = "42", exit_code: str | None = None):
     run = Run("r_1", "t_1", "running", 1, "shell", workspace_id="ws_1", attempt=3)
