@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import io
 import os
 import socket
@@ -28,7 +29,7 @@ import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -143,6 +144,9 @@ PREPARE_RUN_SCRIPT = (
 class HostUnreachable(SandboxUnavailable):
     """The remote sandbox host does not answer (the SSH connection or its engine): its
     sandboxes and runs are unknown, never gone."""
+
+
+Fill = tuple[str, Path | None, tuple[int, int]]  # (volume part, local folder, owner uid:gid)
 
 
 def volume_name(session_id: str, part: str) -> str:
@@ -296,28 +300,30 @@ class RemoteDockerBackend(DockerBackend):
         prepare_host_dirs(spec, hand_over=False)
         made = self._ensure_volumes(spec)
         carrier = self._ensure_carrier(spec, image_id)
-        uid, gid = spec.user
+        user = spec.user
+        fills: list[Fill] = []
         if WORKSPACE in made:
-            self._put_folder(carrier, WORKSPACE, spec.workspace_root, (uid, gid))
+            fills.append((WORKSPACE, spec.workspace_root, user))
         if HOME in made:
-            self._put_folder(carrier, HOME, spec.home_dir, (uid, gid))
+            fills.append((HOME, spec.home_dir, user))
         if RUNS in made:
-            self._put_folder(carrier, RUNS, None, (uid, gid))
-        self._put_current(carrier, spec)
+            fills.append((RUNS, None, user))
+        self._put_folders(carrier, [*fills, *self._current(spec)])
 
-    def _put_current(self, carrier: str, spec: SandboxSpec) -> None:
+    def _current(self, spec: SandboxSpec) -> list[Fill]:
         """What a sandbox reads of Cairn's own, as this Cairn has it: the tools, the git
         settings and the decisions (on this machine they are live bind mounts)."""
-        self._put_folder(carrier, TOOLS, RESOURCES_SANDBOX, (0, 0))
+        fills: list[Fill] = [(TOOLS, RESOURCES_SANDBOX, (0, 0))]
         if spec.git_settings_dir is not None:
-            self._put_folder(carrier, GIT, spec.git_settings_dir, (0, 0))
-        self._put_folder(carrier, DECISIONS, self._decisions_of(spec), (0, 0))
+            fills.append((GIT, spec.git_settings_dir, (0, 0)))
+        fills.append((DECISIONS, self._decisions_of(spec), (0, 0)))
+        return fills
 
     @docker_call("reattach to the sandbox")
     def attach(self, state: SessionState, spec: SandboxSpec) -> AttachResult:
         found = super().attach(state, spec)
         if isinstance(found, Attached):  # made by another Cairn, or before an update of it
-            self._put_current(carrier_name(spec.session_id), spec)
+            self._put_folders(carrier_name(spec.session_id), self._current(spec))
         return found
 
     def _decisions_of(self, spec: SandboxSpec) -> Path:
@@ -390,25 +396,35 @@ class RemoteDockerBackend(DockerBackend):
     def _put_folder(
         self, carrier: str, part: str, folder: Path | None, owner: tuple[int, int]
     ) -> None:
-        """Write `folder`'s tree (links as links) into the volume of `part` (or a folder in it:
-        `runs/<run>`), owned by `owner`; without a folder, only the top folder and its owner."""
-        uid, gid = owner
+        self._put_folders(carrier, [(part, folder, owner)])
 
-        def own(info: tarfile.TarInfo) -> tarfile.TarInfo:
-            info.uid, info.gid, info.uname, info.gname = uid, gid, "", ""
-            return info
+    def _put_folders(self, carrier: str, fills: Sequence[Fill]) -> None:
+        """Write each `(part, folder, owner)`: the folder's tree (links as links) into the
+        volume of `part` (or a folder in it: `runs/<run>`), owned by `owner`; without a
+        folder, only the top folder and its owner. One archive for them all: each is a round
+        trip to the other machine."""
+
+        def owned(uid: int, gid: int) -> Callable[[tarfile.TarInfo], tarfile.TarInfo]:
+            def own(info: tarfile.TarInfo) -> tarfile.TarInfo:
+                info.uid, info.gid, info.uname, info.gname = uid, gid, "", ""
+                return info
+
+            return own
 
         with tempfile.SpooledTemporaryFile(max_size=64 * 1024**2) as spool:
             with tarfile.open(fileobj=spool, mode="w", format=tarfile.PAX_FORMAT) as tar:
-                if folder is not None and folder.is_dir():
-                    tar.add(str(folder), arcname=part, recursive=True, filter=own)
-                else:
-                    top = tarfile.TarInfo(part)
-                    top.type, top.mode = tarfile.DIRTYPE, 0o755
-                    tar.addfile(own(top))
+                for part, folder, (uid, gid) in fills:
+                    own = owned(uid, gid)
+                    if folder is not None and folder.is_dir():
+                        tar.add(str(folder), arcname=part, recursive=True, filter=own)
+                    else:
+                        top = tarfile.TarInfo(part)
+                        top.type, top.mode = tarfile.DIRTYPE, 0o755
+                        tar.addfile(own(top))
             spool.seek(0)
             if not self.api.put_archive(carrier, CARRIER_ROOT, spool):
-                raise SandboxError(f"host {self.host_name} refused the files of the {part} volume")
+                parts = ", ".join(part for part, _, _ in fills)
+                raise SandboxError(f"host {self.host_name} refused the files of {parts}")
 
     def list_sessions(self) -> list[SessionSummary]:
         """The sandboxes, without their carriers (which never run anything)."""
@@ -696,11 +712,18 @@ def _reset_local(run_dir: Path) -> None:
 
 
 def _signature(folder: Path) -> tuple:
+    """What the folder holds, by content: a rewrite with the same bytes (the program rules,
+    placed at each launch) sends nothing."""
     if not folder.is_dir():
         return ()
     out = []
     for path in sorted(folder.rglob("*")):
         with contextlib.suppress(OSError):
-            st = path.lstat()
-            out.append((path.relative_to(folder).as_posix(), st.st_size, st.st_mtime_ns))
+            rel = path.relative_to(folder).as_posix()
+            if path.is_symlink():
+                out.append((rel, "link", os.readlink(path)))
+            elif path.is_file():
+                out.append((rel, "file", hashlib.sha1(path.read_bytes()).hexdigest()))
+            else:
+                out.append((rel, "dir", ""))
     return tuple(out)
