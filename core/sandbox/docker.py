@@ -726,7 +726,9 @@ class DockerLiveSession(LiveSession):
         uid, gid = self.spec.user
         return f"{uid}:{gid}"
 
-    def _exec_create(self, argv: Sequence[str], env: Mapping[str, str] | None, cwd: str) -> str:
+    def _exec_create(
+        self, argv: Sequence[str], env: Mapping[str, str] | None, cwd: str, *, stdin: bool = False
+    ) -> str:
         if not argv:
             raise ValueError("an exec needs a command")
         created = self._api.exec_create(
@@ -734,7 +736,7 @@ class DockerLiveSession(LiveSession):
             cmd=[str(a) for a in argv],
             stdout=True,
             stderr=True,
-            stdin=False,
+            stdin=stdin,
             tty=False,
             user=self._user(),
             environment=check_env(env),

@@ -161,15 +161,17 @@ class PodmanLiveSession(DockerLiveSession):
     """A running Podman container: execs as under Docker, with their variables sent through a
     pipe instead of the exec's configuration, which Podman writes to disk."""
 
-    def _exec_create(self, argv: Sequence[str], env: Mapping[str, str] | None, cwd: str) -> str:
+    def _exec_create(
+        self, argv: Sequence[str], env: Mapping[str, str] | None, cwd: str, *, stdin: bool = False
+    ) -> str:
         values = check_env(env)
         if not values or not argv:
-            return super()._exec_create(argv, values, cwd)
+            return super()._exec_create(argv, values, cwd, stdin=stdin)
         pipe = EnvPipe(self.spec.runs_dir, values, self.spec.user)
         inside = f"{CONTAINER_RUNS}/{pipe.path.name}"
         try:
             exec_id = super()._exec_create(
-                ["sh", "-c", ENV_PROLOGUE, "cairn-env", inside, *argv], None, cwd
+                ["sh", "-c", ENV_PROLOGUE, "cairn-env", inside, *argv], None, cwd, stdin=stdin
             )
         except BaseException:
             pipe.remove()

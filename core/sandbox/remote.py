@@ -476,11 +476,13 @@ class RemoteLiveSession(DockerLiveSession):
         self.sync_run(run_id, force=True)
         return read_pid(self.spec.run_dir(run_id))
 
-    def _exec_create(self, argv: Sequence[str], env: Mapping[str, str] | None, cwd: str) -> str:
+    def _exec_create(
+        self, argv: Sequence[str], env: Mapping[str, str] | None, cwd: str, *, stdin: bool = False
+    ) -> str:
         # Whatever an exec reads under /cairn/decisions (the program rules placed at each
         # launch, a decision just written) is there before it starts.
         self.push_decisions()
-        return super()._exec_create(argv, env, cwd)
+        return super()._exec_create(argv, env, cwd, stdin=stdin)
 
     def _kill_exec(self, exec_id: str) -> None:
         # The engine's pid of a timed-out exec is a pid of the other machine: never signalled
@@ -517,18 +519,7 @@ class RemoteLiveSession(DockerLiveSession):
 
     def _exec_socket(self, argv: Sequence[str], cwd: str) -> Any:
         """An exec with its stdin attached: the raw socket of its stream (docker-py's)."""
-        self.push_decisions()
-        made = self._api.exec_create(
-            self.container_id,
-            cmd=[str(a) for a in argv],
-            stdin=True,
-            stdout=True,
-            stderr=True,
-            tty=False,
-            user=self._user(),
-            workdir=cwd,
-        )
-        return self._api.exec_start(made["Id"], socket=True)
+        return self._api.exec_start(self._exec_create(argv, {}, cwd, stdin=True), socket=True)
 
     @docker_call("start a program in the sandbox")
     def lines(self, argv: Sequence[str]) -> ExecLines:

@@ -79,6 +79,11 @@ def far_task(tmp_path, sandbox_image, docker_client, remote, remote_engine):
     release_remote(made[0], remote_engine)
 
 
+def start_detached(data: Path, task_id: str, *steps: str) -> None:
+    """A shell run of `steps`, started and left to run."""
+    cairnctl(data, "run", task_id, "--detach", "--json", *(a for s in steps for a in ("--step", s)))
+
+
 def follow_in_background(data: Path, task_id: str) -> subprocess.Popen:
     """`cairnctl follow TASK --json` in a process of its own (it mirrors the run's files and
     workspace while it follows)."""
@@ -202,19 +207,7 @@ def test_a_host_that_stops_answering_is_unreachable_and_its_run_is_found_again(
 ):
     data, task_id, _ = new_far_task(tmp_path, own_server.settings, sandbox_image, remote_engine)
     try:
-        cairnctl(
-            data,
-            "run",
-            task_id,
-            "--detach",
-            "--json",
-            "--step",
-            "echo before",
-            "--step",
-            "sleep 8",
-            "--step",
-            "echo after",
-        )
+        start_detached(data, task_id, "echo before", "sleep 8", "echo after")
         follower = follow_in_background(data, task_id)
         ws_runs = data / "runs"
 
@@ -279,17 +272,11 @@ def test_files_made_on_the_remote_host_are_local_revisions_diffs_and_snapshots(f
 def wipe_and_resume(data: Path, task_id: str, ws: Path, remote_engine, *resume_args: str) -> dict:
     """A followed run stopped by the remote engine losing this task's data (its containers and
     volumes) at its second step, then resumed with `resume_args`; the session after it."""
-    cairnctl(
+    start_detached(
         data,
-        "run",
         task_id,
-        "--detach",
-        "--json",
-        "--step",
         "echo one > one.txt && mkdir -p d && printf 'a\\0b' > d/bin && ln -s one.txt l",
-        "--step",
         "sleep 30",
-        "--step",
         "echo after > after.txt",
     )
     follower = follow_in_background(data, task_id)
