@@ -185,7 +185,8 @@ stop_extra_sshd() {
         # The connections' own servers too: a shared ssh connection would outlive the listener.
         kill $(descendants "$pid") "$pid" 2>/dev/null || true
     fi
-    rm -f "$RUN/sshd.$port.pid"
+    rm -f "$RUN/sshd.$port.pid" "$RUN/sshd.$port.log" "$STATE/sshd_config.$port" \
+        "$STATE/ssh/known_hosts.$port"
 }
 
 case "${1:-}" in
