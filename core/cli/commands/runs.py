@@ -8,6 +8,7 @@ Owns these commands' arguments and output, and following a run a command started
 from __future__ import annotations
 
 import argparse
+import logging
 import shlex
 import signal
 import threading
@@ -21,6 +22,8 @@ from core.humanize import duration
 from core.models import Run, RunState
 from core.runs.ladder import ON_TOP, RESTORE_INTO_NEW
 from core.usage import summary_text
+
+log = logging.getLogger(__name__)
 
 # A run a command started that is in one of these states is no failure of the command; any
 # other (failed, cancelled, interrupted, and waiting_approval after --detach) exits 1.
@@ -152,7 +155,12 @@ class FollowCommand(Command):
         if run is None:
             raise CairnError(f"task {task.id} has no run")
         if run.state in _IN_FLIGHT:
-            app.runs.settle(run)
+            try:
+                app.runs.settle(run)
+            except CairnError as exc:
+                # Its state cannot be told now (a host that does not answer): following asks
+                # again until it can, and only evidence ends the run.
+                log.info("following run %s, whose state is unknown for now: %s", run.id, exc)
         result = follow(app, args, run.id)
         emit(args, result, lambda: f"run {result['run_id']} {result['state']}")
 
