@@ -151,14 +151,7 @@ class Scenario:
             Qt.KeyboardModifier.NoModifier,
             tree.visualRect(index).center(),
         )
-        self.wait(
-            lambda: (
-                self.w.task_view.task_id == task_id
-                and self.w.task_view.data is not None
-                and self.w.task_view.data.details["task_id"] == task_id
-            ),
-            f"task {task_id} to show",
-        )
+        self.wait_task_shown(task_id)
 
     def tasks(self) -> list:
         return self.w.context.cairn.tasks.all()
@@ -262,6 +255,17 @@ class Scenario:
 
         QTimer.singleShot(200, answer)
 
+    def wait_task_shown(self, task_id: str) -> None:
+        """Until the task view shows `task_id` with its data loaded."""
+        self.wait(
+            lambda: (
+                self.w.task_view.task_id == task_id
+                and self.w.task_view.data is not None
+                and self.w.task_view.data.details["task_id"] == task_id
+            ),
+            f"task {task_id} to show",
+        )
+
     def select_by_keys(self, task_id: str) -> None:
         """Ctrl+1 to the tree, then the arrow keys through it (opening folders and parents
         on the way) until the task is the current row. A reload of the tree (a reconcile or a
@@ -273,14 +277,7 @@ class Scenario:
             self.wait(lambda: self.w.context.jobs.working == 0, "the work to end")
         else:
             raise Failed(f"task {task_id} is not in the tree")
-        self.wait(
-            lambda: (
-                self.w.task_view.task_id == task_id
-                and self.w.task_view.data is not None
-                and self.w.task_view.data.details["task_id"] == task_id
-            ),
-            f"task {task_id} to show",
-        )
+        self.wait_task_shown(task_id)
 
     def _walk_tree_to(self, task_id: str) -> bool:
         """One walk from the top of the tree; False when a Down key left the row as it was."""
