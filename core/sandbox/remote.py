@@ -531,20 +531,9 @@ class RemoteLiveSession(DockerLiveSession):
     def read_files(self, paths: Sequence[str]) -> list[Entry]:
         """The entries at `paths` (relative to /workspace): one tar of just them, the names
         given on its stdin (any name, however it is spelt)."""
-        from docker.utils.socket import frames_iter
-
         if not paths:
             return []
-        sock = self._exec_socket(TAR_READ_ARGV, CONTAINER_WORKSPACE)
-        raw = sock._sock
-        try:
-            raw.sendall(b"".join(os.fsencode(p) + b"\0" for p in paths))
-            raw.shutdown(socket.SHUT_WR)  # the end of tar's list
-            out = b"".join(data for stream, data in frames_iter(sock, tty=False) if stream == 1)
-        finally:
-            sock.close()
-            raw.close()
-        return list(entries_from_tar(io.BytesIO(out)))
+        return read_entries(self._exec_socket(TAR_READ_ARGV, CONTAINER_WORKSPACE), paths)
 
     def workspace_mirror(self, **options: Any) -> WorkspaceMirror:
         """A mirror keeping the local workspace folder equal to this sandbox's /workspace (its
@@ -718,3 +707,20 @@ def _signature(folder: Path) -> tuple:
             else:
                 out.append((rel, "dir", ""))
     return tuple(out)
+
+
+def read_entries(sock: Any, paths: Sequence[str]) -> list[Entry]:
+    """The entries at `paths` from an exec of `TAR_READ_ARGV` whose attached socket is `sock`:
+    the names go on tar's stdin, NUL-separated, and its stdout is one tar of just them. The
+    socket is closed afterwards."""
+    from docker.utils.socket import frames_iter
+
+    raw = sock._sock
+    try:
+        raw.sendall(b"".join(os.fsencode(p) + b"\0" for p in paths))
+        raw.shutdown(socket.SHUT_WR)  # the end of tar's list
+        out = b"".join(data for stream, data in frames_iter(sock, tty=False) if stream == 1)
+    finally:
+        sock.close()
+        raw.close()
+    return list(entries_from_tar(io.BytesIO(out)))

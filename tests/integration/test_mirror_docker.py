@@ -22,8 +22,8 @@ from core.sandbox.mirror import (
     HELPER_SCRIPT,
     TAR_READ_ARGV,
     WorkspaceMirror,
-    entries_from_tar,
 )
+from core.sandbox.remote import read_entries
 from tests.support import folder_tree as local_tree
 from tests.support import wait_for
 
@@ -72,8 +72,6 @@ class DockerFiles:
         return ExecLines(self.api, self.container, argv)
 
     def read_files(self, paths: Sequence[str]):
-        from docker.utils.socket import frames_iter
-
         self.read_calls.append(list(paths))
         made = self.api.exec_create(
             self.container,
@@ -83,16 +81,7 @@ class DockerFiles:
             stderr=True,
             workdir=WORKSPACE,
         )
-        sock = self.api.exec_start(made["Id"], socket=True)
-        raw = sock._sock
-        try:
-            raw.sendall(b"".join(os.fsencode(p) + b"\0" for p in paths))
-            raw.shutdown(socket.SHUT_WR)  # the end of tar's list
-            out = b"".join(data for stream, data in frames_iter(sock, tty=False) if stream == 1)
-        finally:
-            sock.close()
-            raw.close()
-        yield from entries_from_tar(io.BytesIO(out))
+        yield from read_entries(self.api.exec_start(made["Id"], socket=True), paths)
 
 
 @pytest.fixture
