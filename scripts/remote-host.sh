@@ -10,6 +10,14 @@
 #                                          test that makes the host go away and come back);
 #                                          prints its settings (its own known_hosts file)
 #   scripts/remote-host.sh stop-sshd PORT  stop that server and every connection it carries
+#   scripts/remote-host.sh stop-engine     stop only the engine (its SSH server stays): the host
+#                                          answers SSH but its Docker engine does not
+#   scripts/remote-host.sh start-engine    start only the engine again (--live-restore, unless
+#                                          CAIRN_REMOTE_LIVE_RESTORE=0)
+#
+# CAIRN_REMOTE_INSTANCE=N (1-9) makes every command act on another, independent remote host:
+# its own data, run folder, bridge (cairnrN), containerd namespace and SSH port (2222+N), for a
+# test that stops and starts an engine without disturbing the tests that use the first one.
 #
 # The settings: CAIRN_TEST_SSH_HOST (ssh://USER@127.0.0.1:PORT), CAIRN_TEST_SSH_KEY (a private
 # key the server accepts), CAIRN_TEST_SSH_KNOWN_HOSTS (a known_hosts file holding the server's
@@ -22,11 +30,19 @@
 # docker0 and the first engine's containers fail to start until it is restarted.
 set -euo pipefail
 
-STATE="${CAIRN_REMOTE_STATE:-/var/lib/cairn-test-remote}"
-RUN="${CAIRN_REMOTE_RUN:-/run/cairn-test-remote}"
-BRIDGE=cairnr0
-BRIDGE_ADDR=10.213.7.1/24
-PORT="${CAIRN_REMOTE_PORT:-2222}"
+INSTANCE="${CAIRN_REMOTE_INSTANCE:-}"
+case "$INSTANCE" in
+    "" | 0) SUFFIX="" BRIDGE=cairnr0 BRIDGE_ADDR=10.213.7.1/24 DEFAULT_PORT=2222 ;;
+    [1-9]) SUFFIX="-$INSTANCE" BRIDGE="cairnr$INSTANCE" BRIDGE_ADDR="10.213.$((7 + INSTANCE)).1/24"
+        DEFAULT_PORT=$((2222 + INSTANCE)) ;;
+    *) printf 'remote-host: CAIRN_REMOTE_INSTANCE is a digit from 1 to 9, not %s\n' "$INSTANCE" >&2
+        exit 2 ;;
+esac
+STATE="${CAIRN_REMOTE_STATE:-/var/lib/cairn-test-remote$SUFFIX}"
+RUN="${CAIRN_REMOTE_RUN:-/run/cairn-test-remote$SUFFIX}"
+PORT="${CAIRN_REMOTE_PORT:-$DEFAULT_PORT}"
+NAMESPACE="cairn-remote$SUFFIX"
+LIVE_RESTORE="${CAIRN_REMOTE_LIVE_RESTORE:-1}"
 USER_NAME=cairn-remote
 SOCKET="$RUN/docker.sock"
 
@@ -65,13 +81,15 @@ make_bridge() {
 start_engine() {
     if alive "$RUN/docker.pid" && [ -S "$SOCKET" ]; then return 0; fi
     mkdir -p "$STATE/docker" "$RUN/exec"
+    local restore=(--live-restore)
+    [ "$LIVE_RESTORE" = 0 ] && restore=()
     log "starting the second Docker engine on $SOCKET"
     setsid dockerd \
         --data-root "$STATE/docker" --exec-root "$RUN/exec" --pidfile "$RUN/docker.pid" \
         -H "unix://$SOCKET" --group "$USER_NAME" --bridge "$BRIDGE" \
-        --iptables=false --ip6tables=false --live-restore \
-        --containerd-namespace cairn-remote --containerd-plugins-namespace cairn-remote-plugins \
-        >"$RUN/dockerd.log" 2>&1 </dev/null &
+        --iptables=false --ip6tables=false "${restore[@]}" \
+        --containerd-namespace "$NAMESPACE" --containerd-plugins-namespace "$NAMESPACE-plugins" \
+        >>"$RUN/dockerd.log" 2>&1 </dev/null &
     local i
     for i in $(seq 1 150); do
         if DOCKER_HOST="unix://$SOCKET" docker version >/dev/null 2>&1; then return 0; fi
@@ -135,15 +153,27 @@ start() {
     settings
 }
 
-stop() {
-    local file
-    for file in "$RUN/sshd.pid" "$RUN/docker.pid"; do
-        if alive "$file"; then kill "$(cat "$file")"; fi
-    done
-    for _ in $(seq 1 100); do
-        alive "$RUN/docker.pid" || break
+stop_engine() {
+    if alive "$RUN/docker.pid"; then kill "$(cat "$RUN/docker.pid")"; fi
+    # Without --live-restore the engine stops its containers first (up to their stop timeout).
+    for _ in $(seq 1 300); do
+        alive "$RUN/docker.pid" || return 0
         sleep 0.1
     done
+    die "the engine on $SOCKET did not stop within 30 s"
+}
+
+stop() {
+    if alive "$RUN/sshd.pid"; then kill "$(cat "$RUN/sshd.pid")"; fi
+    stop_engine
+}
+
+root_engine() {
+    [ "$(id -u)" -eq 0 ] || die "needs root"
+    [ -f "$STATE/sshd_config" ] || die "start the remote host first: $0 start"
+    mkdir -p "$RUN"
+    make_bridge
+    start_engine
 }
 
 # Every process below PID (the servers of each connection), deepest first.
@@ -195,5 +225,7 @@ case "${1:-}" in
     env) settings ;;
     sshd) extra_sshd "${2:-}" ;;
     stop-sshd) stop_extra_sshd "${2:-}" ;;
+    stop-engine) stop_engine ;;
+    start-engine) root_engine ;;
     *) awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$0" >&2; exit 2 ;;
 esac

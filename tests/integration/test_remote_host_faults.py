@@ -1,0 +1,160 @@
+"""A remote sandbox host whose Docker engine stops and starts again under a run, on a remote host
+of this module's own (scripts/remote-host.sh with CAIRN_REMOTE_INSTANCE: its own engine, bridge,
+data and SSH server), so stopping its engine disturbs no other test. Its SSH server keeps
+answering: only the engine behind it goes away."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import docker
+import pytest
+
+from core.store import Store
+from tests.integration.remote_support import ROOT, private_key_copy
+from tests.integration.test_remote_sandbox import (
+    follow_in_background,
+    new_far_task,
+    release_remote,
+    start_detached,
+)
+from tests.support import as_json, cairnctl, release_data_dir, wait_for
+
+pytestmark = pytest.mark.docker
+
+INSTANCE = "4"  # this module's remote host (scripts/remote-host.sh CAIRN_REMOTE_INSTANCE)
+
+
+class OwnRemoteHost:
+    """A remote host of this module's own, whose engine the tests stop and start."""
+
+    def __init__(self, folder: Path):
+        if os.geteuid() != 0:
+            pytest.skip("a remote host of the test's own needs root (scripts/remote-host.sh)")
+        self.settings = self._script("start")
+        self.settings["key"] = str(private_key_copy(self.settings, folder))
+        self.socket = self.settings["CAIRN_TEST_REMOTE_SOCKET"]
+
+    def _script(self, command: str, live_restore: bool = True) -> dict[str, str]:
+        env = dict(os.environ, CAIRN_REMOTE_INSTANCE=INSTANCE)
+        env["CAIRN_REMOTE_LIVE_RESTORE"] = "1" if live_restore else "0"
+        done = subprocess.run(
+            ["bash", str(ROOT / "scripts/remote-host.sh"), command],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+        if done.returncode != 0:
+            if command == "start":
+                pytest.skip(f"the test's remote host did not start: {done.stderr.strip()[-300:]}")
+            raise AssertionError(f"remote-host.sh {command}: {done.stderr.strip()[-500:]}")
+        return dict(line.split("=", 1) for line in done.stdout.split() if "=" in line)
+
+    def stop_engine(self) -> None:
+        self._script("stop-engine")
+
+    def start_engine(self, *, live_restore: bool = True) -> None:
+        self._script("start-engine", live_restore=live_restore)
+
+    def engine(self) -> docker.DockerClient:
+        return docker.DockerClient(base_url=f"unix://{self.socket}")
+
+
+@pytest.fixture(scope="module")
+def own_host(tmp_path_factory):
+    host = OwnRemoteHost(tmp_path_factory.mktemp("ssh"))
+    yield host
+    host.start_engine()  # as the module found it: running, with --live-restore
+
+
+@pytest.fixture
+def own_task(tmp_path, sandbox_image, docker_client, own_host):
+    own_host.start_engine()
+    engine = own_host.engine()
+    made = new_far_task(tmp_path, own_host.settings, sandbox_image, engine)
+    try:
+        yield made
+    finally:
+        own_host.start_engine()  # a failed test may have left it stopped
+        release_data_dir(made[0], docker_client)
+        fresh = own_host.engine()
+        release_remote(made[0], fresh)
+        fresh.close()
+        engine.close()
+
+
+def stdout_of(data: Path) -> str:
+    found = list(data.glob("runs/*/*/stdout"))
+    return found[0].read_text() if found else ""
+
+
+def session_states(data: Path) -> list[str]:
+    status = as_json(cairnctl(data, "status", "--json", timeout=120))
+    return [s["state"] for s in status["sessions"]]
+
+
+def test_an_engine_stopped_mid_run_is_unreachable_and_its_run_is_reattached(own_task, own_host):
+    data, task_id, ws = own_task
+    start_detached(data, task_id, "echo before", "sleep 4", "echo after > after.txt; echo after")
+    follower = follow_in_background(data, task_id)
+    try:
+        wait_for(lambda: "before" in stdout_of(data), timeout=90, what="the first step, here")
+        own_host.stop_engine()  # live-restore: the sandbox runs on without its engine
+        stopped = time.monotonic()
+        status = as_json(cairnctl(data, "status", "--json", timeout=120))
+        assert [s["state"] for s in status["sessions"]] == ["host unreachable"], status
+        assert "far" in status["host_problems"], status
+        run = Store(data / "cairn.db").runs_of([task_id])[-1]
+        assert run.state == "running", run  # an engine that does not answer ends nothing
+        assert follower.poll() is None, follower.communicate()
+        # The run ends there while its engine is away; it is found ended when it answers.
+        time.sleep(max(0.0, 6 - (time.monotonic() - stopped)))
+        own_host.start_engine()
+        out, err = follower.communicate(timeout=120)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+    assert follower.returncode == 0, err
+    assert json.loads(out)["state"] == "succeeded", out
+    lines = stdout_of(data).splitlines()
+    assert lines.count("before") == 1 and lines.count("after") == 1, lines
+    assert (ws / "after.txt").is_file(), err  # mirrored after the engine came back
+    assert (ws / "after.txt").read_text() == "after\n"
+    assert session_states(data) == ["running"]
+
+
+def test_an_engine_stopped_without_live_restore_interrupts_the_run_and_resume_ends_it(
+    own_task, own_host
+):
+    data, task_id, ws = own_task
+    own_host.stop_engine()
+    own_host.start_engine(live_restore=False)  # its containers die when it stops
+    start_detached(data, task_id, "echo one > one.txt", "sleep 12", "echo after > after.txt")
+    follower = follow_in_background(data, task_id)
+    try:
+
+        def at_second_step() -> bool:
+            steps = list(data.glob("runs/*/*/step"))
+            return bool(steps) and steps[0].read_text().strip() == "1" and (ws / "one.txt").exists()
+
+        wait_for(at_second_step, timeout=90, what="the run at its second step, mirrored here")
+        # The engine stops its sandbox before it goes: the follower may see that end first.
+        own_host.stop_engine()
+        assert session_states(data) == ["host unreachable"]
+        own_host.start_engine()
+        out, err = follower.communicate(timeout=120)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+    # The sandbox died with its engine: the run is interrupted (its volumes are there), not gone.
+    assert json.loads(out)["state"] == "interrupted", (out, err)
+    assert session_states(data) == ["stopped"]
+    resumed = as_json(cairnctl(data, "resume", task_id, "--json", timeout=300))
+    assert resumed["state"] == "succeeded", resumed
+    assert "sandbox: reattached" in resumed["report"]["path"], resumed  # restarted on its volumes
+    assert (ws / "after.txt").read_text() == "after\n" and (ws / "one.txt").exists()
