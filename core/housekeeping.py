@@ -2,7 +2,8 @@
 
 Owns measuring the data folder (by category, and each workspace's share with the tasks that use
 it), planning a cleanup (the files of archived workspaces, their stopped sandbox containers, vault
-objects that nothing reaches, leftovers of an interrupted cleanup) and carrying a plan out, and
+objects that nothing reaches, leftovers of an interrupted cleanup, and what deleted tasks left on
+a remote sandbox host: their sandbox, carrier and volumes there) and carrying a plan out, and
 moving a task's workspace into and out of the archived state. Rows are the store's, objects the
 vault's, the lifecycle table the workspaces module's.
 
@@ -24,6 +25,7 @@ back (un-archiving restores the tree from its newest snapshot).
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import stat
@@ -39,11 +41,12 @@ from core import workspaces
 from core.context import Context
 from core.errors import CairnError, Conflict, CorruptSnapshot, InputError, NotFound, VaultError
 from core.locks import FileLock, held, lock_path
-from core.models import Checkpoint, Run, Source, Task, Workspace, WorkspaceState
+from core.models import Checkpoint, Run, SessionRecord, Source, Task, Workspace, WorkspaceState
 from core.revisions import POSITIONS, Revisions
 from core.runs import conversations
 from core.runs.liveness import Sandboxes
 from core.sandbox import egress
+from core.sandbox.remote import HostUnreachable, RemoteDockerBackend, SessionParts
 from core.snapshots import Snapshots
 from core.vault import Vault, base_ref, revisions_ref, snapshot_ref
 from core.vault.objects import run_git
@@ -70,6 +73,11 @@ KIND_LEFTOVER = "leftover"
 KIND_WORKSPACE = "archived_workspace"
 KIND_OBJECTS = "vault_objects"
 KIND_CONTAINER = "sandbox_container"
+KIND_REMOTE = "remote_sandbox"  # a deleted task's sandbox and volumes on a remote host
+
+# One JSON record per session whose remote host did not answer when its task was deleted: the
+# host to ask again, so a later cleanup removes what is left there (in the data folder).
+REMOTE_LEFTOVERS = "remote-leftovers"
 
 # A sandbox container in one of these states runs nothing and may be removed for an archived
 # workspace (the backend's words; anything else, running or paused included, is left alone).
@@ -146,6 +154,7 @@ class PlanItem:
     task_titles: tuple[str, ...] = ()
     source_id: str | None = None
     objects: tuple[str, ...] = ()  # KIND_OBJECTS: paths under the vault's objects/ folder
+    host: str | None = None  # KIND_REMOTE: the sandbox host it is on
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -451,7 +460,8 @@ def sandbox_up(ctx: Context, sandboxes: Sandboxes | None, ws: Workspace) -> bool
     if sandboxes is None:
         return record.status == "live"
     try:
-        found = sandboxes.get().backend.list_sessions()
+        manager = sandboxes.get()
+        found = manager.backend_of(manager.host_of(record)).list_sessions()
     except CairnError:
         return None
     summary = next((s for s in found if s.container_id == record.container_id), None)
@@ -709,7 +719,7 @@ def delete_task(ctx: Context, sandboxes: Sandboxes | None, task: Task) -> Deleti
     try:
         record = ctx.store.session_for(ws.id) if ws is not None else None
         if record is not None:
-            _remove_sandbox(ctx, sandboxes, record.id, record.container_id, d)
+            _remove_sandbox(ctx, sandboxes, record, d, task)
         snaps = ctx.store.list_snapshots(ws.id) if ws is not None else []
         _delete_rows(ctx, task.id, ws.id if ws is not None else None)
         if ws is not None:
@@ -725,29 +735,78 @@ def delete_task(ctx: Context, sandboxes: Sandboxes | None, task: Task) -> Deleti
 
 
 def _remove_sandbox(
-    ctx: Context,
-    sandboxes: Sandboxes | None,
-    session_id: str,
-    container_id: str | None,
-    d: Deletion,
+    ctx: Context, sandboxes: Sandboxes | None, record: SessionRecord, d: Deletion, task: Task
 ) -> None:
+    """The workspace's sandbox, on its own host. On a remote host its carrier and volumes go
+    too; a remote host that does not answer keeps them, recorded (REMOTE_LEFTOVERS) so a later
+    cleanup removes them when it answers, and the deletion goes on: everything here is the
+    record, nothing there is."""
     if sandboxes is None:
         d.notes.append("the sandbox backend was not asked; an old container may remain")
         return
     manager = sandboxes.get()
-    socket = manager.egress_paths(session_id).socket
+    socket = manager.egress_paths(record.id).socket
     try:
         if egress.running_pid(socket):
             egress.stop(socket)
     except (CairnError, OSError) as exc:
         d.notes.append(f"the network proxy of the sandbox could not be stopped: {exc}")
-    if container_id:
+    host = manager.host_of(record)
+    try:
+        backend = manager.backend_of(host)
+        if isinstance(backend, RemoteDockerBackend):
+            backend.remove_session(record.id)
+        elif record.container_id:
+            backend.remove(record.container_id)
+    except HostUnreachable as exc:
+        _record_remote_leftover(ctx, host, record, task)
+        d.notes.append(
+            f"sandbox host {host} did not answer, so the sandbox and volumes of session "
+            f"{record.id} stay there; a cleanup (Housekeeping) removes them when it answers "
+            f"({exc.message})"
+        )
+    except CairnError as exc:
+        raise Conflict(f"the sandbox could not be removed, so nothing was deleted: {exc}") from exc
+
+
+def _leftovers_root(ctx: Context) -> Path:
+    return ctx.data.root / REMOTE_LEFTOVERS
+
+
+def _record_remote_leftover(ctx: Context, host: str, record: SessionRecord, task: Task) -> None:
+    root = _leftovers_root(ctx)
+    root.mkdir(parents=True, exist_ok=True)
+    entry = {
+        "host": host,
+        "session_id": record.id,
+        "workspace_id": record.workspace_id,
+        "task_id": task.id,
+        "title": task.title,
+        "since": time.time(),
+    }
+    tmp = root / f".{record.id}.json.tmp"
+    tmp.write_text(json.dumps(entry))
+    os.replace(tmp, root / f"{record.id}.json")
+
+
+def remote_leftovers(ctx: Context) -> dict[str, dict]:
+    """The recorded leftovers on remote hosts, by session (unreadable records are skipped)."""
+    out: dict[str, dict] = {}
+    root = _leftovers_root(ctx)
+    if not root.is_dir():
+        return out
+    for path in sorted(root.glob("*.json")):
         try:
-            manager.backend.remove(container_id)
-        except CairnError as exc:
-            raise Conflict(
-                f"the sandbox could not be removed, so nothing was deleted: {exc}"
-            ) from exc
+            entry = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(entry, dict) and entry.get("session_id") == path.stem and entry.get("host"):
+            out[path.stem] = entry
+    return out
+
+
+def _forget_remote_leftover(ctx: Context, session_id: str) -> None:
+    (_leftovers_root(ctx) / f"{session_id}.json").unlink(missing_ok=True)
 
 
 def _delete_rows(ctx: Context, task_id: str, workspace_id: str | None) -> None:
@@ -1045,6 +1104,7 @@ def plan(
 
     if sandboxes is not None:
         items += _stopped_containers(ctx, sandboxes, titles, notes)
+        items += _remote_leftover_items(ctx, sandboxes, notes)
 
     for source in ctx.store.list_sources():
         try:
@@ -1116,6 +1176,66 @@ def _stopped_containers(
     return items
 
 
+def _remote_hosts(ctx: Context, sandboxes: Sandboxes) -> list[str]:
+    """The remote hosts to look at: the default one, every host a session is on, and every host
+    a deleted task's leftovers are recorded on."""
+    manager = sandboxes.get()
+    names = {manager.host, *(manager.host_of(r) for r in ctx.store.list_sessions())}
+    names |= {e["host"] for e in remote_leftovers(ctx).values()}
+    out = []
+    for name in sorted(names):
+        try:
+            if isinstance(manager.backend_of(name), RemoteDockerBackend):
+                out.append(name)
+        except CairnError:
+            continue  # a host no longer in the settings: nothing can be asked of it
+    return out
+
+
+def _remote_leftover_items(ctx: Context, sandboxes: Sandboxes, notes: list[str]) -> list[PlanItem]:
+    """What sessions with no record in the store (their task deleted) left on remote hosts:
+    their sandbox, carrier and volumes there, by their labels; a host that does not answer is
+    a note, and its recorded leftovers wait for it."""
+    records = remote_leftovers(ctx)
+    known = {r.id for r in ctx.store.list_sessions()}
+    manager = sandboxes.get()
+    items = []
+    for host in _remote_hosts(ctx, sandboxes):
+        waiting = [e for e in records.values() if e["host"] == host]
+        backend = manager.backend_of(host)
+        assert isinstance(backend, RemoteDockerBackend)
+        try:
+            found = backend.session_parts()
+        except CairnError as exc:
+            if waiting:
+                notes.append(
+                    f"sandbox host {host} did not answer: what {len(waiting)} deleted task(s) "
+                    f"left there stays until it does ({exc})"
+                )
+            continue
+        left: dict[str, SessionParts] = {s: p for s, p in found.items() if s not in known}
+        for entry in waiting:  # recorded, and nothing there any more: the record goes
+            left.setdefault(entry["session_id"], SessionParts(entry["session_id"]))
+        for session_id, parts in sorted(left.items()):
+            entry = records.get(session_id) or {}
+            title = entry.get("title")
+            whose = f"deleted task “{title}”" if title else "a task no longer here"
+            items.append(
+                PlanItem(
+                    KIND_REMOTE,
+                    f"on sandbox host {host}, what {whose} left (session {session_id}): "
+                    f"{parts.words()}",
+                    0,  # the remote engine's disk, not the data folder's
+                    session_id,
+                    len(parts.containers) + len(parts.volumes),
+                    workspace_id=parts.workspace_id or entry.get("workspace_id"),
+                    task_titles=(title,) if title else (),
+                    host=host,
+                )
+            )
+    return items
+
+
 # -- cleaning ----------------------------------------------------------------------------------
 
 
@@ -1154,6 +1274,8 @@ def clean(
                 reason = _clean_objects(ctx, item, result, cutoff)
             elif item.kind == KIND_CONTAINER:
                 reason = _clean_container(ctx, sandboxes, item)
+            elif item.kind == KIND_REMOTE:
+                reason = _clean_remote(ctx, sandboxes, item)
             else:
                 reason = f"unknown kind of item {item.kind!r}"
         except (CairnError, OSError) as exc:
@@ -1201,6 +1323,26 @@ def _clean_container(ctx: Context, sandboxes: Sandboxes | None, item: PlanItem) 
                     egress.stop(socket)
             except (CairnError, OSError):
                 pass  # a proxy left running serves nothing: its sandbox is gone
+    return None
+
+
+def _clean_remote(ctx: Context, sandboxes: Sandboxes | None, item: PlanItem) -> str | None:
+    """Remove what a deleted task left on a remote host, checked again first: its session still
+    has no record here. Its leftovers record goes once the host has nothing of it."""
+    if sandboxes is None:
+        return "the sandbox backend was not asked"
+    session_id = item.path
+    if any(r.id == session_id for r in ctx.store.list_sessions()):
+        return f"session {session_id} is in use again"
+    assert item.host
+    backend = sandboxes.get().backend_of(item.host)
+    if not isinstance(backend, RemoteDockerBackend):
+        return f"host {item.host} is not a remote sandbox host any more"
+    try:
+        backend.remove_session(session_id)
+    except HostUnreachable as exc:
+        return f"sandbox host {item.host} did not answer; tried again at the next cleanup ({exc})"
+    _forget_remote_leftover(ctx, session_id)
     return None
 
 

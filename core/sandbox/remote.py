@@ -30,6 +30,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -147,6 +148,21 @@ class HostUnreachable(SandboxUnavailable):
 
 
 Fill = tuple[str, Path | None, tuple[int, int]]  # (volume part, local folder, owner uid:gid)
+
+
+@dataclass
+class SessionParts:
+    """What one session of this data folder holds on a remote engine: its containers (the
+    sandbox and its carrier) and its volumes, by name."""
+
+    session_id: str
+    workspace_id: str | None = None
+    containers: list[str] = field(default_factory=list)
+    volumes: list[str] = field(default_factory=list)
+
+    def words(self) -> str:
+        held = [*self.containers, *(f"volume {v}" for v in self.volumes)]
+        return ", ".join(held) or "nothing"
 
 
 def volume_name(session_id: str, part: str) -> str:
@@ -436,6 +452,52 @@ class RemoteDockerBackend(DockerBackend):
         self, state: SessionState, spec: SandboxSpec, container_id: str
     ) -> DockerLiveSession:
         return RemoteLiveSession(self, state, spec, container_id)
+
+    # --- what a session leaves there -------------------------------------------------------
+
+    @docker_call("list the sandboxes and volumes on the sandbox host")
+    def session_parts(self) -> dict[str, SessionParts]:
+        """This data folder's containers and volumes on the host, by session (by their labels:
+        what a deleted task left is found without any record here)."""
+        found: dict[str, SessionParts] = {}
+
+        def parts_of(labels: Mapping[str, str]) -> SessionParts | None:
+            session = labels.get(LABEL_SESSION)
+            if not session:
+                return None
+            parts = found.setdefault(session, SessionParts(session))
+            parts.workspace_id = parts.workspace_id or labels.get(LABEL_WORKSPACE)
+            return parts
+
+        for c in self.api.containers(all=True, filters=self._filters()):
+            parts = parts_of(c.get("Labels") or {})
+            if parts is not None:
+                parts.containers.append((c.get("Names") or ["/"])[0].lstrip("/"))
+        volumes = self.api.volumes(filters=self._filters()).get("Volumes") or []
+        for v in volumes:
+            parts = parts_of(v.get("Labels") or {})
+            if parts is not None:
+                parts.volumes.append(v["Name"])
+        for parts in found.values():
+            parts.containers.sort()
+            parts.volumes.sort()
+        return found
+
+    @docker_call("remove a sandbox and its volumes on the sandbox host")
+    def remove_session(self, session_id: str) -> SessionParts:
+        """Remove the session's sandbox, its carrier and its volumes there (its workspace,
+        home and run files: the local copies are the record); what was removed. Only this data
+        folder's, by their labels."""
+        import docker.errors
+
+        parts = self.session_parts().get(session_id) or SessionParts(session_id)
+        for name in parts.containers:
+            with contextlib.suppress(docker.errors.NotFound):
+                self.api.remove_container(name, force=True, v=False)
+        for name in parts.volumes:
+            with contextlib.suppress(docker.errors.NotFound):
+                self.api.remove_volume(name, force=True)
+        return parts
 
     @docker_call("write the approval decisions to the sandbox host")
     def push_decisions(self, spec: SandboxSpec) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from core import humanize
-from core.housekeeping import KIND_CONTAINER, Plan, Result
+from core.housekeeping import KIND_CONTAINER, KIND_REMOTE, Plan, Result
 from gui.jobs import JobFailure
 from gui.qt import (
     QAbstractItemView,
@@ -48,6 +48,7 @@ _KIND_LABELS = {
     "vault_objects": "Unreachable objects",
     "leftover": "Leftover",
     "sandbox_container": "Stopped sandbox",
+    "remote_sandbox": "Remote sandbox",
 }
 SHARE_COLUMNS = ("Size", "Task", "Workspace", "Files", "Run logs", "Engine home")
 
@@ -152,11 +153,15 @@ class HousekeepingDialog(QDialog):
         self.items_table.setRowCount(len(plan.items))
         for row, item in enumerate(plan.items):
             container = item.kind == KIND_CONTAINER
-            freed = QTableWidgetItem("Docker" if container else humanize.size(item.bytes))
+            remote = item.kind == KIND_REMOTE
+            shown = "Docker" if container else item.host if remote else None
+            freed = QTableWidgetItem(shown or humanize.size(item.bytes))
             freed.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             freed.setToolTip(
                 "the container's disk is Docker's, outside the data folder"
                 if container
+                else f"the disk of sandbox host {item.host}, outside the data folder"
+                if remote
                 else f"{item.bytes:,} bytes"
             )
             self.items_table.setItem(row, 0, freed)

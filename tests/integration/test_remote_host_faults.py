@@ -158,3 +158,70 @@ def test_an_engine_stopped_without_live_restore_interrupts_the_run_and_resume_en
     assert resumed["state"] == "succeeded", resumed
     assert "sandbox: reattached" in resumed["report"]["path"], resumed  # restarted on its volumes
     assert (ws / "after.txt").read_text() == "after\n" and (ws / "one.txt").exists()
+
+
+def labelled(engine: docker.DockerClient, data: Path) -> tuple[list[str], list[str]]:
+    """(container names, volume names) the data folder has on a remote engine."""
+    label = {"label": f"cairn.data_dir={data.resolve()}"}
+    containers = sorted(c.name for c in engine.containers.list(all=True, filters=label))
+    volumes = sorted(v.name for v in engine.volumes.list(filters=label))
+    return containers, volumes
+
+
+def run_and_stop(data: Path, task_id: str) -> None:
+    done = as_json(cairnctl(data, "run", task_id, "--json", "--step", "echo x > x.txt"))
+    assert done["state"] == "succeeded", done
+    cairnctl(data, "stop", task_id, "--json")
+
+
+def test_deleting_a_task_removes_its_sandbox_carrier_and_volumes_on_the_remote_host(
+    own_task, own_host
+):
+    data, task_id, ws = own_task
+    run_and_stop(data, task_id)
+    engine = own_host.engine()
+    containers, volumes = labelled(engine, data)
+    assert len(containers) == 2 and len(volumes) == 7, (containers, volumes)  # and its carrier
+    plan = as_json(cairnctl(data, "housekeeping", "--json", timeout=120))["plan"]
+    assert not [i for i in plan["items"] if i["kind"] == "remote_sandbox"], plan  # in use
+    done = as_json(cairnctl(data, "delete", task_id, "--yes", "--json"))
+    assert not done["deleted"]["notes"], done
+    assert labelled(engine, data) == ([], [])
+    assert not ws.exists()
+    engine.close()
+
+
+def test_a_task_deleted_while_its_host_does_not_answer_is_cleaned_up_when_it_answers(
+    own_task, own_host
+):
+    data, task_id, ws = own_task
+    run_and_stop(data, task_id)
+    session = as_json(cairnctl(data, "status", "--json"))["sessions"][0]["session_id"]
+    own_host.stop_engine()
+    try:
+        done = as_json(cairnctl(data, "delete", task_id, "--yes", "--json", timeout=120))
+        notes = done["deleted"]["notes"]
+        assert any("did not answer" in n and session in n for n in notes), done
+        assert not ws.exists()  # the deletion went on: the record is here, not there
+        assert (data / "remote-leftovers" / f"{session}.json").is_file()
+        waiting = as_json(cairnctl(data, "housekeeping", "--json", timeout=120))["plan"]
+        assert not [i for i in waiting["items"] if i["kind"] == "remote_sandbox"], waiting
+        assert any("far did not answer" in n for n in waiting["notes"]), waiting
+        # A cleanup while it still does not answer keeps the record.
+        cairnctl(data, "housekeeping", "--yes", "--json", timeout=120)
+        assert (data / "remote-leftovers" / f"{session}.json").is_file()
+    finally:
+        own_host.start_engine()
+    engine = own_host.engine()
+    containers, volumes = labelled(engine, data)
+    assert len(containers) == 2 and len(volumes) == 7, (containers, volumes)
+    plan = as_json(cairnctl(data, "housekeeping", "--json", timeout=120))["plan"]
+    items = [i for i in plan["items"] if i["kind"] == "remote_sandbox"]
+    assert [(i["path"], i["host"], i["count"]) for i in items] == [(session, "far", 9)], plan
+    cleaned = as_json(cairnctl(data, "housekeeping", "--yes", "--json", timeout=120))
+    assert not cleaned["result"]["skipped"], cleaned
+    assert labelled(engine, data) == ([], [])
+    assert not (data / "remote-leftovers" / f"{session}.json").exists()
+    again = as_json(cairnctl(data, "housekeeping", "--json", timeout=120))["plan"]
+    assert not [i for i in again["items"] if i["kind"] == "remote_sandbox"], again
+    engine.close()

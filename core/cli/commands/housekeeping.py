@@ -12,7 +12,7 @@ from core.app import Cairn
 from core.cli.command import Command
 from core.cli.output import emit, size
 from core.errors import CairnError
-from core.housekeeping import KIND_CONTAINER
+from core.housekeeping import KIND_CONTAINER, KIND_REMOTE
 
 
 class ArchiveCommand(Command):
@@ -94,7 +94,13 @@ class HousekeepingCommand(Command):
             if plan.empty:
                 lines.append("nothing to clean up")
             for item in plan.items:
-                frees = "(Docker)" if item.kind == KIND_CONTAINER else size(item.bytes)
+                frees = (
+                    "(Docker)"
+                    if item.kind == KIND_CONTAINER
+                    else f"({item.host})"
+                    if item.kind == KIND_REMOTE
+                    else size(item.bytes)
+                )
                 lines.append(f"{frees:>10}  {item.description}")
             lines += [f"note: {n}" for n in plan.notes]
             if result is None:
