@@ -32,7 +32,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -656,6 +656,16 @@ class Judge:
                     log.warning("approvals of run %s: %s", run.id, exc)
             return out
 
+    def sync_remote(self, runs: Iterable[Run], *, force: bool = False) -> None:
+        """The mailboxes of runs in sandboxes on another machine, exchanged with the sandbox:
+        their request files brought into the local run folder (where `poll` reads them) and the
+        decisions written here sent there (every exec there sends them first). Nothing for a
+        sandbox on this machine; a host that does not answer is asked again next time."""
+        sandboxes = self._sandboxes.get()
+        for run in runs:
+            if run.state in runs_mod.IN_FLIGHT:
+                sandboxes.sync_run_files(run, force=force)
+
     def _runs_in_flight(self) -> builtins.list[Run]:
         marks = ",".join("?" * len(runs_mod.IN_FLIGHT))
         rows = self.store.query(
@@ -1200,6 +1210,9 @@ SERVE_INTERVAL_S = 0.1
 IDLE_INTERVAL_S = 1.0
 IDLE_EXIT_S = 60.0
 LIVENESS_EVERY_S = 10.0
+# A run in a sandbox on another machine has its mailbox synced by the judge this often (an exec
+# over SSH each time); a decision the judge makes is sent at once.
+REMOTE_SYNC_S = 0.5
 
 
 def judge_dir(data_root: Path) -> Path:
@@ -1283,9 +1296,10 @@ def serve(data_dir: str | Path, *, idle_exit: float = IDLE_EXIT_S) -> int:
             idle_since: float | None = None
             gone: set[str] = set()  # runs whose process is known to be gone
             checked = 0.0
+            exchanged: dict[str, float] = {}  # run id -> when its remote mailbox was last synced
             while not stop.is_set() and data.db_path.exists():
                 try:
-                    judge.poll()
+                    _judge_pass(judge, exchanged)
                     active = [
                         r
                         for r in judge._runs_in_flight()
@@ -1311,6 +1325,22 @@ def serve(data_dir: str | Path, *, idle_exit: float = IDLE_EXIT_S) -> int:
     finally:
         os.close(fd)
     return 0
+
+
+def _judge_pass(judge: Judge, exchanged: dict[str, float]) -> None:
+    """One pass of the judge process: the requests of runs on other machines brought here (each
+    run at most every REMOTE_SYNC_S), every mailbox judged, and the decisions this pass made
+    sent to their runs' sandboxes at once. `exchanged` is when each run was last synced."""
+    now = time.monotonic()
+    in_flight = judge._runs_in_flight()
+    due = [r for r in in_flight if now - exchanged.get(r.id, float("-inf")) >= REMOTE_SYNC_S]
+    judge.sync_remote(due, force=True)
+    exchanged.update((r.id, now) for r in due)
+    for run_id in set(exchanged) - {r.id for r in in_flight}:
+        del exchanged[run_id]
+    decided = {a.run_id for a in judge.poll() if a.state != PENDING}
+    if decided:
+        judge.sync_remote([r for r in in_flight if r.id in decided], force=True)
 
 
 def _judge_of(ctx: Context) -> Judge:

@@ -14,6 +14,7 @@ from pathlib import Path
 import docker
 import pytest
 
+from core import approvals
 from core.store import Store
 from tests.integration.remote_support import ROOT, private_key_copy
 from tests.integration.test_remote_sandbox import (
@@ -225,3 +226,45 @@ def test_a_task_deleted_while_its_host_does_not_answer_is_cleaned_up_when_it_ans
     again = as_json(cairnctl(data, "housekeeping", "--json", timeout=120))["plan"]
     assert not [i for i in again["items"] if i["kind"] == "remote_sandbox"], again
     engine.close()
+
+
+def test_the_detached_judge_answers_a_remote_run_that_nothing_follows(own_task, own_host):
+    """The app closed: no Cairn process follows the run, so only the detached judge reads its
+    requests there, and only it sends a person's decision back."""
+    data, task_id, _ = own_task
+    bare = "/tmp/pushed.git"
+    start_detached(
+        data,
+        task_id,
+        f"git init -q --bare {bare}",
+        f"git push -q {bare} HEAD:refs/heads/main && echo pushed",
+    )
+    assert approvals.judge_pid(data.resolve()) is not None
+
+    def card() -> dict | None:
+        listed = as_json(cairnctl(data, "approvals", "--json"))["approvals"]
+        return next((a for a in listed if a["rule"] == "git-push"), None)
+
+    waiting = wait_for(card, timeout=90, what="the push's request, brought here by the judge")
+    engine = own_host.engine()
+    try:
+        sandbox = next(
+            c
+            for c in engine.containers.list(filters={"label": f"cairn.data_dir={data.resolve()}"})
+            if not c.name.endswith("-carrier")
+        )
+
+        def pushed() -> bool:
+            return sandbox.exec_run(["git", "--git-dir", bare, "rev-parse", "main"]).exit_code == 0
+
+        time.sleep(1)
+        assert not pushed()  # held there until a decision arrives
+        cairnctl(data, "approve", waiting["id"])
+        wait_for(pushed, timeout=60, what="the push, once the judge sent the decision there")
+    finally:
+        engine.close()
+    out = as_json(cairnctl(data, "follow", task_id, "--json", timeout=120))
+    assert out["state"] == "succeeded", out
+    assert "pushed" in stdout_of(data)
+    shown = as_json(cairnctl(data, "approvals", "--all", "--json"))["approvals"]
+    assert [(a["rule"], a["state"]) for a in shown] == [("git-push", "approved")], shown
