@@ -70,14 +70,30 @@ def events_wanted(cairn: Cairn) -> bool:
     return (choice or "docker") == "docker"
 
 
-def events_address(cairn: Cairn) -> str | None:
+def events_address(cairn: Cairn) -> str | Callable[[], str] | None:
     """The API address of the sandbox host whose events to hear: None for the local Docker
-    engine (as DOCKER_HOST says), else the default host's. Reads the settings: call it in a job."""
+    engine (as DOCKER_HOST says), else the default host's; for a host on another machine, what
+    gives its SSH bridge's local socket, asked by the stream at each connection (the first
+    waits on ssh, and while the host does not answer it fails with ssh's reason and is asked
+    again). Reads the settings: call it in a job."""
     try:
         host = cairn.hosts.default()
     except CairnError:  # a host setting that cannot be used: said where sandboxes are made
         return None
-    return None if host.local_docker else host.address
+    if host.local_docker:
+        return None
+    if host.remote:
+        name = host.name
+
+        def bridge() -> str:
+            backend = cairn.sandboxes.backend_of(name)
+            address = getattr(backend, "address", None)
+            if not isinstance(address, str):
+                raise CairnError(f"sandbox host {name} has no event stream to listen to")
+            return address
+
+        return bridge
+    return host.address
 
 
 class SandboxWatch(QObject):
@@ -128,7 +144,7 @@ class SandboxWatch(QObject):
             parent=self,
         ).success(lambda found: self._start_stream(*found)).run()
 
-    def _start_stream(self, wanted: bool, address: str | None = None) -> None:
+    def _start_stream(self, wanted: bool, address: str | Callable[[], str] | None = None) -> None:
         if not wanted or self._stream is not None:
             return
         where = {"base_url": address} if address else {}

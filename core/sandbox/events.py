@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.errors import exception_chain
+from core.errors import CairnError, exception_chain
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,12 @@ class SandboxEventStream:
 
     `on_event(event)` is called on that thread for each SandboxEvent; `on_connection(problem)`
     when the stream comes up (None) or goes down (the problem in words). Both must be quick and
-    must not touch a GUI: hand the value to the GUI thread (a queued signal)."""
+    must not touch a GUI: hand the value to the GUI thread (a queued signal).
+
+    `base_url` is the engine's API address (the local one, as DOCKER_HOST says, when None), or
+    a function that gives it, called on the stream's thread at each connection: a remote host's
+    bridge, which may wait on ssh and fails (a CairnError, said as the problem) while the host
+    does not answer."""
 
     def __init__(
         self,
@@ -110,7 +115,7 @@ class SandboxEventStream:
         *,
         on_event: Callable[[SandboxEvent], None],
         on_connection: Callable[[str | None], None] | None = None,
-        base_url: str | None = None,
+        base_url: str | Callable[[], str] | None = None,
         reconnect_delay: float = RECONNECT_DELAY_S,
     ):
         self.filters = event_filters(data_dir)
@@ -185,9 +190,8 @@ class SandboxEventStream:
     def _open(self, since: float | None) -> Iterator[Any]:
         import docker  # slow to import: only when the stream is wanted
 
-        client = (
-            docker.DockerClient(base_url=self._base_url) if self._base_url else docker.from_env()
-        )
+        url = self._base_url() if callable(self._base_url) else self._base_url
+        client = docker.DockerClient(base_url=url) if url else docker.from_env()
         # A ping first: a dead socket fails here with a clear error instead of inside the stream.
         client.api.ping()
         # `since` asks again for what happened while the stream was down (a second's overlap is
@@ -233,6 +237,9 @@ def _event_time(raw: dict[str, Any]) -> float:
 def describe_stream_problem(exc: BaseException) -> str:
     """Why the event stream is down, in one line (never the client library's own text)."""
     chain = exception_chain(exc)
+    said = next((e for e in chain if isinstance(e, CairnError)), None)
+    if said is not None:  # a remote host's bridge, saying why it cannot be reached
+        return said.message
     if any(isinstance(e, PermissionError) for e in chain):
         return "Cairn may not use the Docker socket (permission denied)"
     if any(isinstance(e, (FileNotFoundError, ConnectionRefusedError)) for e in chain):

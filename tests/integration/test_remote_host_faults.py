@@ -15,7 +15,11 @@ import docker
 import pytest
 
 from core import approvals
+from core.app import Cairn
+from core.models import RunState
+from core.sandbox.events import SandboxEvent, SandboxEventStream
 from core.store import Store
+from gui.sandbox_watch import events_address, settle_workspace
 from tests.integration.remote_support import ROOT, private_key_copy
 from tests.integration.test_remote_sandbox import (
     follow_in_background,
@@ -268,3 +272,53 @@ def test_the_detached_judge_answers_a_remote_run_that_nothing_follows(own_task, 
     assert "pushed" in stdout_of(data)
     shown = as_json(cairnctl(data, "approvals", "--all", "--json"))["approvals"]
     assert [(a["rule"], a["state"]) for a in shown] == [("git-push", "approved")], shown
+
+
+def test_the_apps_event_watch_listens_to_a_remote_default_host(own_task, own_host):
+    """The window's sandbox watch on a data folder whose default host is the remote one: it
+    says why while the host's engine does not answer, connects through the SSH bridge when it
+    does, and hears a sandbox there die, which settles its run."""
+    data, task_id, _ = own_task
+    cairnctl(data, "config", "set", "defaults.host", "far")
+    cairn = Cairn(data)
+    states: list[str | None] = []
+    deaths: list[SandboxEvent] = []
+    address = events_address(cairn)
+    assert callable(address)  # the bridge, asked at each connection
+    stream = SandboxEventStream(
+        data,
+        on_event=lambda e: deaths.append(e) if e.action == "die" else None,
+        on_connection=states.append,
+        base_url=address,
+        reconnect_delay=0.2,
+    )
+    own_host.stop_engine()
+    try:
+        stream.start()
+        wait_for(lambda: states, timeout=60, what="the stream to say it is down")
+        assert states[0] and states[0].startswith("sandbox host far cannot be reached"), states
+    finally:
+        own_host.start_engine()
+    try:
+        assert stream.connected.wait(60), states
+        assert states[-1] is None, states
+        start_detached(data, task_id, "sleep 60")
+        wait_for(
+            lambda: cairn.runs.latest(task_id).state == RunState.RUNNING.value,
+            timeout=90,
+            what="the run to be running",
+        )
+        engine = own_host.engine()
+        sandbox = next(
+            c
+            for c in engine.containers.list(filters={"label": f"cairn.data_dir={data.resolve()}"})
+            if not c.name.endswith("-carrier")
+        )
+        sandbox.kill()
+        engine.close()
+        wait_for(lambda: deaths, timeout=10, what="the sandbox's die event, from the remote host")
+        settled = settle_workspace(cairn, deaths[-1].workspace_id)
+        assert list(settled.runs.values()) == [RunState.INTERRUPTED.value], settled
+    finally:
+        stream.stop()
+        cairn.close()
