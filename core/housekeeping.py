@@ -697,10 +697,16 @@ def deletion_of(ctx: Context, sandboxes: Sandboxes | None, task: Task) -> Deleti
         )
     elif goes and ws is not None:
         ws = release_vanished_sandbox(ctx, sandboxes, ws)
-        if ws.state == WorkspaceState.ACTIVE.value and sandbox_up(ctx, sandboxes, ws) is not False:
+        up = sandbox_up(ctx, sandboxes, ws) if ws.state == WorkspaceState.ACTIVE.value else False
+        if up:
             d.refusal = (
                 f"the sandbox of workspace {ws.id} is up; stop the task first "
                 "(Stop, or `cairnctl stop TASK`)"
+            )
+        elif up is None:
+            d.refusal = (
+                f"the sandbox of workspace {ws.id} was last seen up and its host cannot be "
+                "asked now; stop the task when its host answers, then delete it"
             )
     return d
 

@@ -27,7 +27,7 @@ from tests.integration.test_remote_sandbox import (
     release_remote,
     start_detached,
 )
-from tests.support import as_json, cairnctl, release_data_dir, wait_for
+from tests.support import as_json, cairnctl, one_error_line, release_data_dir, wait_for
 
 pytestmark = pytest.mark.docker
 
@@ -200,8 +200,18 @@ def test_a_task_deleted_while_its_host_does_not_answer_is_cleaned_up_when_it_ans
     own_task, own_host
 ):
     data, task_id, ws = own_task
-    run_and_stop(data, task_id)
+    done = as_json(cairnctl(data, "run", task_id, "--json", "--step", "echo x > x.txt"))
+    assert done["state"] == "succeeded", done
     session = as_json(cairnctl(data, "status", "--json"))["sessions"][0]["session_id"]
+    own_host.stop_engine()
+    try:
+        # Its sandbox was up when last seen: never removed unseen, nor its task deleted.
+        refused = one_error_line(cairnctl(data, "delete", task_id, "--yes", check=False))
+        assert "its host cannot be asked now" in refused, refused
+        assert ws.is_dir()
+    finally:
+        own_host.start_engine()
+    cairnctl(data, "stop", task_id, "--json")
     own_host.stop_engine()
     try:
         done = as_json(cairnctl(data, "delete", task_id, "--yes", "--json", timeout=120))
