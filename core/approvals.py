@@ -1334,13 +1334,20 @@ def _judge_pass(judge: Judge, exchanged: dict[str, float]) -> None:
     now = time.monotonic()
     in_flight = judge._runs_in_flight()
     due = [r for r in in_flight if now - exchanged.get(r.id, float("-inf")) >= REMOTE_SYNC_S]
-    judge.sync_remote(due, force=True)
     exchanged.update((r.id, now) for r in due)
     for run_id in set(exchanged) - {r.id for r in in_flight}:
         del exchanged[run_id]
+    _sync_remote(judge, due)  # a failure here leaves the local mailboxes to be judged
     decided = {a.run_id for a in judge.poll() if a.state != PENDING}
     if decided:
-        judge.sync_remote([r for r in in_flight if r.id in decided], force=True)
+        _sync_remote(judge, [r for r in in_flight if r.id in decided])
+
+
+def _sync_remote(judge: Judge, runs: list[Run]) -> None:
+    try:
+        judge.sync_remote(runs, force=True)
+    except (CairnError, OSError) as exc:  # the sandbox manager could not be made, say
+        log.warning("the mailboxes of runs on other hosts could not be exchanged: %s", exc)
 
 
 def _judge_of(ctx: Context) -> Judge:

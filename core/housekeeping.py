@@ -78,6 +78,10 @@ KIND_REMOTE = "remote_sandbox"  # a deleted task's sandbox and volumes on a remo
 # One JSON record per session whose remote host did not answer when its task was deleted: the
 # host to ask again, so a later cleanup removes what is left there (in the data folder).
 REMOTE_LEFTOVERS = "remote-leftovers"
+# What a remote host holds of a session the store does not know, with no record of its task's
+# deletion, is a leftover only once it is this old: a sandbox being made there has its volumes
+# before its session is stored.
+REMOTE_GRACE_SECONDS = 3600.0
 
 # A sandbox container in one of these states runs nothing and may be removed for an archived
 # workspace (the backend's words; anything else, running or paused included, is left alone).
@@ -1205,6 +1209,7 @@ def _remote_leftover_items(ctx: Context, sandboxes: Sandboxes, notes: list[str])
     records = remote_leftovers(ctx)
     known = {r.id for r in ctx.store.list_sessions()}
     manager = sandboxes.get()
+    now = time.time()
     items = []
     for host in _remote_hosts(ctx, sandboxes):
         waiting = [e for e in records.values() if e["host"] == host]
@@ -1219,7 +1224,7 @@ def _remote_leftover_items(ctx: Context, sandboxes: Sandboxes, notes: list[str])
                     f"left there stays until it does ({exc})"
                 )
             continue
-        left: dict[str, SessionParts] = {s: p for s, p in found.items() if s not in known}
+        left = {s: p for s, p in found.items() if _left_behind(s, p, known, records, now)}
         for entry in waiting:  # recorded, and nothing there any more: the record goes
             left.setdefault(entry["session_id"], SessionParts(entry["session_id"]))
         for session_id, parts in sorted(left.items()):
@@ -1332,19 +1337,33 @@ def _clean_container(ctx: Context, sandboxes: Sandboxes | None, item: PlanItem) 
     return None
 
 
+def _left_behind(
+    session_id: str, parts: SessionParts, known: set[str], records: dict[str, dict], now: float
+) -> bool:
+    """Whether what a remote host holds of a session is a deleted task's: the store does not
+    know the session, and its deletion is recorded or it is older than REMOTE_GRACE_SECONDS."""
+    if session_id in known:
+        return False
+    return session_id in records or now - parts.made_at >= REMOTE_GRACE_SECONDS
+
+
 def _clean_remote(ctx: Context, sandboxes: Sandboxes | None, item: PlanItem) -> str | None:
     """Remove what a deleted task left on a remote host, checked again first: its session still
     has no record here. Its leftovers record goes once the host has nothing of it."""
     if sandboxes is None:
         return "the sandbox backend was not asked"
     session_id = item.path
-    if any(r.id == session_id for r in ctx.store.list_sessions()):
-        return f"session {session_id} is in use again"
     assert item.host
     backend = sandboxes.get().backend_of(item.host)
     if not isinstance(backend, RemoteDockerBackend):
         return f"host {item.host} is not a remote sandbox host any more"
+    known = {r.id for r in ctx.store.list_sessions()}
     try:
+        parts = backend.session_parts().get(session_id)
+        if parts is not None and not _left_behind(
+            session_id, parts, known, remote_leftovers(ctx), time.time()
+        ):
+            return f"session {session_id} is in use again"
         backend.remove_session(session_id)
     except HostUnreachable as exc:
         return f"sandbox host {item.host} did not answer; tried again at the next cleanup ({exc})"

@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -159,10 +160,21 @@ class SessionParts:
     workspace_id: str | None = None
     containers: list[str] = field(default_factory=list)
     volumes: list[str] = field(default_factory=list)
+    made_at: float = 0.0  # when the newest of them was made (epoch seconds; 0 when unknown)
 
     def words(self) -> str:
         held = [*self.containers, *(f"volume {v}" for v in self.volumes)]
         return ", ".join(held) or "nothing"
+
+
+def _epoch(stamp: Any) -> float:
+    """Docker's RFC 3339 time (a volume's CreatedAt) as epoch seconds; 0 when unreadable."""
+    if not isinstance(stamp, str):
+        return 0.0
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
 
 
 def volume_name(session_id: str, part: str) -> str:
@@ -473,11 +485,13 @@ class RemoteDockerBackend(DockerBackend):
             parts = parts_of(c.get("Labels") or {})
             if parts is not None:
                 parts.containers.append((c.get("Names") or ["/"])[0].lstrip("/"))
+                parts.made_at = max(parts.made_at, float(c.get("Created") or 0))
         volumes = self.api.volumes(filters=self._filters()).get("Volumes") or []
         for v in volumes:
             parts = parts_of(v.get("Labels") or {})
             if parts is not None:
                 parts.volumes.append(v["Name"])
+                parts.made_at = max(parts.made_at, _epoch(v.get("CreatedAt")))
         for parts in found.values():
             parts.containers.sort()
             parts.volumes.sort()
