@@ -46,6 +46,7 @@ from core.revisions import POSITIONS, Revisions
 from core.runs import conversations
 from core.runs.liveness import Sandboxes
 from core.sandbox import egress
+from core.sandbox.base import SessionSummary
 from core.sandbox.remote import HostUnreachable, RemoteDockerBackend, SessionParts
 from core.snapshots import Snapshots
 from core.vault import Vault, base_ref, revisions_ref, snapshot_ref
@@ -158,7 +159,7 @@ class PlanItem:
     task_titles: tuple[str, ...] = ()
     source_id: str | None = None
     objects: tuple[str, ...] = ()  # KIND_OBJECTS: paths under the vault's objects/ folder
-    host: str | None = None  # KIND_REMOTE: the sandbox host it is on
+    host: str | None = None  # KIND_REMOTE, KIND_CONTAINER: its sandbox host (None: the default)
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -1158,29 +1159,46 @@ def _stopped_containers(
     }
     if not archived:
         return []
+    manager = sandboxes.get()
+    # The default host, and every other host an archived workspace's sandbox is on.
+    hosts = {manager.host_of(r) for r in ctx.store.list_sessions() if r.workspace_id in archived}
+    found: list[tuple[str | None, SessionSummary]] = []
     try:
-        found = sandboxes.get().backend.list_sessions()
+        found += [(None, s) for s in manager.backend.list_sessions()]
     except CairnError as exc:
         notes.append(f"sandbox containers are left alone: the sandbox backend said: {exc}")
-        return []
+    for name in sorted(hosts - {manager.host}):
+        try:
+            found += [(name, s) for s in manager.backend_of(name).list_sessions()]
+        except CairnError as exc:
+            notes.append(f"sandbox containers on host {name} are left alone: {exc}")
     items = []
-    for summary in found:
+    for host, summary in found:
         ws = archived.get(summary.workspace_id or "")
         if ws is None or summary.status not in STOPPED_CONTAINER_STATES:
             continue
         names = tuple(titles.get(ws.id, ()))
         who = ", ".join(f"“{t}”" for t in names) or "no task"
+        backend = manager.backend_of(host)
+        there = (
+            f" on host {host or manager.host}, with its carrier and volumes there"
+            if isinstance(backend, RemoteDockerBackend)
+            else f" on host {host}"
+            if host
+            else ""
+        )
         items.append(
             PlanItem(
                 KIND_CONTAINER,
                 f"{summary.status} sandbox container {summary.container_name} of archived "
-                f"workspace {ws.id} ({who})",
+                f"workspace {ws.id} ({who}){there}",
                 0,  # Docker's disk, not the data folder's
                 summary.container_id,
                 1,
                 workspace_id=ws.id,
                 task_titles=names,
                 source_id=summary.session_id,
+                host=host,
             )
         )
     return items
@@ -1317,14 +1335,16 @@ def _clean_container(ctx: Context, sandboxes: Sandboxes | None, item: PlanItem) 
     if ws is None:
         return why
     manager = sandboxes.get()
-    summary = next(
-        (s for s in manager.backend.list_sessions() if s.container_id == item.path), None
-    )
+    backend = manager.backend_of(item.host) if item.host else manager.backend
+    summary = next((s for s in backend.list_sessions() if s.container_id == item.path), None)
     if summary is None:
         return "the container is gone already"
     if summary.status not in STOPPED_CONTAINER_STATES:
         return f"the container is {summary.status} now"
-    manager.backend.remove(item.path)
+    if isinstance(backend, RemoteDockerBackend) and summary.session_id:
+        backend.remove_session(summary.session_id)  # its carrier and volumes too
+    else:
+        backend.remove(item.path)
     for record in ctx.store.list_sessions():
         if record.container_id == item.path:
             ctx.store.update_session(record.id, status="gone")

@@ -332,3 +332,33 @@ def test_the_apps_event_watch_listens_to_a_remote_default_host(own_task, own_hos
     finally:
         stream.stop()
         cairn.close()
+
+
+def test_a_cleanup_removes_an_archived_tasks_sandbox_and_volumes_there_and_it_runs_again(
+    own_task, own_host
+):
+    data, task_id, ws = own_task
+    run_and_stop(data, task_id)
+    cairnctl(data, "archive", task_id, "--json", timeout=120)
+    engine = own_host.engine()
+    try:
+        plan = as_json(cairnctl(data, "housekeeping", "--json", timeout=120))["plan"]
+        items = [i for i in plan["items"] if i["kind"] == "sandbox_container"]
+        assert [i["host"] for i in items] == ["far"], plan
+        assert "with its carrier and volumes there" in items[0]["description"], items
+        cleaned = as_json(cairnctl(data, "housekeeping", "--yes", "--json", timeout=120))
+        assert not cleaned["result"]["skipped"], cleaned
+        assert labelled(engine, data) == ([], [])
+        # Un-archived, it runs again: new volumes filled from the local snapshot.
+        cairnctl(data, "unarchive", task_id, "--json", timeout=120)
+        done = as_json(cairnctl(data, "run", task_id, "--json", "--step", "cat x.txt"))
+        assert done["state"] == "succeeded", done
+        assert "x" in stdout_of_last(data)
+        assert (ws / "x.txt").read_text() == "x\n"
+    finally:
+        engine.close()
+
+
+def stdout_of_last(data: Path) -> str:
+    runs = sorted(data.glob("runs/*/*/stdout"), key=lambda p: p.stat().st_mtime)
+    return runs[-1].read_text() if runs else ""
