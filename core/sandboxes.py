@@ -249,12 +249,12 @@ class SandboxManager:
             remote = False
         return HOST_UNREACHABLE if remote else "unknown"
 
-    def mirror_workspace(self, run: Run) -> Callable[[], None] | None:
+    def mirror_workspace(self, run: Run, *, follow: bool = True) -> Callable[[], None] | None:
         """Keep the local workspace folder equal to the run's sandbox when that is on another
         machine, so the local recorder writes its revisions (and checkpoints and snapshots stay
-        here); returns what ends it, after a last full pass. None when there is nothing to
-        mirror: a sandbox on this machine, one not running, or another Cairn process mirroring
-        this workspace already."""
+        here); returns what ends it, after a last full pass (with `follow=False` nothing runs
+        until then: that pass alone). None when there is nothing to mirror: a sandbox on this
+        machine, one not running, or another Cairn process mirroring this workspace already."""
         if not run.workspace_id:
             return None
         record = self.store.session_for(run.workspace_id)
@@ -275,7 +275,8 @@ class SandboxManager:
             lock.release()
             return None
         mirror = make(on_problem=lambda line: log.info("workspace mirror: %s", line))
-        mirror.start()
+        if follow:
+            mirror.start()
 
         def stop() -> None:
             try:
@@ -648,7 +649,8 @@ class SandboxManager:
 class Mirroring:
     """The workspace mirror of one followed run (SandboxManager.mirror_workspace): started
     once the run runs in a sandbox on another machine (tried again every few seconds while it
-    cannot be), ended with a last full pass by `stop`."""
+    cannot be), ended with a last full pass by `stop`. A run that ends while no mirror runs
+    (its host did not answer at the last try) still gets that last pass."""
 
     RETRY_S = 3.0
 
@@ -657,18 +659,27 @@ class Mirroring:
         self._stop: Callable[[], None] | None = None
         self._tried = float("-inf")
         self._stopped = False
+        self._run: Run | None = None
 
     def ensure(self, run: Run) -> None:
         import time
 
+        self._run = run
         if self._stop is not None or self._stopped or time.monotonic() - self._tried < self.RETRY_S:
             return
         self._tried = time.monotonic()
         self._stop = self._sandboxes.get().mirror_workspace(run)
 
     def stop(self) -> None:
+        if self._stopped:
+            return
         self._stopped = True
         stop, self._stop = self._stop, None
+        if stop is None and self._run is not None:
+            try:
+                stop = self._sandboxes.get().mirror_workspace(self._run, follow=False)
+            except CairnError as exc:
+                log.warning("the last pass of the workspace mirror could not start: %s", exc)
         if stop is not None:
             stop()
 
