@@ -765,6 +765,15 @@ def _remove_sandbox(
     host = manager.host_of(record)
     try:
         backend = manager.backend_of(host)
+    except InputError as exc:  # a host taken out of the settings: nothing can be asked of it
+        _record_remote_leftover(ctx, host, record, task)
+        d.notes.append(
+            f"sandbox host {host} is no longer in the settings, so whatever session "
+            f"{record.id} holds there stays; set hosts.{host} again and a cleanup "
+            f"(Housekeeping) removes it ({exc.message})"
+        )
+        return
+    try:
         if isinstance(backend, RemoteDockerBackend):
             backend.remove_session(record.id)
         elif record.container_id:

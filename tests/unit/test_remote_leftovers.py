@@ -4,6 +4,7 @@ the records of the deletions whose host did not answer (no remote host needed he
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from core import housekeeping
 from core.app import Cairn
 from core.housekeeping import REMOTE_GRACE_SECONDS, _left_behind, remote_leftovers
+from core.models import SessionRecord
 from core.sandbox.remote import SessionParts, _epoch
 
 
@@ -56,3 +58,26 @@ def test_records_that_cannot_be_read_or_do_not_match_their_name_are_skipped(cair
 def test_a_plan_without_remote_hosts_asks_none_and_lists_no_remote_item(cairn):
     plan = cairn.housekeeping.plan()
     assert not [i for i in plan.items if i.kind == housekeeping.KIND_REMOTE]
+
+
+def test_a_task_on_a_host_taken_out_of_the_settings_is_deleted_and_its_leftovers_recorded(
+    cairn, tmp_path
+):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "README").write_text("hi\n")
+    task = cairn.tasks.new(src, title="far away").task
+    assert task.workspace_id
+    now = time.time()
+    cairn.ctx.store.put_session(
+        SessionRecord("ses_gonehost", task.workspace_id, "docker-ssh", "c1", "cairn-ses_gonehost",
+                      None, status="stopped", created_at=now, updated_at=now, host="nowhere")
+    )  # fmt: skip
+    done = cairn.housekeeping.delete(task.id)
+    assert any("no longer in the settings" in n and "hosts.nowhere" in n for n in done.notes), done
+    assert not Path(done.workspace_root or "").exists()
+    assert remote_leftovers(cairn.ctx)["ses_gonehost"]["host"] == "nowhere"
+    # A cleanup cannot ask it either: nothing listed, nothing lost.
+    plan = cairn.housekeeping.plan()
+    assert not [i for i in plan.items if i.kind == housekeeping.KIND_REMOTE]
+    assert "ses_gonehost" in remote_leftovers(cairn.ctx)
