@@ -1213,6 +1213,8 @@ LIVENESS_EVERY_S = 10.0
 # A run in a sandbox on another machine has its mailbox synced by the judge this often (an exec
 # over SSH each time); a decision the judge makes is sent at once.
 REMOTE_SYNC_S = 0.5
+REMOTE_SLOW_S = 2.0  # an exchange that took longer than this...
+REMOTE_SLOW_BACKOFF_S = 15.0  # ...is not tried again for this long
 
 
 def judge_dir(data_root: Path) -> Path:
@@ -1331,13 +1333,18 @@ def _judge_pass(judge: Judge, exchanged: dict[str, float]) -> None:
     """One pass of the judge process: the requests of runs on other machines brought here (each
     run at most every REMOTE_SYNC_S), every mailbox judged, and the decisions this pass made
     sent to their runs' sandboxes at once. `exchanged` is when each run was last synced."""
-    now = time.monotonic()
     in_flight = judge._runs_in_flight()
-    due = [r for r in in_flight if now - exchanged.get(r.id, float("-inf")) >= REMOTE_SYNC_S]
-    exchanged.update((r.id, now) for r in due)
     for run_id in set(exchanged) - {r.id for r in in_flight}:
         del exchanged[run_id]
-    _sync_remote(judge, due)  # a failure here leaves the local mailboxes to be judged
+    for run in in_flight:
+        began = time.monotonic()
+        if began - exchanged.get(run.id, float("-inf")) < REMOTE_SYNC_S:
+            continue
+        _sync_remote(judge, [run])  # a failure here leaves the local mailboxes to be judged
+        took = time.monotonic() - began
+        # A host that takes long to answer (or to fail: ssh's connect timeout) is asked less
+        # often, so it does not hold up the runs of every other host.
+        exchanged[run.id] = began + (REMOTE_SLOW_BACKOFF_S if took > REMOTE_SLOW_S else 0.0)
     decided = {a.run_id for a in judge.poll() if a.state != PENDING}
     if decided:
         _sync_remote(judge, [r for r in in_flight if r.id in decided])
