@@ -58,7 +58,7 @@ CAIRN_TEST_REMOTE_SOCKET=$SOCKET
 EOF
 }
 
-alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+alive() { [ -f "$1" ] && kill -0 "$(cat "$1" 2>/dev/null)" 2>/dev/null; }
 
 make_user() {
     if ! getent group "$USER_NAME" >/dev/null; then groupadd --system "$USER_NAME"; fi
