@@ -12,6 +12,10 @@ mirrors one run folder into the local `runs/` folder, the output files appended 
 they have here (so each byte arrives exactly once and the local observation code reads them as
 it reads a local sandbox's), the small files (pid, exit_code, step, approval requests) whole.
 
+The egress proxy stays on this machine: the sandbox gets an empty tmpfs at /cairn/egress, where
+the relay that the egress tunnel keeps running there serves the proxy's socket
+(core.sandbox.egress_tunnel), so `allowlist` and the model endpoints work as they do here.
+
 Everything about containers, execs and attach checks is the Docker backend's; the SSH transport
 and its failures in words are the bridge's; a connection that fails mid-way is explained by the
 bridge's `check()`, never passed on as a raw "connection aborted".
@@ -38,10 +42,12 @@ from core.launch import resource_path
 from core.mailbox import DECISIONS_IN_SANDBOX, decisions_root
 from core.safe_fs import ensure_dir
 from core.sandbox.base import (
+    CONTAINER_EGRESS,
     CONTAINER_GIT_SETTINGS,
     CONTAINER_HOME,
     CONTAINER_RUNS,
     CONTAINER_WORKSPACE,
+    NETWORK_ALLOWLIST,
     NETWORK_NONE,
     NETWORK_OPEN,
     PROTECTED_GIT_TARGETS,
@@ -50,13 +56,13 @@ from core.sandbox.base import (
     Attached,
     AttachResult,
     Capabilities,
+    LiveSession,
     MountSpec,
     SandboxError,
     SandboxSpec,
     SandboxUnavailable,
     SessionState,
     SessionSummary,
-    UnsupportedNetwork,
     check_run_id,
     prepare_host_dirs,
     read_pid,
@@ -72,6 +78,8 @@ from core.sandbox.docker import (
     DockerLiveSession,
     docker_call,
 )
+from core.sandbox.egress import SOCKET_NAME
+from core.sandbox.egress_tunnel import ensure_tunnel
 from core.sandbox.mirror import TAR_READ_ARGV, Entry, WorkspaceMirror, entries_from_tar
 from core.sandbox.ssh_bridge import SshBridge, SshUnavailable
 
@@ -159,15 +167,16 @@ def carrier_name(session_id: str) -> str:
 
 class RemoteDockerBackend(DockerBackend):
     """Sandboxes as containers of a Docker engine on another machine, hardened as the local
-    ones are, whose every mount is a volume of that engine. `none` and `open` networks; the
-    allowlist proxy and local model endpoints are not reachable from there yet."""
+    ones are, whose every mount is a volume of that engine. `none`, `open` and `allowlist`
+    networks: the allowlist proxy and the model endpoints are this machine's, reached through
+    the egress tunnel (core.sandbox.egress_tunnel)."""
 
     name = "docker-ssh"
     capabilities = Capabilities(
         reattach=True,
         recreate_from_snapshot=True,
         per_exec_env=True,
-        network_modes=frozenset({NETWORK_NONE, NETWORK_OPEN}),
+        network_modes=frozenset({NETWORK_NONE, NETWORK_OPEN, NETWORK_ALLOWLIST}),
         isolated=True,
     )
     mount_type: Literal["bind", "volume"] = "volume"
@@ -248,12 +257,6 @@ class RemoteDockerBackend(DockerBackend):
     # --- what a remote sandbox is made of ---------------------------------------------------
 
     def check_spec(self, spec: SandboxSpec) -> None:
-        if spec.egress_socket_dir is not None:
-            raise UnsupportedNetwork(
-                f"a sandbox on host {self.host_name} cannot reach Cairn's egress proxy yet "
-                f"(the network policy {spec.network!r}, or a model endpoint)",
-                hint="use the network policy 'none' or 'open' on a remote host",
-            )
         local = [
             f"{source} -> {target}"
             for source, target in spec.extra_mounts
@@ -287,6 +290,47 @@ class RemoteDockerBackend(DockerBackend):
             MountSpec(volume_name(spec.session_id, part), target, read_only)
             for part, target, read_only in self.volume_mounts(spec)
         ]
+
+    def tmpfs_mounts(self, spec: SandboxSpec) -> dict[str, str]:
+        """Docker's, and an empty folder for the egress relay's socket (/cairn/egress: on this
+        machine the proxy's folder is mounted there)."""
+        uid, gid = spec.user
+        return {
+            **super().tmpfs_mounts(spec),
+            CONTAINER_EGRESS: f"rw,nosuid,nodev,noexec,size=65536,mode=0755,uid={uid},gid={gid}",
+        }
+
+    def compare(self, info: Mapping[str, Any], state: SessionState, spec: SandboxSpec) -> list[str]:
+        reasons = super().compare(info, state, spec)
+        tmpfs = (info.get("HostConfig") or {}).get("Tmpfs") or {}
+        if spec.egress_socket_dir is not None and CONTAINER_EGRESS not in tmpfs:
+            reasons.append(f"it has no folder at {CONTAINER_EGRESS} for the egress relay")
+        return reasons
+
+    # --- the egress tunnel ------------------------------------------------------------------
+
+    @docker_call("create the sandbox")
+    def create(
+        self, spec: SandboxSpec, *, previous: SessionState | None = None
+    ) -> tuple[SessionState, LiveSession]:
+        state, live = super().create(spec, previous=previous)
+        try:
+            self.connect_egress(spec, state.container_id)
+        except BaseException:
+            # Not recorded anywhere yet: a sandbox that cannot reach its proxy is not kept.
+            if state.container_id:
+                with contextlib.suppress(Exception):
+                    self.api.remove_container(state.container_id, force=True)
+            raise
+        return state, live
+
+    def connect_egress(self, spec: SandboxSpec, container_id: str | None) -> None:
+        """When the spec reaches the egress proxy: the tunnel carrying the sandbox's egress
+        socket to the proxy's here, serving before this returns."""
+        if spec.egress_socket_dir is None or not container_id:
+            return
+        self._open_bridge()  # ssh's own check first: a host that refuses says why
+        ensure_tunnel(spec.egress_socket_dir / SOCKET_NAME, container_id, self.bridge)
 
     def _stale_mounts(self, info: Mapping[str, Any], spec: SandboxSpec) -> list[str]:
         return []  # a volume in use cannot be removed or replaced under the container
@@ -324,6 +368,8 @@ class RemoteDockerBackend(DockerBackend):
         found = super().attach(state, spec)
         if isinstance(found, Attached):  # made by another Cairn, or before an update of it
             self._put_folders(carrier_name(spec.session_id), self._current(spec))
+            assert isinstance(found.live, DockerLiveSession)
+            self.connect_egress(spec, found.live.container_id)
         return found
 
     def _decisions_of(self, spec: SandboxSpec) -> Path:

@@ -11,7 +11,7 @@ import pytest
 
 from core.errors import InputError
 from core.health import ERROR, OK, EngineFacts, check_host
-from core.sandbox.base import SandboxError, UnsupportedNetwork
+from core.sandbox.base import SandboxError, SessionState
 from core.sandbox.hosts import bridge_for, parse_value
 from core.sandbox.remote import (
     HostUnreachable,
@@ -145,8 +145,23 @@ def test_a_remote_sandbox_mounts_no_folder_of_this_machine(tmp_path: Path):
     }
     with pytest.raises(SandboxError, match="cannot mount folders of this machine"):
         backend.check_spec(spec(tmp_path, extra_mounts=((tmp_path / "bin", "/opt/engine"),)))
-    with pytest.raises(UnsupportedNetwork, match="egress proxy"):
-        backend.check_spec(spec(tmp_path, network="allowlist", egress_socket_dir=tmp_path / "e"))
+
+
+def test_a_remote_sandbox_reaches_the_proxy_through_a_folder_of_its_own(tmp_path: Path):
+    backend = backend_for_host(parse_value("far", f"docker {ADDRESS}"), tmp_path)
+    allowlist = spec(tmp_path, network="allowlist", egress_socket_dir=tmp_path / "e")
+    backend.check_spec(allowlist)  # the egress tunnel carries it
+    assert "allowlist" in backend.capabilities.network_modes
+    tmpfs = backend.tmpfs_mounts(allowlist)
+    assert {"/tmp", "/run", "/cairn/egress"} <= set(tmpfs)
+    assert "uid=1000,gid=1000" in tmpfs["/cairn/egress"]
+    assert "/cairn/egress" not in {m.target for m in backend.sandbox_mounts(allowlist)}
+    state = SessionState("docker-ssh", "c1", "cairn-ses_1", "sha256:1", [], 1, None)
+    without = {"Image": "sha256:1", "Config": {"User": "1000:1000"}, "HostConfig": {}}
+    without["HostConfig"] = {"NetworkMode": "none", "Tmpfs": {"/tmp": ""}}
+    # A sandbox made without the relay's folder (by an older Cairn) is made again under it.
+    assert any("/cairn/egress" in r for r in backend.compare(without, state, allowlist))
+    assert not any("/cairn/egress" in r for r in backend.compare(without, state, spec(tmp_path)))
 
 
 # --- mirroring a run folder ------------------------------------------------------------------
