@@ -16,6 +16,11 @@ The egress proxy stays on this machine: the sandbox gets an empty tmpfs at /cair
 the relay that the egress tunnel keeps running there serves the proxy's socket
 (core.sandbox.egress_tunnel), so `allowlist` and the model endpoints work as they do here.
 
+An engine's binary (Claude Code's native executable, mounted from this machine elsewhere) is a
+volume there named by the file's sha256 (`cairn-engine-<name>-<sha256>`), filled once through a
+carrier of its own, its completion mark written after the file, and mounted read-only at the
+binary's folder by every sandbox of that engine.
+
 Everything about containers, execs and attach checks is the Docker backend's; the SSH transport
 and its failures in words are the bridge's; a connection that fails mid-way is explained by the
 bridge's `check()`, never passed on as a raw "connection aborted".
@@ -28,13 +33,15 @@ import fcntl
 import hashlib
 import io
 import os
+import re
 import socket
 import tarfile
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from pathlib import Path
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Literal
 
 from core.errors import CairnError
@@ -87,7 +94,13 @@ if TYPE_CHECKING:
     from docker import DockerClient
 
 LABEL_ROLE = "cairn.role"  # on carriers and volumes: what they are for
+LABEL_SHA256 = "cairn.sha256"  # on an engine binary's volume: its content
 ROLE_CARRIER = "carrier"
+ROLE_ENGINE = "engine"
+ENGINE_MOUNT_ROOT = "/cairn/engines"
+ENGINE_VOLUME_PREFIX = "cairn-engine-"
+ENGINE_MARK = ".cairn-complete"  # written after the binary: the volume holds it whole
+_FILE_NAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]{0,63}")
 CARRIER_ROOT = "/v"
 TOOLS_IN_SANDBOX = "/cairn/tools"
 HOOKS_IN_SANDBOX = next(t for t in PROTECTED_GIT_TARGETS if t.endswith("/hooks"))
@@ -157,6 +170,30 @@ class HostUnreachable(SandboxUnavailable):
 Fill = tuple[str, Path | None, tuple[int, int]]  # (volume part, local folder, owner uid:gid)
 
 
+@dataclass(frozen=True)
+class EngineFile:
+    """An engine binary a remote sandbox mounts: the local file (None for a sandbox found as it
+    was made), the volume holding it there and the folder that volume is mounted at."""
+
+    source: Path | None
+    name: str  # the binary's name in the folder
+    volume: str
+    folder: str
+    digest: str
+
+
+def is_engine_target(target: str) -> bool:
+    return target == ENGINE_MOUNT_ROOT or target.startswith(ENGINE_MOUNT_ROOT + "/")
+
+
+def engine_volume_name(name: str, digest: str) -> str:
+    """The volume holding the engine binary `name` whose sha256 is `digest`: one per content,
+    filled once and shared by every sandbox of that engine, read-only."""
+    if not _FILE_NAME.fullmatch(name):
+        raise SandboxError(f"{name!r} cannot name an engine binary on a remote host")
+    return f"{ENGINE_VOLUME_PREFIX}{name}-{digest}"
+
+
 def volume_name(session_id: str, part: str) -> str:
     return f"cairn-{session_id}-{part}"
 
@@ -169,7 +206,8 @@ class RemoteDockerBackend(DockerBackend):
     """Sandboxes as containers of a Docker engine on another machine, hardened as the local
     ones are, whose every mount is a volume of that engine. `none`, `open` and `allowlist`
     networks: the allowlist proxy and the model endpoints are this machine's, reached through
-    the egress tunnel (core.sandbox.egress_tunnel)."""
+    the egress tunnel (core.sandbox.egress_tunnel); an engine's binary is a content-addressed
+    volume there (`engine_volume_name`)."""
 
     name = "docker-ssh"
     capabilities = Capabilities(
@@ -195,6 +233,7 @@ class RemoteDockerBackend(DockerBackend):
         self.host_name = host_name or bridge.target.url
         self._bridge_lock = threading.Lock()
         self._checked = False
+        self._digests: dict[tuple, str] = {}
 
     # --- connection -------------------------------------------------------------------------
 
@@ -257,10 +296,11 @@ class RemoteDockerBackend(DockerBackend):
     # --- what a remote sandbox is made of ---------------------------------------------------
 
     def check_spec(self, spec: SandboxSpec) -> None:
+        self.engine_files(spec)  # refuses an engine mount that cannot be a volume there
         local = [
             f"{source} -> {target}"
             for source, target in spec.extra_mounts
-            if target not in STANDARD_EXTRA_TARGETS
+            if target not in STANDARD_EXTRA_TARGETS and not is_engine_target(target)
         ]
         if local:
             raise SandboxError(
@@ -289,7 +329,7 @@ class RemoteDockerBackend(DockerBackend):
         return [
             MountSpec(volume_name(spec.session_id, part), target, read_only)
             for part, target, read_only in self.volume_mounts(spec)
-        ]
+        ] + [MountSpec(f.volume, f.folder, True) for f in self.engine_files(spec)]
 
     def tmpfs_mounts(self, spec: SandboxSpec) -> dict[str, str]:
         """Docker's, and an empty folder for the egress relay's socket (/cairn/egress: on this
@@ -306,6 +346,134 @@ class RemoteDockerBackend(DockerBackend):
         if spec.egress_socket_dir is not None and CONTAINER_EGRESS not in tmpfs:
             reasons.append(f"it has no folder at {CONTAINER_EGRESS} for the egress relay")
         return reasons
+
+    # --- engine binaries: content-addressed volumes ----------------------------------------
+
+    def engine_files(self, spec: SandboxSpec) -> list[EngineFile]:
+        """The engine binaries the spec mounts (targets under /cairn/engines), each as the
+        volume that holds it there. A spec found as it was made names the volume itself."""
+        out: list[EngineFile] = []
+        for source, target in spec.extra_mounts:
+            if not is_engine_target(target):
+                continue
+            if source.name.startswith(ENGINE_VOLUME_PREFIX) and not source.exists():
+                out.append(EngineFile(None, "", source.name, target, ""))  # as it was made
+                continue
+            if not source.is_file():
+                raise SandboxError(
+                    f"a sandbox on host {self.host_name} gets an engine's binary as a copy, "
+                    f"and {source} is not a file",
+                    hint="set the engine's binary to its native executable",
+                )
+            name = PurePosixPath(target).name
+            digest = self._digest(source)
+            folder = str(PurePosixPath(target).parent)
+            out.append(EngineFile(source, name, engine_volume_name(name, digest), folder, digest))
+        folders = [f.folder for f in out]
+        if len(set(folders)) != len(folders):
+            raise SandboxError(
+                f"a sandbox on host {self.host_name} cannot hold two engine binaries in one "
+                f"folder ({', '.join(sorted(folders))})"
+            )
+        return out
+
+    def _digest(self, source: Path) -> str:
+        """The file's sha256, kept while its stat data stays the same."""
+        st = source.stat()
+        key = (str(source), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        with self._bridge_lock:
+            found = self._digests.get(key)
+        if found is None:
+            sha = hashlib.sha256()
+            with open(source, "rb") as handle:
+                while chunk := handle.read(1024 * 1024):
+                    sha.update(chunk)
+            found = sha.hexdigest()
+            with self._bridge_lock:
+                self._digests[key] = found
+        return found
+
+    def _ensure_engine_volumes(self, spec: SandboxSpec, image_id: str) -> None:
+        """Each engine binary's volume there, made and filled once (its mark written after the
+        file, in the same archive, so a fill cut short is filled again), then shared by every
+        sandbox of that engine."""
+        for engine in self.engine_files(spec):
+            if engine.source is not None:
+                self._fill_engine_volume(engine, image_id)
+
+    def _fill_engine_volume(self, engine: EngineFile, image_id: str) -> None:
+        import docker.errors
+
+        assert engine.source is not None
+        labels = {LABEL_MANAGED: "1", LABEL_ROLE: ROLE_ENGINE, LABEL_SHA256: engine.digest}
+        try:
+            self.api.inspect_volume(engine.volume)
+        except docker.errors.NotFound:
+            self.api.create_volume(engine.volume, labels=labels)
+        carrier = self._engine_carrier(engine.volume, image_id, labels)
+        if self._has_mark(carrier, engine.digest):
+            return
+        name = engine.name
+        with tempfile.TemporaryFile() as spool:
+            with tarfile.open(fileobj=spool, mode="w", format=tarfile.PAX_FORMAT) as tar:
+                info = tar.gettarinfo(str(engine.source), arcname=name)
+                info.uid, info.gid, info.uname, info.gname, info.mode = 0, 0, "", "", 0o755
+                with open(engine.source, "rb") as handle:
+                    tar.addfile(info, handle)
+                mark = tarfile.TarInfo(ENGINE_MARK)
+                data = f"{engine.digest}\n".encode("ascii")
+                mark.size, mark.mode = len(data), 0o644
+                tar.addfile(mark, io.BytesIO(data))
+            spool.seek(0)
+            if not self.api.put_archive(carrier, "/v", spool):
+                raise SandboxError(f"host {self.host_name} refused the engine binary {name}")
+        if not self._has_mark(carrier, engine.digest):
+            raise SandboxError(
+                f"the engine binary {name} did not arrive whole on host {self.host_name}"
+            )
+
+    def _engine_carrier(self, volume: str, image_id: str, labels: dict[str, str]) -> str:
+        """A never-started container holding the engine volume writable at /v."""
+        import docker.errors
+        import docker.types
+
+        name = f"{volume}-carrier"
+        for _ in range(2):
+            try:
+                return str(self.api.inspect_container(name)["Id"])
+            except docker.errors.NotFound:
+                pass
+            host_config = self.api.create_host_config(
+                mounts=[docker.types.Mount("/v", volume, type="volume")],
+                network_mode="none",
+                cap_drop=["ALL"],
+            )
+            try:
+                created = self.api.create_container(
+                    image=image_id,
+                    command=["true"],
+                    name=name,
+                    labels={**labels, LABEL_ROLE: ROLE_CARRIER},
+                    host_config=host_config,
+                    network_disabled=True,
+                )
+                return str(created["Id"])
+            except docker.errors.APIError as exc:
+                if exc.status_code != 409:  # else another Cairn made it just now
+                    raise
+        raise SandboxError(f"the carrier of {volume} cannot be made on host {self.host_name}")
+
+    def _has_mark(self, carrier: str, digest: str) -> bool:
+        import docker.errors
+
+        try:
+            stream, _stat = self.api.get_archive(carrier, f"/v/{ENGINE_MARK}")
+        except docker.errors.NotFound:
+            return False
+        data = b"".join(stream)
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            member = tar.extractfile(ENGINE_MARK)
+            return member is not None and member.read().decode("ascii", "replace").strip() == digest
 
     # --- the egress tunnel ------------------------------------------------------------------
 
@@ -353,6 +521,7 @@ class RemoteDockerBackend(DockerBackend):
         if RUNS in made:
             fills.append((RUNS, None, user))
         self._put_folders(carrier, [*fills, *self._current(spec)])
+        self._ensure_engine_volumes(spec, image_id)
 
     def _current(self, spec: SandboxSpec) -> list[Fill]:
         """What a sandbox reads of Cairn's own, as this Cairn has it: the tools, the git

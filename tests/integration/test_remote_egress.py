@@ -3,13 +3,18 @@
 host" of scripts/remote-host.sh): the sandbox reaches the egress proxy on this machine through
 the egress tunnel (an exec there carrying the proxy socket's connections), so what is allowed,
 what is refused and the credentials stay here; a granted secret reaches the run and is written
-nowhere on that host's disk."""
+nowhere on that host's disk. Claude Code runs there from its binary sent once into a
+content-addressed volume, against the scripted model server on this machine's loopback."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
+import os
 import subprocess
+import tarfile
 import threading
 import time
 import uuid
@@ -17,18 +22,27 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import docker
 import pytest
 
 from core.sandbox import egress
+from core.sandbox.base import SandboxSpec
 from core.sandbox.egress_tunnel import tunnel_pid, tunnel_target
+from core.sandbox.mirror import QUIET_PERIOD
+from core.sandbox.remote import ENGINE_VOLUME_PREFIX
+from core.store import Store
+from tests.agents.fake_anthropic import Bash, FakeAnthropic, Reply
+from tests.integration.claude_support import binary, use_scripted_server  # noqa: F401
 from tests.integration.test_remote_sandbox import (  # noqa: F401 (fixtures)
     HOST,
     far_task,
     host_value,
+    new_far_task,
+    release_remote,
     remote,
     remote_engine,
 )
-from tests.support import as_json, cairnctl
+from tests.support import as_json, cairnctl, release_data_dir
 
 pytestmark = pytest.mark.docker
 
@@ -211,6 +225,79 @@ def test_a_dropped_tunnel_connects_again_and_a_policy_without_the_proxy_ends_it(
     assert egress.running_pid(socket_path) is None and tunnel_pid(socket_path) is None
 
 
+@pytest.fixture
+def far_claude(tmp_path, remote, remote_engine, sandbox_image, docker_client, binary):
+    """A data folder that knows the remote host, a project folder and a secret's name."""
+    data, _, _ = new_far_task(tmp_path, remote, sandbox_image, remote_engine)
+    src = tmp_path / "project"
+    src.mkdir()
+    (src / "README").write_text("a project\n")
+    secret = f"claude-far-{uuid.uuid4().hex[:12]}"
+    yield data, src, secret
+    cairnctl(data, "secret", "rm", secret, check=False)
+    release_data_dir(data, docker_client)
+    release_remote(data, remote_engine)
+
+
+@pytest.mark.keyring
+def test_claude_code_on_the_remote_host_comes_back_as_revisions(
+    far_claude,
+    remote,
+    remote_engine,
+    binary,
+    secret_service,
+):
+    data, src, secret = far_claude
+    # The first second of a run starts the mirror there; the file is written after it.
+    script = [
+        Bash("sleep 3; mkdir -p src && echo 'print(1)' > src/app.py"),
+        Reply("Made src/app.py."),
+    ]
+    with FakeAnthropic(script) as server:
+        use_scripted_server(data, binary, server.url, secret)
+        cairnctl(data, "config", "set", f"hosts.{HOST}", host_value(remote))
+        made = as_json(
+            cairnctl(data, "new", str(src), "--engine", "claude-code", "--host", HOST, "--json")
+        )
+        task, ws = made["task_id"], Path(made["workspace_root"])
+        done = as_json(
+            cairnctl(data, "continue", task, "-m", "make src/app.py", "--json", timeout=300)
+        )
+        assert done["state"] == "succeeded", done
+        child = done["task_id"]
+        assert (ws / "src/app.py").read_text() == "print(1)\n"
+        revisions = as_json(cairnctl(data, "revisions", child, "--json"))["revisions"]
+        watch = [r for r in revisions if r["trigger"] == "watch" and r["run_id"]]
+        first = min((r for r in watch if "src/app.py" in r["paths"]), key=lambda r: r["seq"])
+        # Recorded here within a second of the quiet period after it was written there (both
+        # engines share this machine's clock).
+        sandbox = sandbox_there(data, remote_engine)
+        stat = sandbox.exec_run(["stat", "-c", "%.9Y", "/workspace/src/app.py"])
+        assert stat.exit_code == 0, stat.output
+        delay = first["created_at"] - float(stat.output.decode())
+        print(f"src/app.py written there to its revision here: {delay:.3f} s")
+        assert 0 < delay <= QUIET_PERIOD + 1.0, delay
+        base = next(r for r in revisions if r["trigger"] == "base")
+        diff = as_json(cairnctl(data, "diff", child, base["id"], "--json"))
+        assert {f["new_path"] for f in diff["files"]} == {"src/app.py"}, diff
+        snap = as_json(cairnctl(data, "snapshot", child, "--json"))
+        latest = max(revisions, key=lambda r: r["seq"])
+        assert snap["state"] == "durable" and snap["tree"] == latest["tree"], (snap, latest)
+        checkpoints = Store(data / "cairn.db").list_checkpoints(done["run_id"])
+        assert checkpoints, "the run's end made no checkpoint"
+        assert server.main_requests(), "the model was never asked"
+        # The key was added here by the proxy: the sandbox only ever held a placeholder.
+        assert any(line.get("event") == "credential" for line in egress_log(data))
+
+        info = sandbox_there(data, remote_engine).attrs
+        assert {m["Type"] for m in info["Mounts"]} == {"volume"}, info["Mounts"]
+        (engine,) = [m for m in info["Mounts"] if m["Destination"] == "/cairn/engines"]
+        digest = hashlib.sha256(binary.read_bytes()).hexdigest()
+        assert engine["Name"] == f"{ENGINE_VOLUME_PREFIX}claude-{digest}" and not engine["RW"]
+        volume = remote_engine.volumes.get(engine["Name"])
+        assert volume.attrs["Labels"]["cairn.sha256"] == digest  # shared: no data folder's
+
+
 def test_a_tunnel_to_a_sandbox_that_is_not_there_says_so(tmp_path, remote):
     from core.sandbox.egress_tunnel import TunnelError, ensure_tunnel
     from core.sandbox.hosts import bridge_for, parse_value
@@ -224,3 +311,68 @@ def test_a_tunnel_to_a_sandbox_that_is_not_there_says_so(tmp_path, remote):
         assert tunnel_pid(paths.socket) is None
     finally:
         egress.stop(paths.socket)
+
+
+def test_an_engine_binary_is_sent_once_and_a_fill_cut_short_is_filled_again(
+    tmp_path, remote, remote_engine, sandbox_image
+):
+    from core.sandbox.hosts import bridge_for, parse_value
+    from core.sandbox.remote import ENGINE_MARK, RemoteDockerBackend
+
+    binary = tmp_path / "tool"
+    binary.write_bytes(os.urandom(300_000))
+    made = SandboxSpec(
+        workspace_id="ws_1",
+        session_id="ses_1",
+        snapshot_id=None,
+        workspace_root=tmp_path / "ws",
+        home_dir=tmp_path / "home",
+        runs_dir=tmp_path / "runs",
+        extra_mounts=((binary, "/cairn/engines/tool"),),
+    )
+    backend = RemoteDockerBackend(
+        tmp_path / "data", bridge_for(parse_value(HOST, host_value(remote))), host_name=HOST
+    )
+    image_id = remote_engine.images.get(sandbox_image).id
+    (engine,) = backend.engine_files(made)
+    carrier = f"{engine.volume}-carrier"
+
+    def held() -> dict[str, bytes]:
+        stream, _ = remote_engine.api.get_archive(carrier, "/v/.")
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            return {
+                m.name.split("/", 1)[-1]: tar.extractfile(m).read()  # type: ignore[union-attr]
+                for m in tar.getmembers()
+                if m.isfile()
+            }
+
+    try:
+        backend._ensure_engine_volumes(made, image_id)
+        files = held()
+        assert files == {"tool": binary.read_bytes(), ENGINE_MARK: f"{engine.digest}\n".encode()}
+        # Filled already: nothing is sent again.
+        api = backend.api
+        sent: list[str] = []
+        put_archive = api.put_archive
+        api.put_archive = lambda c, p, d: sent.append(p) or put_archive(c, p, d)  # type: ignore[method-assign]
+        backend._ensure_engine_volumes(made, image_id)
+        assert sent == []
+        # A fill cut short (no mark, half the file): the next sandbox fills it again, whole.
+        cut = io.BytesIO()
+        with tarfile.open(fileobj=cut, mode="w") as tar:
+            half = tarfile.TarInfo("tool")
+            half.size = 1000
+            tar.addfile(half, io.BytesIO(binary.read_bytes()[:1000]))
+            gone = tarfile.TarInfo(ENGINE_MARK)
+            gone.size = 4
+            tar.addfile(gone, io.BytesIO(b"bad\n"))
+        remote_engine.api.put_archive(carrier, "/v", cut.getvalue())
+        assert held()["tool"] != binary.read_bytes()
+        backend._ensure_engine_volumes(made, image_id)
+        assert held() == files and sent == ["/v"]
+    finally:
+        with contextlib.suppress(docker.errors.NotFound):
+            remote_engine.api.remove_container(carrier, force=True)
+        with contextlib.suppress(docker.errors.NotFound):
+            remote_engine.api.remove_volume(engine.volume, force=True)
+        backend.close()

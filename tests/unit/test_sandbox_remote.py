@@ -4,6 +4,7 @@ refusals, and the mirroring of a run folder from the sandbox host (framing, exac
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,13 +12,14 @@ import pytest
 
 from core.errors import InputError
 from core.health import ERROR, OK, EngineFacts, check_host
-from core.sandbox.base import SandboxError, SessionState
+from core.sandbox.base import MountSpec, SandboxError, SessionState
 from core.sandbox.hosts import bridge_for, parse_value
 from core.sandbox.remote import (
     HostUnreachable,
     RemoteDockerBackend,
     _apply,
     _local_offsets,
+    engine_volume_name,
     parse_sync,
 )
 from core.sandbox.ssh_bridge import SshUnavailable
@@ -162,6 +164,32 @@ def test_a_remote_sandbox_reaches_the_proxy_through_a_folder_of_its_own(tmp_path
     # A sandbox made without the relay's folder (by an older Cairn) is made again under it.
     assert any("/cairn/egress" in r for r in backend.compare(without, state, allowlist))
     assert not any("/cairn/egress" in r for r in backend.compare(without, state, spec(tmp_path)))
+
+
+def test_an_engine_binary_is_a_content_addressed_volume_there(tmp_path: Path):
+    backend = backend_for_host(parse_value("far", f"docker {ADDRESS}"), tmp_path)
+    binary = tmp_path / "claude-2.1"
+    binary.write_bytes(b"\x7fELF a binary")
+    digest = hashlib.sha256(binary.read_bytes()).hexdigest()
+    made = spec(tmp_path, extra_mounts=((binary, "/cairn/engines/claude"),))
+    backend.check_spec(made)
+    engine = [m for m in backend.sandbox_mounts(made) if m.target == "/cairn/engines"]
+    assert engine == [MountSpec(f"cairn-engine-claude-{digest}", "/cairn/engines", True)]
+    # Found as it was made (the recorded mount names the volume): the same mount.
+    as_made = spec(tmp_path, extra_mounts=((Path(engine[0].source), "/cairn/engines"),))
+    assert [m for m in backend.sandbox_mounts(as_made) if m.target == "/cairn/engines"] == engine
+    # A changed binary is another volume.
+    binary.write_bytes(b"\x7fELF another binary")
+    assert backend.sandbox_mounts(made)[-1].source != engine[0].source
+    folder = tmp_path / "package"
+    folder.mkdir()
+    with pytest.raises(SandboxError, match="is not a file"):
+        backend.check_spec(spec(tmp_path, extra_mounts=((folder, "/cairn/engines/codex"),)))
+    two = ((binary, "/cairn/engines/claude"), (binary, "/cairn/engines/other"))
+    with pytest.raises(SandboxError, match="two engine binaries in one folder"):
+        backend.check_spec(spec(tmp_path, extra_mounts=two))
+    with pytest.raises(SandboxError, match="cannot name an engine binary"):
+        engine_volume_name("../x", digest)
 
 
 # --- mirroring a run folder ------------------------------------------------------------------
