@@ -102,6 +102,7 @@ ENGINE_VOLUME_PREFIX = "cairn-engine-"
 ENGINE_MARK = ".cairn-complete"  # written after the binary: the volume holds it whole
 _FILE_NAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]{0,63}")
 CARRIER_ROOT = "/v"
+HOME_SCAN_CACHE = "/tmp/cairn-home-scan"  # the home mirror's scan cache (the container's tmpfs)
 TOOLS_IN_SANDBOX = "/cairn/tools"
 HOOKS_IN_SANDBOX = next(t for t in PROTECTED_GIT_TARGETS if t.endswith("/hooks"))
 RESOURCES_SANDBOX = resource_path("sandbox")
@@ -737,23 +738,37 @@ class RemoteLiveSession(DockerLiveSession):
         return self._api.exec_start(self._exec_create(argv, {}, cwd, stdin=True), socket=True)
 
     @docker_call("start a program in the sandbox")
-    def lines(self, argv: Sequence[str]) -> ExecLines:
+    def lines(self, argv: Sequence[str], cwd: str = CONTAINER_WORKSPACE) -> ExecLines:
         """`argv`'s stdout a line at a time, as it comes (the workspace watcher, a scan); its
         stdin held open until `close()`, which is how the watcher knows to end."""
-        return ExecLines(self._exec_socket(argv, CONTAINER_WORKSPACE))
+        return ExecLines(self._exec_socket(argv, cwd))
 
-    @docker_call("read workspace files in the sandbox")
-    def read_files(self, paths: Sequence[str]) -> list[Entry]:
-        """The entries at `paths` (relative to /workspace): one tar of just them, the names
-        given on its stdin (any name, however it is spelt)."""
+    @docker_call("read files in the sandbox")
+    def read_files(self, paths: Sequence[str], cwd: str = CONTAINER_WORKSPACE) -> list[Entry]:
+        """The entries at `paths` (relative to `cwd`, /workspace): one tar of just them, the
+        names given on its stdin (any name, however it is spelt)."""
         if not paths:
             return []
-        return read_entries(self._exec_socket(TAR_READ_ARGV, CONTAINER_WORKSPACE), paths)
+        return read_entries(self._exec_socket(TAR_READ_ARGV, cwd), paths)
 
     def workspace_mirror(self, **options: Any) -> WorkspaceMirror:
         """A mirror keeping the local workspace folder equal to this sandbox's /workspace (its
-        .git stays the sandbox's: the recorder never reads it, and the local one is protected)."""
-        return WorkspaceMirror(self, self.spec.workspace_root, exclude=(".git",), **options)
+        .git stays the sandbox's: the recorder never reads it, and the local one is protected).
+        Its last pass (`sync`, before a run's checkpoint) brings the engine home back too."""
+        return RemoteWorkspaceMirror(
+            self, self.spec.workspace_root, exclude=(".git",), home=self.home_mirror(), **options
+        )
+
+    def home_mirror(self) -> WorkspaceMirror:
+        """A mirror of the engine home there into the local home folder: what Cairn reads of it
+        (the engine's conversation files: a checkpoint's copy, a native continue's check, the
+        point a fork resumes at) is read here, and a volume made again is filled from it."""
+        return WorkspaceMirror(
+            FilesUnder(self, CONTAINER_HOME),
+            self.spec.home_dir,
+            remote_root=CONTAINER_HOME,
+            scan_cache=HOME_SCAN_CACHE,
+        )
 
     def _raw_exec(self, argv: Sequence[str]) -> bytes:
         """A short exec's stdout as bytes (a run's output need not be text)."""
@@ -769,6 +784,39 @@ class RemoteLiveSession(DockerLiveSession):
             return
         self.backend.push_decisions(self.spec)
         self._decisions_seen = seen
+
+
+class FilesUnder:
+    """A remote live session's files under another folder than /workspace, as a mirror's
+    `SandboxFiles`."""
+
+    def __init__(self, live: RemoteLiveSession, root: str):
+        self.live = live
+        self.root = root
+
+    def lines(self, argv: Sequence[str]) -> ExecLines:
+        return self.live.lines(argv, cwd=self.root)
+
+    def read_files(self, paths: Sequence[str]) -> list[Entry]:
+        return self.live.read_files(paths, cwd=self.root)
+
+
+class RemoteWorkspaceMirror(WorkspaceMirror):
+    """The workspace mirror of a remote sandbox, whose full pass on demand (`sync`: the last
+    one before a run's checkpoint) also makes the local engine home equal to the one there."""
+
+    def __init__(self, *args: Any, home: WorkspaceMirror, **options: Any):
+        super().__init__(*args, **options)
+        self.home = home
+
+    def sync(self) -> list[str]:
+        changed = super().sync()
+        try:
+            self.home.sync()
+        except CairnError as exc:
+            if self._on_problem is not None:
+                self._on_problem(f"the engine home could not be brought back: {exc}")
+        return changed
 
 
 class ExecLines:

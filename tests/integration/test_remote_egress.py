@@ -42,7 +42,7 @@ from tests.integration.test_remote_sandbox import (  # noqa: F401 (fixtures)
     remote,
     remote_engine,
 )
-from tests.support import as_json, cairnctl, release_data_dir
+from tests.support import as_json, cairnctl, engine_session_of, release_data_dir
 
 pytestmark = pytest.mark.docker
 
@@ -296,6 +296,18 @@ def test_claude_code_on_the_remote_host_comes_back_as_revisions(
         assert engine["Name"] == f"{ENGINE_VOLUME_PREFIX}claude-{digest}" and not engine["RW"]
         volume = remote_engine.volumes.get(engine["Name"])
         assert volume.attrs["Labels"]["cairn.sha256"] == digest  # shared: no data folder's
+
+        # The next turn continues the same session natively (its transcript came back here with
+        # the run's last pass, so the check finds it), in the same sandbox there.
+        server.add(Bash("echo second > second.txt"), Reply("Second turn."))
+        cont = as_json(cairnctl(data, "continue", child, "-m", "now say more", "--json"))
+        assert cont["state"] == "succeeded", cont
+        path = cont["resume_report"]["path"]
+        assert any("native continue" in p for p in path), path
+        assert engine_session_of(data, cont["task_id"]) == engine_session_of(data, child)
+        assert (ws / "second.txt").read_text() == "second\n"
+        last = server.main_requests()[-1]
+        assert "make src/app.py" in json.dumps(last.messages)  # the first turn's history
 
 
 def test_a_tunnel_to_a_sandbox_that_is_not_there_says_so(tmp_path, remote):

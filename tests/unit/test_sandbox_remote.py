@@ -5,6 +5,7 @@ refusals, and the mirroring of a run folder from the sandbox host (framing, exac
 from __future__ import annotations
 
 import hashlib
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,9 +15,11 @@ from core.errors import InputError
 from core.health import ERROR, OK, EngineFacts, check_host
 from core.sandbox.base import MountSpec, SandboxError, SessionState
 from core.sandbox.hosts import bridge_for, parse_value
+from core.sandbox.mirror import HELPER_SCRIPT, WorkspaceMirror
 from core.sandbox.remote import (
     HostUnreachable,
     RemoteDockerBackend,
+    RemoteWorkspaceMirror,
     _apply,
     _local_offsets,
     engine_volume_name,
@@ -24,6 +27,7 @@ from core.sandbox.remote import (
 )
 from core.sandbox.ssh_bridge import SshUnavailable
 from core.sandboxes import backend_for_host
+from tests.support import LocalSandboxFiles
 from tests.unit.test_sandbox_hosts import spec
 
 ADDRESS = "ssh://me@build-box:2200"
@@ -229,3 +233,56 @@ def test_output_arrives_exactly_once_and_small_files_whole(tmp_path: Path):
     assert not (run / "requests/r1").exists()
     _apply(run, parse_sync(frames(b"W 1 exit_code\n0", b"A 0 1 stdout\nc")))  # started again
     assert (run / "stdout").read_bytes() == b"c"
+
+
+# --- the engine home, brought back with the workspace's last pass -----------------------------
+
+
+def local_mirror(cls, remote: Path, local: Path, **options):
+    return cls(
+        LocalSandboxFiles(remote),
+        local,
+        remote_root=str(remote),
+        scan_cache=str(remote.parent / f"{local.name}.scan"),
+        helper=str(HELPER_SCRIPT),
+        python=sys.executable,
+        **options,
+    )
+
+
+def test_the_last_pass_brings_the_engine_home_back_with_the_workspace(tmp_path: Path):
+    there_ws, there_home = tmp_path / "there-ws", tmp_path / "there-home"
+    here_ws, here_home = tmp_path / "ws", tmp_path / "home"
+    for folder in (there_ws, there_home, here_ws, here_home):
+        folder.mkdir()
+    (there_ws / "app.py").write_text("print(1)\n")
+    transcript = there_home / ".claude" / "projects" / "-workspace" / "s1.jsonl"
+    transcript.parent.mkdir(parents=True)
+    transcript.write_text('{"type": "user"}\n')
+    (here_home / "stale").write_text("only here\n")
+    problems: list[str] = []
+    home = local_mirror(WorkspaceMirror, there_home, here_home)
+    mirror = local_mirror(
+        RemoteWorkspaceMirror, there_ws, here_ws, home=home, on_problem=problems.append
+    )
+    mirror.sync()
+    assert (here_ws / "app.py").read_text() == "print(1)\n"
+    kept = here_home / ".claude" / "projects" / "-workspace" / "s1.jsonl"
+    assert kept.read_text() == '{"type": "user"}\n'
+    assert not (here_home / "stale").exists()  # the home here is the one there
+    assert problems == []
+
+
+def test_a_home_that_cannot_be_read_is_told_and_the_workspace_pass_stands(tmp_path: Path):
+    there_ws, here_ws, here_home = tmp_path / "there-ws", tmp_path / "ws", tmp_path / "home"
+    for folder in (there_ws, here_ws, here_home):
+        folder.mkdir()
+    (there_ws / "app.py").write_text("print(1)\n")
+    problems: list[str] = []
+    home = local_mirror(WorkspaceMirror, tmp_path / "no-such-home", here_home)
+    mirror = local_mirror(
+        RemoteWorkspaceMirror, there_ws, here_ws, home=home, on_problem=problems.append
+    )
+    assert mirror.sync() == ["app.py"]
+    assert (here_ws / "app.py").exists()
+    assert len(problems) == 1 and "engine home could not be brought back" in problems[0]
