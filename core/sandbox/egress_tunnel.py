@@ -8,6 +8,9 @@ machine) and carries each connection made to it over the exec's stdin and stdout
 (resources/sandbox/egress-relay.py, whose `Mux` both ends use); here each one is connected to
 the session's egress proxy socket. So the allowlist, the model endpoints and the credentials they
 add stay on this machine: the other one only ever sees the bytes a run sends and receives.
+Whatever the frames from there say, this end only ever connects to that one socket (which the
+sandbox could reach anyway) and reads no frame longer than `MAX_FRAME`: a sandbox that writes
+into the relay's output gains nothing, and a frame it cannot read ends the connection.
 
 The process outlives the GUI, as the proxy does. It reconnects when the connection drops (1 s,
 doubling to 30 s), ends when the container is gone or the proxy no longer runs, and is found by

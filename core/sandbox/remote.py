@@ -85,7 +85,7 @@ from core.sandbox.docker import (
     DockerLiveSession,
     docker_call,
 )
-from core.sandbox.egress import SOCKET_NAME
+from core.sandbox.egress import SOCKET_NAME, running_pid
 from core.sandbox.egress_tunnel import ensure_tunnel
 from core.sandbox.mirror import TAR_READ_ARGV, Entry, WorkspaceMirror, entries_from_tar
 from core.sandbox.ssh_bridge import SshBridge, SshUnavailable
@@ -498,8 +498,13 @@ class RemoteDockerBackend(DockerBackend):
         socket to the proxy's here, serving before this returns."""
         if spec.egress_socket_dir is None or not container_id:
             return
+        proxy = spec.egress_socket_dir / SOCKET_NAME
+        if running_pid(proxy) is None:
+            # Found as it was made (to follow a run), with no proxy serving: nothing to carry.
+            # Making a sandbox starts the proxy first, and its tunnel then.
+            return
         self._open_bridge()  # ssh's own check first: a host that refuses says why
-        ensure_tunnel(spec.egress_socket_dir / SOCKET_NAME, container_id, self.bridge)
+        ensure_tunnel(proxy, container_id, self.bridge)
 
     def _stale_mounts(self, info: Mapping[str, Any], spec: SandboxSpec) -> list[str]:
         return []  # a volume in use cannot be removed or replaced under the container

@@ -13,6 +13,7 @@ import pytest
 
 from core.errors import InputError
 from core.health import ERROR, OK, EngineFacts, check_host
+from core.sandbox import egress
 from core.sandbox.base import MountSpec, SandboxError, SessionState
 from core.sandbox.hosts import bridge_for, parse_value
 from core.sandbox.mirror import HELPER_SCRIPT, WorkspaceMirror
@@ -168,6 +169,21 @@ def test_a_remote_sandbox_reaches_the_proxy_through_a_folder_of_its_own(tmp_path
     # A sandbox made without the relay's folder (by an older Cairn) is made again under it.
     assert any("/cairn/egress" in r for r in backend.compare(without, state, allowlist))
     assert not any("/cairn/egress" in r for r in backend.compare(without, state, spec(tmp_path)))
+
+
+def test_a_sandbox_found_without_its_proxy_running_gets_no_tunnel(tmp_path: Path):
+    backend = RemoteDockerBackend(tmp_path, bridge_for(parse_value("far", f"docker {ADDRESS}")))
+    backend.bridge = FakeBridge(failure="ssh://me@build-box:2200 cannot be reached")  # type: ignore[assignment]
+    allowlist = spec(tmp_path, network="allowlist", egress_socket_dir=tmp_path / "e" / "sandbox")
+    # Followed as it was made, no proxy serving: nothing is started, the host is not even asked.
+    backend.connect_egress(allowlist, "c1")
+    # With a proxy there, the host is asked first, and its refusal is ssh's sentence.
+    egress.start_detached(tmp_path / "e" / "sandbox" / "egress.sock", [], tmp_path / "log")
+    try:
+        with pytest.raises(HostUnreachable, match="cannot be reached"):
+            backend.connect_egress(allowlist, "c1")
+    finally:
+        egress.stop(tmp_path / "e" / "sandbox" / "egress.sock")
 
 
 def test_an_engine_binary_is_a_content_addressed_volume_there(tmp_path: Path):
