@@ -38,11 +38,12 @@ from tests.integration.test_remote_sandbox import (  # noqa: F401 (fixtures)
     far_task,
     host_value,
     new_far_task,
+    own_server,
     release_remote,
     remote,
     remote_engine,
 )
-from tests.support import as_json, cairnctl, engine_session_of, release_data_dir
+from tests.support import as_json, cairnctl, engine_session_of, release_data_dir, wait_for
 
 pytestmark = pytest.mark.docker
 
@@ -388,3 +389,40 @@ def test_an_engine_binary_is_sent_once_and_a_fill_cut_short_is_filled_again(
         with contextlib.suppress(docker.errors.NotFound):
             remote_engine.api.remove_volume(engine.volume, force=True)
         backend.close()
+
+
+def test_a_tunnel_whose_host_goes_away_connects_again_when_it_is_back(
+    tmp_path, sandbox_image, docker_client, remote_engine, own_server, two_servers
+):
+    allowed, _ = two_servers
+    data, task_id, ws = new_far_task(tmp_path, own_server.settings, sandbox_image, remote_engine)
+    fetch = (
+        'python3 -c "import urllib.request as u; print(u.urlopen('
+        f"'http://127.0.0.1:{allowed}/x', timeout=30).read().decode())\""
+    )
+    try:
+        cairnctl(
+            data, "policy", task_id, "--network", "allowlist", "--allow", f"127.0.0.1:{allowed}"
+        )
+        first = as_json(cairnctl(data, "run", task_id, "--json", "--", "sh", "-c", fetch))
+        assert first["state"] == "succeeded", first
+        socket_path = next((data / "egress").glob("*/sandbox/egress.sock"))
+        pid = tunnel_pid(socket_path)
+        serving = socket_path.parent.parent / "tunnel.serving"
+        assert pid is not None and serving.exists()
+        own_server.stop()  # the host goes away, and the tunnel's connection with it
+        wait_for(lambda: not serving.exists(), what="the tunnel to see its connection end")
+        output = socket_path.parent.parent / "tunnel.stderr"
+        wait_for(lambda: "connecting again" in output.read_text(), what="a retry")
+        assert tunnel_pid(socket_path) == pid  # waiting, not gone
+        own_server.start()
+        wait_for(serving.exists, timeout=60, what="the tunnel to connect again")
+        again = as_json(
+            cairnctl(data, "run", task_id, "--json", "--", "sh", "-c", fetch + " > b.txt")
+        )
+        assert again["state"] == "succeeded", again
+        assert (ws / "b.txt").read_text().strip() == f"{allowed} /x"
+        assert tunnel_pid(socket_path) == pid
+    finally:
+        release_data_dir(data, docker_client)
+        release_remote(data, remote_engine)
