@@ -35,6 +35,7 @@ import io
 import os
 import re
 import socket
+import stat
 import tarfile
 import tempfile
 import threading
@@ -177,7 +178,7 @@ class EngineFile:
     was made), the volume holding it there and the folder that volume is mounted at."""
 
     source: Path | None
-    name: str  # the binary's name in the folder
+    name: str  # the binary's name in the folder; "" when the volume is the source folder itself
     volume: str
     folder: str
     digest: str
@@ -193,6 +194,24 @@ def engine_volume_name(name: str, digest: str) -> str:
     if not _FILE_NAME.fullmatch(name):
         raise SandboxError(f"{name!r} cannot name an engine binary on a remote host")
     return f"{ENGINE_VOLUME_PREFIX}{name}-{digest}"
+
+
+def _tree(folder: Path) -> list[tuple[Path, str]]:
+    """Every entry under `folder`, sorted, with its kind (link, file, dir; links not followed);
+    anything else (a socket, a fifo) is left out."""
+    out: list[tuple[Path, str]] = []
+    for root, dirs, files in os.walk(folder):
+        dirs.sort()
+        here = Path(root)
+        for name in sorted(dirs + files):
+            path = here / name
+            if path.is_symlink():
+                out.append((path, "link"))
+            elif path.is_dir():
+                out.append((path, "dir"))
+            elif path.is_file():
+                out.append((path, "file"))
+    return sorted(out, key=lambda e: e[0].relative_to(folder).as_posix())
 
 
 def volume_name(session_id: str, part: str) -> str:
@@ -352,7 +371,9 @@ class RemoteDockerBackend(DockerBackend):
 
     def engine_files(self, spec: SandboxSpec) -> list[EngineFile]:
         """The engine binaries the spec mounts (targets under /cairn/engines), each as the
-        volume that holds it there. A spec found as it was made names the volume itself."""
+        volume that holds it there: a file in a volume mounted at its folder, a folder (an
+        engine's package) as the volume mounted in its place. A spec found as it was made names
+        the volume itself."""
         out: list[EngineFile] = []
         for source, target in spec.extra_mounts:
             if not is_engine_target(target):
@@ -360,13 +381,18 @@ class RemoteDockerBackend(DockerBackend):
             if source.name.startswith(ENGINE_VOLUME_PREFIX) and not source.exists():
                 out.append(EngineFile(None, "", source.name, target, ""))  # as it was made
                 continue
+            name = PurePosixPath(target).name
+            if source.is_dir() and not source.is_symlink():  # a package (Codex's platform folder)
+                digest = self._tree_digest(source)
+                volume = engine_volume_name(name, digest)
+                out.append(EngineFile(source, "", volume, target, digest))
+                continue
             if not source.is_file():
                 raise SandboxError(
                     f"a sandbox on host {self.host_name} gets an engine's binary as a copy, "
-                    f"and {source} is not a file",
+                    f"and {source} is neither a file nor a folder",
                     hint="set the engine's binary to its native executable",
                 )
-            name = PurePosixPath(target).name
             digest = self._digest(source)
             folder = str(PurePosixPath(target).parent)
             out.append(EngineFile(source, name, engine_volume_name(name, digest), folder, digest))
@@ -394,6 +420,22 @@ class RemoteDockerBackend(DockerBackend):
                 self._digests[key] = found
         return found
 
+    def _tree_digest(self, folder: Path) -> str:
+        """A folder's sha256 over its sorted entries (path, kind, mode, content or link), each
+        file's kept while its stat data stays the same."""
+        sha = hashlib.sha256()
+        for path, kind in _tree(folder):
+            rel = path.relative_to(folder).as_posix()
+            st = path.lstat()
+            if kind == "link":
+                what = os.readlink(path)
+            elif kind == "file":
+                what = self._digest(path)
+            else:
+                what = ""
+            sha.update(f"{rel}\0{kind}\0{stat.S_IMODE(st.st_mode):o}\0{what}\0".encode())
+        return sha.hexdigest()
+
     def _ensure_engine_volumes(self, spec: SandboxSpec, image_id: str) -> None:
         """Each engine binary's volume there, made and filled once (its mark written after the
         file, in the same archive, so a fill cut short is filled again), then shared by every
@@ -414,13 +456,24 @@ class RemoteDockerBackend(DockerBackend):
         carrier = self._engine_carrier(engine.volume, image_id, labels)
         if self._has_mark(carrier, engine.digest):
             return
-        name = engine.name
+        name = engine.name or engine.source.name
+
+        def rooted(info: tarfile.TarInfo) -> tarfile.TarInfo:
+            info.uid, info.gid, info.uname, info.gname = 0, 0, "", ""
+            info.mode &= 0o755  # readable by the sandbox user, writable by no one there
+            return info
+
         with tempfile.TemporaryFile() as spool:
             with tarfile.open(fileobj=spool, mode="w", format=tarfile.PAX_FORMAT) as tar:
-                info = tar.gettarinfo(str(engine.source), arcname=name)
-                info.uid, info.gid, info.uname, info.gname, info.mode = 0, 0, "", "", 0o755
-                with open(engine.source, "rb") as handle:
-                    tar.addfile(info, handle)
+                if engine.name:  # one file, in the folder the volume is mounted at
+                    info = tar.gettarinfo(str(engine.source), arcname=name)
+                    info.mode = 0o755
+                    with open(engine.source, "rb") as handle:
+                        tar.addfile(rooted(info), handle)
+                else:  # a whole folder, the volume mounted in its place
+                    for path, _kind in _tree(engine.source):
+                        arcname = path.relative_to(engine.source).as_posix()
+                        tar.add(str(path), arcname=arcname, recursive=False, filter=rooted)
                 mark = tarfile.TarInfo(ENGINE_MARK)
                 data = f"{engine.digest}\n".encode("ascii")
                 mark.size, mark.mode = len(data), 0o644

@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -388,6 +389,28 @@ def test_an_engine_binary_is_sent_once_and_a_fill_cut_short_is_filled_again(
             remote_engine.api.remove_container(carrier, force=True)
         with contextlib.suppress(docker.errors.NotFound):
             remote_engine.api.remove_volume(engine.volume, force=True)
+    # A package folder: the volume holds the folder itself, links as links.
+    package = tmp_path / "package"
+    (package / "bin").mkdir(parents=True)
+    (package / "bin" / "tool").write_bytes(binary.read_bytes())
+    (package / "bin" / "alias").symlink_to("tool")
+    folder = replace(made, extra_mounts=((package, "/cairn/engines/tool"),))
+    (whole,) = backend.engine_files(folder)
+    carrier = f"{whole.volume}-carrier"
+    try:
+        backend._ensure_engine_volumes(folder, image_id)
+        stream, _ = remote_engine.api.get_archive(carrier, "/v/.")
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            members = {m.name.split("/", 1)[-1]: m for m in tar.getmembers()}
+            assert members["bin/alias"].issym() and members["bin/alias"].linkname == "tool"
+            tool = tar.extractfile(members["bin/tool"])
+            assert tool is not None and tool.read() == binary.read_bytes()
+            assert members["bin/tool"].uid == 0 and members["bin/tool"].mode & 0o022 == 0
+    finally:
+        with contextlib.suppress(docker.errors.NotFound):
+            remote_engine.api.remove_container(carrier, force=True)
+        with contextlib.suppress(docker.errors.NotFound):
+            remote_engine.api.remove_volume(whole.volume, force=True)
         backend.close()
 
 

@@ -201,10 +201,24 @@ def test_an_engine_binary_is_a_content_addressed_volume_there(tmp_path: Path):
     # A changed binary is another volume.
     binary.write_bytes(b"\x7fELF another binary")
     assert backend.sandbox_mounts(made)[-1].source != engine[0].source
-    folder = tmp_path / "package"
-    folder.mkdir()
-    with pytest.raises(SandboxError, match="is not a file"):
-        backend.check_spec(spec(tmp_path, extra_mounts=((folder, "/cairn/engines/codex"),)))
+    # A package folder (Codex's) is a volume in its place, named by everything in it.
+    package = tmp_path / "package"
+    (package / "bin").mkdir(parents=True)
+    (package / "bin" / "codex").write_bytes(b"\x7fELF codex")
+    (package / "bin" / "rg").symlink_to("codex")
+    codex = spec(tmp_path, extra_mounts=((package, "/cairn/engines/codex"),))
+    backend.check_spec(codex)
+    (mount,) = [m for m in backend.sandbox_mounts(codex) if m.target.startswith("/cairn/engines")]
+    assert mount.target == "/cairn/engines/codex" and mount.read_only
+    assert mount.source.startswith("cairn-engine-codex-")
+    (package / "bin" / "codex").write_bytes(b"\x7fELF codex, another build")
+    assert backend.sandbox_mounts(codex)[-1].source != mount.source
+    (package / "bin" / "codex").write_bytes(b"\x7fELF codex")
+    assert backend.sandbox_mounts(codex)[-1].source == mount.source  # by content, not by time
+    with pytest.raises(SandboxError, match="neither a file nor a folder"):
+        backend.check_spec(
+            spec(tmp_path, extra_mounts=((tmp_path / "gone", "/cairn/engines/claude"),))
+        )
     two = ((binary, "/cairn/engines/claude"), (binary, "/cairn/engines/other"))
     with pytest.raises(SandboxError, match="two engine binaries in one folder"):
         backend.check_spec(spec(tmp_path, extra_mounts=two))
