@@ -27,6 +27,7 @@ import contextlib
 import importlib.util
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -367,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     except CairnError as exc:
         ready(f"another tunnel runs: {exc}")
         return 3
+    # Stopped (egress.stop): the connection ends and the files say so, as at any other end.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         paths.target_file.write_text(f"{args.container}\n", encoding="ascii")
         os.ftruncate(pid_fd, 0)

@@ -101,6 +101,10 @@ ROLE_ENGINE = "engine"
 ENGINE_MOUNT_ROOT = "/cairn/engines"
 ENGINE_VOLUME_PREFIX = "cairn-engine-"
 ENGINE_MARK = ".cairn-complete"  # written after the binary: the volume holds it whole
+# Engines whose launch writes their settings into the engine home (Codex: its model provider in
+# config.toml, its gate in hooks.json), which a home volume there does not receive at each launch
+# yet: refused rather than run without them (Codex would ask api.openai.com, and ungated).
+HOME_SETTINGS_ENGINES = {"/cairn/engines/codex": "Codex"}
 _FILE_NAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]{0,63}")
 CARRIER_ROOT = "/v"
 HOME_SCAN_CACHE = "/tmp/cairn-home-scan"  # the home mirror's scan cache (the container's tmpfs)
@@ -316,6 +320,21 @@ class RemoteDockerBackend(DockerBackend):
     # --- what a remote sandbox is made of ---------------------------------------------------
 
     def check_spec(self, spec: SandboxSpec) -> None:
+        for _, target in spec.extra_mounts:
+            engine = next(
+                (
+                    n
+                    for t, n in HOME_SETTINGS_ENGINES.items()
+                    if target == t or target.startswith(t + "/")
+                ),
+                None,
+            )
+            if engine is not None:
+                raise SandboxError(
+                    f"{engine} cannot run on host {self.host_name} yet: its settings are written "
+                    "into the engine home at each launch, and the home there does not receive them",
+                    hint="run this task on the local engine (resume it with --host local)",
+                )
         self.engine_files(spec)  # refuses an engine mount that cannot be a volume there
         local = [
             f"{source} -> {target}"
