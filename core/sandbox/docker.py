@@ -300,6 +300,13 @@ class DockerBackend(SandboxBackend):
     def check_spec(self, spec: SandboxSpec) -> None:
         """Refuse, before anything is made, what this engine cannot give the spec."""
 
+    def tmpfs_mounts(self, spec: SandboxSpec) -> dict[str, str]:
+        """The sandbox's tmpfs mounts (target: options): /tmp and /run."""
+        return {
+            "/tmp": f"rw,nosuid,nodev,size={spec.limits.tmp_bytes}",
+            "/run": RUN_TMPFS_OPTIONS,
+        }
+
     def engine_host_config(self, spec: SandboxSpec) -> dict[str, Any]:
         """Host-config fields this engine needs beyond Docker's (none for Docker itself)."""
         return {}
@@ -345,7 +352,7 @@ class DockerBackend(SandboxBackend):
                 )
                 for m in mounts
             ],
-            tmpfs={"/tmp": f"rw,nosuid,nodev,size={limits.tmp_bytes}", "/run": RUN_TMPFS_OPTIONS},
+            tmpfs=self.tmpfs_mounts(spec),
             read_only=True,
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],

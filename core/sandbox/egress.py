@@ -582,6 +582,12 @@ class EgressPaths:
         return self.state_dir / f"{self.socket.stem}-policy.json"
 
     @property
+    def tunnel_pid_file(self) -> Path:
+        """The pid file of the tunnel carrying a remote sandbox's connections to this proxy
+        (core.sandbox.egress_tunnel), locked while it runs."""
+        return self.state_dir / "tunnel.pid"
+
+    @property
     def stderr_file(self) -> Path:
         return self.state_dir / f"{self.socket.stem}.stderr"
 
@@ -2074,8 +2080,14 @@ def set_allowlist(
 
 
 def stop(socket_path: os.PathLike | str, timeout: float = STOP_TIMEOUT_S) -> bool:
-    """Stop the proxy serving `socket_path` (SIGTERM, then SIGKILL); True if one was running."""
+    """Stop the proxy serving `socket_path` (SIGTERM, then SIGKILL), and the tunnel carrying a
+    remote sandbox's connections to it; True if a proxy was running."""
     paths = EgressPaths(Path(socket_path))
+    tunnel = flock_holder_pid(paths.tunnel_pid_file)
+    if tunnel is not None and not stop_process(
+        tunnel, lambda: flock_holder_pid(paths.tunnel_pid_file) is not None, timeout
+    ):
+        raise EgressError(f"egress tunnel pid {tunnel} did not stop")
     pid = running_pid(paths.socket)
     if pid is None:
         return False

@@ -12,6 +12,15 @@ mirrors one run folder into the local `runs/` folder, the output files appended 
 they have here (so each byte arrives exactly once and the local observation code reads them as
 it reads a local sandbox's), the small files (pid, exit_code, step, approval requests) whole.
 
+The egress proxy stays on this machine: the sandbox gets an empty tmpfs at /cairn/egress, where
+the relay that the egress tunnel keeps running there serves the proxy's socket
+(core.sandbox.egress_tunnel), so `allowlist` and the model endpoints work as they do here.
+
+An engine's binary (Claude Code's native executable, mounted from this machine elsewhere) is a
+volume there named by the file's sha256 (`cairn-engine-<name>-<sha256>`), filled once through a
+carrier of its own, its completion mark written after the file, and mounted read-only at the
+binary's folder by every sandbox of that engine.
+
 Everything about containers, execs and attach checks is the Docker backend's; the SSH transport
 and its failures in words are the bridge's; a connection that fails mid-way is explained by the
 bridge's `check()`, never passed on as a raw "connection aborted".
@@ -24,7 +33,9 @@ import fcntl
 import hashlib
 import io
 import os
+import re
 import socket
+import stat
 import tarfile
 import tempfile
 import threading
@@ -32,7 +43,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Literal
 
 from core.errors import CairnError
@@ -40,10 +51,12 @@ from core.launch import resource_path
 from core.mailbox import DECISIONS_IN_SANDBOX, decisions_root
 from core.safe_fs import ensure_dir
 from core.sandbox.base import (
+    CONTAINER_EGRESS,
     CONTAINER_GIT_SETTINGS,
     CONTAINER_HOME,
     CONTAINER_RUNS,
     CONTAINER_WORKSPACE,
+    NETWORK_ALLOWLIST,
     NETWORK_NONE,
     NETWORK_OPEN,
     PROTECTED_GIT_TARGETS,
@@ -52,13 +65,13 @@ from core.sandbox.base import (
     Attached,
     AttachResult,
     Capabilities,
+    LiveSession,
     MountSpec,
     SandboxError,
     SandboxSpec,
     SandboxUnavailable,
     SessionState,
     SessionSummary,
-    UnsupportedNetwork,
     check_run_id,
     prepare_host_dirs,
     read_pid,
@@ -74,6 +87,8 @@ from core.sandbox.docker import (
     DockerLiveSession,
     docker_call,
 )
+from core.sandbox.egress import SOCKET_NAME, running_pid
+from core.sandbox.egress_tunnel import ensure_tunnel
 from core.sandbox.mirror import TAR_READ_ARGV, Entry, WorkspaceMirror, entries_from_tar
 from core.sandbox.ssh_bridge import SshBridge, SshUnavailable
 
@@ -81,8 +96,19 @@ if TYPE_CHECKING:
     from docker import DockerClient
 
 LABEL_ROLE = "cairn.role"  # on carriers and volumes: what they are for
+LABEL_SHA256 = "cairn.sha256"  # on an engine binary's volume: its content
 ROLE_CARRIER = "carrier"
+ROLE_ENGINE = "engine"
+ENGINE_MOUNT_ROOT = "/cairn/engines"
+ENGINE_VOLUME_PREFIX = "cairn-engine-"
+ENGINE_MARK = ".cairn-complete"  # written after the binary: the volume holds it whole
+# Engines whose launch writes their settings into the engine home (Codex: its model provider in
+# config.toml, its gate in hooks.json), which a home volume there does not receive at each launch
+# yet: refused rather than run without them (Codex would ask api.openai.com, and ungated).
+HOME_SETTINGS_ENGINES = {"/cairn/engines/codex": "Codex"}
+_FILE_NAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]{0,63}")
 CARRIER_ROOT = "/v"
+HOME_SCAN_CACHE = "/tmp/cairn-home-scan"  # the home mirror's scan cache (the container's tmpfs)
 TOOLS_IN_SANDBOX = "/cairn/tools"
 HOOKS_IN_SANDBOX = next(t for t in PROTECTED_GIT_TARGETS if t.endswith("/hooks"))
 RESOURCES_SANDBOX = resource_path("sandbox")
@@ -177,6 +203,48 @@ def _epoch(stamp: Any) -> float:
         return 0.0
 
 
+@dataclass(frozen=True)
+class EngineFile:
+    """An engine binary a remote sandbox mounts: the local file (None for a sandbox found as it
+    was made), the volume holding it there and the folder that volume is mounted at."""
+
+    source: Path | None
+    name: str  # the binary's name in the folder; "" when the volume is the source folder itself
+    volume: str
+    folder: str
+    digest: str
+
+
+def is_engine_target(target: str) -> bool:
+    return target == ENGINE_MOUNT_ROOT or target.startswith(ENGINE_MOUNT_ROOT + "/")
+
+
+def engine_volume_name(name: str, digest: str) -> str:
+    """The volume holding the engine binary `name` whose sha256 is `digest`: one per content,
+    filled once and shared by every sandbox of that engine, read-only."""
+    if not _FILE_NAME.fullmatch(name):
+        raise SandboxError(f"{name!r} cannot name an engine binary on a remote host")
+    return f"{ENGINE_VOLUME_PREFIX}{name}-{digest}"
+
+
+def _tree(folder: Path) -> list[tuple[Path, str]]:
+    """Every entry under `folder`, sorted, with its kind (link, file, dir; links not followed);
+    anything else (a socket, a fifo) is left out."""
+    out: list[tuple[Path, str]] = []
+    for root, dirs, files in os.walk(folder):
+        dirs.sort()
+        here = Path(root)
+        for name in sorted(dirs + files):
+            path = here / name
+            if path.is_symlink():
+                out.append((path, "link"))
+            elif path.is_dir():
+                out.append((path, "dir"))
+            elif path.is_file():
+                out.append((path, "file"))
+    return sorted(out, key=lambda e: e[0].relative_to(folder).as_posix())
+
+
 def volume_name(session_id: str, part: str) -> str:
     return f"cairn-{session_id}-{part}"
 
@@ -187,15 +255,17 @@ def carrier_name(session_id: str) -> str:
 
 class RemoteDockerBackend(DockerBackend):
     """Sandboxes as containers of a Docker engine on another machine, hardened as the local
-    ones are, whose every mount is a volume of that engine. `none` and `open` networks; the
-    allowlist proxy and local model endpoints are not reachable from there yet."""
+    ones are, whose every mount is a volume of that engine. `none`, `open` and `allowlist`
+    networks: the allowlist proxy and the model endpoints are this machine's, reached through
+    the egress tunnel (core.sandbox.egress_tunnel); an engine's binary is a content-addressed
+    volume there (`engine_volume_name`)."""
 
     name = "docker-ssh"
     capabilities = Capabilities(
         reattach=True,
         recreate_from_snapshot=True,
         per_exec_env=True,
-        network_modes=frozenset({NETWORK_NONE, NETWORK_OPEN}),
+        network_modes=frozenset({NETWORK_NONE, NETWORK_OPEN, NETWORK_ALLOWLIST}),
         isolated=True,
     )
     mount_type: Literal["bind", "volume"] = "volume"
@@ -214,6 +284,7 @@ class RemoteDockerBackend(DockerBackend):
         self.host_name = host_name or bridge.target.url
         self._bridge_lock = threading.Lock()
         self._checked = False
+        self._digests: dict[tuple, str] = {}
 
     # --- connection -------------------------------------------------------------------------
 
@@ -276,16 +347,26 @@ class RemoteDockerBackend(DockerBackend):
     # --- what a remote sandbox is made of ---------------------------------------------------
 
     def check_spec(self, spec: SandboxSpec) -> None:
-        if spec.egress_socket_dir is not None:
-            raise UnsupportedNetwork(
-                f"a sandbox on host {self.host_name} cannot reach Cairn's egress proxy yet "
-                f"(the network policy {spec.network!r}, or a model endpoint)",
-                hint="use the network policy 'none' or 'open' on a remote host",
+        for _, target in spec.extra_mounts:
+            engine = next(
+                (
+                    n
+                    for t, n in HOME_SETTINGS_ENGINES.items()
+                    if target == t or target.startswith(t + "/")
+                ),
+                None,
             )
+            if engine is not None:
+                raise SandboxError(
+                    f"{engine} cannot run on host {self.host_name} yet: its settings are written "
+                    "into the engine home at each launch, and the home there does not receive them",
+                    hint="run this task on the local engine (resume it with --host local)",
+                )
+        self.engine_files(spec)  # refuses an engine mount that cannot be a volume there
         local = [
             f"{source} -> {target}"
             for source, target in spec.extra_mounts
-            if target not in STANDARD_EXTRA_TARGETS
+            if target not in STANDARD_EXTRA_TARGETS and not is_engine_target(target)
         ]
         if local:
             raise SandboxError(
@@ -314,7 +395,215 @@ class RemoteDockerBackend(DockerBackend):
         return [
             MountSpec(volume_name(spec.session_id, part), target, read_only)
             for part, target, read_only in self.volume_mounts(spec)
-        ]
+        ] + [MountSpec(f.volume, f.folder, True) for f in self.engine_files(spec)]
+
+    def tmpfs_mounts(self, spec: SandboxSpec) -> dict[str, str]:
+        """Docker's, and an empty folder for the egress relay's socket (/cairn/egress: on this
+        machine the proxy's folder is mounted there)."""
+        uid, gid = spec.user
+        return {
+            **super().tmpfs_mounts(spec),
+            CONTAINER_EGRESS: f"rw,nosuid,nodev,noexec,size=65536,mode=0755,uid={uid},gid={gid}",
+        }
+
+    def compare(self, info: Mapping[str, Any], state: SessionState, spec: SandboxSpec) -> list[str]:
+        reasons = super().compare(info, state, spec)
+        tmpfs = (info.get("HostConfig") or {}).get("Tmpfs") or {}
+        if spec.egress_socket_dir is not None and CONTAINER_EGRESS not in tmpfs:
+            reasons.append(f"it has no folder at {CONTAINER_EGRESS} for the egress relay")
+        return reasons
+
+    # --- engine binaries: content-addressed volumes ----------------------------------------
+
+    def engine_files(self, spec: SandboxSpec) -> list[EngineFile]:
+        """The engine binaries the spec mounts (targets under /cairn/engines), each as the
+        volume that holds it there: a file in a volume mounted at its folder, a folder (an
+        engine's package) as the volume mounted in its place. A spec found as it was made names
+        the volume itself."""
+        out: list[EngineFile] = []
+        for source, target in spec.extra_mounts:
+            if not is_engine_target(target):
+                continue
+            if source.name.startswith(ENGINE_VOLUME_PREFIX) and not source.exists():
+                out.append(EngineFile(None, "", source.name, target, ""))  # as it was made
+                continue
+            name = PurePosixPath(target).name
+            if source.is_dir() and not source.is_symlink():  # a package (Codex's platform folder)
+                digest = self._tree_digest(source)
+                volume = engine_volume_name(name, digest)
+                out.append(EngineFile(source, "", volume, target, digest))
+                continue
+            if not source.is_file():
+                raise SandboxError(
+                    f"a sandbox on host {self.host_name} gets an engine's binary as a copy, "
+                    f"and {source} is neither a file nor a folder",
+                    hint="set the engine's binary to its native executable",
+                )
+            digest = self._digest(source)
+            folder = str(PurePosixPath(target).parent)
+            out.append(EngineFile(source, name, engine_volume_name(name, digest), folder, digest))
+        folders = [f.folder for f in out]
+        if len(set(folders)) != len(folders):
+            raise SandboxError(
+                f"a sandbox on host {self.host_name} cannot hold two engine binaries in one "
+                f"folder ({', '.join(sorted(folders))})"
+            )
+        return out
+
+    def _digest(self, source: Path) -> str:
+        """The file's sha256, kept while its stat data stays the same."""
+        st = source.stat()
+        key = (str(source), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        with self._bridge_lock:
+            found = self._digests.get(key)
+        if found is None:
+            sha = hashlib.sha256()
+            with open(source, "rb") as handle:
+                while chunk := handle.read(1024 * 1024):
+                    sha.update(chunk)
+            found = sha.hexdigest()
+            with self._bridge_lock:
+                self._digests[key] = found
+        return found
+
+    def _tree_digest(self, folder: Path) -> str:
+        """A folder's sha256 over its sorted entries (path, kind, mode, content or link), each
+        file's kept while its stat data stays the same."""
+        sha = hashlib.sha256()
+        for path, kind in _tree(folder):
+            rel = path.relative_to(folder).as_posix()
+            st = path.lstat()
+            if kind == "link":
+                what = os.readlink(path)
+            elif kind == "file":
+                what = self._digest(path)
+            else:
+                what = ""
+            sha.update(f"{rel}\0{kind}\0{stat.S_IMODE(st.st_mode):o}\0{what}\0".encode())
+        return sha.hexdigest()
+
+    def _ensure_engine_volumes(self, spec: SandboxSpec, image_id: str) -> None:
+        """Each engine binary's volume there, made and filled once (its mark written after the
+        file, in the same archive, so a fill cut short is filled again), then shared by every
+        sandbox of that engine."""
+        for engine in self.engine_files(spec):
+            if engine.source is not None:
+                self._fill_engine_volume(engine, image_id)
+
+    def _fill_engine_volume(self, engine: EngineFile, image_id: str) -> None:
+        import docker.errors
+
+        assert engine.source is not None
+        labels = {LABEL_MANAGED: "1", LABEL_ROLE: ROLE_ENGINE, LABEL_SHA256: engine.digest}
+        try:
+            self.api.inspect_volume(engine.volume)
+        except docker.errors.NotFound:
+            self.api.create_volume(engine.volume, labels=labels)
+        carrier = self._engine_carrier(engine.volume, image_id, labels)
+        if self._has_mark(carrier, engine.digest):
+            return
+        name = engine.name or engine.source.name
+
+        def rooted(info: tarfile.TarInfo) -> tarfile.TarInfo:
+            info.uid, info.gid, info.uname, info.gname = 0, 0, "", ""
+            info.mode &= 0o755  # readable by the sandbox user, writable by no one there
+            return info
+
+        with tempfile.TemporaryFile() as spool:
+            with tarfile.open(fileobj=spool, mode="w", format=tarfile.PAX_FORMAT) as tar:
+                if engine.name:  # one file, in the folder the volume is mounted at
+                    info = tar.gettarinfo(str(engine.source), arcname=name)
+                    info.mode = 0o755
+                    with open(engine.source, "rb") as handle:
+                        tar.addfile(rooted(info), handle)
+                else:  # a whole folder, the volume mounted in its place
+                    for path, _kind in _tree(engine.source):
+                        arcname = path.relative_to(engine.source).as_posix()
+                        tar.add(str(path), arcname=arcname, recursive=False, filter=rooted)
+                mark = tarfile.TarInfo(ENGINE_MARK)
+                data = f"{engine.digest}\n".encode("ascii")
+                mark.size, mark.mode = len(data), 0o644
+                tar.addfile(mark, io.BytesIO(data))
+            spool.seek(0)
+            if not self.api.put_archive(carrier, "/v", spool):
+                raise SandboxError(f"host {self.host_name} refused the engine binary {name}")
+        if not self._has_mark(carrier, engine.digest):
+            raise SandboxError(
+                f"the engine binary {name} did not arrive whole on host {self.host_name}"
+            )
+
+    def _engine_carrier(self, volume: str, image_id: str, labels: dict[str, str]) -> str:
+        """A never-started container holding the engine volume writable at /v."""
+        import docker.errors
+        import docker.types
+
+        name = f"{volume}-carrier"
+        for _ in range(2):
+            try:
+                return str(self.api.inspect_container(name)["Id"])
+            except docker.errors.NotFound:
+                pass
+            host_config = self.api.create_host_config(
+                mounts=[docker.types.Mount("/v", volume, type="volume")],
+                network_mode="none",
+                cap_drop=["ALL"],
+            )
+            try:
+                created = self.api.create_container(
+                    image=image_id,
+                    command=["true"],
+                    name=name,
+                    labels={**labels, LABEL_ROLE: ROLE_CARRIER},
+                    host_config=host_config,
+                    network_disabled=True,
+                )
+                return str(created["Id"])
+            except docker.errors.APIError as exc:
+                if exc.status_code != 409:  # else another Cairn made it just now
+                    raise
+        raise SandboxError(f"the carrier of {volume} cannot be made on host {self.host_name}")
+
+    def _has_mark(self, carrier: str, digest: str) -> bool:
+        import docker.errors
+
+        try:
+            stream, _stat = self.api.get_archive(carrier, f"/v/{ENGINE_MARK}")
+        except docker.errors.NotFound:
+            return False
+        data = b"".join(stream)
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            member = tar.extractfile(ENGINE_MARK)
+            return member is not None and member.read().decode("ascii", "replace").strip() == digest
+
+    # --- the egress tunnel ------------------------------------------------------------------
+
+    @docker_call("create the sandbox")
+    def create(
+        self, spec: SandboxSpec, *, previous: SessionState | None = None
+    ) -> tuple[SessionState, LiveSession]:
+        state, live = super().create(spec, previous=previous)
+        try:
+            self.connect_egress(spec, state.container_id)
+        except BaseException:
+            # Not recorded anywhere yet: a sandbox that cannot reach its proxy is not kept.
+            if state.container_id:
+                with contextlib.suppress(Exception):
+                    self.api.remove_container(state.container_id, force=True)
+            raise
+        return state, live
+
+    def connect_egress(self, spec: SandboxSpec, container_id: str | None) -> None:
+        """When the spec reaches the egress proxy: the tunnel carrying the sandbox's egress
+        socket to the proxy's here, serving before this returns."""
+        if spec.egress_socket_dir is None or not container_id:
+            return
+        proxy = spec.egress_socket_dir / SOCKET_NAME
+        if running_pid(proxy) is None:
+            # Found as it was made (to follow a run), with no proxy serving: nothing to carry.
+            # Making a sandbox starts the proxy first, and its tunnel then.
+            return
+        self._open_bridge()  # ssh's own check first: a host that refuses says why
+        ensure_tunnel(proxy, container_id, self.bridge)
 
     def _stale_mounts(self, info: Mapping[str, Any], spec: SandboxSpec) -> list[str]:
         return []  # a volume in use cannot be removed or replaced under the container
@@ -337,6 +626,7 @@ class RemoteDockerBackend(DockerBackend):
         if RUNS in made:
             fills.append((RUNS, None, user))
         self._put_folders(carrier, [*fills, *self._current(spec)])
+        self._ensure_engine_volumes(spec, image_id)
 
     def _current(self, spec: SandboxSpec) -> list[Fill]:
         """What a sandbox reads of Cairn's own, as this Cairn has it: the tools, the git
@@ -352,6 +642,8 @@ class RemoteDockerBackend(DockerBackend):
         found = super().attach(state, spec)
         if isinstance(found, Attached):  # made by another Cairn, or before an update of it
             self._put_folders(carrier_name(spec.session_id), self._current(spec))
+            assert isinstance(found.live, DockerLiveSession)
+            self.connect_egress(spec, found.live.container_id)
         return found
 
     def _decisions_of(self, spec: SandboxSpec) -> Path:
@@ -598,23 +890,37 @@ class RemoteLiveSession(DockerLiveSession):
         return self._api.exec_start(self._exec_create(argv, {}, cwd, stdin=True), socket=True)
 
     @docker_call("start a program in the sandbox")
-    def lines(self, argv: Sequence[str]) -> ExecLines:
+    def lines(self, argv: Sequence[str], cwd: str = CONTAINER_WORKSPACE) -> ExecLines:
         """`argv`'s stdout a line at a time, as it comes (the workspace watcher, a scan); its
         stdin held open until `close()`, which is how the watcher knows to end."""
-        return ExecLines(self._exec_socket(argv, CONTAINER_WORKSPACE))
+        return ExecLines(self._exec_socket(argv, cwd))
 
-    @docker_call("read workspace files in the sandbox")
-    def read_files(self, paths: Sequence[str]) -> list[Entry]:
-        """The entries at `paths` (relative to /workspace): one tar of just them, the names
-        given on its stdin (any name, however it is spelt)."""
+    @docker_call("read files in the sandbox")
+    def read_files(self, paths: Sequence[str], cwd: str = CONTAINER_WORKSPACE) -> list[Entry]:
+        """The entries at `paths` (relative to `cwd`, /workspace): one tar of just them, the
+        names given on its stdin (any name, however it is spelt)."""
         if not paths:
             return []
-        return read_entries(self._exec_socket(TAR_READ_ARGV, CONTAINER_WORKSPACE), paths)
+        return read_entries(self._exec_socket(TAR_READ_ARGV, cwd), paths)
 
     def workspace_mirror(self, **options: Any) -> WorkspaceMirror:
         """A mirror keeping the local workspace folder equal to this sandbox's /workspace (its
-        .git stays the sandbox's: the recorder never reads it, and the local one is protected)."""
-        return WorkspaceMirror(self, self.spec.workspace_root, exclude=(".git",), **options)
+        .git stays the sandbox's: the recorder never reads it, and the local one is protected).
+        Its last pass (`sync`, before a run's checkpoint) brings the engine home back too."""
+        return RemoteWorkspaceMirror(
+            self, self.spec.workspace_root, exclude=(".git",), home=self.home_mirror(), **options
+        )
+
+    def home_mirror(self) -> WorkspaceMirror:
+        """A mirror of the engine home there into the local home folder: what Cairn reads of it
+        (the engine's conversation files: a checkpoint's copy, a native continue's check, the
+        point a fork resumes at) is read here, and a volume made again is filled from it."""
+        return WorkspaceMirror(
+            FilesUnder(self, CONTAINER_HOME),
+            self.spec.home_dir,
+            remote_root=CONTAINER_HOME,
+            scan_cache=HOME_SCAN_CACHE,
+        )
 
     def _raw_exec(self, argv: Sequence[str]) -> bytes:
         """A short exec's stdout as bytes (a run's output need not be text)."""
@@ -630,6 +936,39 @@ class RemoteLiveSession(DockerLiveSession):
             return
         self.backend.push_decisions(self.spec)
         self._decisions_seen = seen
+
+
+class FilesUnder:
+    """A remote live session's files under another folder than /workspace, as a mirror's
+    `SandboxFiles`."""
+
+    def __init__(self, live: RemoteLiveSession, root: str):
+        self.live = live
+        self.root = root
+
+    def lines(self, argv: Sequence[str]) -> ExecLines:
+        return self.live.lines(argv, cwd=self.root)
+
+    def read_files(self, paths: Sequence[str]) -> list[Entry]:
+        return self.live.read_files(paths, cwd=self.root)
+
+
+class RemoteWorkspaceMirror(WorkspaceMirror):
+    """The workspace mirror of a remote sandbox, whose full pass on demand (`sync`: the last
+    one before a run's checkpoint) also makes the local engine home equal to the one there."""
+
+    def __init__(self, *args: Any, home: WorkspaceMirror, **options: Any):
+        super().__init__(*args, **options)
+        self.home = home
+
+    def sync(self) -> list[str]:
+        changed = super().sync()
+        try:
+            self.home.sync()
+        except CairnError as exc:
+            if self._on_problem is not None:
+                self._on_problem(f"the engine home could not be brought back: {exc}")
+        return changed
 
 
 class ExecLines:

@@ -341,3 +341,33 @@ def test_a_wiped_remote_engine_resumes_on_the_local_engine(far_task, remote_engi
     assert after["host"] == "local", after
     assert (ws / "after.txt").read_text() == "after\n" and (ws / "d/bin").read_bytes() == b"a\0b"
     assert docker_client.containers.get(after["container"]).status == "running"
+
+
+def test_a_file_written_there_is_a_revision_here_within_a_second_of_the_quiet_period(
+    far_task, remote_engine
+):
+    from core.sandbox.mirror import QUIET_PERIOD
+
+    data, task_id, ws = far_task
+    # The first seconds of a run start the mirror there; the file is written after them.
+    done = as_json(
+        cairnctl(data, "run", task_id, "--json", "--step", "sleep 3; echo x > made.txt; sleep 3")
+    )
+    assert done["state"] == "succeeded", done
+    revisions = as_json(cairnctl(data, "revisions", task_id, "--json"))["revisions"]
+    first = min(
+        (r for r in revisions if r["trigger"] == "watch" and "made.txt" in r["paths"]),
+        key=lambda r: r["seq"],
+    )
+    sandbox = next(
+        c
+        for c in remote_engine.containers.list(
+            filters={"label": f"cairn.data_dir={data.resolve()}"}
+        )
+        if not c.name.endswith("-carrier")
+    )
+    stat = sandbox.exec_run(["stat", "-c", "%.9Y", "/workspace/made.txt"])
+    assert stat.exit_code == 0, stat.output
+    delay = first["created_at"] - float(stat.output.decode())  # one clock: the same machine
+    print(f"made.txt written there to its revision here: {delay:.3f} s")
+    assert 0 < delay <= QUIET_PERIOD + 1.0, delay

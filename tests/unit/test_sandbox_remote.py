@@ -4,6 +4,8 @@ refusals, and the mirroring of a run folder from the sandbox host (framing, exac
 
 from __future__ import annotations
 
+import hashlib
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,17 +13,22 @@ import pytest
 
 from core.errors import InputError
 from core.health import ERROR, OK, EngineFacts, check_host
-from core.sandbox.base import SandboxError, UnsupportedNetwork
+from core.sandbox import egress
+from core.sandbox.base import MountSpec, SandboxError, SessionState
 from core.sandbox.hosts import bridge_for, parse_value
+from core.sandbox.mirror import HELPER_SCRIPT, WorkspaceMirror
 from core.sandbox.remote import (
     HostUnreachable,
     RemoteDockerBackend,
+    RemoteWorkspaceMirror,
     _apply,
     _local_offsets,
+    engine_volume_name,
     parse_sync,
 )
 from core.sandbox.ssh_bridge import SshUnavailable
 from core.sandboxes import backend_for_host
+from tests.support import LocalSandboxFiles
 from tests.unit.test_sandbox_hosts import spec
 
 ADDRESS = "ssh://me@build-box:2200"
@@ -145,8 +152,81 @@ def test_a_remote_sandbox_mounts_no_folder_of_this_machine(tmp_path: Path):
     }
     with pytest.raises(SandboxError, match="cannot mount folders of this machine"):
         backend.check_spec(spec(tmp_path, extra_mounts=((tmp_path / "bin", "/opt/engine"),)))
-    with pytest.raises(UnsupportedNetwork, match="egress proxy"):
-        backend.check_spec(spec(tmp_path, network="allowlist", egress_socket_dir=tmp_path / "e"))
+
+
+def test_a_remote_sandbox_reaches_the_proxy_through_a_folder_of_its_own(tmp_path: Path):
+    backend = backend_for_host(parse_value("far", f"docker {ADDRESS}"), tmp_path)
+    allowlist = spec(tmp_path, network="allowlist", egress_socket_dir=tmp_path / "e")
+    backend.check_spec(allowlist)  # the egress tunnel carries it
+    assert "allowlist" in backend.capabilities.network_modes
+    tmpfs = backend.tmpfs_mounts(allowlist)
+    assert {"/tmp", "/run", "/cairn/egress"} <= set(tmpfs)
+    assert "uid=1000,gid=1000" in tmpfs["/cairn/egress"]
+    assert "/cairn/egress" not in {m.target for m in backend.sandbox_mounts(allowlist)}
+    state = SessionState("docker-ssh", "c1", "cairn-ses_1", "sha256:1", [], 1, None)
+    without = {"Image": "sha256:1", "Config": {"User": "1000:1000"}, "HostConfig": {}}
+    without["HostConfig"] = {"NetworkMode": "none", "Tmpfs": {"/tmp": ""}}
+    # A sandbox made without the relay's folder (by an older Cairn) is made again under it.
+    assert any("/cairn/egress" in r for r in backend.compare(without, state, allowlist))
+    assert not any("/cairn/egress" in r for r in backend.compare(without, state, spec(tmp_path)))
+
+
+def test_a_sandbox_found_without_its_proxy_running_gets_no_tunnel(tmp_path: Path):
+    backend = RemoteDockerBackend(tmp_path, bridge_for(parse_value("far", f"docker {ADDRESS}")))
+    backend.bridge = FakeBridge(failure="ssh://me@build-box:2200 cannot be reached")  # type: ignore[assignment]
+    allowlist = spec(tmp_path, network="allowlist", egress_socket_dir=tmp_path / "e" / "sandbox")
+    # Followed as it was made, no proxy serving: nothing is started, the host is not even asked.
+    backend.connect_egress(allowlist, "c1")
+    # With a proxy there, the host is asked first, and its refusal is ssh's sentence.
+    egress.start_detached(tmp_path / "e" / "sandbox" / "egress.sock", [], tmp_path / "log")
+    try:
+        with pytest.raises(HostUnreachable, match="cannot be reached"):
+            backend.connect_egress(allowlist, "c1")
+    finally:
+        egress.stop(tmp_path / "e" / "sandbox" / "egress.sock")
+
+
+def test_an_engine_binary_is_a_content_addressed_volume_there(tmp_path: Path):
+    backend = backend_for_host(parse_value("far", f"docker {ADDRESS}"), tmp_path)
+    binary = tmp_path / "claude-2.1"
+    binary.write_bytes(b"\x7fELF a binary")
+    digest = hashlib.sha256(binary.read_bytes()).hexdigest()
+    made = spec(tmp_path, extra_mounts=((binary, "/cairn/engines/claude"),))
+    backend.check_spec(made)
+    engine = [m for m in backend.sandbox_mounts(made) if m.target == "/cairn/engines"]
+    assert engine == [MountSpec(f"cairn-engine-claude-{digest}", "/cairn/engines", True)]
+    # Found as it was made (the recorded mount names the volume): the same mount.
+    as_made = spec(tmp_path, extra_mounts=((Path(engine[0].source), "/cairn/engines"),))
+    assert [m for m in backend.sandbox_mounts(as_made) if m.target == "/cairn/engines"] == engine
+    # A changed binary is another volume.
+    binary.write_bytes(b"\x7fELF another binary")
+    assert backend.sandbox_mounts(made)[-1].source != engine[0].source
+    # A package folder (Codex's) is a volume in its place, named by everything in it.
+    package = tmp_path / "package"
+    (package / "bin").mkdir(parents=True)
+    (package / "bin" / "codex").write_bytes(b"\x7fELF codex")
+    (package / "bin" / "rg").symlink_to("codex")
+    codex = spec(tmp_path, extra_mounts=((package, "/cairn/engines/tool"),))
+    backend.check_spec(codex)
+    (mount,) = [m for m in backend.sandbox_mounts(codex) if m.target.startswith("/cairn/engines")]
+    assert mount.target == "/cairn/engines/tool" and mount.read_only
+    assert mount.source.startswith("cairn-engine-tool-")
+    (package / "bin" / "codex").write_bytes(b"\x7fELF codex, another build")
+    assert backend.sandbox_mounts(codex)[-1].source != mount.source
+    (package / "bin" / "codex").write_bytes(b"\x7fELF codex")
+    assert backend.sandbox_mounts(codex)[-1].source == mount.source  # by content, not by time
+    # Codex's settings are written into the engine home at each launch: not there yet.
+    with pytest.raises(SandboxError, match="Codex cannot run on host far yet"):
+        backend.check_spec(spec(tmp_path, extra_mounts=((package, "/cairn/engines/codex"),)))
+    with pytest.raises(SandboxError, match="neither a file nor a folder"):
+        backend.check_spec(
+            spec(tmp_path, extra_mounts=((tmp_path / "gone", "/cairn/engines/claude"),))
+        )
+    two = ((binary, "/cairn/engines/claude"), (binary, "/cairn/engines/other"))
+    with pytest.raises(SandboxError, match="two engine binaries in one folder"):
+        backend.check_spec(spec(tmp_path, extra_mounts=two))
+    with pytest.raises(SandboxError, match="cannot name an engine binary"):
+        engine_volume_name("../x", digest)
 
 
 # --- mirroring a run folder ------------------------------------------------------------------
@@ -186,3 +266,56 @@ def test_output_arrives_exactly_once_and_small_files_whole(tmp_path: Path):
     assert not (run / "requests/r1").exists()
     _apply(run, parse_sync(frames(b"W 1 exit_code\n0", b"A 0 1 stdout\nc")))  # started again
     assert (run / "stdout").read_bytes() == b"c"
+
+
+# --- the engine home, brought back with the workspace's last pass -----------------------------
+
+
+def local_mirror(cls, remote: Path, local: Path, **options):
+    return cls(
+        LocalSandboxFiles(remote),
+        local,
+        remote_root=str(remote),
+        scan_cache=str(remote.parent / f"{local.name}.scan"),
+        helper=str(HELPER_SCRIPT),
+        python=sys.executable,
+        **options,
+    )
+
+
+def test_the_last_pass_brings_the_engine_home_back_with_the_workspace(tmp_path: Path):
+    there_ws, there_home = tmp_path / "there-ws", tmp_path / "there-home"
+    here_ws, here_home = tmp_path / "ws", tmp_path / "home"
+    for folder in (there_ws, there_home, here_ws, here_home):
+        folder.mkdir()
+    (there_ws / "app.py").write_text("print(1)\n")
+    transcript = there_home / ".claude" / "projects" / "-workspace" / "s1.jsonl"
+    transcript.parent.mkdir(parents=True)
+    transcript.write_text('{"type": "user"}\n')
+    (here_home / "stale").write_text("only here\n")
+    problems: list[str] = []
+    home = local_mirror(WorkspaceMirror, there_home, here_home)
+    mirror = local_mirror(
+        RemoteWorkspaceMirror, there_ws, here_ws, home=home, on_problem=problems.append
+    )
+    mirror.sync()
+    assert (here_ws / "app.py").read_text() == "print(1)\n"
+    kept = here_home / ".claude" / "projects" / "-workspace" / "s1.jsonl"
+    assert kept.read_text() == '{"type": "user"}\n'
+    assert not (here_home / "stale").exists()  # the home here is the one there
+    assert problems == []
+
+
+def test_a_home_that_cannot_be_read_is_told_and_the_workspace_pass_stands(tmp_path: Path):
+    there_ws, here_ws, here_home = tmp_path / "there-ws", tmp_path / "ws", tmp_path / "home"
+    for folder in (there_ws, here_ws, here_home):
+        folder.mkdir()
+    (there_ws / "app.py").write_text("print(1)\n")
+    problems: list[str] = []
+    home = local_mirror(WorkspaceMirror, tmp_path / "no-such-home", here_home)
+    mirror = local_mirror(
+        RemoteWorkspaceMirror, there_ws, here_ws, home=home, on_problem=problems.append
+    )
+    assert mirror.sync() == ["app.py"]
+    assert (here_ws / "app.py").exists()
+    assert len(problems) == 1 and "engine home could not be brought back" in problems[0]
