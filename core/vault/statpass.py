@@ -251,38 +251,82 @@ def check_shard(folders: list[Folder], root: bytes, shard: int, shards: int) -> 
 # since the cache was written, racy, without stat data) is chowned, reported and not vouched for.
 
 
-def _chown_entry(path: bytes, st: os.stat_result, uid: int, gid: int) -> bool:
-    """lchown one entry to uid:gid unless it is theirs already; whether it was chowned."""
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def _open_folder(top: bytes, rel: bytes) -> int:
+    """A descriptor of the folder `rel` ("/"-separated, "" for `top` itself) under `top`, opened
+    one component at a time without following a link: Cairn may be root here, and a link planted
+    where a folder was must never lead the hand-over outside the workspace."""
+    fd = os.open(top, _DIR_FLAGS)
+    try:
+        for part in rel.split(b"/") if rel else ():
+            inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _chown_at(fd: int, name: bytes, st: os.stat_result, uid: int, gid: int) -> bool:
+    """lchown the entry `name` of the open folder `fd` to uid:gid unless it is theirs already;
+    whether it was chowned."""
     if st.st_uid == uid and st.st_gid == gid:
         return False
-    os.lchown(path, uid, gid)
+    os.chown(name, uid, gid, dir_fd=fd, follow_symlinks=False)
     return True
 
 
+def _listing(fd: int) -> list[tuple[bytes, os.DirEntry]]:
+    with os.scandir(fd) as it:
+        return [(os.fsencode(entry.name), entry) for entry in it]
+
+
 def chown_tree(top: bytes, uid: int, gid: int, *, skip_files_under: bytes | None = None) -> None:
-    """Hand `top` and everything under it to uid:gid (links not followed), leaving the regular
-    files under `skip_files_under` alone (known from the folder's listing, without an lstat)."""
-    _chown_entry(top, os.lstat(top), uid, gid)
-    skip = skip_files_under
-    stack = [top]
+    """Hand `top` and everything under it to uid:gid, leaving the regular files under
+    `skip_files_under` alone (known from the folder's listing, without an lstat). Links are
+    handed over, never followed; each folder is opened from `top` without following one."""
+    st = os.lstat(top)
+    if not statmod.S_ISDIR(st.st_mode):
+        if _owner(st) != (uid, gid):
+            os.lchown(top, uid, gid)
+        return
+    _chown_below(top, b"", uid, gid, skip_files_under)
+
+
+def _chown_below(top: bytes, rel: bytes, uid: int, gid: int, skip: bytes | None) -> None:
+    """`rel` under `top` (a folder) and everything under it, as `chown_tree` says."""
+    stack = [rel]
     while stack:
         folder = stack.pop()
-        in_skipped = skip is not None and (folder == skip or folder.startswith(skip + b"/"))
+        full = top + b"/" + folder if folder else top
+        in_skipped = skip is not None and (full == skip or full.startswith(skip + b"/"))
         try:
-            with os.scandir(folder) as it:
-                listed = list(it)
+            fd = _open_folder(top, folder)
         except (FileNotFoundError, NotADirectoryError):
             continue  # gone meanwhile: nothing left to hand over
-        for entry in listed:
-            is_dir = entry.is_dir(follow_symlinks=False)
-            if in_skipped and not is_dir and entry.is_file(follow_symlinks=False):
-                continue
-            try:
-                _chown_entry(entry.path, entry.stat(follow_symlinks=False), uid, gid)
-            except FileNotFoundError:
-                continue
-            if is_dir:
-                stack.append(entry.path)
+        try:
+            if _owner(os.fstat(fd)) != (uid, gid):
+                os.fchown(fd, uid, gid)
+            for name, entry in _listing(fd):
+                is_dir = entry.is_dir(follow_symlinks=False)
+                if in_skipped and not is_dir and entry.is_file(follow_symlinks=False):
+                    continue
+                if is_dir:
+                    stack.append(folder + b"/" + name if folder else name)
+                    continue  # handed over when it is opened
+                try:
+                    _chown_at(fd, name, entry.stat(follow_symlinks=False), uid, gid)
+                except FileNotFoundError:
+                    continue
+        finally:
+            os.close(fd)
+
+
+def _owner(st: os.stat_result) -> tuple[int, int]:
+    return st.st_uid, st.st_gid
 
 
 def hand_over_shard(
@@ -290,8 +334,9 @@ def hand_over_shard(
 ) -> tuple[Findings, list[tuple[int, int, int]]]:
     """`check_shard`, handing every entry of the shard's folders (and everything under a folder
     the cache does not hold, and under `.git` but the regular files of the root's .git/objects,
-    which are the vault's) to uid:gid on the way. Also returns (folder number, entry number,
-    ctime_ns) for each cached file whose ctime alone our own lchown changed."""
+    which are the vault's) to uid:gid on the way; folders are opened without following a link.
+    Also returns (folder number, entry number, ctime_ns) for each cached file whose ctime alone
+    our own lchown changed."""
     ids = {f.path: f.tree_id for f in folders}
     out = Findings()
     suspects = out.suspects
@@ -313,59 +358,63 @@ def hand_over_shard(
             else:
                 expected[name] = (index, _expected(mode, rec))
         try:
-            with os.scandir(root + b"/" + path if path else root) as it:
-                listed = list(it)
+            fd = _open_folder(root, path)
         except OSError:
             suspects.append((os.fsdecode(path), UNREADABLE, True))
             continue
-        for entry in listed:
-            name = entry.name
-            full = entry.path
-            if name == b".git":
-                chown_tree(full, uid, gid, skip_files_under=objects if not path else None)
-                continue
-            index, want = expected.pop(name, (-1, False))
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                if want is not False:
+        try:
+            listed = _listing(fd)
+            for name, entry in listed:
+                if name == b".git":
+                    if entry.is_dir(follow_symlinks=False):
+                        _chown_below(root, prefix + name, uid, gid, objects if not path else None)
+                    else:
+                        _chown_at(fd, name, entry.stat(follow_symlinks=False), uid, gid)
+                    continue
+                index, want = expected.pop(name, (-1, False))
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    if want is not False:
+                        suspects.append((os.fsdecode(prefix + name), CHANGED, False))
+                    continue
+                m = st.st_mode
+                if want is False:
+                    if statmod.S_ISREG(m) or statmod.S_ISLNK(m) or statmod.S_ISDIR(m):
+                        suspects.append((os.fsdecode(prefix + name), NEW, statmod.S_ISDIR(m)))
+                    if statmod.S_ISDIR(m):
+                        _chown_below(root, prefix + name, uid, gid, None)
+                    else:
+                        _chown_at(fd, name, st, uid, gid)
+                    continue
+                if want is None:
+                    if not statmod.S_ISDIR(m):
+                        suspects.append((os.fsdecode(prefix + name), CHANGED, False))
+                    _chown_at(fd, name, st, uid, gid)  # a cached folder's own shard goes inside
+                    continue
+                seen = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, m & bits)
+                if want is _UNTRUSTED or want != seen:
                     suspects.append((os.fsdecode(prefix + name), CHANGED, False))
-                continue
-            m = st.st_mode
-            if want is False:
-                if statmod.S_ISREG(m) or statmod.S_ISLNK(m) or statmod.S_ISDIR(m):
-                    suspects.append((os.fsdecode(prefix + name), NEW, statmod.S_ISDIR(m)))
-                if statmod.S_ISDIR(m):
-                    chown_tree(full, uid, gid)
+                    _chown_at(fd, name, st, uid, gid)
+                    continue
+                if not _chown_at(fd, name, st, uid, gid):
+                    continue
+                try:
+                    after = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                except OSError:
+                    suspects.append((os.fsdecode(prefix + name), CHANGED, False))
+                    continue
+                if (after.st_mtime_ns, after.st_size, after.st_ino, after.st_mode & bits) == (
+                    seen[0],
+                    seen[2],
+                    seen[3],
+                    seen[4],
+                ) and _owner(after) == (uid, gid):
+                    refreshed.append((number, index, after.st_ctime_ns))
                 else:
-                    _chown_entry(full, st, uid, gid)
-                continue
-            if want is None:
-                if not statmod.S_ISDIR(m):
                     suspects.append((os.fsdecode(prefix + name), CHANGED, False))
-                _chown_entry(full, st, uid, gid)  # a cached folder's own shard goes inside
-                continue
-            seen = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, m & bits)
-            if want is _UNTRUSTED or want != seen:
-                suspects.append((os.fsdecode(prefix + name), CHANGED, False))
-                _chown_entry(full, st, uid, gid)
-                continue
-            if not _chown_entry(full, st, uid, gid):
-                continue
-            try:
-                after = os.lstat(full)
-            except OSError:
-                suspects.append((os.fsdecode(prefix + name), CHANGED, False))
-                continue
-            if (after.st_mtime_ns, after.st_size, after.st_ino, after.st_mode & bits) == (
-                seen[0],
-                seen[2],
-                seen[3],
-                seen[4],
-            ) and (after.st_uid, after.st_gid) == (uid, gid):
-                refreshed.append((number, index, after.st_ctime_ns))
-            else:
-                suspects.append((os.fsdecode(prefix + name), CHANGED, False))
+        finally:
+            os.close(fd)
         for name, (_index, want) in expected.items():
             suspects.append((os.fsdecode(prefix + name), GONE, want is None))
     return out, refreshed

@@ -146,17 +146,16 @@ def test_a_file_changed_between_its_lchown_and_the_look_after_it_is_reported(tmp
     try:
         made = app.tasks.new(project(tmp_path))
         ws = made.workspace
-        target = os.fsencode(Path(ws.root) / "pkg2" / "sub0" / "mod2.py")
-        chown = os.lchown
+        target = Path(ws.root) / "pkg2" / "sub0" / "mod2.py"
+        chown = os.chown
 
-        def chown_then_edit(path, uid, gid):
-            chown(path, uid, gid)
-            if path == target:
+        def chown_then_edit(name, uid, gid, **kwargs):
+            chown(name, uid, gid, **kwargs)
+            if name == b"mod2.py":
                 time.sleep(0.01)
-                with open(path, "w") as f:
-                    f.write("value = 8\n")
+                target.write_text("value = 8\n")
 
-        monkeypatch.setattr(statpass.os, "lchown", chown_then_edit)
+        monkeypatch.setattr(statpass.os, "chown", chown_then_edit)
         data = app.revisions._stat_cache(ws.id).read_bytes()
         folders = statpass.decode(data, *statpass.header_of(data))
         found, refreshed = statpass.hand_over_shard(folders, os.fsencode(ws.root), 0, 1, *USER)
@@ -257,3 +256,33 @@ def test_as_another_user_nothing_is_handed_over_and_the_cache_stays(app, tmp_pat
     assert cache.read_bytes() == before
     assert owners(Path(made.workspace.root))["pkg0/sub0/mod0.py"] == (os.getuid(), os.getgid())
     assert pass_of(app, made.workspace.id) == []
+
+
+@as_root
+def test_a_link_planted_where_a_cached_folder_was_is_not_followed(app, tmp_path):
+    """A sandbox user of an earlier generation may replace a folder with a link to anywhere:
+    the hand-over (as root) hands the link over and never what it points to."""
+    made = app.tasks.new(project(tmp_path))
+    root = Path(made.workspace.root)
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "sub0").mkdir(parents=True)
+    (elsewhere / "sub0" / "mod0.py").write_text("not the workspace's\n")
+    (elsewhere / "keep.txt").write_text("keep\n")
+    for rel in ("pkg0/sub0", "pkg0/sub1"):
+        for child in (root / rel).iterdir():
+            child.unlink()
+        (root / rel).rmdir()
+    (root / "pkg0").rmdir()
+    os.symlink(elsewhere, root / "pkg0")
+    prepare_host_dirs(spec_of(app, made, tmp_path))
+
+    assert os.lstat(root / "pkg0").st_uid == USER[0]
+    for path in (
+        elsewhere,
+        elsewhere / "sub0",
+        elsewhere / "sub0" / "mod0.py",
+        elsewhere / "keep.txt",
+    ):
+        assert os.lstat(path).st_uid == 0, path
+    found = pass_of(app, made.workspace.id) or []
+    assert ("pkg0", statpass.CHANGED, False) in found
