@@ -49,7 +49,8 @@ class Cairn:
     ):
         """`backend`, `image` and `secrets` replace what the settings and the environment would
         choose (tests, benchmarks). `captures_in_child`: one-off captures of a workspace this
-        process does not watch run in a child process (the desktop app; see core.revisions)."""
+        process does not watch, and imports of a folder, run in a child process (the desktop
+        app; see core.revisions and core.tasks)."""
         self.ctx = Context(DataDir.resolve(data_dir))
         self.data: DataDir = self.ctx.data
         self.events: EventBus = self.ctx.events
@@ -92,6 +93,7 @@ class Cairn:
             revisions=self.revisions,
             snapshots=self.snapshots,
             runs=self.runs,
+            imports_in_child=captures_in_child,
         )
         self.artifacts = Artifacts(ctx, revisions=self.revisions, credentials=self._credentials)
         self.housekeeping = Housekeeping(

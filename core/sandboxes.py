@@ -384,6 +384,7 @@ class SandboxManager:
             uid=policy.uid,
             gid=policy.uid,
             git_settings_dir=self.git_settings_dir() if protect_git else None,
+            stat_cache=self.data.cache_root / f"{ws.id}.stat",
         )
 
     def launch_specs(

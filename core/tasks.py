@@ -7,9 +7,11 @@ workspace from any revision. A task's runs are core.runs'; its revisions core.re
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +23,7 @@ from core.engines import engine_for
 from core.engines.base import MODE_CONTINUE, MODE_FORK
 from core.errors import CairnError, Conflict, InputError
 from core.ids import new_id
+from core.launch import python_command
 from core.locks import held
 from core.models import Revision, Run, Source, Task, TaskSource, Workspace, WorkspaceState
 from core.policy import Policy
@@ -68,12 +71,17 @@ class Tasks:
         revisions: Revisions,
         snapshots: Snapshots,
         runs: Runs,
+        imports_in_child: bool = False,
     ):
+        """`imports_in_child`: `new` imports the folder in a child `cairnctl new` (the desktop
+        app: hashing and writing a big folder's files holds the interpreter lock for seconds,
+        on whichever thread it runs)."""
         self.ctx = ctx
         self.settings = settings
         self.revisions = revisions
         self.snapshots = snapshots
         self.runs = runs
+        self._imports_in_child = imports_in_child
 
     def get(self, ref: str) -> Task:
         """A task by id or unambiguous id prefix."""
@@ -117,6 +125,10 @@ class Tasks:
             )
         if title:
             title = check_title(title)
+        if self._imports_in_child and quota_bytes is None and expires_in is None and policy is None:
+            return self._new_in_child(
+                Path(path).expanduser().absolute(), title, engine, instructions, host
+            )
         defaults = self.settings.defaults() if engine is None or policy is None else {}
         engine = engine or defaults.get("engine") or "shell"
         engine_for(engine)  # an unknown engine is refused before anything is made
@@ -142,6 +154,42 @@ class Tasks:
                 (policy or Policy()).validate(),
                 host_name,
             )
+
+    def _new_in_child(
+        self,
+        folder: Path,
+        title: str | None,
+        engine: str | None,
+        instructions: str,
+        host: str | None,
+    ) -> NewTask:
+        """`new` by `cairnctl new` in a child process (which checks and refuses as `new` does);
+        the task is announced here."""
+        argv = python_command("core.cli", "--data-dir", str(self.ctx.data.root), "new", "--json")
+        for flag, value in (
+            ("--title", title),
+            ("--engine", engine),
+            ("--host", host),
+            ("--instructions", instructions or None),
+        ):
+            if value is not None:
+                argv.append(f"{flag}={value}")  # a value starting with "-" stays a value
+        argv.append(str(folder))  # absolute: never taken for an option
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        if proc.returncode != 0:
+            lines = proc.stderr.strip().splitlines()
+            raise CairnError(
+                lines[-1].removeprefix("cairnctl: ")
+                if lines
+                else f"the import of {folder} failed (exit code {proc.returncode})"
+            )
+        out = json.loads(proc.stdout)
+        task = self.ctx.task(out["task_id"])
+        ws = self.ctx.store.get_workspace(out["workspace_id"])
+        self.ctx.events.publish(
+            ev.TASK_CREATED, task.id, workspace_id=ws.id, source=str(folder.resolve())
+        )
+        return NewTask(task, ws, out["base_revision"], out["note"])
 
     def _new_task_locked(
         self,

@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import os
+import struct
 import subprocess
 import sys
 import threading
@@ -359,24 +360,74 @@ def stat_pass(
     or None when the cache cannot be used."""
     if not cache.is_file():
         return None
+    found = _sharded_pass(cache, root, (workspace_id, head, tree), in_process=in_process)
+    if found is None:
+        return None
+    return [
+        (rel, kind, is_dir)
+        for rel, kind, is_dir in found.suspects
+        if kind != statpass.NEW or not ignore.matches(rel, is_dir)
+    ]
+
+
+def hand_over_workspace(cache: Path, root: str, uid: int, gid: int) -> bool:
+    """Hand every entry of the workspace at `root` to uid:gid (but the regular files of its
+    .git/objects, the vault's) in the stat pass's helper processes, and keep the stat cache
+    vouching for the files it vouched for just before: each one whose lstat matched the cache
+    right before our lchown, and differs after it in ctime alone, gets its new ctime in the cache.
+    False when the cache cannot be used (missing, damaged, not hashing to its tree): the caller
+    then hands the folder over the plain way, and the next capture hashes what it must."""
+    try:
+        data = cache.read_bytes()
+        header = statpass.header_of(data)
+    except (OSError, statpass.CacheMismatch):
+        return False
+    refreshed: list[tuple[int, int, int]] = []
+    found = _sharded_pass(cache, root, header, owner=(uid, gid), refreshed=refreshed)
+    if found is None:
+        return False
+    try:
+        patched = statpass.with_ctimes(data, refreshed)
+        # Only over the cache the pass read: one a capture wrote meanwhile is newer.
+        if refreshed and cache.read_bytes() == data:
+            _write_cache_file(cache, patched)
+    except (OSError, statpass.CacheMismatch) as exc:
+        log.warning("the stat cache %s keeps the ctimes before the hand-over: %s", cache, exc)
+    return True
+
+
+def _sharded_pass(
+    cache: Path,
+    root: str,
+    header: tuple[str, str, str],
+    *,
+    in_process: bool = False,
+    owner: tuple[int, int] | None = None,
+    refreshed: list[tuple[int, int, int]] | None = None,
+) -> statpass.Findings | None:
+    """One shard of the cache's folders per core, each in a helper process (and one in this
+    process when `in_process`): the stat pass, or with `owner` the hand-over pass, whose
+    refreshed entries are added to `refreshed`. None when the cache cannot be used."""
     shards = stat_pass_shards()
     first = 0 if in_process else None
     helpers: list[subprocess.Popen[bytes]] = []
     found = statpass.Findings()
     total = None
+    mode = ["hand-over"] if owner is not None else []
+    tail = [str(owner[0]), str(owner[1])] if owner is not None else []
     try:
         for shard in range(0 if first is None else 1, shards):
             helpers.append(
                 subprocess.Popen(
                     [
                         *_helper_argv(),
+                        *mode,
                         os.fspath(cache),
                         root,
                         str(shard),
                         str(shards),
-                        workspace_id,
-                        head,
-                        tree,
+                        *header,
+                        *tail,
                     ],
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE,
@@ -387,7 +438,7 @@ def stat_pass(
         if first is not None:
             try:
                 data = cache.read_bytes()
-                folders = statpass.decode(data, workspace_id, head, tree)
+                folders = statpass.decode(data, *header)
                 found.add(statpass.check_shard(folders, os.fsencode(root), first, shards))
                 total = len(folders)
             except (OSError, statpass.CacheMismatch):
@@ -409,6 +460,8 @@ def stat_pass(
                     [(rel, kind, bool(is_dir)) for rel, kind, is_dir in answer["suspects"]],
                 )
             )
+            if refreshed is not None:
+                refreshed += statpass.refreshed_of(answer["refreshed"])
         assert total is not None
         statpass.check_totals(found, total)
     except (
@@ -416,6 +469,7 @@ def stat_pass(
         ValueError,
         KeyError,
         TypeError,
+        struct.error,
         subprocess.SubprocessError,
         statpass.CacheMismatch,
     ):
@@ -425,11 +479,7 @@ def stat_pass(
             if helper.poll() is None:
                 helper.kill()
                 helper.wait()
-    return [
-        (rel, kind, is_dir)
-        for rel, kind, is_dir in found.suspects
-        if kind != statpass.NEW or not ignore.matches(rel, is_dir)
-    ]
+    return found
 
 
 def seed_stat_cache(

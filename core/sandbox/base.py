@@ -11,7 +11,6 @@ from __future__ import annotations
 import abc
 import os
 import re
-import stat
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +20,8 @@ from typing import Any, ClassVar
 
 from core.errors import CairnError, Conflict, NotFound
 from core.safe_fs import ensure_dir
+from core.vault.statpass import chown_tree
+from core.watch import hand_over_workspace
 from core.workspaces import PROTECTED_GIT_PATHS, protect_git
 
 # Where things live inside every sandbox. The engine contract depends on `/workspace` staying put:
@@ -268,6 +269,9 @@ class SandboxSpec:
     # the workspace's .git is mounted with its hooks, config and commondir read-only, and every
     # exec starts with GIT_PROTECTION_ENV.
     git_settings_dir: Path | None = None
+    # The workspace's stat cache (core.vault.statpass): the hand-over to the sandbox user keeps it
+    # vouching for the files it vouched for (an lchown changes every file's ctime).
+    stat_cache: Path | None = None
 
     def __post_init__(self) -> None:
         for name in ("workspace_id", "session_id"):
@@ -693,8 +697,10 @@ def prepare_host_dirs(spec: SandboxSpec, *, hand_over: bool = True) -> None:
     When Cairn runs as root the sandbox user is someone else, so the workspace, home and runs
     folders are handed to it; the regular files under <workspace>/.git/objects are left alone: they
     are hard links shared with the vault, and chowning one would hand the vault's inode to the
-    sandbox user. `hand_over=False` (the host backend, whose processes run as Cairn itself) only
-    makes the folders.
+    sandbox user. With the workspace's stat cache the workspace is handed over in the stat pass's
+    helper processes, which keep the cache vouching for the files it vouched for (the lchown
+    changes their ctime): a Start on a big workspace then does not rehash it. `hand_over=False`
+    (the host backend, whose processes run as Cairn itself) only makes the folders.
     """
     if not spec.workspace_root.is_dir():
         raise NotFound(f"workspace folder {spec.workspace_root} does not exist")
@@ -706,9 +712,10 @@ def prepare_host_dirs(spec: SandboxSpec, *, hand_over: bool = True) -> None:
     uid, gid = spec.user
     if not hand_over or not _should_chown(uid):
         return
-    _chown_tree(
-        spec.workspace_root, uid, gid, skip_files_under=spec.workspace_root / ".git" / "objects"
-    )
+    root = spec.workspace_root
+    _chown_one(root, uid, gid)
+    if spec.stat_cache is None or not hand_over_workspace(spec.stat_cache, str(root), uid, gid):
+        _chown_tree(root, uid, gid, skip_files_under=root / ".git" / "objects")
     _chown_tree(spec.home_dir, uid, gid)
     # Only the runs folder itself: each run's folder is handed over when a process starts in it.
     _chown_one(spec.runs_dir, uid, gid)
@@ -721,14 +728,9 @@ def _chown_one(path: Path | str, uid: int, gid: int) -> None:
 
 
 def _chown_tree(root: Path, uid: int, gid: int, *, skip_files_under: Path | None = None) -> None:
-    skip = str(skip_files_under) if skip_files_under is not None else None
-    _chown_one(root, uid, gid)
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        in_skipped = skip is not None and (dirpath == skip or dirpath.startswith(skip + os.sep))
-        for name in dirnames:
-            _chown_one(os.path.join(dirpath, name), uid, gid)
-        for name in filenames:
-            path = os.path.join(dirpath, name)
-            if in_skipped and stat.S_ISREG(os.lstat(path).st_mode):
-                continue
-            _chown_one(path, uid, gid)
+    chown_tree(
+        os.fsencode(root),
+        uid,
+        gid,
+        skip_files_under=os.fsencode(skip_files_under) if skip_files_under is not None else None,
+    )

@@ -14,8 +14,8 @@ Measured, each with a 5 ms timer (StallMeter) whose longest gap between ticks is
   in its table (a verifying capture of the 100,000 files, then a durable snapshot);
 - sandbox start: from clicking the task view's Start to the run shown as succeeded (the sandbox
   created, `echo hi` run and observed). Needs Docker and the sandbox image; skipped otherwise;
-- import: New Task's Create for a git repository holding the same files (what the dialog's accept
-  does: `MainWindow.create_tasks`), to the window saying the task was created;
+- import: a git repository holding the same files dropped on the window (`offer_paths`), the
+  New Task dialog filled in and its Create clicked, to the window saying the task was created;
 - idle: the same window, nothing clicked, for as long as each operation took (the baseline);
 - Start by size: a first Start of a new 100-file task and of a new task of the big tree (both
   imported through the facade, not measured), in alternating order for a few rounds, click to
@@ -54,7 +54,6 @@ from PySide6.QtCore import QEventLoop  # noqa: E402
 
 from gui.collector import GuiThreadCollector  # noqa: E402
 from gui.context import AppContext  # noqa: E402
-from gui.dialogs import NewTaskRequest  # noqa: E402
 from gui.main_window import MainWindow  # noqa: E402
 from gui.qt import QApplication, QSettings, QTimer  # noqa: E402
 from gui.task_view.actions import START  # noqa: E402
@@ -331,27 +330,39 @@ def measure_snapshot(bench: Bench) -> tuple[float, float, float]:
 
 
 def measure_import(bench: Bench) -> tuple[float, float, float]:
-    """New Task's Create for a git repository of the same files (the dialog accepted): (longest
-    stall ms, idle baseline ms, seconds)."""
+    """A git repository of the same files dropped on the window (`offer_paths`, what a drop and
+    File ▸ New Task's chooser call), the New Task dialog filled in and Create clicked, to the
+    window saying the task was created: (longest stall ms, idle baseline ms, seconds)."""
     repo = git_copy(bench.tree)
     window = bench.window
-    request = NewTaskRequest(repo, f"{bench.files:,} files, git", "shell", INSTRUCTIONS)
+    window.new_task_dialog = None
+
+    def drop_and_create() -> None:
+        window.offer_paths([repo])
+        run_until(
+            lambda: window.new_task_dialog is not None and window.new_task_dialog.isVisible(),
+            SETTLE_TIMEOUT_S,
+            "the New Task dialog",
+        )
+        dialog = window.new_task_dialog
+        assert dialog is not None and dialog.folders == [repo], dialog and dialog.folders
+        dialog.title_edits[0].setText(f"{bench.files:,} files, git")
+        dialog.engine_combo.setCurrentText("shell")
+        dialog.instructions_edit.setPlainText(INSTRUCTIONS)
+        assert dialog.ok_button.isEnabled(), dialog.ok_button.toolTip()
+        dialog.ok_button.click()
 
     def created() -> bool:
         message = window.statusBar().currentMessage()
         return str(repo) in message or "cannot" in message or "failed" in message
 
     stall, seconds, ticks = _measured(
-        bench,
-        lambda: window.create_tasks([request]),
-        created,
-        IMPORT_TIMEOUT_S,
-        "the task created",
+        bench, drop_and_create, created, IMPORT_TIMEOUT_S, "the task created"
     )
     message = window.statusBar().currentMessage()
     assert message.startswith("Task "), message
     _, idle = _add_rows(
-        bench, f"Import from New Task ({bench.files:,} files)", stall, seconds, ticks
+        bench, f"Drop and New Task's Create ({bench.files:,} files)", stall, seconds, ticks
     )
     settle(bench)
     return stall, idle, seconds

@@ -34,6 +34,11 @@ class NewCommand(Command):
             default="",
             help="the task's instructions; given, the first run starts at once",
         )
+        p.add_argument(
+            "--instructions",
+            help="the task's instructions, run when it is started (`cairnctl run`); unlike -m, "
+            "no run starts now",
+        )
         p.add_argument("--quota", type=arguments.size, help="disk quota of the workspace, e.g. 2G")
         p.add_argument(
             "--expires-in", type=arguments.duration, help="expiry of the workspace, e.g. 30d or 12h"
@@ -61,6 +66,10 @@ class NewCommand(Command):
                 "the message is blank; give the task's instructions, or leave -m out to make "
                 "a task to run later (`cairnctl run`)"
             )
+        if args.instructions is not None and args.message:
+            raise InputError(
+                "give the instructions with -m (and start) or --instructions, not both"
+            )
         # Without --network or --allow the settings' defaults apply (defaults.network, .allow);
         # --allow alone keeps a new policy's own network mode.
         policy = (
@@ -72,7 +81,7 @@ class NewCommand(Command):
             args.path,
             title=args.title,
             engine=args.engine,
-            instructions=args.message,
+            instructions=args.message or args.instructions or "",
             quota_bytes=args.quota,
             expires_in=args.expires_in,
             policy=policy,
