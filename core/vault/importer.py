@@ -37,6 +37,10 @@ _INDEX_STAT = re.compile(
     rb"  ctime: (\d+):(\d+)\n  mtime: (\d+):(\d+)\n  dev: \d+\tino: (\d+)\n"
     rb"  uid: (\d+)\tgid: (\d+)\n  size: (\d+)\tflags: ([0-9a-f]+)\n"
 )
+# One entry of that listing: its line (tag, mode, object id, stage, path), then its stat data.
+_INDEX_LISTING = re.compile(
+    rb"([^ \0]+) ([0-7]+) ([0-9a-f]+) ([0-3])\t([^\0]*)\0" + _INDEX_STAT.pattern, re.S
+)
 _CE_STAGE_MASK = 0x3000  # the index entry's flags (git's cache.h)
 _CE_INTENT_TO_ADD = 1 << 29  # `git add -N`: the blob is empty whatever the file holds
 _CE_SKIP_WORKTREE = 1 << 30  # sparse checkout: the stat data says nothing about the disk
@@ -512,23 +516,27 @@ class _IndexEntry:
 
 
 def _parse_index_listing(data: bytes) -> list[_IndexEntry] | None:
-    """`git ls-files -z --stage -t --debug`: each entry's line, then its stat data."""
+    """`git ls-files -z --stage -t --debug`: each entry's line, then its stat data; None unless
+    the whole listing is entries of that form, one after the other."""
     entries = []
-    pos, end = 0, len(data)
-    while pos < end:
-        nul = data.find(b"\0", pos)
-        match = _INDEX_STAT.match(data, nul + 1) if nul >= 0 else None
-        if match is None:
+    pos = 0
+    fsdecode = os.fsdecode
+    for match in _INDEX_LISTING.finditer(data):
+        if match.start() != pos:
             return None
-        try:
-            entry = _IndexEntry.parse(data[pos:nul])
-        except ValueError:
-            return None
-        g = match.groups()
-        entry.stat = (*(int(v) for v in g[:8]), int(g[8], 16))
-        entries.append(entry)
+        tag, mode, sha, stage, raw_path, *stat = match.groups()
+        entries.append(
+            _IndexEntry(
+                tag.decode(),
+                mode.decode(),
+                sha.decode(),
+                stage.decode(),
+                fsdecode(raw_path),
+                (*map(int, stat[:8]), int(stat[8], 16)),
+            )
+        )
         pos = match.end()
-    return entries
+    return entries if pos == len(data) else None
 
 
 def _list_work_tree(repo: _UserRepo) -> _Listing:

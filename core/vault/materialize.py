@@ -32,9 +32,7 @@ from core.vault.objects import (
     MODE_LINK,
     MODE_TREE,
     ObjectStore,
-    TreeEntry,
     decode_tree,
-    encode_tree,
     git_env,
     object_id,
 )
@@ -79,11 +77,11 @@ def materialize(vault: Vault, commit_or_tree: str, dest: Path, *, label: str) ->
         root = os.fsencode(temp)
         _make_dirs(root, plan.dirs)
         written = _write_blobs(objects, plan, root, label)
-        rebuilt = plan.rebuild(written)
-        if rebuilt != tree:
+        missed = plan.unwritten(written)
+        if missed is not None:
             raise CorruptSnapshot(
-                f"{label} cannot be restored: the files written make tree "
-                f"{rebuilt[:12]}, not {tree[:12]}"
+                f"{label} cannot be restored: {_shown(missed)} was not written as tree "
+                f"{tree[:12]} records it"
             )
         if not _rename_noreplace(temp, dest):
             raise Conflict(f"cannot restore {label}: {dest} already exists")
@@ -140,70 +138,173 @@ class _Plan:
 
     dirs: list[bytes] = field(default_factory=list)  # parents before children
     blobs: dict[str, list[tuple[bytes, str]]] = field(default_factory=dict)  # id → (path, mode)
-    trees: list[tuple[bytes, str, list[TreeEntry]]] = field(default_factory=list)
+    trees: int = 0
 
     @classmethod
     def read(cls, objects: ObjectStore, tree: str, label: str) -> _Plan:
+        """The tree read a depth at a time: loose trees directly, the packed ones of a depth
+        from one `git cat-file --batch` (a round trip per folder costs more than the folder).
+        Each tree must hash to its id and be in git's own encoding (canonical modes, entries
+        in git's order, no name twice), so that files written exactly as planned make the tree
+        again."""
         plan = cls()
         objects_dir = os.fsencode(objects.objects_dir) + b"/"
-        stack = [(b"", tree)]
-        while stack:
-            folder, sha = stack.pop()
-            data = (
-                b""
-                if sha == EMPTY_TREE
-                else _read_loose(objects_dir + f"{sha[:2]}/{sha[2:]}".encode(), sha, b"tree")
-            )
-            if data is False:
-                raise _object_error(objects, label, sha, _shown(folder))
-            try:
-                entries = decode_tree(data) if data is not None else objects.read_tree(sha)
-            except (VaultError, ValueError) as exc:
-                raise _object_error(objects, label, sha, _shown(folder), exc) from None
-            plan.trees.append((folder, sha, entries))
-            if len({entry.name for entry in entries}) != len(entries):
-                raise CorruptSnapshot(
-                    f"{label} cannot be restored: tree {sha[:12]} "
-                    f"({_shown(folder)}) names an entry twice"
-                )
-            for entry in entries:
-                name = entry.name
-                rel = folder + b"/" + name if folder else name
-                if name in _UNSAFE_NAMES or b"/" in name or b"\0" in name:
-                    raise CorruptSnapshot(
-                        f"{label} cannot be restored: tree {sha[:12]} "
-                        f"({_shown(folder)}) holds the unsafe name {name!r}"
-                    )
-                if entry.mode == MODE_TREE:
-                    plan.dirs.append(rel)
-                    stack.append((rel, entry.sha))
-                elif entry.mode in (MODE_FILE, MODE_EXEC, MODE_LINK):
-                    plan.blobs.setdefault(entry.sha, []).append((rel, entry.mode))
-                elif entry.mode == MODE_GITLINK:
-                    plan.dirs.append(rel)  # a submodule's place: an empty folder, like git's
+        level = [(b"", tree)]
+        while level:
+            bodies: dict[str, bytes] = {}
+            packed = []
+            for folder, sha in level:
+                if sha == EMPTY_TREE or sha in bodies:
+                    continue
+                data = _read_loose(objects_dir + f"{sha[:2]}/{sha[2:]}".encode(), sha, b"tree")
+                if data is False:
+                    raise _object_error(objects, label, sha, _shown(folder))
+                if data is None:
+                    packed.append((folder, sha))
                 else:
-                    raise CorruptSnapshot(
-                        f"{label} cannot be restored: tree {sha[:12]} "
-                        f"({_shown(folder)}) holds the unknown mode {entry.mode}"
-                    )
+                    bodies[sha] = data
+            if packed:
+                bodies.update(_read_packed_trees(objects, packed, label))
+            below: list[tuple[bytes, str]] = []
+            for folder, sha in level:
+                plan._add(folder, sha, bodies.get(sha, b""), below, label)
+            level = below
         return plan
 
-    def rebuild(self, written: dict[bytes, tuple[str, str]]) -> str:
-        """The root tree id of what was written, computed from the written entries."""
-        ids: dict[bytes, str] = {}
-        for folder, _sha, entries in reversed(self.trees):  # children were read after parents
-            rebuilt = []
-            for entry in entries:
-                rel = folder + b"/" + entry.name if folder else entry.name
-                if entry.mode == MODE_TREE:
-                    rebuilt.append(TreeEntry(MODE_TREE, entry.name, ids.get(rel, "")))
-                elif entry.mode == MODE_GITLINK:
-                    rebuilt.append(entry)
-                else:
-                    mode, sha = written.get(rel, ("", ""))
-                    rebuilt.append(TreeEntry(mode, entry.name, sha))
-            ids[folder] = object_id("tree", encode_tree(rebuilt)) if rebuilt else EMPTY_TREE
-        return ids[b""]
+    def _add(
+        self,
+        folder: bytes,
+        sha: str,
+        body: bytes,
+        below: list[tuple[bytes, str]],
+        label: str,
+    ) -> None:
+        self.trees += 1
+        try:
+            entries = decode_tree(body)
+        except ValueError:
+            raise CorruptSnapshot(
+                f"{label} cannot be restored: object {sha[:12]} ({_shown(folder)}) is corrupt"
+            ) from None
+        last = b""
+        length = 0
+        for entry in entries:
+            name = entry.name
+            length += len(entry.mode) + len(name) + 22
+            rel = folder + b"/" + name if folder else name
+            if name in _UNSAFE_NAMES or b"/" in name or b"\0" in name:
+                raise CorruptSnapshot(
+                    f"{label} cannot be restored: tree {sha[:12]} "
+                    f"({_shown(folder)}) holds the unsafe name {name!r}"
+                )
+            key = name + b"/" if entry.mode == MODE_TREE else name
+            if key <= last:
+                raise CorruptSnapshot(
+                    f"{label} cannot be restored: tree {sha[:12]} ({_shown(folder)}) "
+                    + ("names an entry twice" if key == last else "is not in git's order")
+                )
+            last = key
+            if entry.mode == MODE_TREE:
+                self.dirs.append(rel)
+                below.append((rel, entry.sha))
+            elif entry.mode in (MODE_FILE, MODE_EXEC, MODE_LINK):
+                self.blobs.setdefault(entry.sha, []).append((rel, entry.mode))
+            elif entry.mode == MODE_GITLINK:
+                self.dirs.append(rel)  # a submodule's place: an empty folder, like git's
+            else:
+                raise CorruptSnapshot(
+                    f"{label} cannot be restored: tree {sha[:12]} "
+                    f"({_shown(folder)}) holds the unknown mode {entry.mode}"
+                )
+        if length != len(body):
+            raise CorruptSnapshot(
+                f"{label} cannot be restored: object {sha[:12]} ({_shown(folder)}) is corrupt"
+            )
+
+    def unwritten(self, written: dict[bytes, tuple[str, str]]) -> bytes | None:
+        """The first planned file not written with its planned blob and mode, or None when all
+        were: then the written files make the planned tree again (its trees are canonical)."""
+        for sha, targets in self.blobs.items():
+            for rel, mode in targets:
+                if written.get(rel) != (mode, sha):
+                    return rel
+        return None
+
+
+def _read_packed_trees(
+    objects: ObjectStore, wanted: list[tuple[bytes, str]], label: str
+) -> dict[str, bytes]:
+    """The bodies of the given trees (folder, id) from one `git cat-file --batch`, each checked
+    against its id."""
+    out: dict[str, bytes] = {}
+    order = list(dict.fromkeys(sha for _, sha in wanted))
+    where = {sha: folder for folder, sha in reversed(wanted)}
+    with _CatFile(objects, order) as cat:
+        for sha in order:
+            header, data = cat.next_object()
+            parts = header.split()
+            if len(parts) != 3 or parts[0].decode() != sha or parts[1] != b"tree":
+                raise _object_error(
+                    objects,
+                    label,
+                    sha,
+                    _shown(where[sha]),
+                    VaultError("missing" if header.endswith(b" missing\n") else "unreadable"),
+                )
+            if data is None or object_id("tree", data) != sha:
+                raise _object_error(objects, label, sha, _shown(where[sha]))
+            out[sha] = data
+    return out
+
+
+class _CatFile:
+    """One `git cat-file --batch` fed `order` by a thread of its own (so that neither side waits
+    on a full pipe), read back in that order."""
+
+    def __init__(self, objects: ObjectStore, order: list[str]):
+        self.proc = subprocess.Popen(
+            ["git", "--git-dir", str(objects.git_dir), "cat-file", "--batch", "--buffer"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=git_env(),
+        )
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.out = self.proc.stdout
+        stdin = self.proc.stdin
+
+        def feed() -> None:
+            try:
+                for i in range(0, len(order), _FEED_BATCH):
+                    stdin.write(("\n".join(order[i : i + _FEED_BATCH]) + "\n").encode())
+                stdin.close()
+            except (BrokenPipeError, OSError, ValueError):
+                pass  # git stopped early; the reader reports why
+
+        self.feeder = threading.Thread(target=feed, name="materialize-feed", daemon=True)
+        self.feeder.start()
+
+    def __enter__(self) -> _CatFile:
+        return self
+
+    def __exit__(self, kind: object, exc: object, tb: object) -> None:
+        if kind is not None:
+            self.proc.kill()
+        self.out.close()
+        self.proc.wait()
+        self.feeder.join()
+
+    def next_object(self) -> tuple[bytes, bytes | None]:
+        """The next header and, for a found object of at most _STREAM_ABOVE bytes, its content
+        (None for a missing object)."""
+        header = self.out.readline()
+        parts = header.split()
+        if len(parts) != 3 or not parts[2].isdigit():
+            return header, None
+        size = int(parts[2])
+        data = self.out.read(size)
+        self.out.read(1)
+        return header, data if len(data) == size else None
 
 
 def _write_blobs(
@@ -325,68 +426,42 @@ def _write_streamed(
     written: dict[bytes, tuple[str, str]],
 ) -> None:
     """Stream the given blobs from one `git cat-file --batch`, check each id, write the files."""
-    proc = subprocess.Popen(
-        ["git", "--git-dir", str(objects.git_dir), "cat-file", "--batch", "--buffer"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env=git_env(),
-    )
-    assert proc.stdin is not None and proc.stdout is not None
-    stdin = proc.stdin
-
-    def feed() -> None:
-        try:
-            for i in range(0, len(order), _FEED_BATCH):
-                stdin.write(("\n".join(order[i : i + _FEED_BATCH]) + "\n").encode())
-            stdin.close()
-        except (BrokenPipeError, OSError, ValueError):
-            pass  # git stopped early; the reader reports why
-
-    feeder = threading.Thread(target=feed, name="materialize-feed", daemon=True)
-    feeder.start()
     writers = _Writers(root, written)
-    out = proc.stdout
-    failed = True
     try:
-        for sha in order:
-            targets = plan.blobs[sha]
-            header = out.readline()
-            parts = header.split()
-            if len(parts) != 3 or parts[0].decode() != sha or parts[1] != b"blob":
-                raise _object_error(
-                    objects,
-                    label,
-                    sha,
-                    _shown(targets[0][0]),
-                    VaultError("missing" if header.endswith(b" missing\n") else "unreadable"),
-                )
-            size = int(parts[2])
-            if size > _STREAM_ABOVE:
-                writers.drain()
-                ok = _stream_large(out, size, sha, root, targets)
-                if ok:
-                    for rel, mode in targets:
-                        written[rel] = (mode, sha)
-            else:
-                data = out.read(size)
-                out.read(1)
-                check = hashlib.sha1(b"blob %d\0" % size)
-                check.update(data)
-                ok = len(data) == size and check.hexdigest() == sha
-                if ok:
-                    writers.add(sha, data, targets)
-            if not ok:
-                raise _object_error(objects, label, sha, _shown(targets[0][0]))
-        writers.drain()
-        failed = False
+        with _CatFile(objects, order) as cat:
+            out = cat.out
+            for sha in order:
+                targets = plan.blobs[sha]
+                header = out.readline()
+                parts = header.split()
+                if len(parts) != 3 or parts[0].decode() != sha or parts[1] != b"blob":
+                    raise _object_error(
+                        objects,
+                        label,
+                        sha,
+                        _shown(targets[0][0]),
+                        VaultError("missing" if header.endswith(b" missing\n") else "unreadable"),
+                    )
+                size = int(parts[2])
+                if size > _STREAM_ABOVE:
+                    writers.drain()
+                    ok = _stream_large(out, size, sha, root, targets)
+                    if ok:
+                        for rel, mode in targets:
+                            written[rel] = (mode, sha)
+                else:
+                    data = out.read(size)
+                    out.read(1)
+                    check = hashlib.sha1(b"blob %d\0" % size)
+                    check.update(data)
+                    ok = len(data) == size and check.hexdigest() == sha
+                    if ok:
+                        writers.add(sha, data, targets)
+                if not ok:
+                    raise _object_error(objects, label, sha, _shown(targets[0][0]))
+            writers.drain()
     finally:
-        if failed:
-            proc.kill()
         writers.stop()
-        out.close()
-        proc.wait()
-        feeder.join()
 
 
 class _Writers:

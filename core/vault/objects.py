@@ -38,6 +38,7 @@ _REF_LOCK_WAIT_S = 2.0
 # before that is durable with all it names. The margin covers file times taken from the kernel's
 # coarse clock and filesystems that keep whole seconds.
 _SYNCED = "cairn-synced"
+_STAMP_TICK_WAIT_S = 0.05  # longer than a tick of the coarsest kernel clock (10 ms)
 _SYNC_MARGIN_NS = (
     2_000_000_000  # a ref's lock is held for one small write; longer means a crashed writer
 )
@@ -145,6 +146,24 @@ def _syncfs(path: Path) -> None:
     except (OSError, AttributeError):
         pass
     os.sync()
+
+
+def _time_after_last_write(stamp: Path) -> int:
+    """Make the file `stamp` and return a file time later than that of every file written
+    before the call. File times come from a coarse clock (a tick of a few milliseconds), so a
+    file written just before the stamp often has the stamp's very time, and a sync begun then
+    could not vouch for it: the stamp is touched again until its time moves past the first one
+    (a tick at most; the first time is kept if the clock never moves)."""
+    stamp.write_bytes(b"")
+    first = os.stat(stamp).st_mtime_ns
+    deadline = time.monotonic() + _STAMP_TICK_WAIT_S
+    while time.monotonic() < deadline:
+        os.utime(stamp)
+        now = os.stat(stamp).st_mtime_ns
+        if now > first:
+            return now
+        time.sleep(0.001)
+    return first
 
 
 def _new_temp_object(folder: Path) -> tuple[int, Path]:
@@ -526,8 +545,7 @@ class ObjectStore:
         # The sync's start in the filesystem's own clock: a file made just before it.
         stamp = self.git_dir / f"{_SYNCED}.tmp-{os.getpid()}-{threading.get_ident()}"
         try:
-            stamp.write_bytes(b"")
-            began: int | None = os.stat(stamp).st_mtime_ns
+            began: int | None = _time_after_last_write(stamp)
         except OSError:
             began = None
         _syncfs(self.git_dir)
@@ -541,7 +559,7 @@ class ObjectStore:
         written beside the vault, say) and may take seconds; a ref needs none when its objects
         are already on disk."""
         try:
-            written = os.stat(self._loose_path(commit)).st_mtime_ns
+            written = self._written_at(commit)
             synced = int((self.git_dir / _SYNCED).read_text().strip())
         except (OSError, ValueError):
             written, synced = 0, -1
@@ -549,6 +567,20 @@ class ObjectStore:
         if written and written < synced:
             return
         self.sync()
+
+    def _written_at(self, sha: str) -> int:
+        """When the object `sha` was written, in the filesystem's file times: its loose file's,
+        or, for a packed object, the newest pack's (whichever pack holds it, it was written no
+        later than that); OSError when neither can be told."""
+        try:
+            return os.stat(self._loose_path(sha)).st_mtime_ns
+        except FileNotFoundError:
+            pass
+        with os.scandir(self.objects_dir / "pack") as listing:
+            packs = [e.stat().st_mtime_ns for e in listing if e.name.endswith(".pack")]
+        if not packs:
+            raise FileNotFoundError(f"object {sha} is neither loose nor in a pack")
+        return max(packs)
 
     def _note_synced(self, stamp: Path, began: int) -> None:
         """Remember when the last complete sync began (only ever moving forward)."""

@@ -318,3 +318,36 @@ def _set_index_stat(repo: Path, rel: str, st: os.stat_result) -> None:
         raise AssertionError(f"{rel} is not in the index")
     data[-20:] = hashlib.sha1(bytes(data[:-20])).digest()
     path.write_bytes(bytes(data))
+
+
+def test_the_index_listing_is_read_whole_or_not_at_all(tmp_path):
+    """Every entry of `git ls-files --debug` with its stat data, whatever its name holds
+    (spaces, tabs, new lines); a listing that does not parse to its end vouches for nothing."""
+    repo = tmp_path / "repo"
+    names = ["plain.txt", "with space.txt", "tab\there.txt", "new\nline.txt", "dir/deep é.txt"]
+    for i, name in enumerate(names):
+        write(repo / name, f"content {i}\n")
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    age(repo)
+    data = subprocess.run(
+        ["git", "ls-files", "-z", "--stage", "-t", "--debug"],
+        cwd=repo,
+        capture_output=True,
+        check=True,
+    ).stdout
+
+    entries = importer._parse_index_listing(data)
+
+    assert entries is not None
+    assert sorted(e.rel for e in entries) == sorted(names)
+    for e in entries:
+        st = os.lstat(repo / e.rel)
+        assert (e.tag, e.mode, e.stage) == ("H", "100644", "0")
+        assert (
+            e.stat is not None and e.stat[7] == st.st_size and e.stat[4] == st.st_ino & 0xFFFFFFFF
+        )
+        assert e.vouches_for(st, int(time.time()))
+    assert importer._parse_index_listing(data[:-1]) is None
+    assert importer._parse_index_listing(data + b"H 100644") is None
+    assert importer._parse_index_listing(b"junk\0" + data) is None

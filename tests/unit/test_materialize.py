@@ -318,3 +318,73 @@ def test_loose_objects_larger_than_one_read(vault, tmp_path, monkeypatch, stream
     result = import_folder(vault, src)
     materialize(vault, result.base_commit, tmp_path / "restored", label="s")
     assert walk(tmp_path / "restored") == walk(src)
+
+
+def test_tree_out_of_git_order_is_refused(vault, tmp_path):
+    """Files written as such a tree plans would not make it again: it is refused before any is."""
+    objects = vault.objects
+    blob = objects.write_blob(b"x")
+    data = b"100644 b\0" + bytes.fromhex(blob) + b"100644 a\0" + bytes.fromhex(blob)
+    tree = objects.write_object("tree", data)
+    with pytest.raises(CorruptSnapshot) as exc:
+        materialize(vault, tree, tmp_path / "out", label="snapshot snap_11")
+    assert "is not in git's order" in str(exc.value) and tree[:12] in str(exc.value)
+    assert siblings(tmp_path) == {"vault.git"}
+
+
+def test_tree_with_a_truncated_entry_is_refused(vault, tmp_path):
+    objects = vault.objects
+    blob = objects.write_blob(b"x")
+    tree = objects.write_object("tree", b"100644 a\0" + bytes.fromhex(blob)[:12])
+    with pytest.raises(CorruptSnapshot) as exc:
+        materialize(vault, tree, tmp_path / "out", label="snapshot snap_12")
+    assert "is corrupt" in str(exc.value) and tree[:12] in str(exc.value)
+    assert siblings(tmp_path) == {"vault.git"}
+
+
+def test_a_file_left_unwritten_fails_the_restore(vault, source, tmp_path, monkeypatch):
+    """The check after writing: every planned file must have been written with its blob."""
+    result = import_folder(vault, source)
+    real = materialize_module._write_loose
+
+    def loses_one(objects, plan, root, label, written):
+        left = real(objects, plan, root, label, written)
+        written.pop(b"src/app.py", None)
+        return left
+
+    monkeypatch.setattr(materialize_module, "_write_loose", loses_one)
+    dest = tmp_path / "restored"
+    with pytest.raises(CorruptSnapshot) as exc:
+        materialize(vault, result.base_commit, dest, label="snapshot snap_13")
+    assert "src/app.py was not written" in str(exc.value)
+    assert_nothing_left(tmp_path, dest)
+
+
+def test_packed_trees_are_read_a_depth_at_a_time(vault, source, tmp_path, monkeypatch):
+    """One `git cat-file` per depth of packed folders, not a round trip per folder."""
+    result = import_folder(vault, source)
+    vault.objects.update_ref("refs/heads/keep", result.base_commit)  # packed, not left loose
+    subprocess.run(
+        ["git", "--git-dir", str(vault.git_dir), "repack", "-a", "-d", "-q"],
+        check=True,
+        env=git_env(),
+    )
+    subprocess.run(
+        ["git", "--git-dir", str(vault.git_dir), "prune-packed"], check=True, env=git_env()
+    )
+    vault.objects.close()
+    started: list[list[str]] = []
+    real = subprocess.Popen
+
+    def popen(argv, *args, **kwargs):
+        started.append(list(argv))
+        return real(argv, *args, **kwargs)
+
+    monkeypatch.setattr(materialize_module.subprocess, "Popen", popen)
+    materialize(vault, result.base_tree, tmp_path / "restored", label="s")
+    assert walk(tmp_path / "restored") == walk(source)
+    cat_files = [a for a in started if "cat-file" in a and "--buffer" in a]
+    assert not (vault.objects.objects_dir / result.base_tree[:2] / result.base_tree[2:]).exists()
+    # Depths of folders: the root, src/bin/empty_dir, src/deep and src/nested_empty, src/deep/er
+    # and its empty sibling (the empty tree is never read); then one for the packed blobs.
+    assert len(cat_files) == 4 + 1

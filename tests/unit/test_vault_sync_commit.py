@@ -4,6 +4,7 @@ a snapshot of a revision whose objects are already on disk writes its ref and no
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -91,3 +92,52 @@ def test_the_record_of_the_last_sync_never_moves_back(vault, syncs):
     assert int((vault.git_dir / "cairn-synced").read_text()) == later
     assert not stamp.exists()
     assert [p.name for p in vault.git_dir.glob("cairn-synced*")] == ["cairn-synced"]
+
+
+def test_a_commit_written_just_before_a_sync_needs_no_other(vault, syncs):
+    """The import writes its base and syncs at once: most often in the same tick of the file
+    clock, which the sync's record must still be later than."""
+    for n in range(20):
+        just = commit(vault, f"just {n}")
+        vault.objects.sync()
+        vault.objects.sync_commit(just)
+
+    assert len(syncs) == 20
+
+
+def test_the_record_of_a_sync_is_later_than_the_file_written_before_it(vault, syncs):
+    before = vault.git_dir / "before"
+    before.write_bytes(b"")
+    vault.objects.sync()
+    assert int((vault.git_dir / "cairn-synced").read_text()) > before.stat().st_mtime_ns
+
+
+def pack_everything(vault: Vault) -> None:
+    subprocess.run(
+        ["git", "--git-dir", str(vault.git_dir), "repack", "-a", "-d", "-q"],
+        check=True,
+        env=objects_module.git_env(),
+    )
+
+
+def test_a_packed_commit_synced_since_its_pack_was_written_needs_no_other(vault, syncs):
+    packed = commit(vault, "packed")
+    vault.git_dir.joinpath("refs", "heads", "keep").write_text(packed + "\n")
+    pack_everything(vault)
+    assert not (vault.objects.objects_dir / packed[:2] / packed[2:]).exists()
+    vault.objects.sync()
+
+    vault.objects.sync_commit(packed)
+
+    assert len(syncs) == 1
+
+
+def test_a_packed_commit_whose_pack_came_after_the_last_sync_is_synced(vault, syncs):
+    vault.objects.sync()
+    packed = commit(vault, "packed")
+    vault.git_dir.joinpath("refs", "heads", "keep").write_text(packed + "\n")
+    pack_everything(vault)
+
+    vault.objects.sync_commit(packed)
+
+    assert len(syncs) == 2
