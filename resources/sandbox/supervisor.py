@@ -507,9 +507,11 @@ _shebangs = {}
 
 
 def realpath_cached(path):
-    """realpath, remembered for absolute paths. A stale answer cannot let anything through: the
-    exec event compares the loaded image with the file judged (by device and inode)."""
-    if not path.startswith("/") or path.startswith("/proc/"):
+    """realpath, remembered for paths in the image's read-only folders, where no link can
+    change. Anywhere else it is looked up each time: a link in the workspace pointed at another
+    program gives the same file identity at the exec event as the program judged, but under
+    the old name (`tool -> ls` then `tool -> cat` would be judged as ls)."""
+    if not path.startswith(SYSTEM_PREFIXES) or "/." in path:
         return os.path.realpath(path)
     found = _realpaths.get(path)
     if found is None:
