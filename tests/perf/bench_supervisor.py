@@ -10,13 +10,19 @@ cat in pipelines over generated files), and one closer to an agent's work: git i
 repositories at once (add, commit, status, log). The supervisor runs as a run's does: every program start
 classified by Cairn's program rules (none of these is asked). Target: at most 1.3x. The ratios
 are printed, not asserted. `--supervisor PATH`, given more than once, measures several
-supervisors interleaved in the same container (say main's copy against this one).
+supervisors interleaved in the same container (say main's copy against this one); `--no-fast`
+after it (`--supervisor PATH --no-fast`) runs that one without the compiled hot path.
+
+The compiled hot path (resources/sandbox/exec-fast.c) is used as the image has it; an image
+without it gets one compiled here with the host's gcc (the same Debian as the image) and mounted
+where the image recipe puts it, so the figures are the ones a built image gives.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -27,6 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SUPERVISOR = ROOT / "resources/sandbox/supervisor.py"
 RULES = ROOT / "core/approvals_exec.py"
+FAST_SOURCE = ROOT / "resources/sandbox/exec-fast.c"
+FAST_LIBRARY = "/usr/local/lib/cairn/exec-fast.so"
 TARGET = 1.3
 
 TRUE_LOOP = "i=0; while [ $i -lt 2000 ]; do /bin/true; i=$((i+1)); done\n"
@@ -72,8 +80,9 @@ os.environ.update(CAIRN_EXEC_ID="bench", CAIRN_APPROVAL_REQUESTS="/tmp/requests"
                   CAIRN_APPROVAL_DECISIONS="/tmp/decisions")
 runs, cases, names = int(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3])
 def sup(name):
-    return ["python3", "/bench/%s/supervisor.py" % name, "--judge", "--rules",
-            "/bench/exec_rules.py", "--"]
+    extra = ["--no-fast"] if name.endswith("[python]") else []
+    return ["python3", "/bench/%s/supervisor.py" % name.split(" ")[0], "--judge", "--rules",
+            "/bench/exec_rules.py"] + extra + ["--"]
 variants = [("plain", [])] + [(name, sup(name)) for name in names]
 def cpu():
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -100,9 +109,13 @@ def measure(
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         for name, path in supervisors.items():
-            (folder / name).mkdir()
-            (folder / name / "supervisor.py").write_text(path.read_text())
-            (folder / name).chmod(0o755)
+            (folder / name.split(" ")[0]).mkdir(exist_ok=True)
+            (folder / name.split(" ")[0] / "supervisor.py").write_text(path.read_text())
+            (folder / name.split(" ")[0]).chmod(0o755)
+        mounts = []
+        library = fast_library(image, folder)
+        if library is not None:
+            mounts = ["-v", f"{library}:{FAST_LIBRARY}:ro"]
         (folder / "exec_rules.py").write_text(RULES.read_text())
         (folder / "timer.py").write_text(TIMER)
         folder.chmod(0o755)
@@ -116,7 +129,7 @@ def measure(
                     *("docker", "run", "--rm", "--name", name, "--user", "1000:1000"),
                     *("--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--read-only"),
                     *("--tmpfs", "/tmp", "--network", "none", "--cpus", "2"),
-                    *("-v", f"{folder}:/bench:ro", image),
+                    *("-v", f"{folder}:/bench:ro", *mounts, image),
                     *("python3", "/bench/timer.py", str(runs), cases),
                     json.dumps(list(supervisors)),
                 ],
@@ -128,6 +141,23 @@ def measure(
         finally:
             subprocess.run(["docker", "rm", "-f", name], capture_output=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def fast_library(image: str, folder: Path) -> Path | None:
+    """A compiled hot path to mount into the container, when the image has none of its own."""
+    has = subprocess.run(
+        ["docker", "run", "--rm", "--network", "none", image, "test", "-e", FAST_LIBRARY],
+        capture_output=True,
+    )
+    if has.returncode == 0 or shutil.which("gcc") is None:
+        return None
+    built = folder / "exec-fast.so"
+    subprocess.run(
+        ["gcc", "-O2", "-shared", "-fPIC", "-o", str(built), str(FAST_SOURCE), "-lpthread"],
+        check=True,
+    )
+    built.chmod(0o755)
+    return built
 
 
 def report(results: dict[str, dict[str, list[float]]]) -> dict[str, float]:
@@ -168,6 +198,13 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--image", default="cairn-sandbox:1")
     parser.add_argument(
+        "--no-fast",
+        action="append_const",
+        dest="supervisor",
+        const=None,
+        help="also measure the supervisor given last without the compiled hot path",
+    )
+    parser.add_argument(
         "--supervisor",
         type=Path,
         action="append",
@@ -175,12 +212,19 @@ def main() -> int:
         "interleaved in the same container, named #1, #2...)",
     )
     args = parser.parse_args()
-    paths = args.supervisor or [SUPERVISOR]
-    if len(paths) == 1:
-        supervisors = {"supervised": paths[0]}
+    given = args.supervisor or [SUPERVISOR]
+    if given[0] is None:
+        given.insert(0, SUPERVISOR)
+    if len(given) == 1:
+        supervisors = {"supervised": given[0]}
     else:
-        supervisors = {f"#{i}": p for i, p in enumerate(paths, 1)}
-        for name, path in supervisors.items():
+        supervisors = {}
+        for i, path in enumerate(given, 1):
+            if path is None:  # --no-fast: the one before, in python only
+                name, path = f"#{i - 1} [python]", given[i - 2]
+            else:
+                name = f"#{i}"
+            supervisors[name] = path
             print(f"{name} = {path}")
     report(measure(args.image, args.runs, supervisors))
     return 0
