@@ -1676,6 +1676,10 @@ class Supervisor:
                 self.remember(pid, judged)
                 self.detach(pid)
                 return
+            if isinstance(judged, Judged):
+                # Allowed by the compiled path's cache for bytes the kernel did not copy: what
+                # did load is judged afresh, as for an exec nothing judged.
+                judged = None
             loaded = read_exec_event(pid, judged is None)
         except OSError as exc:
             if exc.errno == errno.ESRCH:

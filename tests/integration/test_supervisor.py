@@ -585,3 +585,43 @@ def test_a_library_that_cannot_be_loaded_leaves_the_judging_to_python(box):
     assert "RM=1" in done.stdout, done.stdout + done.stderr
     assert done.stderr.count("the compiled exec path cannot be used, judging in python") == 2
     assert any(d["argv"][:2] == ["rm", "-rf"] for d in judge.asked("deny"))
+
+
+# A thread turns the argument of a held `cat` back and forth between a workspace file (allowed,
+# and kept by the compiled path after its first time) and the private key, while the process
+# execs it again and again: whatever was read when the exec was held, the exec event sees what
+# the kernel copied, and the key is never printed.
+FLIP_WHILE_EXECING = r"""
+import ctypes, os, threading
+libc = ctypes.CDLL(None, use_errno=True)
+plain, secret = b"/workspace/abcdefghijkl", b"/home/agent/.ssh/id_rsa"
+assert len(plain) == len(secret)
+with open(plain, "w") as f:
+    f.write("PLAIN\n")
+for _ in range(60):
+    pid = os.fork()
+    if pid == 0:
+        word = ctypes.create_string_buffer(plain, 32)
+        argv = (ctypes.c_char_p * 3)(b"cat", ctypes.cast(word, ctypes.c_char_p), None)
+        def flip():
+            while True:
+                ctypes.memmove(word, secret, len(secret))
+                ctypes.memmove(word, plain, len(plain))
+        threading.Thread(target=flip, daemon=True).start()
+        libc.execv(b"/usr/bin/cat", argv)
+        os._exit(99)
+    os.waitpid(pid, 0)
+print("FLIPS-DONE")
+"""
+
+
+def test_an_argument_flipped_during_a_kept_exec_is_judged_by_what_loaded(box):
+    body = (
+        "cat > /tmp/flip.py <<'PY'\n" + FLIP_WHILE_EXECING + "PY\n"
+        "cat /workspace/abcdefghijkl 2>/dev/null; python3 /tmp/flip.py\n"
+    )
+    done, _judge = box(rules_supervised(body))
+    out = done.stdout + done.stderr
+    assert "FLIPS-DONE" in done.stdout and "SUPERVISOR_EXIT=0" in done.stdout, out
+    assert SECRET not in out
+    assert "PLAIN" in done.stdout, out  # the harmless one ran
