@@ -20,6 +20,11 @@
      cx_receive gave it, with the real path and identity it saw): later identical facts are hits.
    - cx_same_image: at the exec event, whether the program, argv and environment the kernel
      loaded and copied are, byte for byte, the judged ones.
+   - cx_expect / cx_follow: the worker's tracees' events. cx_expect keeps what an exec let go
+     was judged as (the Python side's pending exec, or a hit's facts); cx_follow waits for the
+     next event of this thread's tracees, and an exec event whose image is the expected one is
+     let go (detached) here; every other event, and any exec event that does not compare equal,
+     goes back to the Python side as it came.
 
    A hit can only repeat a verdict for facts equal to the ones judged: nothing a verdict depends
    on is outside the key, or the Python side does not offer it for the cache (see
@@ -38,6 +43,7 @@
 #include <sys/ptrace.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define NOTIF_RECV 0xC0502100UL
@@ -388,10 +394,11 @@ static int leads_elsewhere(const unsigned char *argv, size_t argv_len, const cha
             if (eq) w = eq + 1;
         }
         size_t wl = strlen(w);
-        if (!wl || w[0] == '-' || wl > 4096) {
+        if (!wl || w[0] == '-') {
             word = next;
             continue;
         }
+        if (wl > 4096) return 1; /* links_of counts characters, this bytes: let it decide */
         if (w[wl - 1] == '/' || (wl >= 2 && !strcmp(w + wl - 2, "/.")) ||
             (wl >= 3 && !strcmp(w + wl - 3, "/..")) || !strcmp(w, ".") || !strcmp(w, ".."))
             return 1;
@@ -419,6 +426,9 @@ static int leads_elsewhere(const unsigned char *argv, size_t argv_len, const cha
     }
     return 0;
 }
+
+int cx_expect(int tid, const unsigned char *argv, uint32_t argv_len, const unsigned char *env,
+              uint32_t env_len, uint64_t dev, uint64_t ino);
 
 /* -- the listener -- */
 
@@ -473,26 +483,27 @@ int cx_receive(int listener, struct cx_out *out, unsigned char **facts) {
     if (ptrace(PTRACE_SEIZE, n.pid, 0, SEIZE_OPTIONS) < 0) return CX_MISS;
     out->dev = st.st_dev;
     out->ino = st.st_ino;
+    cx_expect((int)n.pid, facts_buf.data + out->argv_off, out->argv_len,
+              facts_buf.data + out->env_off, out->env_len, st.st_dev, st.st_ino);
     return CX_HIT;
 }
 
-/* The Python judge allowed these facts, judging `program` with the identity in st_* (from its
-   own stat). */
+/* The Python judge allowed these facts, judging `program` with the identity in `ident` (from
+   its own stat: device, inode, mode, uid, gid, size, modification and change times in ns). */
 int cx_remember(const unsigned char *facts, uint32_t facts_len, const char *program,
-                uint64_t dev, uint64_t ino, uint32_t mode, uint32_t uid, uint32_t gid,
-                int64_t size, int64_t mtime_ns, int64_t ctime_ns, int32_t token) {
+                const int64_t *ident, int32_t token) {
     struct stat st;
     memset(&st, 0, sizeof st);
-    st.st_dev = dev;
-    st.st_ino = ino;
-    st.st_mode = mode;
-    st.st_uid = uid;
-    st.st_gid = gid;
-    st.st_size = size;
-    st.st_mtim.tv_sec = mtime_ns / 1000000000;
-    st.st_mtim.tv_nsec = mtime_ns % 1000000000;
-    st.st_ctim.tv_sec = ctime_ns / 1000000000;
-    st.st_ctim.tv_nsec = ctime_ns % 1000000000;
+    st.st_dev = (dev_t)ident[0];
+    st.st_ino = (ino_t)ident[1];
+    st.st_mode = (mode_t)ident[2];
+    st.st_uid = (uid_t)ident[3];
+    st.st_gid = (gid_t)ident[4];
+    st.st_size = (off_t)ident[5];
+    st.st_mtim.tv_sec = ident[6] / 1000000000;
+    st.st_mtim.tv_nsec = ident[6] % 1000000000;
+    st.st_ctim.tv_sec = ident[7] / 1000000000;
+    st.st_ctim.tv_nsec = ident[7] % 1000000000;
     struct buf *key = &key_buf;
     if (make_key(key, facts, facts_len, program, &st)) return -1;
     uint64_t hash = fnv(key->data, key->len);
@@ -564,4 +575,110 @@ int cx_same_image(int pid, const unsigned char *argv, uint32_t argv_len, const u
     return r;
 }
 
-int cx_version(void) { return 1; }
+/* -- exec events -- */
+
+#define EXPECTED 256
+
+struct expected {
+    int tid; /* 0: free */
+    unsigned char *argv, *env;
+    uint32_t argv_len, env_len;
+    uint64_t dev, ino;
+};
+
+static struct expected expected[EXPECTED];
+static pthread_mutex_t expected_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void drop(struct expected *e) {
+    free(e->argv);
+    free(e->env);
+    memset(e, 0, sizeof *e);
+}
+
+/* Forget what tid was expected to load (gone, or judged in a way only the Python side checks). */
+void cx_unexpect(int tid) {
+    pthread_mutex_lock(&expected_lock);
+    for (int i = 0; i < EXPECTED; i++)
+        if (expected[i].tid == tid) drop(&expected[i]);
+    pthread_mutex_unlock(&expected_lock);
+}
+
+/* tid, let go by this thread, was judged as these images of that program; -1 when it cannot be
+   kept (its exec event then goes to the Python side). */
+int cx_expect(int tid, const unsigned char *argv, uint32_t argv_len, const unsigned char *env,
+              uint32_t env_len, uint64_t dev, uint64_t ino) {
+    unsigned char *a = malloc(argv_len ? argv_len : 1), *v = malloc(env_len ? env_len : 1);
+    if (!a || !v) {
+        free(a);
+        free(v);
+        cx_unexpect(tid);
+        return -1;
+    }
+    memcpy(a, argv, argv_len);
+    memcpy(v, env, env_len);
+    pthread_mutex_lock(&expected_lock);
+    struct expected *slot = NULL;
+    for (int i = 0; i < EXPECTED; i++) {
+        if (expected[i].tid == tid) drop(&expected[i]);
+        if (!slot && !expected[i].tid) slot = &expected[i];
+    }
+    if (slot) {
+        slot->tid = tid;
+        slot->argv = a;
+        slot->env = v;
+        slot->argv_len = argv_len;
+        slot->env_len = env_len;
+        slot->dev = dev;
+        slot->ino = ino;
+    }
+    pthread_mutex_unlock(&expected_lock);
+    if (!slot) {
+        free(a);
+        free(v);
+        return -1;
+    }
+    return 0;
+}
+
+/* The next event of this thread's tracees. 1: an exec event of an expected process whose image
+   compared equal, now detached (*pid, *former: the tid that exec'd); 0: any other event, for the
+   Python side (*pid, *status, nothing done); -errno (ECHILD: no tracee left). */
+int cx_follow(int *pid, int *status, int *former) {
+    for (;;) {
+        int st;
+        pid_t w = waitpid(-1, &st, __WALL | __WNOTHREAD);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -errno;
+        }
+        *pid = w;
+        *status = st;
+        *former = w;
+        if (!WIFSTOPPED(st) || (st >> 16) != PTRACE_EVENT_EXEC) {
+            if (WIFEXITED(st) || WIFSIGNALED(st)) cx_unexpect(w);
+            return 0;
+        }
+        unsigned long msg = 0;
+        if (ptrace(PTRACE_GETEVENTMSG, w, 0, &msg) < 0) return 0;
+        *former = (int)msg;
+        pthread_mutex_lock(&expected_lock);
+        struct expected e = {0};
+        for (int i = 0; i < EXPECTED; i++) {
+            if (expected[i].tid == (int)msg) {
+                e = expected[i];
+                memset(&expected[i], 0, sizeof expected[i]); /* its buffers are e's now */
+                break;
+            }
+        }
+        pthread_mutex_unlock(&expected_lock);
+        if (!e.tid) return 0;
+        int same = cx_same_image(w, e.argv, e.argv_len, e.env, e.env_len, e.dev, e.ino);
+        free(e.argv);
+        free(e.env);
+        if (same != 1) return 0; /* the Python side compares and judges it again */
+        if (ptrace(PTRACE_DETACH, w, 0, 0) < 0 && errno != ESRCH) return -errno;
+        return 1;
+    }
+}
+
+int cx_version(void) { return 3; }

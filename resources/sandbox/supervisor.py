@@ -163,7 +163,7 @@ AT_EMPTY_PATH = 0x1000
 
 # The compiled hot path (resources/sandbox/exec-fast.c), which the image recipe builds here.
 FAST_LIBRARY = "/usr/local/lib/cairn/exec-fast.so"
-FAST_VERSION = 1
+FAST_VERSION = 3  # exec-fast.c's cx_version: the calls and structures both sides agree on
 CX_GONE, CX_NONE, CX_MISS, CX_HIT = -1, 0, 1, 2
 
 
@@ -196,16 +196,21 @@ def load_fast(path):
             return None, "%s is another version" % path
     except (OSError, AttributeError) as exc:
         return None, str(exc)
-    u32, u64, i32, i64 = ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int32, ctypes.c_int64
+    u32, u64, i32 = ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int32
     lib.cx_receive.restype = ctypes.c_int
     lib.cx_receive.argtypes = [ctypes.c_int, ctypes.POINTER(CxOut), ctypes.c_void_p]
     lib.cx_remember.restype = ctypes.c_int
-    lib.cx_remember.argtypes = [ctypes.c_char_p, u32, ctypes.c_char_p, u64, u64, u32, u32, u32]
-    lib.cx_remember.argtypes += [i64, i64, i64, i32]
+    lib.cx_remember.argtypes = [ctypes.c_char_p, u32, ctypes.c_char_p, ctypes.c_char_p, i32]
     lib.cx_same_image.restype = ctypes.c_int
     lib.cx_same_image.argtypes = [ctypes.c_int, ctypes.c_char_p, u32, ctypes.c_char_p, u32]
     lib.cx_same_image.argtypes += [u64, u64]
     lib.cx_forget.restype = ctypes.c_int
+    lib.cx_expect.restype = ctypes.c_int
+    lib.cx_expect.argtypes = [ctypes.c_int, ctypes.c_char_p, u32, ctypes.c_char_p, u32, u64, u64]
+    lib.cx_unexpect.restype = None
+    lib.cx_unexpect.argtypes = [ctypes.c_int]
+    lib.cx_follow.restype = ctypes.c_int
+    lib.cx_follow.argtypes = [ctypes.c_void_p] * 3
     return lib, ""
 
 
@@ -1425,10 +1430,11 @@ class Supervisor:
                 self.fast.cx_forget()
                 token = 0
             self.rule_names.append(rule)
-        self.fast.cx_remember(
-            ex.facts, len(ex.facts), os.fsencode(ex.program), st.st_dev, st.st_ino,
-            st.st_mode, st.st_uid, st.st_gid, st.st_size, st.st_mtime_ns, st.st_ctime_ns, token,
+        ident = struct.pack(
+            "<8q", st.st_dev, st.st_ino, st.st_mode, st.st_uid, st.st_gid, st.st_size,
+            st.st_mtime_ns, st.st_ctime_ns,
         )  # fmt: skip
+        self.fast.cx_remember(ex.facts, len(ex.facts), os.fsencode(ex.program), ident, token)
 
     def await_answer(self, tid, entry):
         """Poll the mailbox until the request is decided or times out, then finish the exec. A
@@ -1488,8 +1494,20 @@ class Supervisor:
                 self.traced[tid] = mine
                 mine.add(tid)
             self.pending[tid] = ex
+            self.expect(tid, ex)
         self.respond(held, 0, NOTIF_FLAG_CONTINUE)
         return True
+
+    def expect(self, tid, ex):
+        """Tell the compiled path what tid was judged as, so its exec event is compared there;
+        a script, or an exec not read whole, is compared here."""
+        if self.fast is None:
+            return
+        if ex.raw is None or ex.ident is None or ex.interpreter:
+            self.fast.cx_unexpect(tid)
+            return
+        argv, env = ex.raw
+        self.fast.cx_expect(tid, argv, len(argv), env, len(env), ex.ident[0], ex.ident[1])
 
     def remember(self, pid, ex):
         if len(self.program) > 4096:
@@ -1658,6 +1676,20 @@ class Supervisor:
                 return
         self.judge(tid, ex, held)
 
+    def loaded_as_expected(self, pid, former):
+        """The compiled path found at pid's exec event the image judged for `former` (the tid
+        that exec'd) and let it go: what on_exec does then, without the comparing."""
+        if former != pid:
+            self.untrace(former)
+        with self.lock:
+            judged = self.pending.pop(former, None)
+            if former != pid:
+                self.pending.pop(pid, None)
+        self.refused.pop(former, None)
+        if judged is not None:
+            self.remember(pid, judged)
+        self.untrace(pid)
+
     def on_exec(self, pid):
         try:
             former = ctypes.c_ulong()
@@ -1755,10 +1787,29 @@ class Supervisor:
         """Wait for the events of this thread's tracees until none is left (each is let go at
         its exec event). __WNOTHREAD: another worker's tracees are that worker's."""
         mine = self.here.mine
+        if self.fast is not None:
+            found = (ctypes.c_int * 3)()
+            at = ctypes.addressof(found)
+            where = (at, at + 4, at + 8)
         while mine:
             try:
-                pid, status = os.waitpid(-1, WALL | WNOTHREAD)
+                if self.fast is None:
+                    pid, status = os.waitpid(-1, WALL | WNOTHREAD)
+                else:
+                    code = self.fast.cx_follow(*where)
+                    if code < 0:
+                        raise OSError(-code, os.strerror(-code))
+                    pid, status, former = found
+                    if code == 1:
+                        self.loaded_as_expected(pid, former)
+                        continue
             except ChildProcessError:
+                for tid in list(mine):
+                    self.untrace(tid)
+                return
+            except OSError as exc:
+                if exc.errno != errno.ECHILD:
+                    raise
                 for tid in list(mine):
                     self.untrace(tid)
                 return
