@@ -152,7 +152,10 @@ def fast_library(tmp_path_factory, sandbox_image) -> Path | None:
     """The compiled hot path to mount: None when the image has its own; compiled here with the
     host's gcc otherwise (the host's Debian is the image's); a skip when neither can be had."""
     has = subprocess.run(
-        ["docker", "run", "--rm", "--network", "none", sandbox_image, "test", "-e", FAST_LIBRARY],
+        [
+            *("docker", "run", "--rm", "--label", "test.cairn.suite=supervisor", "--network"),
+            *("none", sandbox_image, "test", "-e", FAST_LIBRARY),
+        ],
         capture_output=True,
     )
     if has.returncode == 0:

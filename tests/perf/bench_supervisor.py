@@ -146,7 +146,10 @@ def measure(
 def fast_library(image: str, folder: Path) -> Path | None:
     """A compiled hot path to mount into the container, when the image has none of its own."""
     has = subprocess.run(
-        ["docker", "run", "--rm", "--network", "none", image, "test", "-e", FAST_LIBRARY],
+        [
+            *("docker", "run", "--rm", "--name", f"cairn-bench-supervisor-{uuid.uuid4().hex[:10]}"),
+            *("--network", "none", image, "test", "-e", FAST_LIBRARY),
+        ],
         capture_output=True,
     )
     if has.returncode == 0 or shutil.which("gcc") is None:
