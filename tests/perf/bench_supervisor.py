@@ -152,8 +152,13 @@ def fast_library(image: str, folder: Path) -> Path | None:
         ],
         capture_output=True,
     )
-    if has.returncode == 0 or shutil.which("gcc") is None:
+    if has.returncode == 0:
+        print(f"compiled exec path: {image}'s own")
         return None
+    if shutil.which("gcc") is None:
+        print(f"compiled exec path: none ({image} has none and there is no gcc here): python only")
+        return None
+    print(f"compiled exec path: {FAST_SOURCE.name} compiled here, mounted at {FAST_LIBRARY}")
     built = folder / "exec-fast.so"
     subprocess.run(
         ["gcc", "-O2", "-shared", "-fPIC", "-o", str(built), str(FAST_SOURCE), "-lpthread"],
