@@ -11,7 +11,9 @@ repositories at once (add, commit, status, log). The supervisor runs as a run's 
 classified by Cairn's program rules (none of these is asked). Target: at most 1.3x. The ratios
 are printed, not asserted. `--supervisor PATH`, given more than once, measures several
 supervisors interleaved in the same container (say main's copy against this one); `--no-fast`
-after it (`--supervisor PATH --no-fast`) runs that one without the compiled hot path.
+after it (`--supervisor PATH --no-fast`) runs that one without the compiled hot path, and
+`--rules PATH` after it has that one read other program rules than this checkout's (say main's
+core/approvals_exec.py, to measure what the rules cost).
 
 The compiled hot path (resources/sandbox/exec-fast.c) is used as the image has it; an image
 without it gets one compiled here with the host's gcc (the same Debian as the image) and mounted
@@ -81,8 +83,9 @@ os.environ.update(CAIRN_EXEC_ID="bench", CAIRN_APPROVAL_REQUESTS="/tmp/requests"
 runs, cases, names = int(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3])
 def sup(name):
     extra = ["--no-fast"] if name.endswith("[python]") else []
-    return ["python3", "/bench/%s/supervisor.py" % name.split(" ")[0], "--judge", "--rules",
-            "/bench/exec_rules.py"] + extra + ["--"]
+    folder = "/bench/%s" % name.split(" ")[0]
+    return ["python3", folder + "/supervisor.py", "--judge", "--rules",
+            folder + "/exec_rules.py"] + extra + ["--"]
 variants = [("plain", [])] + [(name, sup(name)) for name in names]
 def cpu():
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -102,21 +105,27 @@ print(json.dumps(out))
 
 
 def measure(
-    image: str, runs: int, supervisors: dict[str, Path] | None = None
+    image: str,
+    runs: int,
+    supervisors: dict[str, Path] | None = None,
+    rules: dict[str, Path] | None = None,
 ) -> dict[str, dict[str, list[float]]]:
-    """Times per workload: "plain", each supervisor's name, and the same with "_cpu"."""
+    """Times per workload: "plain", each supervisor's name, and the same with "_cpu". `rules`:
+    the program rules a supervisor reads, by its name, when not this checkout's."""
     supervisors = supervisors or {"supervised": SUPERVISOR}
+    rules = rules or {}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         for name, path in supervisors.items():
-            (folder / name.split(" ")[0]).mkdir(exist_ok=True)
-            (folder / name.split(" ")[0] / "supervisor.py").write_text(path.read_text())
-            (folder / name.split(" ")[0]).chmod(0o755)
+            own = folder / name.split(" ")[0]
+            own.mkdir(exist_ok=True)
+            (own / "supervisor.py").write_text(path.read_text())
+            (own / "exec_rules.py").write_text(rules.get(name, RULES).read_text())
+            own.chmod(0o755)
         mounts = []
         library = fast_library(image, folder)
         if library is not None:
             mounts = ["-v", f"{library}:{FAST_LIBRARY}:ro"]
-        (folder / "exec_rules.py").write_text(RULES.read_text())
         (folder / "timer.py").write_text(TIMER)
         folder.chmod(0o755)
         name = f"cairn-bench-supervisor-{uuid.uuid4().hex[:10]}"
@@ -219,22 +228,41 @@ def main() -> int:
         help="another supervisor.py to measure instead (given twice or more: all of them, "
         "interleaved in the same container, named #1, #2...)",
     )
+    parser.add_argument(
+        "--rules",
+        type=lambda text: ("rules", Path(text)),
+        action="append",
+        dest="supervisor",
+        help="the program rules the supervisor given last reads (default: core/approvals_exec.py)",
+    )
     args = parser.parse_args()
-    given = args.supervisor or [SUPERVISOR]
-    if given[0] is None:
+    # --rules FILE after a supervisor belongs to it; the list keeps the order they were given in
+    given: list[Path | None] = []
+    rules_of: dict[int, Path] = {}
+    for value in args.supervisor or []:
+        if isinstance(value, tuple):
+            if not given:
+                parser.error("--rules belongs to the --supervisor given before it")
+            rules_of[len(given) - 1] = value[1]
+        else:
+            given.append(value)
+    if not given or given[0] is None:
         given.insert(0, SUPERVISOR)
     if len(given) == 1:
         supervisors = {"supervised": given[0]}
+        rules = {"supervised": rules_of[0]} if 0 in rules_of else {}
     else:
-        supervisors = {}
+        supervisors, rules = {}, {}
         for i, path in enumerate(given, 1):
             if path is None:  # --no-fast: the one before, in python only
                 name, path = f"#{i - 1} [python]", given[i - 2]
             else:
                 name = f"#{i}"
+                if i - 1 in rules_of:
+                    rules[name] = rules_of[i - 1]
             supervisors[name] = path
-            print(f"{name} = {path}")
-    report(measure(args.image, args.runs, supervisors))
+            print(f"{name} = {path}" + (f" (rules {rules[name]})" if name in rules else ""))
+    report(measure(args.image, args.runs, supervisors, rules))  # type: ignore[arg-type]
     return 0
 
 
