@@ -1132,16 +1132,27 @@ def classify_exec(facts: ExecFacts, rules: Sequence[ExecRule] = RULES) -> ExecVe
     # A copy of one of the image's programs is judged as that program too.
     variants = [facts, *(replace(facts, program=p, same_as=()) for p in facts.same_as)]
     layered = [(variant, unwrap(variant)) for variant in variants]
+    if len(layered) == 1 and len(layered[0][1]) == 1:
+        # One program, no wrapper, no copy (most execs): the same order, without the loops.
+        inv = layered[0][1][0]
+        for rule in rules:
+            if rule.matches(inv, facts):
+                return _matched(rule, inv, facts)
+        return ExecVerdict(ALLOW, None, "", inv.text())
     for rule in rules:
         for variant, layers in layered:
             for inv in layers:
                 if rule.matches(inv, variant):
-                    what = inv.text()
-                    git = _git(inv, variant)
-                    if git is not None and git.subcommand:
-                        what = shlex.join(["git", git.subcommand, *git.args])
-                    return ExecVerdict(rule.action, rule.id, rule.reason, what)
+                    return _matched(rule, inv, variant)
     return ExecVerdict(ALLOW, None, "", layered[0][1][-1].text())
+
+
+def _matched(rule: ExecRule, inv: Invocation, facts: ExecFacts) -> ExecVerdict:
+    what = inv.text()
+    git = _git(inv, facts)
+    if git is not None and git.subcommand:
+        what = shlex.join(["git", git.subcommand, *git.args])
+    return ExecVerdict(rule.action, rule.id, rule.reason, what)
 
 
 def describe(facts: ExecFacts) -> str:
