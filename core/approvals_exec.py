@@ -113,6 +113,8 @@ def _links_of(raw: Any) -> dict[str, tuple[str, str]]:
 
 def _workspace_of(value: object) -> str:
     """An absolute, normal folder other than the root; /workspace otherwise."""
+    if value == WORKSPACE:
+        return WORKSPACE
     if not isinstance(value, str) or value == "/" or not value.startswith("/"):
         return WORKSPACE
     return value if posixpath.normpath(value) == value else WORKSPACE
@@ -133,6 +135,9 @@ class Invocation:
     via: str = ""  # the wrapper that starts it (`env`, `xargs`, `find -exec`), "" when direct
     args_from_stdin: bool = False  # xargs: more arguments come from its input
     stdin_marker: str = ""  # xargs -I/-i: the word replaced by what its input holds
+    # What the rules work out from this invocation and one exec's facts (its paths, git's
+    # parse), kept for the other rules of the same classification: name -> (facts, value).
+    memo: dict[str, tuple[ExecFacts, Any]] = field(default_factory=dict, compare=False, repr=False)
 
     def text(self) -> str:
         return shlex.join([self.name, *self.args])
@@ -166,9 +171,14 @@ _VERSIONED = re.compile(r"^(python|pypy|perl|ruby|php|lua|tclsh)[0-9.]*$")
 MULTICALL = frozenset({"busybox", "toybox"})
 
 
+def _basename(path: str) -> str:
+    """posixpath.basename of a str (what follows the last slash), without its generic dispatch."""
+    return path[path.rfind("/") + 1 :]
+
+
 def command_name(path_or_name: str) -> str:
     """`/usr/bin/python3.11` -> `python3`'s family name `python`; `/bin/dash` -> `sh`."""
-    base = posixpath.basename(path_or_name)
+    base = _basename(path_or_name)
     if base in SHELLS:
         return "sh" if base in ("dash", "ash", "posh") else base
     m = _VERSIONED.match(base)
@@ -182,8 +192,8 @@ def command_name(path_or_name: str) -> str:
 def identity_of(facts: ExecFacts) -> tuple[str, tuple[str, ...]]:
     """The command name and arguments, minding multi-call binaries and git's dashed helpers,
     which act on argv[0] (`/usr/lib/git-core/git-push` is `git push`)."""
-    argv0 = posixpath.basename(facts.argv[0]) if facts.argv else ""
-    real = posixpath.basename(facts.program)
+    argv0 = _basename(facts.argv[0]) if facts.argv else ""
+    real = _basename(facts.program)
     args = tuple(facts.argv[1:])
     if real in MULTICALL and argv0 and argv0 not in MULTICALL:
         return command_name(argv0), args
@@ -601,7 +611,17 @@ def git_hook_settings(git: GitCommand, facts: ExecFacts) -> list[str]:
 def resolve(path: str, cwd: str, home: str) -> str:
     if path == "~" or path.startswith("~/"):
         path = home + path[1:]
-    return posixpath.normpath(posixpath.join(cwd, path))
+    # posixpath.join(cwd, path), written out for two strings
+    if path[:1] == "/":
+        joined = path
+    elif not cwd or cwd[-1:] == "/":
+        joined = cwd + path
+    else:
+        joined = cwd + "/" + path
+    # Already normal (one leading slash, no empty, `.` or `..` part): normpath would return it.
+    if joined[:1] == "/" and joined[-1:] != "/" and "//" not in joined and "/." not in joined:
+        return joined
+    return posixpath.normpath(joined)
 
 
 def _operands(args: Sequence[str]) -> list[str]:
@@ -635,6 +655,9 @@ CREDENTIAL_NAMES = re.compile(
 )
 
 
+_CREDENTIAL_ANYWHERE = re.compile("|".join(re.escape(f"/{f}/") for f in CREDENTIAL_DIRS))
+
+
 @functools.lru_cache(maxsize=64)
 def _credential_folders(home: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(the credential folders under each home, as `DIR/` prefixes; `/NAME/` anywhere)."""
@@ -643,14 +666,14 @@ def _credential_folders(home: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 
 def is_credential_path(path: str, home: str) -> bool:
-    base = posixpath.basename(path)
+    base = _basename(path)
     if base in CREDENTIAL_FILES or CREDENTIAL_NAMES.match(base):
         return True
     if path in ("/etc/shadow", "/etc/gshadow", "/etc/sudoers"):
         return True
-    prefixes, anywhere = _credential_folders(home)
+    prefixes, _anywhere = _credential_folders(home)
     slashed = path + "/"
-    return slashed.startswith(prefixes) or any(part in slashed for part in anywhere)
+    return slashed.startswith(prefixes) or _CREDENTIAL_ANYWHERE.search(slashed) is not None
 
 
 def program_text_index(name: str, args: Sequence[str]) -> int | None:
@@ -744,6 +767,17 @@ def _path_args(
     return paths
 
 
+def _paths_of(inv: Invocation, facts: ExecFacts, *, last: bool = True) -> tuple[str, ...]:
+    """_path_args with the exec's home and links, worked out once per invocation and facts."""
+    name = "paths" if last else "paths-through-folders"
+    found = inv.memo.get(name)
+    if found is not None and found[0] is facts:
+        return found[1]
+    paths = tuple(_path_args(inv, facts.home, facts.links, last=last))
+    inv.memo[name] = (facts, paths)
+    return paths
+
+
 # -- rule families ---------------------------------------------------------------------------------
 
 DELETERS = frozenset({"rm", "rmdir", "unlink", "shred", "srm", "wipe"})
@@ -819,6 +853,7 @@ _PROGRAM_LONG_OPTIONS = ("--eval", "--print", "--command")
 _OPTIONS_WITH_VALUE = {"sh": "oO", "python": "WXQ", "perl": "IMmdx", "ruby": "IrCEFK"}
 
 
+@functools.lru_cache(maxsize=512)
 def _interpreter_family(name: str) -> str | None:
     if not _INTERPRETER_RE.match(name):
         return None
@@ -841,9 +876,15 @@ class ExecRule:
 
 
 def _git(inv: Invocation, facts: ExecFacts) -> GitCommand | None:
+    """git's command (parse_git), worked out once per invocation and facts."""
     if inv.name != "git":
         return None
-    return parse_git(facts, inv.args, inv.cwd)
+    found = inv.memo.get("git")
+    if found is not None and found[0] is facts:
+        return found[1]
+    git = parse_git(facts, inv.args, inv.cwd)
+    inv.memo["git"] = (facts, git)
+    return git
 
 
 def _force_push(inv: Invocation, facts: ExecFacts) -> bool:
@@ -914,7 +955,7 @@ def _rm_outside(inv: Invocation, facts: ExecFacts) -> bool:
         paths += [facts.links[starts[0]][0]] if len(facts.links.get(starts[0], ())) == 2 else []
         return any(not _under(p, facts.writable_roots) for p in paths)  # contents, not the root
     elif inv.name in DELETERS:
-        paths = _path_args(inv, facts.home, facts.links, last=False)
+        paths = list(_paths_of(inv, facts, last=False))
         if inv.args_from_stdin:
             return True  # `... | xargs rm`: which paths is not known yet
     else:
@@ -941,7 +982,7 @@ NOT_WRITERS = frozenset(
 def _git_code_write(inv: Invocation, facts: ExecFacts) -> bool:
     if inv.name in NOT_WRITERS or (inv.name == "find" and "-delete" not in inv.args):
         return False
-    paths = _path_args(inv, facts.home, facts.links)
+    paths = list(_paths_of(inv, facts))
     paths += [resolve(a.split("=", 1)[1], inv.cwd, facts.home) for a in _not_code(inv) if "=" in a]
     return any(GIT_CODE_PATHS.search(p) for p in paths)
 
@@ -978,7 +1019,7 @@ def holds_credentials(path: str, home: str) -> bool:
 def _credential_read(inv: Invocation, facts: ExecFacts) -> bool:
     if inv.name in READERS_SAFE_FOR_CREDENTIALS:
         return False
-    paths = _path_args(inv, facts.home, facts.links)
+    paths = list(_paths_of(inv, facts))
     if inv.via == "" and facts.stdin == "file" and facts.stdin_path:
         paths.append(facts.stdin_path)  # `cat < ~/.ssh/id_rsa`
     if any(is_credential_path(p, facts.home) for p in paths):
@@ -1091,16 +1132,27 @@ def classify_exec(facts: ExecFacts, rules: Sequence[ExecRule] = RULES) -> ExecVe
     # A copy of one of the image's programs is judged as that program too.
     variants = [facts, *(replace(facts, program=p, same_as=()) for p in facts.same_as)]
     layered = [(variant, unwrap(variant)) for variant in variants]
+    if len(layered) == 1 and len(layered[0][1]) == 1:
+        # One program, no wrapper, no copy (most execs): the same order, without the loops.
+        inv = layered[0][1][0]
+        for rule in rules:
+            if rule.matches(inv, facts):
+                return _matched(rule, inv, facts)
+        return ExecVerdict(ALLOW, None, "", inv.text())
     for rule in rules:
         for variant, layers in layered:
             for inv in layers:
                 if rule.matches(inv, variant):
-                    what = inv.text()
-                    git = _git(inv, variant)
-                    if git is not None and git.subcommand:
-                        what = shlex.join(["git", git.subcommand, *git.args])
-                    return ExecVerdict(rule.action, rule.id, rule.reason, what)
+                    return _matched(rule, inv, variant)
     return ExecVerdict(ALLOW, None, "", layered[0][1][-1].text())
+
+
+def _matched(rule: ExecRule, inv: Invocation, facts: ExecFacts) -> ExecVerdict:
+    what = inv.text()
+    git = _git(inv, facts)
+    if git is not None and git.subcommand:
+        what = shlex.join(["git", git.subcommand, *git.args])
+    return ExecVerdict(rule.action, rule.id, rule.reason, what)
 
 
 def describe(facts: ExecFacts) -> str:

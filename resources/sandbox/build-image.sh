@@ -4,7 +4,9 @@
 #   resources/sandbox/build-image.sh [--force] [--tag NAME:TAG]
 #
 # debootstrap (minbase, bookworm) into a temporary folder, `docker import` it, install the packages an
-# engine needs with apt inside a container from it, and commit the result. Nothing is pulled from a
+# engine needs with apt inside a container from it, compile the exec supervisor's hot path
+# (resources/sandbox/exec-fast.c, with Debian's gcc, removed again) into
+# /usr/local/lib/cairn/exec-fast.so, and commit the result. Nothing is pulled from a
 # registry: packages come from the same Debian mirror the host uses (its /etc/apt/sources.list*).
 # Cached by tag: when the image exists this prints "reused" and exits; --force rebuilds it.
 set -euo pipefail
@@ -13,6 +15,9 @@ set -euo pipefail
 RECIPE_VERSION=1
 SUITE=bookworm
 PACKAGES=(git python3 ca-certificates bash procps)
+BUILD_ONLY=(gcc libc6-dev)
+FAST_SOURCE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/exec-fast.c"
+FAST_LIBRARY=/usr/local/lib/cairn/exec-fast.so
 SANDBOX_UID=1000
 SANDBOX_GID=1000
 
@@ -55,6 +60,7 @@ else
 fi
 command -v debootstrap >/dev/null 2>&1 || die "debootstrap is missing (sudo apt-get install debootstrap)"
 command -v python3 >/dev/null 2>&1 || die "python3 is missing (sudo apt-get install python3)"
+[ -f "$FAST_SOURCE" ] || die "$FAST_SOURCE is missing"
 
 START=$(date +%s)
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/cairn-sandbox-image.XXXXXX")"
@@ -134,16 +140,33 @@ STEP1=$(date +%s)
 STEP2=$(date +%s)
 
 # The host network, so a mirror or cache on the host's loopback works as it does for the host.
-docker run --name "$BUILD_CONTAINER" --network host "$BASE_TAG" sh -euc "
+# The compiled hot path is optional: without it (no compiler, another architecture) the supervisor
+# judges every exec in python, the same way, only slower; the log says so.
+docker run -i --name "$BUILD_CONTAINER" --network host "$BASE_TAG" sh -euc "
     export DEBIAN_FRONTEND=noninteractive
+    cat >/tmp/exec-fast.c
     apt-get update -q
     apt-get install -y -q --no-install-recommends ${PACKAGES[*]}
+    dpkg-query -W -f '\${Package}\\n' | sort >/tmp/packages.before
+    if [ \"\$(uname -m)\" = x86_64 ] && apt-get install -y -q --no-install-recommends ${BUILD_ONLY[*]}; then
+        mkdir -p $(dirname "$FAST_LIBRARY")
+        gcc -O2 -Wall -shared -fPIC -o $FAST_LIBRARY /tmp/exec-fast.c -lpthread \\
+            || echo 'WARNING: the exec hot path did not compile; supervision runs in python'
+        # Every package the compiler brought, and only those, goes again.
+        dpkg-query -W -f '\${Package}\\n' | sort >/tmp/packages.after
+        apt-get purge -y -q \$(comm -13 /tmp/packages.before /tmp/packages.after)
+        rm -f /tmp/packages.before /tmp/packages.after
+    else
+        echo 'WARNING: no compiler for the exec hot path; supervision runs in python'
+    fi
+    rm -f /tmp/exec-fast.c
     apt-get clean
     rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
     groupadd -g $SANDBOX_GID agent
     useradd -u $SANDBOX_UID -g $SANDBOX_GID -d /home/agent -M -s /bin/bash agent
     mkdir -p /workspace /home/agent /cairn/runs /cairn/egress
-" >"$WORK/apt.log" 2>&1 || { tail -n 20 "$WORK/apt.log" >&2; die "installing ${PACKAGES[*]} failed (log above)"; }
+" <"$FAST_SOURCE" >"$WORK/apt.log" 2>&1 || { tail -n 20 "$WORK/apt.log" >&2; die "installing ${PACKAGES[*]} failed (log above)"; }
+grep WARNING "$WORK/apt.log" >&2 || true
 
 docker commit \
     --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \

@@ -3,7 +3,7 @@
 process tree until it is allowed.
 
     supervisor.py [--policy FILE] [--rules FILE] [--workspace DIR] [--judge] [--log FILE]
-                  [--script FILE] -- COMMAND [ARG...]
+                  [--script FILE] [--fast LIB | --no-fast] -- COMMAND [ARG...]
     supervisor.py --check        exit 0 when supervision can be set up here
 
 It starts COMMAND with a seccomp filter whose user notification holds every execve/execveat of
@@ -25,6 +25,12 @@ the window between reading the process's memory and the kernel copying it (anoth
 process rewriting argv). Then the process is let go untraced. The filter refuses what could steal
 or undo the hold: ptrace, process_vm_writev, a second notification listener, and the 32-bit and
 x32 exec entry points.
+
+The per-exec hot path is compiled when the image has it (exec-fast.c, built into
+/usr/local/lib/cairn/exec-fast.so; `--fast LIB` names another, `--no-fast` goes without): it
+receives each held exec, reads its facts, and allows at once an exec whose exact facts the
+rules allowed before (see Supervisor.offer for which verdicts it may keep); the exec event is
+compared all the same. Without it everything is done here, with the same verdicts.
 
 With `--rules FILE` (Cairn's own program rules, core/approvals_exec.py, which the host places
 where the sandbox can read but not write it), an exec that no policy rule names is classified
@@ -154,6 +160,58 @@ RET_USER_NOTIF = 0x7FC00000
 RET_EPERM = 0x00050000 | errno.EPERM
 AT_FDCWD = -100
 AT_EMPTY_PATH = 0x1000
+
+# The compiled hot path (resources/sandbox/exec-fast.c), which the image recipe builds here.
+FAST_LIBRARY = "/usr/local/lib/cairn/exec-fast.so"
+FAST_VERSION = 3  # exec-fast.c's cx_version: the calls and structures both sides agree on
+CX_GONE, CX_NONE, CX_MISS, CX_HIT = -1, 0, 1, 2
+
+
+class CxOut(ctypes.Structure):
+    """exec-fast.c's struct cx_out."""
+
+    _fields_ = [
+        ("id", ctypes.c_uint64),
+        ("args", ctypes.c_uint64 * 6),
+        ("pid", ctypes.c_uint32),
+        ("nr", ctypes.c_int32),
+        ("facts_len", ctypes.c_uint32),
+        ("token", ctypes.c_int32),
+        ("argv_off", ctypes.c_uint32),
+        ("argv_len", ctypes.c_uint32),
+        ("env_off", ctypes.c_uint32),
+        ("env_len", ctypes.c_uint32),
+        ("dev", ctypes.c_uint64),
+        ("ino", ctypes.c_uint64),
+        ("no_links", ctypes.c_uint32),
+        ("spare", ctypes.c_uint32),
+    ]
+
+
+def load_fast(path):
+    """The compiled hot path, or (None, why not). Its calls release the interpreter lock."""
+    try:
+        lib = ctypes.CDLL(path, use_errno=True)
+        if lib.cx_version() != FAST_VERSION:
+            return None, "%s is another version" % path
+    except (OSError, AttributeError) as exc:
+        return None, str(exc)
+    u32, u64, i32 = ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int32
+    lib.cx_receive.restype = ctypes.c_int
+    lib.cx_receive.argtypes = [ctypes.c_int, ctypes.POINTER(CxOut), ctypes.c_void_p]
+    lib.cx_remember.restype = ctypes.c_int
+    lib.cx_remember.argtypes = [ctypes.c_char_p, u32, ctypes.c_char_p, ctypes.c_char_p, i32]
+    lib.cx_same_image.restype = ctypes.c_int
+    lib.cx_same_image.argtypes = [ctypes.c_int, ctypes.c_char_p, u32, ctypes.c_char_p, u32]
+    lib.cx_same_image.argtypes += [u64, u64]
+    lib.cx_forget.restype = ctypes.c_int
+    lib.cx_expect.restype = ctypes.c_int
+    lib.cx_expect.argtypes = [ctypes.c_int, ctypes.c_char_p, u32, ctypes.c_char_p, u32, u64, u64]
+    lib.cx_unexpect.restype = None
+    lib.cx_unexpect.argtypes = [ctypes.c_int]
+    lib.cx_follow.restype = ctypes.c_int
+    lib.cx_follow.argtypes = [ctypes.c_void_p] * 3
+    return lib, ""
 
 
 class SockFilter(ctypes.Structure):
@@ -507,9 +565,11 @@ _shebangs = {}
 
 
 def realpath_cached(path):
-    """realpath, remembered for absolute paths. A stale answer cannot let anything through: the
-    exec event compares the loaded image with the file judged (by device and inode)."""
-    if not path.startswith("/") or path.startswith("/proc/"):
+    """realpath, remembered for paths in the image's read-only folders, where no link can
+    change. Anywhere else it is looked up each time: a link in the workspace pointed at another
+    program gives the same file identity at the exec event as the program judged, but under
+    the old name (`tool -> ls` then `tool -> cat` would be judged as ls)."""
+    if not path.startswith(SYSTEM_PREFIXES) or "/." in path:
         return os.path.realpath(path)
     found = _realpaths.get(path)
     if found is None:
@@ -555,6 +615,10 @@ class Exec:
         "raw",
         "opened",
         "_stdin",
+        "stdin_path",
+        "facts",
+        "st",
+        "no_links",
     )
 
     def __init__(self, pid, path, program, argv, cwd, env, truncated, observed):
@@ -571,6 +635,10 @@ class Exec:
         self.raw = None  # (cmdline, environ) as the kernel will copy them, when read whole
         self.opened = program  # the name the kernel will open (`/proc/PID/fd/N` for a memfd)
         self._stdin = None
+        self.stdin_path = None  # read with stdin, when the compiled path read the facts
+        self.facts = None  # the compiled path's facts bytes this was read from
+        self.st = None  # the program's stat, as judged
+        self.no_links = False  # the compiled path found no argument leading through a link
 
     @property
     def stdin(self):
@@ -628,6 +696,48 @@ def read_held_exec(tid, nr, args):
     return found
 
 
+def exec_from_facts(tid, facts):
+    """The same Exec as read_held_exec, from the facts the compiled path read (exec-fast.c's
+    read_facts: an execve, or an execveat from the working folder, read whole)."""
+    fields = []
+    at = 12
+    for _ in range(5):
+        (size,) = struct.unpack_from("<I", facts, at)
+        fields.append(facts[at + 4 : at + 4 + size])
+        at += 4 + size
+    raw_path, raw_cwd, raw_stdin, argv_image, env_image = fields
+    raw_argv = argv_image.split(b"\0")[:-1]
+    entries = env_image.split(b"\0")[:-1]
+    path = fsdecode(raw_path)
+    cwd = fsdecode(raw_cwd)
+    where = path if path.startswith("/") else os.path.join(cwd, path)
+    program = realpath_cached(where)
+    found = Exec(tid, os.path.normpath(where), program, [fsdecode(a) for a in raw_argv], cwd,
+                 env_subset(entries), False, False)  # fmt: skip
+    found.opened = where
+    found.raw = (argv_image, env_image)
+    kind, stdin_path = raw_stdin.split(b"\0")[:2]
+    found._stdin = kind.decode("ascii")
+    found.stdin_path = fsdecode(stdin_path)
+    found.facts = facts
+    return found
+
+
+class Judged:
+    """An exec the compiled path found allowed already, until its exec event."""
+
+    __slots__ = ("raw", "ident", "interpreter")
+
+    def __init__(self, raw, ident):
+        self.raw = raw
+        self.ident = ident
+        self.interpreter = None
+
+    @property
+    def argv(self):
+        return [fsdecode(a) for a in self.raw[0].split(b"\0")[:-1]]
+
+
 def proc_image(strings):
     """Strings as /proc/PID/cmdline and /proc/PID/environ show them."""
     return b"".join(s + b"\0" for s in strings)
@@ -647,12 +757,18 @@ def read_proc_bytes(path):
     return b"".join(chunks)
 
 
-def loaded_as_judged(pid, judged):
+def loaded_as_judged(pid, judged, fast=None):
     """Whether the image loaded at the exec event is, byte for byte, the one judged (the quick
     check: False sends it to the full comparison, never lets anything through)."""
     if judged.raw is None or judged.interpreter:
         return False
     argv, env = judged.raw
+    if fast is not None and judged.ident is not None:
+        dev, ino = judged.ident
+        found = fast.cx_same_image(pid, argv, len(argv), env, len(env), dev, ino)
+        if found < 0:
+            raise OSError(-found, os.strerror(-found))
+        return found == 1
     if read_proc_bytes("/proc/%d/cmdline" % pid) != argv:
         return False
     if read_proc_bytes("/proc/%d/environ" % pid) != env:
@@ -1108,8 +1224,11 @@ def facts_key(request):
 
 
 class Supervisor:
-    def __init__(self, policy, mailbox=None, log=None, script=None, rules=None, workspace=None):
+    def __init__(
+        self, policy, mailbox=None, log=None, script=None, rules=None, workspace=None, fast=None
+    ):
         self.policy = policy
+        self.fast = fast  # the compiled hot path (load_fast), or None: all of it here
         self.rules = rules
         self.workspace = workspace  # where the workspace is as the run sees it (the rules ask)
         self.mailbox = mailbox
@@ -1136,6 +1255,7 @@ class Supervisor:
         self.pending = {}  # tid -> Exec judged allowed, until its exec event
         self.refused = {}  # tid -> what it was last refused (execvp retries it along PATH)
         self.waiting = {}  # tid -> [request id, deadline, Exec, held, rule]
+        self.rule_names = []  # what allowed the compiled path's cache entries, by token
         self.status = None
 
     # which programs lead here, nearest first
@@ -1182,8 +1302,12 @@ class Supervisor:
             "env": ex.env,
             "pid": ex.pid,
             "stdin": ex.stdin,
-            "stdin_path": stdin_file(ex.pid) if ex.stdin == "file" else "",
-            "links": links_of(ex),
+            "stdin_path": (
+                (ex.stdin_path if ex.stdin_path is not None else stdin_file(ex.pid))
+                if ex.stdin == "file"
+                else ""
+            ),
+            "links": {} if ex.no_links else links_of(ex),
             "interpreter": ex.interpreter,
             "git_config": git_config_files(ex, copies),
             "same_as": copies,
@@ -1198,7 +1322,7 @@ class Supervisor:
         request["script_line"] = self.script_line(ex)
         return request
 
-    def record(self, ex, verdict, rule, reason, request_id=None):
+    def record(self, ex, verdict, rule, reason, request_id=None, cached=False):
         if self.log is None:
             return
         entry = {
@@ -1215,6 +1339,8 @@ class Supervisor:
         }
         if request_id:
             entry["request"] = request_id
+        if cached:
+            entry["cached"] = True  # allowed by the compiled path's cache
         with self.lock:
             import json
 
@@ -1258,6 +1384,8 @@ class Supervisor:
             request = self.request_of(ex, rule)
             action, rule, request["verdict"] = self.classify(ex, request)
             request["policy_rule"] = rule
+        if action == ALLOW and self.fast is not None and held is not None:
+            self.offer(ex, request, rule)
         if action == ASK and self.mailbox is None:
             action = DENY
             rule = rule + " (ask, with nobody to ask)"
@@ -1275,6 +1403,38 @@ class Supervisor:
             self.await_answer(tid, entry)
             return
         self.finish(tid, ex, held, action == ALLOW, rule, "policy")
+
+    def offer(self, ex, request, rule):
+        """Let the compiled path allow these exact facts from now on, when the verdict depends
+        on nothing outside them: facts it read itself (whole, an execve from the working
+        folder), a program of the image's read-only folders (not a copy named by its build id)
+        that is no script, and not git (whose verdict reads configuration files), with no
+        argument leading through a symbolic link (checked again at each use)."""
+        st = ex.st
+        if ex.facts is None or st is None or ex.interpreter or ex.observed or ex.raw is None:
+            return
+        if not ex.program.startswith(SYSTEM_PREFIXES):
+            return
+        if os.path.basename(ex.program) == "git" or (
+            ex.argv and os.path.basename(ex.argv[0]).startswith("git")
+        ):
+            return
+        if request is not None and (
+            request["links"] or request["git_config"] or request["same_as"]
+        ):
+            return
+        with self.lock:
+            token = len(self.rule_names)
+            if token > 4096:
+                self.rule_names = []
+                self.fast.cx_forget()
+                token = 0
+            self.rule_names.append(rule)
+        ident = struct.pack(
+            "<8q", st.st_dev, st.st_ino, st.st_mode, st.st_uid, st.st_gid, st.st_size,
+            st.st_mtime_ns, st.st_ctime_ns,
+        )  # fmt: skip
+        self.fast.cx_remember(ex.facts, len(ex.facts), os.fsencode(ex.program), ident, token)
 
     def await_answer(self, tid, entry):
         """Poll the mailbox until the request is decided or times out, then finish the exec. A
@@ -1334,8 +1494,20 @@ class Supervisor:
                 self.traced[tid] = mine
                 mine.add(tid)
             self.pending[tid] = ex
+            self.expect(tid, ex)
         self.respond(held, 0, NOTIF_FLAG_CONTINUE)
         return True
+
+    def expect(self, tid, ex):
+        """Tell the compiled path what tid was judged as, so its exec event is compared there;
+        a script, or an exec not read whole, is compared here."""
+        if self.fast is None:
+            return
+        if ex.raw is None or ex.ident is None or ex.interpreter:
+            self.fast.cx_unexpect(tid)
+            return
+        argv, env = ex.raw
+        self.fast.cx_expect(tid, argv, len(argv), env, len(env), ex.ident[0], ex.ident[1])
 
     def remember(self, pid, ex):
         if len(self.program) > 4096:
@@ -1390,8 +1562,8 @@ class Supervisor:
             pass
 
     def receive(self, buf):
-        """The next held exec (id, tid, nr, args), waiting for it; None when it left first,
-        False when none can come any more.
+        """The next held exec (id, tid, nr, args, facts, hit), waiting for it; None when it left
+        first, False when none can come any more.
         The caller holds `receiving`. It polls first: the kernel may count requests that are
         gone, and a receive would then return at once with nothing (ENOENT); poll looks at
         the requests themselves."""
@@ -1406,14 +1578,61 @@ class Supervisor:
                 return None  # the process left before its exec was read
             raise
         held, tid, _flags, nr, _arch, _ip, *args = struct.unpack(NOTIF_FORMAT, buf)
-        return held, tid, nr, args
+        return held, tid, nr, args, None, None
 
-    def on_notification(self, held, tid, nr, args):
+    def receive_fast(self, out, facts):
+        """receive, by the compiled path: `facts` are what it read (None: nothing read), `hit`
+        set when its cache allows them (the process is then traced by this thread)."""
+        code = self.fast.cx_receive(self.listener, ctypes.byref(out), ctypes.byref(facts))
+        if code == CX_GONE:
+            return False
+        if code == CX_NONE:
+            return None
+        if code < 0:
+            raise OSError(-code, os.strerror(-code))
+        found = ctypes.string_at(facts, out.facts_len) if out.facts_len else None
+        if code == CX_HIT:
+            return out.id, out.pid, out.nr, None, found, out
+        return out.id, out.pid, out.nr, list(out.args), found, bool(out.no_links)
+
+    def on_hit(self, held, tid, facts, out):
+        """An exec the compiled path's cache allows, seized by this thread: let it go, to be
+        verified at its exec event like any other."""
+        mine = self.here.mine
+        with self.lock:
+            self.traced[tid] = mine
+            mine.add(tid)
+            plain = tid not in self.refused and tid not in self.waiting
+            if plain:
+                argv = facts[out.argv_off : out.argv_off + out.argv_len]
+                env = facts[out.env_off : out.env_off + out.env_len]
+                self.pending[tid] = Judged((argv, env), (out.dev, out.ino))
+        if not plain:
+            # What this process was refused or is asked stays the Python path's to answer.
+            self.on_notification(held, tid, out.nr, list(out.args), facts, True)
+            return
+        if self.log is not None:
+            ex = exec_from_facts(tid, facts)
+            rules = self.rule_names
+            rule = rules[out.token] if 0 <= out.token < len(rules) else "rules"
+            self.record(ex, ALLOW, rule, "policy", cached=True)
+        self.respond(held, 0, NOTIF_FLAG_CONTINUE)
+
+    def on_notification(self, held, tid, nr, args, facts=None, hit=None):
+        """A held exec; `facts` read by the compiled path, `hit` its cache's (or, for a miss,
+        whether it found no argument leading through a link)."""
+        if isinstance(hit, CxOut):
+            self.on_hit(held, tid, facts, hit)
+            return
         if nr not in (NR_EXECVE, NR_EXECVEAT):
             self.respond(held, errno.EPERM)
             return
         try:
-            ex = read_held_exec(tid, nr, args)
+            if facts:
+                ex = exec_from_facts(tid, facts)
+                ex.no_links = hit is True
+            else:
+                ex = read_held_exec(tid, nr, args)
         except OSError as exc:
             if exc.errno in (errno.ESRCH, errno.ENOENT):
                 self.respond(held, errno.ESRCH)
@@ -1426,7 +1645,7 @@ class Supervisor:
             self.say("cairn: denied an exec of pid %d: cannot read it (%s)" % (tid, exc))
             self.respond(held, errno.EPERM)
             return
-        if not self.valid(held):
+        if not facts and not self.valid(held):
             return  # gone while being read: what was read may be another process's
         try:
             st = os.stat(ex.opened)
@@ -1438,6 +1657,7 @@ class Supervisor:
             self.respond(held, errno.EACCES)
             return
         ex.ident = (st.st_dev, st.st_ino)
+        ex.st = st
         ex.interpreter = shebang(ex.opened, st)
         refused = self.refused.get(tid)
         waiting = self.waiting.get(tid)
@@ -1456,6 +1676,20 @@ class Supervisor:
                 return
         self.judge(tid, ex, held)
 
+    def loaded_as_expected(self, pid, former):
+        """The compiled path found at pid's exec event the image judged for `former` (the tid
+        that exec'd) and let it go: what on_exec does then, without the comparing."""
+        if former != pid:
+            self.untrace(former)
+        with self.lock:
+            judged = self.pending.pop(former, None)
+            if former != pid:
+                self.pending.pop(pid, None)
+        self.refused.pop(former, None)
+        if judged is not None:
+            self.remember(pid, judged)
+        self.untrace(pid)
+
     def on_exec(self, pid):
         try:
             former = ctypes.c_ulong()
@@ -1470,10 +1704,14 @@ class Supervisor:
             self.refused.pop(former.value, None)
             if former.value != pid:
                 self.pending.pop(pid, None)
-            if judged is not None and loaded_as_judged(pid, judged):
+            if judged is not None and loaded_as_judged(pid, judged, self.fast):
                 self.remember(pid, judged)
                 self.detach(pid)
                 return
+            if isinstance(judged, Judged):
+                # Allowed by the compiled path's cache for bytes the kernel did not copy: what
+                # did load is judged afresh, as for an exec nothing judged.
+                judged = None
             loaded = read_exec_event(pid, judged is None)
         except OSError as exc:
             if exc.errno == errno.ESRCH:
@@ -1549,10 +1787,29 @@ class Supervisor:
         """Wait for the events of this thread's tracees until none is left (each is let go at
         its exec event). __WNOTHREAD: another worker's tracees are that worker's."""
         mine = self.here.mine
+        if self.fast is not None:
+            found = (ctypes.c_int * 3)()
+            at = ctypes.addressof(found)
+            where = (at, at + 4, at + 8)
         while mine:
             try:
-                pid, status = os.waitpid(-1, WALL | WNOTHREAD)
+                if self.fast is None:
+                    pid, status = os.waitpid(-1, WALL | WNOTHREAD)
+                else:
+                    code = self.fast.cx_follow(*where)
+                    if code < 0:
+                        raise OSError(-code, os.strerror(-code))
+                    pid, status, former = found
+                    if code == 1:
+                        self.loaded_as_expected(pid, former)
+                        continue
             except ChildProcessError:
+                for tid in list(mine):
+                    self.untrace(tid)
+                return
+            except OSError as exc:
+                if exc.errno != errno.ECHILD:
+                    raise
                 for tid in list(mine):
                     self.untrace(tid)
                 return
@@ -1589,12 +1846,16 @@ class Supervisor:
         signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
         self.here.mine = set()
         buf = bytearray(NOTIF_SIZE)
+        out, facts = CxOut(), ctypes.POINTER(ctypes.c_ubyte)()
         try:
             while True:
                 self.receiving.acquire()
                 self.here.receiving = True
                 try:
-                    got = self.receive(buf)
+                    if self.fast is not None:
+                        got = self.receive_fast(out, facts)
+                    else:
+                        got = self.receive(buf)
                     with self.lock:
                         self.idle -= 1
                     if got is False:
@@ -1768,7 +2029,7 @@ def reap_until(top):
             os._exit(128 + os.WTERMSIG(status))
 
 
-def check():
+def check(fast=None):
     """Set up supervision of `true` and see it judged: exit 0 when this sandbox allows it."""
     seen = []
 
@@ -1777,7 +2038,7 @@ def check():
             seen.append(ex.program)
             return ALLOW, "check"
 
-    sup = Supervisor(Always())
+    sup = Supervisor(Always(), fast=fast)
     status = start(["true"], sup)
     if status != 0 or not seen:
         raise SetupError("a supervised `true` did not run as expected")
@@ -1787,22 +2048,43 @@ def check():
 
 USAGE = (
     "usage: supervisor.py [--policy FILE] [--rules FILE] [--workspace DIR] [--judge] [--log FILE]"
-    " [--script FILE] -- CMD [ARG...]\n       supervisor.py [--rules FILE] --check\n"
+    " [--script FILE] [--fast LIB | --no-fast] -- CMD [ARG...]\n"
+    "       supervisor.py [--rules FILE] [--fast LIB | --no-fast] --check\n"
 )
+
+
+def fast_path(choice):
+    """The compiled hot path to use: the image's unless told (`--fast LIB`, or None for
+    `--no-fast`); without it (not built, another machine) everything runs here, the same."""
+    if choice is None:
+        return None
+    if choice == "" and not os.path.exists(FAST_LIBRARY):
+        return None
+    lib, why = load_fast(choice or FAST_LIBRARY)
+    if lib is None:
+        sys.stderr.write(
+            "cairn: the compiled exec path cannot be used, judging in python: %s\n" % why
+        )
+    return lib
 
 
 def main(argv):
     policy_file = log_file = script = rules_file = workspace = None
     use_judge = False
+    fast = ""  # the image's library when it has one
     i = 0
     while i < len(argv):
         arg = argv[i]
         if arg == "--":
             i += 1
             break
-        if arg in ("--policy", "--log", "--script", "--rules", "--workspace") and i + 1 < len(argv):
+        if arg in ("--policy", "--log", "--script", "--rules", "--workspace", "--fast") and (
+            i + 1 < len(argv)
+        ):
             value = argv[i + 1]
-            if arg == "--policy":
+            if arg == "--fast":
+                fast = value
+            elif arg == "--policy":
                 policy_file = value
             elif arg == "--workspace":
                 workspace = value
@@ -1818,11 +2100,15 @@ def main(argv):
             use_judge = True
             i += 1
             continue
+        if arg == "--no-fast":
+            fast = None
+            i += 1
+            continue
         if arg == "--check" and i == len(argv) - 1:
             try:
                 if rules_file:
                     load_rules(rules_file)
-                return check()
+                return check(fast_path(fast))
             except (SetupError, OSError) as exc:
                 sys.stderr.write("cairn: supervision is unavailable: %s\n" % exc)
                 return UNSUPERVISED_EXIT
@@ -1844,7 +2130,8 @@ def main(argv):
         log = open(log_file, "a", encoding="utf-8") if log_file else None  # noqa: SIM115 - for the whole run
         # Other processes of the sandbox's user must not read or write this one's memory.
         prctl(PR_SET_DUMPABLE, 0)
-        return start(command, Supervisor(policy, mailbox, log, script, rules, workspace))
+        supervisor = Supervisor(policy, mailbox, log, script, rules, workspace, fast_path(fast))
+        return start(command, supervisor)
     except (SetupError, OSError, ValueError) as exc:
         sys.stderr.write("cairn: supervision is unavailable, the command did not start: %s\n" % exc)
         return UNSUPERVISED_EXIT

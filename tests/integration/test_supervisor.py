@@ -1,6 +1,8 @@
 """The exec supervisor in the real hardened sandbox: disguised risky actions end in a judged
 program start that is refused (the action does not happen) or approved (it does), ordinary
-commands run unchanged, and signals reach the supervised tree.
+commands run unchanged, and signals reach the supervised tree. Every test runs twice: judged all
+in python (`--no-fast`), and with the compiled hot path (resources/sandbox/exec-fast.c: the
+image's, or one compiled here with gcc and mounted where the image has it).
 
 A small judge in the test reads the supervisor's requests from the mailbox (the same files the
 host judge reads), classifies them with core.approvals_exec and writes the decision."""
@@ -25,6 +27,9 @@ pytestmark = pytest.mark.docker
 
 ROOT = Path(__file__).resolve().parents[2]
 SUPERVISOR = ROOT / "resources/sandbox/supervisor.py"
+RULES = ROOT / "core/approvals_exec.py"
+FAST_SOURCE = ROOT / "resources/sandbox/exec-fast.c"
+FAST_LIBRARY = "/usr/local/lib/cairn/exec-fast.so"
 HARDENED = [
     "--user",
     "1000:1000",
@@ -142,17 +147,51 @@ class MiniJudge:
         return [doc for doc, d, _rule in self.seen if d == decision]
 
 
-@pytest.fixture
-def box(tmp_path, sandbox_image, docker_client):
+@pytest.fixture(scope="session")
+def fast_library(tmp_path_factory, sandbox_image) -> Path | None:
+    """The compiled hot path to mount: None when the image has its own; compiled here with the
+    host's gcc otherwise (the host's Debian is the image's); a skip when neither can be had."""
+    has = subprocess.run(
+        [
+            *("docker", "run", "--rm", "--label", "test.cairn.suite=supervisor", "--network"),
+            *("none", sandbox_image, "test", "-e", FAST_LIBRARY),
+        ],
+        capture_output=True,
+    )
+    if has.returncode == 0:
+        return None
+    if shutil.which("gcc") is None:
+        pytest.skip("the image has no compiled exec path and there is no gcc here to build one")
+    built = tmp_path_factory.mktemp("fast") / "exec-fast.so"
+    subprocess.run(
+        ["gcc", "-O2", "-Wall", "-shared", "-fPIC", "-o", str(built), str(FAST_SOURCE)]
+        + ["-lpthread"],
+        check=True,
+    )
+    built.chmod(0o755)
+    built.parent.chmod(0o755)
+    return built
+
+
+@pytest.fixture(params=["python", "compiled"])
+def box(request, tmp_path, sandbox_image, docker_client):
     """Run a shell script in a fresh hardened container with the supervisor mounted; yields
-    run(script, risky=...) -> (CompletedProcess, judge)."""
+    run(script, risky=...) -> (CompletedProcess, judge). `box.compiled`: whether the
+    supervisor uses the compiled hot path in this run."""
+    compiled = request.param == "compiled"
+    library = request.getfixturevalue("fast_library") if compiled else None
     tools = tmp_path / "tools"
     tools.mkdir()
     shutil.copy(SUPERVISOR, tools / "supervisor.py")
+    shutil.copy(RULES, tools / "exec_rules.py")
     (tools / "policy.json").write_text(json.dumps(POLICY))
     names: list[str] = []
 
     def run(script: str, risky: str = "deny", timeout: float = 120, delay: float = 0.0):
+        if not compiled:
+            script = script.replace(
+                "/cairn/tools/supervisor.py ", "/cairn/tools/supervisor.py --no-fast "
+            )
         case = tmp_path / uuid.uuid4().hex[:8]
         workspace, requests, decisions = case / "ws", case / "requests", case / "decisions"
         for folder in (workspace, requests, decisions):
@@ -181,6 +220,7 @@ def box(tmp_path, sandbox_image, docker_client):
             f"{requests}:/cairn/runs/exec1/requests",
             "-v",
             f"{decisions}:/cairn/decisions/exec1:ro",
+            *(["-v", f"{library}:{FAST_LIBRARY}:ro"] if library else []),
             "-e",
             "CAIRN_EXEC_ID=exec1",
             "-e",
@@ -197,6 +237,7 @@ def box(tmp_path, sandbox_image, docker_client):
             done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
         return done, judge
 
+    run.compiled = compiled  # type: ignore[attr-defined]
     yield run
     for name in names:
         subprocess.run(["docker", "rm", "-f", name], capture_output=True)
@@ -426,3 +467,164 @@ def test_an_argument_rewritten_while_the_exec_is_held_is_judged_again(box, progr
     assert ["git", "log", "-q", "-1", "--all"] in allowed, out
     assert any(d["argv"] == ["git", "push", "-f", "origin", "main"] for d in denied), out
     assert all(d["observed_after_exec"] for d in denied if d["argv"][:2] == ["git", "push"])
+
+
+# Each pair runs the same words first where they are harmless (three times: the compiled path
+# keeps the verdict) and then after something the verdict depends on changed: a file that becomes
+# a link to a credential, a program name that leads elsewhere, stdin that becomes a pipe, the
+# environment. The last of each pair must be asked (and is denied), never allowed from the cache.
+CHANGED_FACTS = r"""
+cd /workspace
+echo hi > f
+cat f; cat f; cat f
+rm f; ln -s /home/agent/.ssh/id_rsa f
+cat f
+ln -s /usr/bin/ls tool
+./tool /home/agent/.ssh/id_rsa; ./tool /home/agent/.ssh/id_rsa; ./tool /home/agent/.ssh/id_rsa
+rm tool; ln -s /usr/bin/cat tool
+./tool /home/agent/.ssh/id_rsa
+echo 'echo FROM-FILE' > s.sh
+sh < s.sh; sh < s.sh; sh < s.sh
+echo 'echo FROM-PIPE' | sh
+/usr/bin/true; /usr/bin/true; /usr/bin/true
+LD_PRELOAD=/nonexistent.so /usr/bin/true || echo PRELOAD-REFUSED
+echo done
+"""
+
+
+def rules_supervised(body: str) -> str:
+    """Like supervised, judged by the program rules, every verdict in /tmp/log.jsonl."""
+    return (
+        SETUP
+        + "set +e\ncat > /tmp/attack.sh <<'ATTACK'\n"
+        + body
+        + "\nATTACK\n"
+        + "python3 /cairn/tools/supervisor.py --judge --rules /cairn/tools/exec_rules.py "
+        + "--log /tmp/log.jsonl -- bash /tmp/attack.sh\necho SUPERVISOR_EXIT=$?\n"
+        + "echo LOG-START; cat /tmp/log.jsonl; echo LOG-END\n"
+    )
+
+
+def log_of(stdout: str) -> list[dict]:
+    text = stdout.split("LOG-START\n", 1)[1].split("LOG-END", 1)[0]
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def test_a_kept_verdict_never_allows_facts_that_changed(box):
+    done, judge = box(rules_supervised(CHANGED_FACTS))
+    out = done.stdout + done.stderr
+    assert "SUPERVISOR_EXIT=0" in done.stdout, out
+    assert SECRET not in out
+    assert done.stdout.count("FROM-FILE") == 3 and "FROM-PIPE" not in done.stdout, out
+    assert "PRELOAD-REFUSED" in done.stdout, out
+    rules = [rule for _doc, decision, rule in judge.seen if decision == "deny"]
+    assert rules.count("credential-read") == 2, judge.seen
+    assert "pipe-to-interpreter" in rules and "preload" in rules, rules
+    entries = log_of(done.stdout)
+    cached = [e for e in entries if e.get("cached")]
+    if box.compiled:
+        # The harmless repeats were allowed by the compiled path (so the test above tried it).
+        kept = {tuple(e["argv"]) for e in cached}
+        assert {("cat", "f"), ("sh",), ("/usr/bin/true",)} <= kept, kept
+        assert ("./tool", "/home/agent/.ssh/id_rsa") in kept, kept
+    else:
+        assert not cached
+    for entry in cached:
+        assert entry["verdict"] == "allow"
+
+
+AGREEMENT = r"""
+cd /workspace
+i=0
+while [ $i -lt 3 ]; do
+  printf 'int f%d(void);\n' $i > src$i.c
+  sed 's/int/long/' src$i.c > obj$i.o
+  cat obj$i.o | sort | wc -l
+  grep -c f src$i.c
+  ls -la src$i.c > /dev/null
+  i=$((i+1))
+done
+git status --short | head -n 3
+env GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.hooksPath GIT_CONFIG_VALUE_0=/tmp git status
+rm -rf /home/agent/x
+find . -name 'src*' | sort
+echo done
+"""
+
+
+def test_the_compiled_path_and_python_agree(box):
+    """The same commands give the same verdicts whichever path judged (in some order: the
+    programs of a pipeline start together)."""
+    if not box.compiled:
+        pytest.skip("compares the compiled path with python: one run of each")
+    fast, fast_judge = box(rules_supervised(AGREEMENT))
+    slow, slow_judge = box(rules_supervised(AGREEMENT).replace("--judge", "--no-fast --judge"))
+    assert fast.stdout.split("LOG-START")[0] == slow.stdout.split("LOG-START")[0], (
+        fast.stdout + fast.stderr + slow.stdout + slow.stderr
+    )
+
+    def verdicts(entries: list[dict]) -> list[tuple]:
+        return sorted((tuple(e["argv"]), e["cwd"], e["stdin"], e["verdict"]) for e in entries)
+
+    fast_log, slow_log = log_of(fast.stdout), log_of(slow.stdout)
+    assert verdicts(fast_log) == verdicts(slow_log)
+    assert any(e.get("cached") for e in fast_log) and not any(e.get("cached") for e in slow_log)
+    asked = sorted(tuple(d["argv"]) for d, _decision, _rule in fast_judge.seen)
+    assert asked == sorted(tuple(d["argv"]) for d, _decision, _rule in slow_judge.seen)
+    assert asked, "nothing was asked: the script should ask at least the rm outside"
+
+
+def test_a_library_that_cannot_be_loaded_leaves_the_judging_to_python(box):
+    script = (
+        "echo 'not a library' > /tmp/bad.so\n"
+        "python3 /cairn/tools/supervisor.py --fast /tmp/bad.so --judge "
+        "--rules /cairn/tools/exec_rules.py -- sh -c 'ls / > /dev/null; echo RAN'\n"
+        "echo EXIT=$?\n"
+        "python3 /cairn/tools/supervisor.py --fast /tmp/bad.so --judge "
+        "--rules /cairn/tools/exec_rules.py -- sh -c 'rm -rf /home/agent/x; echo RM=$?'\n"
+    )
+    done, judge = box("mkdir -p /home/agent/x\n" + script)
+    assert "RAN" in done.stdout and "EXIT=0" in done.stdout, done.stdout + done.stderr
+    assert "RM=1" in done.stdout, done.stdout + done.stderr
+    assert done.stderr.count("the compiled exec path cannot be used, judging in python") == 2
+    assert any(d["argv"][:2] == ["rm", "-rf"] for d in judge.asked("deny"))
+
+
+# A thread turns the argument of a held `cat` back and forth between a workspace file (allowed,
+# and kept by the compiled path after its first time) and the private key, while the process
+# execs it again and again: whatever was read when the exec was held, the exec event sees what
+# the kernel copied, and the key is never printed.
+FLIP_WHILE_EXECING = r"""
+import ctypes, os, threading
+libc = ctypes.CDLL(None, use_errno=True)
+plain, secret = b"/workspace/abcdefghijkl", b"/home/agent/.ssh/id_rsa"
+assert len(plain) == len(secret)
+with open(plain, "w") as f:
+    f.write("PLAIN\n")
+for _ in range(60):
+    pid = os.fork()
+    if pid == 0:
+        word = ctypes.create_string_buffer(plain, 32)
+        argv = (ctypes.c_char_p * 3)(b"cat", ctypes.cast(word, ctypes.c_char_p), None)
+        def flip():
+            while True:
+                ctypes.memmove(word, secret, len(secret))
+                ctypes.memmove(word, plain, len(plain))
+        threading.Thread(target=flip, daemon=True).start()
+        libc.execv(b"/usr/bin/cat", argv)
+        os._exit(99)
+    os.waitpid(pid, 0)
+print("FLIPS-DONE")
+"""
+
+
+def test_an_argument_flipped_during_a_kept_exec_is_judged_by_what_loaded(box):
+    body = (
+        "cat > /tmp/flip.py <<'PY'\n" + FLIP_WHILE_EXECING + "PY\n"
+        "cat /workspace/abcdefghijkl 2>/dev/null; python3 /tmp/flip.py\n"
+    )
+    done, _judge = box(rules_supervised(body))
+    out = done.stdout + done.stderr
+    assert "FLIPS-DONE" in done.stdout and "SUPERVISOR_EXIT=0" in done.stdout, out
+    assert SECRET not in out
+    assert "PLAIN" in done.stdout, out  # the harmless one ran

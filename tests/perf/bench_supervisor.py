@@ -10,13 +10,21 @@ cat in pipelines over generated files), and one closer to an agent's work: git i
 repositories at once (add, commit, status, log). The supervisor runs as a run's does: every program start
 classified by Cairn's program rules (none of these is asked). Target: at most 1.3x. The ratios
 are printed, not asserted. `--supervisor PATH`, given more than once, measures several
-supervisors interleaved in the same container (say main's copy against this one).
+supervisors interleaved in the same container (say main's copy against this one); `--no-fast`
+after it (`--supervisor PATH --no-fast`) runs that one without the compiled hot path, and
+`--rules PATH` after it has that one read other program rules than this checkout's (say main's
+core/approvals_exec.py, to measure what the rules cost).
+
+The compiled hot path (resources/sandbox/exec-fast.c) is used as the image has it; an image
+without it gets one compiled here with the host's gcc (the same Debian as the image) and mounted
+where the image recipe puts it, so the figures are the ones a built image gives.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -27,6 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SUPERVISOR = ROOT / "resources/sandbox/supervisor.py"
 RULES = ROOT / "core/approvals_exec.py"
+FAST_SOURCE = ROOT / "resources/sandbox/exec-fast.c"
+FAST_LIBRARY = "/usr/local/lib/cairn/exec-fast.so"
 TARGET = 1.3
 
 TRUE_LOOP = "i=0; while [ $i -lt 2000 ]; do /bin/true; i=$((i+1)); done\n"
@@ -72,8 +82,10 @@ os.environ.update(CAIRN_EXEC_ID="bench", CAIRN_APPROVAL_REQUESTS="/tmp/requests"
                   CAIRN_APPROVAL_DECISIONS="/tmp/decisions")
 runs, cases, names = int(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3])
 def sup(name):
-    return ["python3", "/bench/%s/supervisor.py" % name, "--judge", "--rules",
-            "/bench/exec_rules.py", "--"]
+    extra = ["--no-fast"] if name.endswith("[python]") else []
+    folder = "/bench/%s" % name.split(" ")[0]
+    return ["python3", folder + "/supervisor.py", "--judge", "--rules",
+            folder + "/exec_rules.py"] + extra + ["--"]
 variants = [("plain", [])] + [(name, sup(name)) for name in names]
 def cpu():
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -93,17 +105,27 @@ print(json.dumps(out))
 
 
 def measure(
-    image: str, runs: int, supervisors: dict[str, Path] | None = None
+    image: str,
+    runs: int,
+    supervisors: dict[str, Path] | None = None,
+    rules: dict[str, Path] | None = None,
 ) -> dict[str, dict[str, list[float]]]:
-    """Times per workload: "plain", each supervisor's name, and the same with "_cpu"."""
+    """Times per workload: "plain", each supervisor's name, and the same with "_cpu". `rules`:
+    the program rules a supervisor reads, by its name, when not this checkout's."""
     supervisors = supervisors or {"supervised": SUPERVISOR}
+    rules = rules or {}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         for name, path in supervisors.items():
-            (folder / name).mkdir()
-            (folder / name / "supervisor.py").write_text(path.read_text())
-            (folder / name).chmod(0o755)
-        (folder / "exec_rules.py").write_text(RULES.read_text())
+            own = folder / name.split(" ")[0]
+            own.mkdir(exist_ok=True)
+            (own / "supervisor.py").write_text(path.read_text())
+            (own / "exec_rules.py").write_text(rules.get(name, RULES).read_text())
+            own.chmod(0o755)
+        mounts = []
+        library = fast_library(image, folder)
+        if library is not None:
+            mounts = ["-v", f"{library}:{FAST_LIBRARY}:ro"]
         (folder / "timer.py").write_text(TIMER)
         folder.chmod(0o755)
         name = f"cairn-bench-supervisor-{uuid.uuid4().hex[:10]}"
@@ -116,7 +138,7 @@ def measure(
                     *("docker", "run", "--rm", "--name", name, "--user", "1000:1000"),
                     *("--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--read-only"),
                     *("--tmpfs", "/tmp", "--network", "none", "--cpus", "2"),
-                    *("-v", f"{folder}:/bench:ro", image),
+                    *("-v", f"{folder}:/bench:ro", *mounts, image),
                     *("python3", "/bench/timer.py", str(runs), cases),
                     json.dumps(list(supervisors)),
                 ],
@@ -128,6 +150,31 @@ def measure(
         finally:
             subprocess.run(["docker", "rm", "-f", name], capture_output=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def fast_library(image: str, folder: Path) -> Path | None:
+    """A compiled hot path to mount into the container, when the image has none of its own."""
+    has = subprocess.run(
+        [
+            *("docker", "run", "--rm", "--name", f"cairn-bench-supervisor-{uuid.uuid4().hex[:10]}"),
+            *("--network", "none", image, "test", "-e", FAST_LIBRARY),
+        ],
+        capture_output=True,
+    )
+    if has.returncode == 0:
+        print(f"compiled exec path: {image}'s own")
+        return None
+    if shutil.which("gcc") is None:
+        print(f"compiled exec path: none ({image} has none and there is no gcc here): python only")
+        return None
+    print(f"compiled exec path: {FAST_SOURCE.name} compiled here, mounted at {FAST_LIBRARY}")
+    built = folder / "exec-fast.so"
+    subprocess.run(
+        ["gcc", "-O2", "-shared", "-fPIC", "-o", str(built), str(FAST_SOURCE), "-lpthread"],
+        check=True,
+    )
+    built.chmod(0o755)
+    return built
 
 
 def report(results: dict[str, dict[str, list[float]]]) -> dict[str, float]:
@@ -168,21 +215,54 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--image", default="cairn-sandbox:1")
     parser.add_argument(
+        "--no-fast",
+        action="append_const",
+        dest="supervisor",
+        const=None,
+        help="also measure the supervisor given last without the compiled hot path",
+    )
+    parser.add_argument(
         "--supervisor",
         type=Path,
         action="append",
         help="another supervisor.py to measure instead (given twice or more: all of them, "
         "interleaved in the same container, named #1, #2...)",
     )
+    parser.add_argument(
+        "--rules",
+        type=lambda text: ("rules", Path(text)),
+        action="append",
+        dest="supervisor",
+        help="the program rules the supervisor given last reads (default: core/approvals_exec.py)",
+    )
     args = parser.parse_args()
-    paths = args.supervisor or [SUPERVISOR]
-    if len(paths) == 1:
-        supervisors = {"supervised": paths[0]}
+    # --rules FILE after a supervisor belongs to it; the list keeps the order they were given in
+    given: list[Path | None] = []
+    rules_of: dict[int, Path] = {}
+    for value in args.supervisor or []:
+        if isinstance(value, tuple):
+            if not given:
+                parser.error("--rules belongs to the --supervisor given before it")
+            rules_of[len(given) - 1] = value[1]
+        else:
+            given.append(value)
+    if not given or given[0] is None:
+        given.insert(0, SUPERVISOR)
+    if len(given) == 1:
+        supervisors = {"supervised": given[0]}
+        rules = {"supervised": rules_of[0]} if 0 in rules_of else {}
     else:
-        supervisors = {f"#{i}": p for i, p in enumerate(paths, 1)}
-        for name, path in supervisors.items():
-            print(f"{name} = {path}")
-    report(measure(args.image, args.runs, supervisors))
+        supervisors, rules = {}, {}
+        for i, path in enumerate(given, 1):
+            if path is None:  # --no-fast: the one before, in python only
+                name, path = f"#{i - 1} [python]", given[i - 2]
+            else:
+                name = f"#{i}"
+                if i - 1 in rules_of:
+                    rules[name] = rules_of[i - 1]
+            supervisors[name] = path
+            print(f"{name} = {path}" + (f" (rules {rules[name]})" if name in rules else ""))
+    report(measure(args.image, args.runs, supervisors, rules))  # type: ignore[arg-type]
     return 0
 
 
