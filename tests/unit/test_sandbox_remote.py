@@ -215,9 +215,8 @@ def test_an_engine_binary_is_a_content_addressed_volume_there(tmp_path: Path):
     assert backend.sandbox_mounts(codex)[-1].source != mount.source
     (package / "bin" / "codex").write_bytes(b"\x7fELF codex")
     assert backend.sandbox_mounts(codex)[-1].source == mount.source  # by content, not by time
-    # Codex's settings are written into the engine home at each launch: not there yet.
-    with pytest.raises(SandboxError, match="Codex cannot run on host far yet"):
-        backend.check_spec(spec(tmp_path, extra_mounts=((package, "/cairn/engines/codex"),)))
+    # Codex's settings reach the home there at each launch (send_home_files): it runs there.
+    backend.check_spec(spec(tmp_path, extra_mounts=((package, "/cairn/engines/codex"),)))
     with pytest.raises(SandboxError, match="neither a file nor a folder"):
         backend.check_spec(
             spec(tmp_path, extra_mounts=((tmp_path / "gone", "/cairn/engines/claude"),))
