@@ -123,7 +123,10 @@ def test_codex_on_the_remote_host_is_gated_asks_through_the_tunnel_and_resumes_i
             assert f'base_url = "{egress.endpoint_url(0)}"' in config, config
             assert list((local_home / CODEX_DIR / "sessions").rglob(f"rollout-*-{thread}.jsonl"))
 
-            # 2. The next turn resumes the same thread natively, in the same sandbox there.
+            # 2. The sandbox there is lost (its volumes stay): the next turn makes it again,
+            #    sends the launch's files again, and resumes the same thread natively from the
+            #    thread files the engine left in the home volume.
+            sandbox.remove(force=True)
             server.then(run("echo second > second.txt"), say("Second turn."))
             before = len(server.requests)
             cont = as_json(cairnctl(data, "continue", task1, "-m", "now say more", "--json"))
@@ -133,7 +136,12 @@ def test_codex_on_the_remote_host_is_gated_asks_through_the_tunnel_and_resumes_i
             assert (ws / "second.txt").read_text() == "second\n"
             assert server.requests[before].thread_id == thread
             assert "make hello.txt" in json.dumps(server.requests[before].input)
-            assert sandbox_there(data, remote_engine).id == sandbox.id
+            again = sandbox_there(data, remote_engine)
+            assert again.id != sandbox.id
+            assert (
+                read_there(again, f"{CONTAINER_HOME}/{CODEX_DIR}/{HOOKS_FILE}")
+                == (local_home / CODEX_DIR / HOOKS_FILE).read_text()
+            )
 
         # The model requests went through the tunnel to the proxy here, to the scripted server;
         # nothing else got out (Codex's own calls home are refused by the allowlist).
