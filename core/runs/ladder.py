@@ -357,8 +357,9 @@ class Ladder:
         ctx = self._engine_mode(eng, ctx, run, report, restored)
         eng.prepare(ctx)
         # What this launch wrote into the engine home here reaches a home that is not this
-        # folder (a sandbox on another machine) before the engine starts.
-        outcome.live.send_home_files([*eng.home_files(ctx), *(str(p) for p in restored)])
+        # folder (a sandbox on another machine) before the engine starts; a conversation put
+        # back from a checkpoint only where that home has none (the engine's own is newer).
+        outcome.live.send_home_files(eng.home_files(ctx), if_missing=[str(p) for p in restored])
         exec_env = {
             **self._sandboxes.get().exec_environment(policy),
             **eng.environment(ctx),

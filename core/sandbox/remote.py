@@ -162,10 +162,13 @@ done
 echo E
 """
 # The launch's files of the engine home, sent before it starts (send_home_files): run as the
-# sandbox user in the home, each named one removed first (a file the engine left, or a link
-# planted there, is replaced, not written through), then the ones this machine has, from the
-# tar on stdin.
-HOME_FILES_SCRIPT = 'cd "$1" && shift && rm -f -- "$@" && exec tar -x -f - --no-same-owner'
+# sandbox user in the home with `N name...`, each of the first N names removed first (a file the
+# engine left, or a link planted there, is replaced, not written through), then the files this
+# machine has, from the tar on stdin, those of the other names only where there is nothing.
+HOME_FILES_SCRIPT = (
+    'cd "$1" && n=$2 && shift 2 && while [ "$n" -gt 0 ]; do rm -f -- "$1" || exit; shift; '
+    "n=$((n - 1)); done && exec tar -x -f - --no-same-owner --skip-old-files"
+)
 
 PREPARE_RUN_SCRIPT = (
     'mkdir -p -- "$1" && cd -- "$1" && rm -f -- pid exit_code pid.tmp exit_code.tmp'
@@ -829,27 +832,28 @@ class RemoteLiveSession(DockerLiveSession):
         self.backend.put_run_folder(self.spec, run_id)
 
     @docker_call("send the engine's files to the sandbox host")
-    def send_home_files(self, paths: Sequence[str]) -> None:
-        """The launch's files of the engine home (its settings, its gate, a conversation put
-        back from a checkpoint) into the home volume there, as the local home has them now: the
-        home volume is filled from here only when it is made, and its other files (what the
-        engine wrote there) are the engine's. A file missing here is removed there."""
-        if not paths:
-            return
+    def send_home_files(self, paths: Sequence[str], *, if_missing: Sequence[str] = ()) -> None:
+        """The launch's files of the engine home (its settings, its gate) into the home volume
+        there, as the local home has them now (a file missing here is removed there), and the
+        `if_missing` ones (a conversation put back here from a checkpoint) where it has none:
+        the home volume is filled from here only when it is made, and its other files (what
+        the engine wrote there) are the engine's."""
         names = [_home_name(p) for p in paths]
+        kept = [n for n in (_home_name(p) for p in if_missing) if n not in names]
+        if not names and not kept:
+            return
         data = io.BytesIO()
         with tarfile.open(fileobj=data, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            for name in names:
+            for name in [*names, *kept]:
                 _add_local_file(tar, self.spec.home_dir, name)
-        exec_id = self._exec_create(
-            ["sh", "-c", HOME_FILES_SCRIPT, "sh", CONTAINER_HOME, *names], {}, "/", stdin=True
-        )
+        argv = ["sh", "-c", HOME_FILES_SCRIPT, "sh", CONTAINER_HOME, str(len(names)), *names]
+        exec_id = self._exec_create([*argv, *kept], {}, "/", stdin=True)
         err = _feed(self._api.exec_start(exec_id, socket=True), data.getvalue())
         code = self._api.exec_inspect(exec_id).get("ExitCode")
         if code != 0:
             raise SandboxError(
-                f"the engine's files ({', '.join(names)}) could not be written into the home of "
-                f"{self.state.container_name}: "
+                f"the engine's files ({', '.join([*names, *kept])}) could not be written into "
+                f"the home of {self.state.container_name}: "
                 + (err.decode("utf-8", "replace").strip()[:300] or f"exit code {code}"),
                 hint="the run did not start; start it again, or remove the sandbox to make its "
                 "home again from this machine's copy",

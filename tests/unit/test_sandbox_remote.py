@@ -326,15 +326,17 @@ def test_a_home_that_cannot_be_read_is_told_and_the_workspace_pass_stands(tmp_pa
     assert len(problems) == 1 and "engine home could not be brought back" in problems[0]
 
 
-def send_home(here: Path, there: Path, names: list[str]) -> subprocess.CompletedProcess:
+def send_home(
+    here: Path, there: Path, names: list[str], kept: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess:
     """What RemoteLiveSession.send_home_files does, with the exec run here: the tar of this
     machine's files on the stdin of HOME_FILES_SCRIPT in the home `there`."""
     data = io.BytesIO()
     with tarfile.open(fileobj=data, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name in names:
+        for name in [*names, *kept]:
             _add_local_file(tar, here, _home_name(name))
     return subprocess.run(
-        ["sh", "-c", HOME_FILES_SCRIPT, "sh", str(there), *names],
+        ["sh", "-c", HOME_FILES_SCRIPT, "sh", str(there), str(len(names)), *names, *kept],
         input=data.getvalue(),
         capture_output=True,
         timeout=30,
@@ -367,6 +369,15 @@ def test_the_launch_files_replace_theirs_there_and_leave_the_engines_files(tmp_p
     assert send_home(here, tmp_path / "new", names).returncode == 0
     made = tmp_path / "new" / ".codex" / "config.toml"
     assert made.read_text() == "provider = 'cairn'\n" and made.stat().st_mode & 0o777 == 0o600
+    # A conversation put back here from a checkpoint goes only where there is none there: the
+    # engine's own copy there is newer.
+    (here / ".codex" / "sessions").mkdir()
+    for name in ("rollout-1.jsonl", "rollout-2.jsonl"):
+        (here / ".codex" / "sessions" / name).write_text("the checkpoint's\n")
+    kept = (".codex/sessions/rollout-1.jsonl", ".codex/sessions/rollout-2.jsonl")
+    assert send_home(here, there, names, kept).returncode == 0
+    assert thread.read_text() == "the engine's\n"
+    assert (there / ".codex" / "sessions" / "rollout-2.jsonl").read_text() == "the checkpoint's\n"
     # What cannot be replaced there fails, with tar's or rm's words.
     (there / ".codex" / "hooks.json").mkdir()
     failed = send_home(here, there, names)
