@@ -179,6 +179,11 @@ class Engine(abc.ABC):
     def prepare(self, ctx: LaunchContext) -> None:
         """Write what the launch needs (scripts, settings, hooks) under the run dir or the home."""
 
+    def home_files(self, ctx: LaunchContext) -> list[str]:
+        """The files `prepare` writes (or removes) in the engine home, relative to it: a sandbox
+        whose home is not the local folder (on another machine) is sent them before the launch."""
+        return []
+
     @abc.abstractmethod
     def launch_argv(self, ctx: LaunchContext) -> list[str]:
         """The command that runs this attempt inside the sandbox."""

@@ -284,6 +284,10 @@ class CodexEngine(Engine):
             # No gate for this run: no hook left over from an earlier one either.
             (codex_home / HOOKS_FILE).unlink(missing_ok=True)
 
+    def home_files(self, ctx: LaunchContext) -> list[str]:
+        # hooks.json too without a gate: removed there as it is here.
+        return [f"{CODEX_DIR}/{CONFIG_FILE}", f"{CODEX_DIR}/{HOOKS_FILE}"]
+
     # -- launching ----------------------------------------------------------------------------
 
     def exec_args(self, ctx: LaunchContext) -> list[str]:

@@ -353,8 +353,13 @@ class Ladder:
             if eng.has_tool_hooks
             else [],
         )
-        ctx = self._engine_mode(eng, ctx, run, report)
+        restored: list[Path] = []
+        ctx = self._engine_mode(eng, ctx, run, report, restored)
         eng.prepare(ctx)
+        # What this launch wrote into the engine home here reaches a home that is not this
+        # folder (a sandbox on another machine) before the engine starts; a conversation put
+        # back from a checkpoint only where that home has none (the engine's own is newer).
+        outcome.live.send_home_files(eng.home_files(ctx), if_missing=[str(p) for p in restored])
         exec_env = {
             **self._sandboxes.get().exec_environment(policy),
             **eng.environment(ctx),
@@ -434,10 +439,16 @@ class Ladder:
         ]
 
     def _engine_mode(
-        self, eng: Engine, ctx: LaunchContext, run: Run, report: ResumeReport
+        self,
+        eng: Engine,
+        ctx: LaunchContext,
+        run: Run,
+        report: ResumeReport,
+        restored: list[Path],
     ) -> LaunchContext:
         """Native continue/fork when the engine's contract holds, else a new session on the same
-        files — and the run's record says why."""
+        files — and the run's record says why. The conversation files put back into the engine
+        home from a checkpoint are added to `restored` (relative to the home)."""
         if ctx.mode not in (MODE_CONTINUE, MODE_FORK) or not eng.has_sessions:
             return ctx
         if ctx.mode == MODE_CONTINUE:
@@ -457,6 +468,7 @@ class Ladder:
                     "restored from the last checkpoint",
                     ", ".join(str(p) for p in back),
                 )
+                restored += back
                 check = eng.native_resume_check(ctx)
         if check.ok:
             cut = f" up to {ctx.spec['resume_at']}" if ctx.spec.get("resume_at") else ""

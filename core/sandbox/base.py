@@ -611,6 +611,15 @@ class LiveSession(abc.ABC):
         processes see it. The same in a container; the host backend maps it to a host folder."""
         return sandbox_path
 
+    def send_home_files(  # noqa: B027
+        self, paths: Sequence[str], *, if_missing: Sequence[str] = ()
+    ) -> None:
+        """Make the engine home the sandbox runs in hold `paths` (relative to the home) as the
+        local home (`spec.home_dir`) holds them now, a path missing here removed there, and the
+        `if_missing` paths where it has nothing at them; leave the rest of it alone. Nothing to
+        do where the sandbox's home is that folder (a bind mount); a sandbox on another machine
+        has its own copy, sent these before a launch."""
+
     def sync_run(self, run_id: str, *, force: bool = False) -> None:  # noqa: B027
         """Bring the run folder `run_id` up to date where Cairn reads it (runs/<ws>/<run>/).
         Nothing to do where the sandbox writes that folder itself (a bind mount); a sandbox on

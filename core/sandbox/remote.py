@@ -29,6 +29,7 @@ bridge's `check()`, never passed on as a raw "connection aborted".
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import io
@@ -102,10 +103,6 @@ ROLE_ENGINE = "engine"
 ENGINE_MOUNT_ROOT = "/cairn/engines"
 ENGINE_VOLUME_PREFIX = "cairn-engine-"
 ENGINE_MARK = ".cairn-complete"  # written after the binary: the volume holds it whole
-# Engines whose launch writes their settings into the engine home (Codex: its model provider in
-# config.toml, its gate in hooks.json), which a home volume there does not receive at each launch
-# yet: refused rather than run without them (Codex would ask api.openai.com, and ungated).
-HOME_SETTINGS_ENGINES = {"/cairn/engines/codex": "Codex"}
 _FILE_NAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]{0,63}")
 CARRIER_ROOT = "/v"
 HOME_SCAN_CACHE = "/tmp/cairn-home-scan"  # the home mirror's scan cache (the container's tmpfs)
@@ -164,6 +161,15 @@ find . -type f ! -name '*.tmp' | while IFS= read -r f; do
 done
 echo E
 """
+# The launch's files of the engine home, sent before it starts (send_home_files): run as the
+# sandbox user in the home with `N name...`, each of the first N names removed first (a file the
+# engine left, or a link planted there, is replaced, not written through), then the files this
+# machine has, from the tar on stdin, those of the other names only where there is nothing.
+HOME_FILES_SCRIPT = (
+    'cd "$1" && n=$2 && shift 2 && while [ "$n" -gt 0 ]; do rm -f -- "$1" || exit; shift; '
+    "n=$((n - 1)); done && exec tar -x -f - --no-same-owner --skip-old-files"
+)
+
 PREPARE_RUN_SCRIPT = (
     'mkdir -p -- "$1" && cd -- "$1" && rm -f -- pid exit_code pid.tmp exit_code.tmp'
 )
@@ -347,21 +353,6 @@ class RemoteDockerBackend(DockerBackend):
     # --- what a remote sandbox is made of ---------------------------------------------------
 
     def check_spec(self, spec: SandboxSpec) -> None:
-        for _, target in spec.extra_mounts:
-            engine = next(
-                (
-                    n
-                    for t, n in HOME_SETTINGS_ENGINES.items()
-                    if target == t or target.startswith(t + "/")
-                ),
-                None,
-            )
-            if engine is not None:
-                raise SandboxError(
-                    f"{engine} cannot run on host {self.host_name} yet: its settings are written "
-                    "into the engine home at each launch, and the home there does not receive them",
-                    hint="run this task on the local engine (resume it with --host local)",
-                )
         self.engine_files(spec)  # refuses an engine mount that cannot be a volume there
         local = [
             f"{source} -> {target}"
@@ -840,6 +831,34 @@ class RemoteLiveSession(DockerLiveSession):
         # What Cairn wrote for this launch (a shell run's script, an engine's files) goes along.
         self.backend.put_run_folder(self.spec, run_id)
 
+    @docker_call("send the engine's files to the sandbox host")
+    def send_home_files(self, paths: Sequence[str], *, if_missing: Sequence[str] = ()) -> None:
+        """The launch's files of the engine home (its settings, its gate) into the home volume
+        there, as the local home has them now (a file missing here is removed there), and the
+        `if_missing` ones (a conversation put back here from a checkpoint) where it has none:
+        the home volume is filled from here only when it is made, and its other files (what
+        the engine wrote there) are the engine's."""
+        names = [_home_name(p) for p in paths]
+        kept = [n for n in (_home_name(p) for p in if_missing) if n not in names]
+        if not names and not kept:
+            return
+        data = io.BytesIO()
+        with tarfile.open(fileobj=data, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for name in [*names, *kept]:
+                _add_local_file(tar, self.spec.home_dir, name)
+        argv = ["sh", "-c", HOME_FILES_SCRIPT, "sh", CONTAINER_HOME, str(len(names)), *names]
+        exec_id = self._exec_create([*argv, *kept], {}, "/", stdin=True)
+        err = _feed(self._api.exec_start(exec_id, socket=True), data.getvalue())
+        code = self._api.exec_inspect(exec_id).get("ExitCode")
+        if code != 0:
+            raise SandboxError(
+                f"the engine's files ({', '.join([*names, *kept])}) could not be written into "
+                f"the home of {self.state.container_name}: "
+                + (err.decode("utf-8", "replace").strip()[:300] or f"exit code {code}"),
+                hint="the run did not start; start it again, or remove the sandbox to make its "
+                "home again from this machine's copy",
+            )
+
     def _started_pid(self, run_id: str) -> int | None:
         self.sync_run(run_id, force=True)
         return read_pid(self.spec.run_dir(run_id))
@@ -1122,6 +1141,49 @@ def _signature(folder: Path) -> tuple:
             else:
                 out.append((rel, "dir", ""))
     return tuple(out)
+
+
+def _home_name(path: str) -> str:
+    """A launch's path in the engine home: relative, plain names (what the engine code says)."""
+    parts = PurePosixPath(path).parts
+    if not parts or PurePosixPath(path).is_absolute() or any(p in (".", "..") for p in parts):
+        raise ValueError(f"not a path inside the engine home: {path!r}")
+    return str(PurePosixPath(*parts))
+
+
+def _add_local_file(tar: tarfile.TarFile, home: Path, name: str) -> None:
+    """`home/name` into `tar` when it is a regular file (a link is not followed: the home is
+    the sandbox's to write, and mirrored from there)."""
+    try:
+        fd = os.open(home / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return
+        raise SandboxError(f"{home / name} cannot be read: {exc.strerror}") from exc
+    with os.fdopen(fd, "rb") as file:
+        st = os.fstat(file.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            return
+        info = tarfile.TarInfo(name)
+        info.size, info.mode, info.mtime = st.st_size, stat.S_IMODE(st.st_mode), int(st.st_mtime)
+        tar.addfile(info, file)
+
+
+def _feed(sock: Any, data: bytes) -> bytes:
+    """Write `data` to the stdin of an exec whose attached socket is `sock`, then wait for its
+    end; its stderr. The socket is closed afterwards."""
+    from docker.utils.socket import frames_iter
+
+    raw = sock._sock
+    try:
+        raw.sendall(data)
+        raw.shutdown(socket.SHUT_WR)
+        return b"".join(chunk for stream, chunk in frames_iter(sock, tty=False) if stream == 2)
+    finally:
+        sock.close()
+        raw.close()
 
 
 def read_entries(sock: Any, paths: Sequence[str]) -> list[Entry]:

@@ -450,38 +450,3 @@ def test_a_tunnel_whose_host_goes_away_connects_again_when_it_is_back(
     finally:
         release_data_dir(data, docker_client)
         release_remote(data, remote_engine)
-
-
-@pytest.mark.keyring
-def test_codex_is_refused_on_the_remote_host_with_the_reason(
-    tmp_path, remote, remote_engine, sandbox_image, docker_client, secret_service
-):
-    from tests.agents.locate import codex_binary, missing
-
-    codex = codex_binary()
-    if codex is None:
-        pytest.skip(missing())
-    data, _, _ = new_far_task(tmp_path, remote, sandbox_image, remote_engine)
-    src = tmp_path / "project"
-    src.mkdir()
-    (src / "README").write_text("a project\n")
-    secret = f"codex-far-{uuid.uuid4().hex[:12]}"
-    try:
-        cairnctl(data, "config", "set", "engines.codex.binary", str(codex))
-        cairnctl(data, "config", "set", "engines.codex.base_url", "http://127.0.0.1:9/v1")
-        cairnctl(data, "config", "set", "engines.codex.api_key_secret", secret)
-        cairnctl(data, "secret", "set", secret, input="sk-test-not-a-real-key")
-        made = as_json(
-            cairnctl(data, "new", str(src), "--engine", "codex", "--host", HOST, "--json")
-        )
-        refused = cairnctl(data, "continue", made["task_id"], "-m", "hello", check=False)
-        assert refused.returncode != 0
-        assert "Codex cannot run on host far yet" in refused.stderr, refused.stderr
-        assert "--host local" in refused.stderr, refused.stderr
-        label = {"label": f"cairn.data_dir={data.resolve()}"}
-        made_there = [c.name for c in remote_engine.containers.list(all=True, filters=label)]
-        assert all(name.endswith("-carrier") for name in made_there), made_there
-    finally:
-        cairnctl(data, "secret", "rm", secret, check=False)
-        release_data_dir(data, docker_client)
-        release_remote(data, remote_engine)

@@ -449,3 +449,18 @@ def test_validate_needs_a_message():
 )
 def test_unwrap_shell(raw, command):
     assert unwrap_shell(raw) == command
+
+
+def test_the_home_files_are_what_prepare_writes_or_removes(tmp_path):
+    engine = CodexEngine()
+    home = tmp_path / "home"
+    for gate in (GATE, []):
+        ctx = make_ctx(tmp_path, gate=gate)
+        before = {p for p in home.rglob("*") if p.is_file()} if home.exists() else set()
+        engine.prepare(ctx)
+        after = {p for p in home.rglob("*") if p.is_file()}
+        named = {home / rel for rel in engine.home_files(ctx)}
+        # Everything prepare wrote or removed is named, so a home elsewhere gets the same.
+        assert after ^ before <= named and after - before <= named, (before, after)
+        assert (home / ".codex" / "config.toml") in named
+    assert not (home / ".codex" / "hooks.json").exists()  # the ungated launch removed it

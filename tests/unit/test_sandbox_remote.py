@@ -5,7 +5,10 @@ refusals, and the mirroring of a run folder from the sandbox host (framing, exac
 from __future__ import annotations
 
 import hashlib
+import io
+import subprocess
 import sys
+import tarfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,10 +21,13 @@ from core.sandbox.base import MountSpec, SandboxError, SessionState
 from core.sandbox.hosts import bridge_for, parse_value
 from core.sandbox.mirror import HELPER_SCRIPT, WorkspaceMirror
 from core.sandbox.remote import (
+    HOME_FILES_SCRIPT,
     HostUnreachable,
     RemoteDockerBackend,
     RemoteWorkspaceMirror,
+    _add_local_file,
     _apply,
+    _home_name,
     _local_offsets,
     engine_volume_name,
     parse_sync,
@@ -215,9 +221,8 @@ def test_an_engine_binary_is_a_content_addressed_volume_there(tmp_path: Path):
     assert backend.sandbox_mounts(codex)[-1].source != mount.source
     (package / "bin" / "codex").write_bytes(b"\x7fELF codex")
     assert backend.sandbox_mounts(codex)[-1].source == mount.source  # by content, not by time
-    # Codex's settings are written into the engine home at each launch: not there yet.
-    with pytest.raises(SandboxError, match="Codex cannot run on host far yet"):
-        backend.check_spec(spec(tmp_path, extra_mounts=((package, "/cairn/engines/codex"),)))
+    # Codex's settings reach the home there at each launch (send_home_files): it runs there.
+    backend.check_spec(spec(tmp_path, extra_mounts=((package, "/cairn/engines/codex"),)))
     with pytest.raises(SandboxError, match="neither a file nor a folder"):
         backend.check_spec(
             spec(tmp_path, extra_mounts=((tmp_path / "gone", "/cairn/engines/claude"),))
@@ -319,3 +324,67 @@ def test_a_home_that_cannot_be_read_is_told_and_the_workspace_pass_stands(tmp_pa
     assert mirror.sync() == ["app.py"]
     assert (here_ws / "app.py").exists()
     assert len(problems) == 1 and "engine home could not be brought back" in problems[0]
+
+
+def send_home(
+    here: Path, there: Path, names: list[str], kept: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess:
+    """What RemoteLiveSession.send_home_files does, with the exec run here: the tar of this
+    machine's files on the stdin of HOME_FILES_SCRIPT in the home `there`."""
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name in [*names, *kept]:
+            _add_local_file(tar, here, _home_name(name))
+    return subprocess.run(
+        ["sh", "-c", HOME_FILES_SCRIPT, "sh", str(there), str(len(names)), *names, *kept],
+        input=data.getvalue(),
+        capture_output=True,
+        timeout=30,
+    )
+
+
+def test_the_launch_files_replace_theirs_there_and_leave_the_engines_files(tmp_path: Path):
+    here, there, outside = tmp_path / "here", tmp_path / "there", tmp_path / "outside"
+    (here / ".codex").mkdir(parents=True)
+    (here / ".codex" / "config.toml").write_text("provider = 'cairn'\n")
+    (here / ".codex" / "hooks.json").symlink_to(outside)  # a link here is not sent
+    (there / ".codex" / "sessions").mkdir(parents=True)
+    thread = there / ".codex" / "sessions" / "rollout-1.jsonl"
+    thread.write_text("the engine's\n")
+    outside.write_text("not Cairn's\n")
+    # A link planted there in the config's place, and a gate left from an earlier launch.
+    (there / ".codex" / "config.toml").symlink_to(outside)
+    (there / ".codex" / "hooks.json").write_text("{}\n")
+    names = [".codex/config.toml", ".codex/hooks.json"]
+    done = send_home(here, there, names)
+    assert done.returncode == 0, done.stderr
+    config = there / ".codex" / "config.toml"
+    assert not config.is_symlink() and config.read_text() == "provider = 'cairn'\n"
+    assert outside.read_text() == "not Cairn's\n"  # replaced, not written through
+    assert not (there / ".codex" / "hooks.json").exists()  # not here: removed there
+    assert thread.read_text() == "the engine's\n"
+    # A new home there (no .codex yet) gets its folders; the file keeps its mode.
+    (here / ".codex" / "config.toml").chmod(0o600)
+    (tmp_path / "new").mkdir()
+    assert send_home(here, tmp_path / "new", names).returncode == 0
+    made = tmp_path / "new" / ".codex" / "config.toml"
+    assert made.read_text() == "provider = 'cairn'\n" and made.stat().st_mode & 0o777 == 0o600
+    # A conversation put back here from a checkpoint goes only where there is none there: the
+    # engine's own copy there is newer.
+    (here / ".codex" / "sessions").mkdir()
+    for name in ("rollout-1.jsonl", "rollout-2.jsonl"):
+        (here / ".codex" / "sessions" / name).write_text("the checkpoint's\n")
+    kept = (".codex/sessions/rollout-1.jsonl", ".codex/sessions/rollout-2.jsonl")
+    assert send_home(here, there, names, kept).returncode == 0
+    assert thread.read_text() == "the engine's\n"
+    assert (there / ".codex" / "sessions" / "rollout-2.jsonl").read_text() == "the checkpoint's\n"
+    # What cannot be replaced there fails, with tar's or rm's words.
+    (there / ".codex" / "hooks.json").mkdir()
+    failed = send_home(here, there, names)
+    assert failed.returncode != 0 and b"hooks.json" in failed.stderr
+
+
+@pytest.mark.parametrize("name", ["/etc/passwd", "../x", ".codex/../../x", "", "."])
+def test_a_home_file_outside_the_home_is_refused(name: str):
+    with pytest.raises(ValueError, match="not a path inside the engine home"):
+        _home_name(name)
