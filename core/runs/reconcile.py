@@ -65,10 +65,28 @@ def settle_run(ctx: Context, sandboxes: Sandboxes, end_run: EndRun, run: Run) ->
         sandboxes.get().sync_run_files(run, force=True)
         code = files.exit_code  # it may have ended while we looked
         if code is None:
+            _last_mirror_pass(sandboxes, run)
             end_run(run.id, None, note=f"interrupted: {why}")
             return R.INTERRUPTED.value
+    _last_mirror_pass(sandboxes, run)
     end_run(run.id, code)
     return ctx.store.get_run(run.id).state
+
+
+def _last_mirror_pass(sandboxes: Sandboxes, run: Run) -> None:
+    """A run on another machine that ended while nothing followed it: its workspace there is
+    brought here once more before the run's end records it, so the checkpoint holds what the run
+    wrote there, not the folder as the last follower left it. Nothing to do for a sandbox on this
+    machine, or while another Cairn process mirrors the workspace (its follower does that pass)."""
+    try:
+        stop = sandboxes.get().mirror_workspace(run, follow=False)
+    except CairnError as exc:
+        log.warning(
+            "run %s: its workspace could not be brought back before its end: %s", run.id, exc
+        )
+        return
+    if stop is not None:
+        stop()
 
 
 def _adopt_launched_attempt(ctx: Context, run: Run) -> Run:

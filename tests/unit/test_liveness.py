@@ -51,6 +51,9 @@ class FakeManager:
     def sync_run_files(self, run, *, force=False):
         pass  # a sandbox on this machine: its run files are where they are read
 
+    def mirror_workspace(self, run, *, follow=True):
+        return None  # a sandbox on this machine: its workspace is the local folder
+
 
 def make(tmp_path: Path, look: object, *, pid: str | None = "42", exit_code: str | None = None):
     run = Run("r_1", "t_1", "running", 1, "shell", workspace_id="ws_1", attempt=3)
@@ -139,6 +142,32 @@ def test_settle_ends_a_gone_run_as_interrupted_with_the_evidence(tmp_path):
     assert settle_run(ctx, sandboxes, end, run) == "interrupted"  # type: ignore[arg-type]
     assert ended == [("r_1", None, "interrupted: the sandbox is gone (container cairn-x no "
                       "longer exists)")]  # fmt: skip
+
+
+@pytest.mark.parametrize("exit_code", ["0", None])
+def test_settle_brings_a_remote_workspace_back_before_it_ends_the_run(tmp_path, exit_code):
+    look = Gone("container cairn-x is exited (exit code 0)")
+    ctx, sandboxes, run, manager = make(tmp_path, look, exit_code=exit_code)
+    steps: list[str] = []
+    manager.mirror_workspace = lambda run, follow=True: (
+        steps.append(f"mirror follow={follow}") or (lambda: steps.append("last pass"))
+    )
+    ctx.store.get_run = lambda run_id: SimpleNamespace(state="succeeded")
+    settle_run(ctx, sandboxes, lambda *a, **k: steps.append("end"), run)  # type: ignore[arg-type]
+    assert steps == ["mirror follow=False", "last pass", "end"]
+
+
+def test_settle_ends_the_run_even_when_the_last_mirror_pass_cannot_start(tmp_path):
+    ctx, sandboxes, run, manager = make(tmp_path, Attached(FakeLive([True])), exit_code="1")
+
+    def refuse(run, follow=True):
+        raise CairnError("sandbox host far cannot be reached")
+
+    manager.mirror_workspace = refuse
+    ended: list[object] = []
+    ctx.store.get_run = lambda run_id: SimpleNamespace(state="failed")
+    assert settle_run(ctx, sandboxes, lambda *a, **k: ended.append(a), run) == "failed"  # type: ignore[arg-type]
+    assert ended == [("r_1", 1)]
 
 
 # -- the Docker probe's answer --------------------------------------------------------------------
