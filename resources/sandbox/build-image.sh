@@ -8,7 +8,9 @@
 # (resources/sandbox/exec-fast.c, with Debian's gcc, removed again) into
 # /usr/local/lib/cairn/exec-fast.so, and commit the result. Nothing is pulled from a
 # registry: packages come from the same Debian mirror the host uses (its /etc/apt/sources.list*).
-# Cached by tag: when the image exists this prints "reused" and exits; --force rebuilds it.
+# Cached by tag: when the image exists and was built from this recipe (its cairn.recipe-hash label
+# is the hash of this script and exec-fast.c) this prints "reused" and exits; an image built from
+# another recipe is rebuilt under the same tag; --force rebuilds it anyway.
 set -euo pipefail
 
 # Bump when the recipe changes; core/sandbox/base.py's DEFAULT_IMAGE carries the same tag.
@@ -23,6 +25,7 @@ SANDBOX_GID=1000
 
 IMAGE="cairn-sandbox:${RECIPE_VERSION}"
 FORCE=0
+RECIPE_HASH="$(cat "${BASH_SOURCE[0]}" "$FAST_SOURCE" 2>/dev/null | sha256sum | cut -c1-16)"
 
 die() { printf '[build-image] ERROR: %s\n' "$*" >&2; exit 1; }
 log() { printf '[build-image] %s\n' "$*" >&2; }
@@ -47,8 +50,12 @@ exec 9>"$LOCK_FILE"
 flock 9
 
 if [ "$FORCE" -eq 0 ] && docker image inspect "$IMAGE" >/dev/null 2>&1; then
-    echo "reused $IMAGE ($(docker image inspect -f '{{.Id}}' "$IMAGE"))"
-    exit 0
+    built_from="$(docker image inspect -f '{{index .Config.Labels "cairn.recipe-hash"}}' "$IMAGE" 2>/dev/null || true)"
+    if [ "$built_from" = "$RECIPE_HASH" ]; then
+        echo "reused $IMAGE ($(docker image inspect -f '{{.Id}}' "$IMAGE"))"
+        exit 0
+    fi
+    log "$IMAGE was built from another recipe (${built_from:-no recipe hash}); building it again"
 fi
 
 if [ "$(id -u)" -eq 0 ]; then
@@ -174,7 +181,7 @@ docker commit \
     --change 'ENV HOME=/home/agent' \
     --change 'WORKDIR /workspace' \
     --change 'CMD ["sleep", "infinity"]' \
-    --change "LABEL org.opencontainers.image.title=cairn-sandbox cairn.recipe=$RECIPE_VERSION" \
+    --change "LABEL org.opencontainers.image.title=cairn-sandbox cairn.recipe=$RECIPE_VERSION cairn.recipe-hash=$RECIPE_HASH" \
     "$BUILD_CONTAINER" "$IMAGE" >/dev/null
 END=$(date +%s)
 
