@@ -57,15 +57,22 @@ def release_remote(data: Path, engine) -> None:
 
 def new_far_task(tmp_path: Path, settings: dict[str, str], image: str, engine):
     """(data folder, task id, workspace root) of a new shell task on the remote host named by
-    `settings`, with the sandbox image sent there when it is missing."""
+    `settings`, with the sandbox image sent there when it is missing or another build of its tag."""
     data = tmp_path / "data"
     src = tmp_path / "src"
     src.mkdir()
     (src / "README").write_text("hello\n")
     cairnctl(data, "config", "set", f"hosts.{HOST}", host_value(settings))
     try:
-        engine.images.get(image)
+        there = engine.images.get(image).id
     except docker.errors.ImageNotFound:
+        there = None
+    local = docker.from_env()
+    try:
+        here = local.images.get(image).id
+    finally:
+        local.close()
+    if there != here:  # missing there, or an older build of the tag
         cairnctl(data, "host", "send-image", HOST, timeout=300)
     made = as_json(cairnctl(data, "new", str(src), "--host", HOST, "--json"))
     return data, made["task_id"], Path(made["workspace_root"])
