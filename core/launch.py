@@ -1,20 +1,26 @@
 """Where Cairn's own files are and how it starts its own Python processes, the same way from a
 source checkout and from the frozen (PyInstaller) bundle.
 
-Owns the resources folder lookup and the command line of the helper processes (the approvals
-judge, the egress proxy); what those processes do belongs to their modules.
+Owns the resources folder lookup, the command line of the helper processes (the approvals
+judge, the egress proxy) and running Cairn's own JSON commands in a child; what those processes
+do belongs to their modules.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import runpy
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable, MutableMapping, Sequence
 from pathlib import Path
+from typing import Any
+
+from core.errors import CairnError
 
 # A frozen app has no interpreter to give `-m`: its executables take this switch instead.
 MODULE_SWITCH = "--cairn-module"
@@ -54,6 +60,21 @@ def python_command(module: str, *args: str, python: str | None = None) -> list[s
     if is_frozen():
         return [sys.executable, MODULE_SWITCH, module, *args]
     return [sys.executable, "-m", module, *args]
+
+
+def run_json_command(argv: Sequence[str], what: str) -> Any:
+    """Run one of Cairn's own `--json` commands (`cairnctl new`, `capture`) in a child process
+    and return its answer. A refusal comes back as a CairnError in the child's own words (its
+    last line on stderr), or saying that `what` failed when it said nothing."""
+    proc = subprocess.run(list(argv), stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines()
+        raise CairnError(
+            lines[-1].removeprefix("cairnctl: ")
+            if lines
+            else f"{what} failed (exit code {proc.returncode})"
+        )
+    return json.loads(proc.stdout)
 
 
 def restore_library_path(environ: MutableMapping[str, str] | None = None) -> None:

@@ -11,7 +11,6 @@ of revisions are core.snapshots'; the run a revision belongs to is core.runs'.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 import subprocess
@@ -27,7 +26,7 @@ from core.context import Context
 from core.diffs import Diff, blob_sizes, diff_revisions, diff_stats
 from core.engines import engine_for
 from core.errors import CairnError, Conflict, InputError, NotFound, QuotaExceeded
-from core.launch import python_command
+from core.launch import python_command, run_json_command
 from core.locks import FileLock, lock_path
 from core.models import Revision, RevisionTrigger, Run, Task, Workspace
 from core.runs.states import IN_FLIGHT, run_files
@@ -483,15 +482,7 @@ class Revisions:
         )
         if run_id:
             argv += ["--run", run_id]
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True)
-        if proc.returncode != 0:
-            lines = proc.stderr.strip().splitlines()
-            raise CairnError(
-                lines[-1].removeprefix("cairnctl: ")
-                if lines
-                else f"the capture of {ws.root} failed (exit code {proc.returncode})"
-            )
-        out = json.loads(proc.stdout)
+        out = run_json_command(argv, f"the capture of {ws.root}")
         self.sync_rows(self.ctx.store.get_workspace(ws.id))
         rev = self.ctx.store.get_revision(ws.id, out["revision"])
         if out["changed"]:

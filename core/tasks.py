@@ -7,11 +7,9 @@ workspace from any revision. A task's runs are core.runs'; its revisions core.re
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +21,7 @@ from core.engines import engine_for
 from core.engines.base import MODE_CONTINUE, MODE_FORK
 from core.errors import CairnError, Conflict, InputError
 from core.ids import new_id
-from core.launch import python_command
+from core.launch import python_command, run_json_command
 from core.locks import held
 from core.models import Revision, Run, Source, Task, TaskSource, Workspace, WorkspaceState
 from core.policy import Policy
@@ -175,15 +173,7 @@ class Tasks:
             if value is not None:
                 argv.append(f"{flag}={value}")  # a value starting with "-" stays a value
         argv.append(str(folder))  # absolute: never taken for an option
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True)
-        if proc.returncode != 0:
-            lines = proc.stderr.strip().splitlines()
-            raise CairnError(
-                lines[-1].removeprefix("cairnctl: ")
-                if lines
-                else f"the import of {folder} failed (exit code {proc.returncode})"
-            )
-        out = json.loads(proc.stdout)
+        out = run_json_command(argv, f"the import of {folder}")
         task = self.ctx.task(out["task_id"])
         ws = self.ctx.store.get_workspace(out["workspace_id"])
         self.ctx.events.publish(
