@@ -100,7 +100,7 @@ def test_a_killed_cairn_comes_back_and_observes_every_line_once(task):
 
 def test_container_removed_mid_run_is_interrupted_and_resume_recreates_it(task, docker_client):
     data, task_id, ws = task
-    run = start_steps(data, task_id, "echo a >> a.txt", "sleep 3", "echo b > b.txt")
+    run = start_steps(data, task_id, "echo a >> a.txt", "sleep 10", "echo b > b.txt")
     wait_for(lambda: step_of(data, latest_run(data, task_id)) == 1, what="step 1")
     ck = as_json(cairnctl(data, "checkpoint", task_id, "--json"))
     before = session(data)

@@ -120,7 +120,7 @@ def image_without_git(sandbox_image, docker_client) -> str:
 
 def test_a_changed_tool_contract_is_refused_until_accepted(task, docker_client, image_without_git):
     data, task_id, ws = task
-    start_steps(data, task_id, "sleep 5", "echo done > done.txt")
+    start_steps(data, task_id, "sleep 10", "echo done > done.txt")
     wait_for(lambda: step_of(data, latest_run(data, task_id)) == 0, what="step 0")
     interrupt_by_removing_container(data, task_id, docker_client)
     other = cairnctl_env(CAIRN_SANDBOX_IMAGE=image_without_git)
