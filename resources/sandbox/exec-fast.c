@@ -11,20 +11,26 @@
      "facts" bytes, the same values supervisor.py reads itself. Then look the exact facts up in a
      cache of verdicts the Python judge gave ("allow" only), together with what is known of the
      program now (its real path and its file's identity) and a check that no argument leads
-     through a symbolic link. A hit is seized (ptrace, this thread) and handed back as such: the
-     Python worker lets it go and verifies it at its exec event (cx_same_image) like any other.
-     Everything else is handed back with its facts for the Python judge. Anything this code
-     cannot read or does not know how to read goes back without facts: the Python path then
-     reads it itself, exactly as it does without this library.
+     through a symbolic link. A hit is let go here (cx_let_go) and never handed back (but with
+     CX_TELL, for the log). Everything else is handed back with its facts for the Python judge;
+     anything this code cannot read or does not know how to read goes back without facts, and
+     the Python path then reads it itself, exactly as it does without this library. While it
+     waits it also sees to the events of the calling thread's tracees (SIGCHLD, blocked in every
+     thread of the supervisor, read from a signalfd), handing back those the Python side must
+     see.
+   - cx_let_go: seize a held exec (this thread becomes its tracer), keep what it was judged as,
+     and let it go on; at its exec event the image the kernel loaded is compared here and the
+     process detached, or handed back to be judged afresh when it differs (CX_FRESH).
+   - cx_claim: the Python side keeps the answer for a process (refused, or asked): every held
+     exec of it goes there, hit or not.
    - cx_remember: the Python judge allowed these facts (it judged them from the bytes
      cx_receive gave it, with the real path and identity it saw): later identical facts are hits.
    - cx_same_image: at the exec event, whether the program, argv and environment the kernel
      loaded and copied are, byte for byte, the judged ones.
    - cx_expect / cx_follow: the worker's tracees' events. cx_expect keeps what an exec let go
-     was judged as (the Python side's pending exec, or a hit's facts); cx_follow waits for the
-     next event of this thread's tracees, and an exec event whose image is the expected one is
-     let go (detached) here; every other event, and any exec event that does not compare equal,
-     goes back to the Python side as it came.
+     was judged as; cx_follow waits for the next event of this thread's tracees, and an exec
+     event whose image is the expected one is let go (detached) here; every other event, and
+     any exec event that does not compare equal, goes back to the Python side as it came.
 
    A hit can only repeat a verdict for facts equal to the ones judged: nothing a verdict depends
    on is outside the key, or the Python side does not offer it for the cache (see
@@ -39,7 +45,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
 #include <sys/ptrace.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -48,6 +57,8 @@
 
 #define NOTIF_RECV 0xC0502100UL
 #define NOTIF_ID_VALID 0x40082102UL
+#define NOTIF_SEND 0xC0182101UL
+#define NOTIF_FLAG_CONTINUE 1
 #define NR_EXECVE 59
 #define NR_EXECVEAT 322
 #define AT_FDCWD_ (-100)
@@ -60,7 +71,12 @@
 #define SLOTS 8192 /* power of two */
 #define MAX_ENTRIES 4096
 
-enum { CX_GONE = -1, CX_NONE = 0, CX_MISS = 1, CX_HIT = 2 };
+enum { CX_GONE = -1, CX_NONE = 0, CX_MISS = 1, CX_HIT = 2, CX_EVENT = 3, CX_EXPECTED = 4,
+       CX_FRESH = 5 };
+
+/* cx_receive's flags: CX_TELL, each hit let go is also handed back (CX_HIT, with its facts) for
+   the Python side to log; without it no call returns for a hit. */
+#define CX_TELL 1
 
 struct notif {
     uint64_t id;
@@ -70,6 +86,13 @@ struct notif {
     uint32_t arch;
     uint64_t ip;
     uint64_t args[6];
+};
+
+struct notif_resp {
+    uint64_t id;
+    int64_t val;
+    int32_t error;
+    uint32_t flags;
 };
 
 /* What cx_receive hands back (supervisor.py's CxOut mirrors it). */
@@ -429,63 +452,402 @@ static int leads_elsewhere(const unsigned char *argv, size_t argv_len, const cha
 
 int cx_expect(int tid, const unsigned char *argv, uint32_t argv_len, const unsigned char *env,
               uint32_t env_len, uint64_t dev, uint64_t ino);
+void cx_unexpect(int tid);
+int cx_same_image(int pid, const unsigned char *argv, uint32_t argv_len, const unsigned char *env,
+                  uint32_t env_len, uint64_t dev, uint64_t ino);
+int cx_let_go(int listener, uint64_t id, int tid, const unsigned char *argv, uint32_t argv_len,
+              const unsigned char *env, uint32_t env_len, uint64_t dev, uint64_t ino);
+
+
+static __thread struct buf facts_buf, key_buf;
+
+/* -- exec events -- */
+
+#define EXPECTED 256
+
+struct expected {
+    int tid; /* 0: free */
+    unsigned char *argv, *env;
+    uint32_t argv_len, env_len;
+    uint64_t dev, ino;
+};
+
+static struct expected expected[EXPECTED];
+static pthread_mutex_t expected_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void drop(struct expected *e) {
+    free(e->argv);
+    free(e->env);
+    memset(e, 0, sizeof *e);
+}
+
+/* Forget what tid was expected to load (gone, or judged in a way only the Python side checks). */
+void cx_unexpect(int tid) {
+    pthread_mutex_lock(&expected_lock);
+    for (int i = 0; i < EXPECTED; i++)
+        if (expected[i].tid == tid) drop(&expected[i]);
+    pthread_mutex_unlock(&expected_lock);
+}
+
+/* tid, let go by this thread, was judged as these images of that program; -1 when it cannot be
+   kept (its exec event then goes to the Python side). */
+int cx_expect(int tid, const unsigned char *argv, uint32_t argv_len, const unsigned char *env,
+              uint32_t env_len, uint64_t dev, uint64_t ino) {
+    unsigned char *a = malloc(argv_len ? argv_len : 1), *v = malloc(env_len ? env_len : 1);
+    if (!a || !v) {
+        free(a);
+        free(v);
+        cx_unexpect(tid);
+        return -1;
+    }
+    memcpy(a, argv, argv_len);
+    memcpy(v, env, env_len);
+    pthread_mutex_lock(&expected_lock);
+    struct expected *slot = NULL;
+    for (int i = 0; i < EXPECTED; i++) {
+        if (expected[i].tid == tid) drop(&expected[i]);
+        if (!slot && !expected[i].tid) slot = &expected[i];
+    }
+    if (slot) {
+        slot->tid = tid;
+        slot->argv = a;
+        slot->env = v;
+        slot->argv_len = argv_len;
+        slot->env_len = env_len;
+        slot->dev = dev;
+        slot->ino = ino;
+    }
+    pthread_mutex_unlock(&expected_lock);
+    if (!slot) {
+        free(a);
+        free(v);
+        return -1;
+    }
+    return 0;
+}
+
+static struct expected take_expected(int tid) {
+    struct expected e = {0};
+    pthread_mutex_lock(&expected_lock);
+    for (int i = 0; i < EXPECTED; i++) {
+        if (expected[i].tid == tid) {
+            e = expected[i];
+            memset(&expected[i], 0, sizeof expected[i]); /* its buffers are e's now */
+            break;
+        }
+    }
+    pthread_mutex_unlock(&expected_lock);
+    return e;
+}
+
+static void free_expected(struct expected *e) {
+    free(e->argv);
+    free(e->env);
+}
+
+/* -- tracees let go here --
+
+   A process this library seized for a hit (or that the Python side let go through cx_let_go) is
+   "owned": its exec event is compared here and it is detached here, and the Python side never
+   hears of it unless its exec event differs (CX_FRESH: judged afresh there). Only the seizing
+   thread sees its events (ptrace), so each thread counts its own. */
+
+#define OWNED 1024
+
+static struct {
+    int tid;
+    int owner; /* the tracing thread (gettid) */
+} owned[OWNED];
+static pthread_mutex_t owned_lock = PTHREAD_MUTEX_INITIALIZER;
+static __thread int owned_here;
+
+static int thread_id(void) { return (int)syscall(SYS_gettid); }
+
+/* The thread that owns tid, or 0. */
+static int owner_of(int tid) {
+    int found = 0;
+    pthread_mutex_lock(&owned_lock);
+    for (int i = 0; i < OWNED; i++)
+        if (owned[i].tid == tid) {
+            found = owned[i].owner;
+            break;
+        }
+    pthread_mutex_unlock(&owned_lock);
+    return found;
+}
+
+static int own(int tid) {
+    int done = -1;
+    pthread_mutex_lock(&owned_lock);
+    for (int i = 0; i < OWNED; i++)
+        if (!owned[i].tid) {
+            owned[i].tid = tid;
+            owned[i].owner = thread_id();
+            done = 0;
+            break;
+        }
+    pthread_mutex_unlock(&owned_lock);
+    if (!done) owned_here++;
+    return done;
+}
+
+/* 1 when tid was this thread's own (and no longer is). */
+static int unown(int tid) {
+    int me = thread_id(), was = 0;
+    pthread_mutex_lock(&owned_lock);
+    for (int i = 0; i < OWNED; i++)
+        if (owned[i].tid == tid && owned[i].owner == me) {
+            owned[i].tid = 0;
+            was = 1;
+            break;
+        }
+    pthread_mutex_unlock(&owned_lock);
+    if (was) owned_here--;
+    return was;
+}
+
+/* How many tracees this thread owns: it must wait for their events before it stops. */
+int cx_owned(void) { return owned_here; }
+
+/* -- processes the Python side answers itself -- */
+
+#define CLAIMED 1024
+static int claimed[CLAIMED];
+static pthread_mutex_t claimed_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Every held exec of tid goes to the Python side (on: it was refused, or is asked, and that
+   answer is kept there), or no longer (off). */
+int cx_claim(int tid, int on) {
+    int done = on ? -1 : 0;
+    pthread_mutex_lock(&claimed_lock);
+    for (int i = 0; i < CLAIMED; i++) {
+        if (claimed[i] == tid) {
+            if (!on) claimed[i] = 0;
+            done = 0;
+            if (on) break;
+        }
+    }
+    if (on && done)
+        for (int i = 0; i < CLAIMED; i++)
+            if (!claimed[i]) {
+                claimed[i] = tid;
+                done = 0;
+                break;
+            }
+    pthread_mutex_unlock(&claimed_lock);
+    return done;
+}
+
+static int is_claimed(int tid) {
+    int found = 0;
+    pthread_mutex_lock(&claimed_lock);
+    for (int i = 0; i < CLAIMED; i++)
+        if (claimed[i] == tid) {
+            found = 1;
+            break;
+        }
+    pthread_mutex_unlock(&claimed_lock);
+    return found;
+}
+
+static int respond_continue(int listener, uint64_t id) {
+    struct notif_resp r = {.id = id, .val = 0, .error = 0, .flags = NOTIF_FLAG_CONTINUE};
+    if (ioctl(listener, NOTIF_SEND, &r) < 0 && errno != ENOENT) return -errno;
+    return 0; /* ENOENT: gone, or the exec abandoned */
+}
+
+/* -- events -- */
+
+
+/* One event of this thread's tracees: handled here (0), or for the Python side: CX_EVENT (as
+   it came), CX_EXPECTED (an exec event of a Python-side tracee whose image was the expected
+   one, now detached: *former exec'd), CX_FRESH (an exec event of an owned tracee whose image
+   differs: it is the Python side's tracee now, still stopped there, to judge afresh). */
+static int handle(pid_t w, int st, int *pid, int *status, int *former) {
+    *pid = w;
+    *status = st;
+    *former = w;
+    int mine = owner_of(w) == thread_id();
+    if (WIFEXITED(st) || WIFSIGNALED(st)) {
+        cx_unexpect(w);
+        if (mine) {
+            unown(w);
+            return 0;
+        }
+        return CX_EVENT;
+    }
+    if (!WIFSTOPPED(st)) return mine ? 0 : CX_EVENT;
+    int event = st >> 16;
+    if (event != PTRACE_EVENT_EXEC) {
+        if (!mine) return CX_EVENT;
+        /* As supervisor.py's step: a group-stop stays stopped until SIGCONT, a ptrace event
+           goes on, a signal is delivered. */
+        int sig = WSTOPSIG(st);
+        if (event == PTRACE_EVENT_STOP)
+            ptrace(PTRACE_LISTEN, w, 0, 0);
+        else if (sig == SIGTRAP && event)
+            ptrace(PTRACE_CONT, w, 0, 0);
+        else
+            ptrace(PTRACE_CONT, w, 0, sig);
+        return 0;
+    }
+    unsigned long msg = 0;
+    if (ptrace(PTRACE_GETEVENTMSG, w, 0, &msg) < 0) msg = (unsigned long)w;
+    *former = (int)msg;
+    if ((int)msg != w && owner_of((int)msg) == thread_id()) {
+        /* A thread that was not the leader exec'd: it has the leader's pid now. */
+        unown((int)msg);
+        if (!mine) mine = !own(w) ? 1 : 0;
+        if (!mine) return CX_FRESH;
+    }
+    struct expected e = take_expected((int)msg);
+    int same = e.tid ? cx_same_image(w, e.argv, e.argv_len, e.env, e.env_len, e.dev, e.ino) : 0;
+    free_expected(&e);
+    if (same == 1) {
+        if (ptrace(PTRACE_DETACH, w, 0, 0) < 0 && errno != ESRCH) return CX_EVENT;
+        if (mine) {
+            unown(w);
+            return 0;
+        }
+        return CX_EXPECTED;
+    }
+    if (mine) {
+        unown(w);
+        return CX_FRESH; /* the Python side takes it over from here */
+    }
+    return CX_EVENT;
+}
+
+static __thread int events_fd = -1;
+
+/* SIGCHLD, which the supervisor blocks in every thread, read from a descriptor: it wakes the
+   receiving thread for its tracees' events while it waits on the listener. */
+static int events(void) {
+    if (events_fd >= 0) return events_fd;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    events_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    return events_fd;
+}
+
+/* The events of this thread's tracees that have come, without waiting: 0 when none is left for
+   the Python side, else handle's code. */
+static int sweep(struct cx_out *out) {
+    for (;;) {
+        int st;
+        pid_t w = waitpid(-1, &st, WNOHANG | __WALL | __WNOTHREAD);
+        if (w <= 0) return 0;
+        int pid, status, former;
+        int code = handle(w, st, &pid, &status, &former);
+        if (code) {
+            out->pid = (uint32_t)pid;
+            out->nr = status;
+            out->token = former;
+            return code;
+        }
+    }
+}
 
 /* -- the listener -- */
 
 static __thread struct buf facts_buf, key_buf;
 
-int cx_receive(int listener, struct cx_out *out, unsigned char **facts) {
-    struct pollfd pfd = {.fd = listener, .events = POLLIN};
-    memset(out, 0, sizeof *out);
-    *facts = NULL;
+/* Wait for the next thing the Python side must see: a held exec the cache does not allow (a miss,
+   with its facts, or without them when this code cannot read it: the Python side reads it
+   itself), or an event of this thread's tracees (out->pid, out->nr: the status, out->token: the
+   tid that exec'd). An exec the cache allows is let go here (cx_let_go) and never handed back,
+   but with CX_TELL. */
+int cx_receive(int listener, struct cx_out *out, unsigned char **facts, int flags) {
+    int sig = events();
+    if (sig < 0) return -errno;
     for (;;) {
-        int r = poll(&pfd, 1, -1);
+        memset(out, 0, sizeof *out);
+        *facts = NULL;
+        int code = sweep(out);
+        if (code) return code;
+        struct pollfd pfd[2] = {{.fd = listener, .events = POLLIN}, {.fd = sig, .events = POLLIN}};
+        int r = poll(pfd, 2, -1);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) return -errno;
-        break;
+        if (pfd[1].revents) {
+            struct signalfd_siginfo info;
+            while (read(sig, &info, sizeof info) == sizeof info) {
+            }
+        }
+        if (!pfd[0].revents) continue;
+        if (!(pfd[0].revents & POLLIN)) {
+            code = sweep(out);
+            if (code) return code;
+            return CX_GONE; /* no process holds the filter any more */
+        }
+        struct notif n;
+        memset(&n, 0, sizeof n);
+        if (ioctl(listener, NOTIF_RECV, &n) < 0) {
+            if (errno == ENOENT || errno == EINTR) continue; /* left before it was read */
+            return -errno;
+        }
+        out->id = n.id;
+        out->pid = n.pid;
+        out->nr = n.nr;
+        memcpy(out->args, n.args, sizeof n.args);
+        char where[2 * PATH_MAX + 8];
+        if (read_facts(&n, &facts_buf, out, where, sizeof where)) return CX_MISS;
+        if (ioctl(listener, NOTIF_ID_VALID, &n.id) < 0) continue; /* gone while read */
+        out->facts_len = (uint32_t)facts_buf.len;
+        *facts = facts_buf.data;
+        /* The facts' cwd field follows the 12-byte head and the path field. */
+        uint32_t path_len, cwd_len;
+        memcpy(&path_len, facts_buf.data + 12, 4);
+        memcpy(&cwd_len, facts_buf.data + 16 + path_len, 4);
+        char cwd[PATH_MAX + 1];
+        memcpy(cwd, facts_buf.data + 20 + path_len, cwd_len);
+        cwd[cwd_len] = 0;
+        out->no_links = !leads_elsewhere(facts_buf.data + out->argv_off, out->argv_len, cwd);
+        if (!entries || !out->no_links) return CX_MISS;
+        if (is_claimed((int)n.pid)) return CX_MISS;
+        char program[PATH_MAX + 1];
+        struct stat st;
+        if (!realpath(where, program) || stat(where, &st)) return CX_MISS;
+        if (make_key(&key_buf, facts_buf.data, facts_buf.len, program, &st)) return CX_MISS;
+        uint64_t hash = fnv(key_buf.data, key_buf.len);
+        pthread_mutex_lock(&table_lock);
+        struct entry *e = find(key_buf.data, key_buf.len, hash);
+        int hit = e->key != NULL;
+        if (hit) out->token = e->token;
+        pthread_mutex_unlock(&table_lock);
+        if (!hit) return CX_MISS;
+        out->dev = st.st_dev;
+        out->ino = st.st_ino;
+        int r2 = cx_let_go(listener, n.id, (int)n.pid, facts_buf.data + out->argv_off,
+                           out->argv_len, facts_buf.data + out->env_off, out->env_len, st.st_dev,
+                           st.st_ino);
+        if (r2 == -EPERM) return CX_MISS; /* traced by a Python-side worker: its to see to */
+        if (r2 < 0 && r2 != -ESRCH) return r2;
+        if (flags & CX_TELL && !r2) return CX_HIT; /* let go: for the log */
     }
-    if (!(pfd.revents & POLLIN)) return CX_GONE; /* no process holds the filter any more */
-    struct notif n;
-    memset(&n, 0, sizeof n);
-    if (ioctl(listener, NOTIF_RECV, &n) < 0) {
-        if (errno == ENOENT || errno == EINTR) return CX_NONE;
-        return -errno;
+}
+
+/* Let a held exec go on, allowed, traced by this thread until its exec event, where the image
+   the kernel loaded is compared with these (and detached when it is the same; CX_FRESH for the
+   Python side otherwise). A process some thread of this library traces already keeps that
+   tracer (its earlier exec failed before loading). -ESRCH: gone meanwhile (nothing runs),
+   -EPERM: traced by the Python side (its worker lets it go itself). */
+int cx_let_go(int listener, uint64_t id, int tid, const unsigned char *argv, uint32_t argv_len,
+              const unsigned char *env, uint32_t env_len, uint64_t dev, uint64_t ino) {
+    if (!owner_of(tid)) {
+        if (own(tid)) return -EPERM; /* no room to keep it: the Python side lets it go */
+        if (ptrace(PTRACE_SEIZE, tid, 0, SEIZE_OPTIONS) < 0) {
+            int err = errno;
+            unown(tid);
+            return err == ESRCH ? -ESRCH : -EPERM;
+        }
     }
-    out->id = n.id;
-    out->pid = n.pid;
-    out->nr = n.nr;
-    memcpy(out->args, n.args, sizeof n.args);
-    char where[2 * PATH_MAX + 8];
-    if (read_facts(&n, &facts_buf, out, where, sizeof where)) return CX_MISS;
-    if (ioctl(listener, NOTIF_ID_VALID, &n.id) < 0) return CX_NONE; /* gone while read */
-    out->facts_len = (uint32_t)facts_buf.len;
-    *facts = facts_buf.data;
-    /* The facts' cwd field follows the 12-byte head and the path field. */
-    uint32_t path_len, cwd_len;
-    memcpy(&path_len, facts_buf.data + 12, 4);
-    memcpy(&cwd_len, facts_buf.data + 16 + path_len, 4);
-    char cwd[PATH_MAX + 1];
-    memcpy(cwd, facts_buf.data + 20 + path_len, cwd_len);
-    cwd[cwd_len] = 0;
-    out->no_links = !leads_elsewhere(facts_buf.data + out->argv_off, out->argv_len, cwd);
-    if (!entries || !out->no_links) return CX_MISS;
-    char program[PATH_MAX + 1];
-    struct stat st;
-    if (!realpath(where, program) || stat(where, &st)) return CX_MISS;
-    if (make_key(&key_buf, facts_buf.data, facts_buf.len, program, &st)) return CX_MISS;
-    uint64_t hash = fnv(key_buf.data, key_buf.len);
-    pthread_mutex_lock(&table_lock);
-    struct entry *e = find(key_buf.data, key_buf.len, hash);
-    int hit = e->key != NULL;
-    if (hit) out->token = e->token;
-    pthread_mutex_unlock(&table_lock);
-    if (!hit) return CX_MISS;
-    if (ptrace(PTRACE_SEIZE, n.pid, 0, SEIZE_OPTIONS) < 0) return CX_MISS;
-    out->dev = st.st_dev;
-    out->ino = st.st_ino;
-    cx_expect((int)n.pid, facts_buf.data + out->argv_off, out->argv_len,
-              facts_buf.data + out->env_off, out->env_len, st.st_dev, st.st_ino);
-    return CX_HIT;
+    if (cx_expect(tid, argv, argv_len, env, env_len, dev, ino)) {
+        cx_unexpect(tid); /* its exec event then goes to the Python side as fresh */
+    }
+    return respond_continue(listener, id);
 }
 
 /* The Python judge allowed these facts, judging `program` with the identity in `ident` (from
@@ -575,74 +937,9 @@ int cx_same_image(int pid, const unsigned char *argv, uint32_t argv_len, const u
     return r;
 }
 
-/* -- exec events -- */
-
-#define EXPECTED 256
-
-struct expected {
-    int tid; /* 0: free */
-    unsigned char *argv, *env;
-    uint32_t argv_len, env_len;
-    uint64_t dev, ino;
-};
-
-static struct expected expected[EXPECTED];
-static pthread_mutex_t expected_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static void drop(struct expected *e) {
-    free(e->argv);
-    free(e->env);
-    memset(e, 0, sizeof *e);
-}
-
-/* Forget what tid was expected to load (gone, or judged in a way only the Python side checks). */
-void cx_unexpect(int tid) {
-    pthread_mutex_lock(&expected_lock);
-    for (int i = 0; i < EXPECTED; i++)
-        if (expected[i].tid == tid) drop(&expected[i]);
-    pthread_mutex_unlock(&expected_lock);
-}
-
-/* tid, let go by this thread, was judged as these images of that program; -1 when it cannot be
-   kept (its exec event then goes to the Python side). */
-int cx_expect(int tid, const unsigned char *argv, uint32_t argv_len, const unsigned char *env,
-              uint32_t env_len, uint64_t dev, uint64_t ino) {
-    unsigned char *a = malloc(argv_len ? argv_len : 1), *v = malloc(env_len ? env_len : 1);
-    if (!a || !v) {
-        free(a);
-        free(v);
-        cx_unexpect(tid);
-        return -1;
-    }
-    memcpy(a, argv, argv_len);
-    memcpy(v, env, env_len);
-    pthread_mutex_lock(&expected_lock);
-    struct expected *slot = NULL;
-    for (int i = 0; i < EXPECTED; i++) {
-        if (expected[i].tid == tid) drop(&expected[i]);
-        if (!slot && !expected[i].tid) slot = &expected[i];
-    }
-    if (slot) {
-        slot->tid = tid;
-        slot->argv = a;
-        slot->env = v;
-        slot->argv_len = argv_len;
-        slot->env_len = env_len;
-        slot->dev = dev;
-        slot->ino = ino;
-    }
-    pthread_mutex_unlock(&expected_lock);
-    if (!slot) {
-        free(a);
-        free(v);
-        return -1;
-    }
-    return 0;
-}
-
-/* The next event of this thread's tracees. 1: an exec event of an expected process whose image
-   compared equal, now detached (*pid, *former: the tid that exec'd); 0: any other event, for the
-   Python side (*pid, *status, nothing done); -errno (ECHILD: no tracee left). */
+/* The next event of this thread's tracees, waiting for it: what handle says the Python side
+   must see (CX_EVENT, CX_EXPECTED, CX_FRESH), after the ones handled here; -errno (ECHILD: no
+   tracee left). */
 int cx_follow(int *pid, int *status, int *former) {
     for (;;) {
         int st;
@@ -651,34 +948,9 @@ int cx_follow(int *pid, int *status, int *former) {
             if (errno == EINTR) continue;
             return -errno;
         }
-        *pid = w;
-        *status = st;
-        *former = w;
-        if (!WIFSTOPPED(st) || (st >> 16) != PTRACE_EVENT_EXEC) {
-            if (WIFEXITED(st) || WIFSIGNALED(st)) cx_unexpect(w);
-            return 0;
-        }
-        unsigned long msg = 0;
-        if (ptrace(PTRACE_GETEVENTMSG, w, 0, &msg) < 0) return 0;
-        *former = (int)msg;
-        pthread_mutex_lock(&expected_lock);
-        struct expected e = {0};
-        for (int i = 0; i < EXPECTED; i++) {
-            if (expected[i].tid == (int)msg) {
-                e = expected[i];
-                memset(&expected[i], 0, sizeof expected[i]); /* its buffers are e's now */
-                break;
-            }
-        }
-        pthread_mutex_unlock(&expected_lock);
-        if (!e.tid) return 0;
-        int same = cx_same_image(w, e.argv, e.argv_len, e.env, e.env_len, e.dev, e.ino);
-        free(e.argv);
-        free(e.env);
-        if (same != 1) return 0; /* the Python side compares and judges it again */
-        if (ptrace(PTRACE_DETACH, w, 0, 0) < 0 && errno != ESRCH) return -errno;
-        return 1;
+        int code = handle(w, st, pid, status, former);
+        if (code) return code;
     }
 }
 
-int cx_version(void) { return 3; }
+int cx_version(void) { return 4; }

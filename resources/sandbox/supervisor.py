@@ -163,8 +163,9 @@ AT_EMPTY_PATH = 0x1000
 
 # The compiled hot path (resources/sandbox/exec-fast.c), which the image recipe builds here.
 FAST_LIBRARY = "/usr/local/lib/cairn/exec-fast.so"
-FAST_VERSION = 3  # exec-fast.c's cx_version: the calls and structures both sides agree on
-CX_GONE, CX_NONE, CX_MISS, CX_HIT = -1, 0, 1, 2
+FAST_VERSION = 4  # exec-fast.c's cx_version: the calls and structures both sides agree on
+CX_GONE, CX_NONE, CX_MISS, CX_HIT, CX_EVENT, CX_EXPECTED, CX_FRESH = -1, 0, 1, 2, 3, 4, 5
+CX_TELL = 1  # cx_receive hands back each hit it let go too (for the log)
 
 
 class CxOut(ctypes.Structure):
@@ -198,7 +199,14 @@ def load_fast(path):
         return None, str(exc)
     u32, u64, i32 = ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int32
     lib.cx_receive.restype = ctypes.c_int
-    lib.cx_receive.argtypes = [ctypes.c_int, ctypes.POINTER(CxOut), ctypes.c_void_p]
+    lib.cx_receive.argtypes = [ctypes.c_int, ctypes.POINTER(CxOut), ctypes.c_void_p, ctypes.c_int]
+    lib.cx_let_go.restype = ctypes.c_int
+    lib.cx_let_go.argtypes = [ctypes.c_int, u64, ctypes.c_int, ctypes.c_char_p, u32]
+    lib.cx_let_go.argtypes += [ctypes.c_char_p, u32, u64, u64]
+    lib.cx_owned.restype = ctypes.c_int
+    lib.cx_owned.argtypes = []
+    lib.cx_claim.restype = ctypes.c_int
+    lib.cx_claim.argtypes = [ctypes.c_int, ctypes.c_int]
     lib.cx_remember.restype = ctypes.c_int
     lib.cx_remember.argtypes = [ctypes.c_char_p, u32, ctypes.c_char_p, ctypes.c_char_p, i32]
     lib.cx_same_image.restype = ctypes.c_int
@@ -1274,6 +1282,11 @@ class Supervisor:
         here = self.parent_of(pid)
         while here is not None and len(chain) < MAX_PARENTS:
             argv = self.program.get(here)
+            if argv is None:  # let go by the compiled path: what it runs, as it shows it
+                try:
+                    argv = [fsdecode(w) for w in read_proc_split("/proc/%d/cmdline" % here)]
+                except OSError:
+                    argv = None
             chain.append({"pid": here, "program": shlex.join(argv)[:256] if argv else ""})
             here = self.parent_of(here)
         return chain
@@ -1400,6 +1413,7 @@ class Supervisor:
             entry = [request_id, deadline, ex, held, rule]
             with self.lock:
                 self.waiting[tid] = entry
+            self.claim(tid)
             self.await_answer(tid, entry)
             return
         self.finish(tid, ex, held, action == ALLOW, rule, "policy")
@@ -1450,6 +1464,7 @@ class Supervisor:
         with self.lock:
             if self.waiting.get(tid) is entry:
                 del self.waiting[tid]
+        self.claim(tid)
         if answer is None:
             answer = (False, "no decision within %g s" % self.mailbox.timeout)
         # entry[3]: the exec's latest hold (a hold interrupted and made again keeps its question)
@@ -1476,6 +1491,7 @@ class Supervisor:
                 return
             reason = "cannot watch the exec happen"
         self.refused[tid] = ex.key()
+        self.claim(tid)
         self.respond(held, errno.EPERM)
         self.say("cairn: denied %s (%s)" % (shlex.join(ex.argv)[:300], reason))
 
@@ -1483,6 +1499,8 @@ class Supervisor:
         """Trace the process (from this thread) for its exec event, then let the held exec go
         on. A process another worker traces already (its last exec failed before loading, so no
         exec event came) stays that worker's: its exec event goes there."""
+        if self.fast is not None and self.let_go_fast(tid, held, ex):
+            return True
         mine = self.here.mine
         with self.lock:
             tracer = self.traced.get(tid)
@@ -1497,6 +1515,34 @@ class Supervisor:
             self.expect(tid, ex)
         self.respond(held, 0, NOTIF_FLAG_CONTINUE)
         return True
+
+    def let_go_fast(self, tid, held, ex):
+        """Let the compiled path trace the process until its exec event and compare it there
+        (this side hears of it again only when what loaded differs); False when it is this
+        side's to do: a script or an exec not read whole (compared here), a process a worker
+        traces already, or one whose refusal or question is kept here."""
+        if ex.raw is None or ex.ident is None or ex.interpreter:
+            return False
+        with self.lock:
+            if tid in self.traced or tid in self.refused or tid in self.waiting:
+                return False
+            self.pending.pop(tid, None)
+        argv, env = ex.raw
+        dev, ino = ex.ident[0], ex.ident[1]
+        code = self.fast.cx_let_go(
+            self.listener, held, tid, argv, len(argv), env, len(env), dev, ino
+        )
+        if code == -errno.EPERM:
+            return False
+        if code < 0 and code != -errno.ESRCH:
+            raise OSError(-code, os.strerror(-code))
+        return True  # ESRCH: gone meanwhile, nothing runs
+
+    def claim(self, tid):
+        """Every held exec of a process refused or asked here comes here (its answer is kept
+        here), not to the compiled path's cache."""
+        if self.fast is not None:
+            self.fast.cx_claim(tid, int(tid in self.refused or tid in self.waiting))
 
     def expect(self, tid, ex):
         """Tell the compiled path what tid was judged as, so its exec event is compared there;
@@ -1581,49 +1627,35 @@ class Supervisor:
         return held, tid, nr, args, None, None
 
     def receive_fast(self, out, facts):
-        """receive, by the compiled path: `facts` are what it read (None: nothing read), `hit`
-        set when its cache allows them (the process is then traced by this thread)."""
-        code = self.fast.cx_receive(self.listener, ctypes.byref(out), ctypes.byref(facts))
+        """receive, by the compiled path, which lets go itself what its cache allows: a miss
+        (id, tid, nr, args, facts: what it read, or None; whether no argument leads through a
+        link), an event of this thread's tracees (code, pid, status, the tid that exec'd), or
+        with a log a hit it let go (tid, its facts, its rule's token)."""
+        flags = CX_TELL if self.log is not None else 0
+        code = self.fast.cx_receive(self.listener, ctypes.byref(out), ctypes.byref(facts), flags)
         if code == CX_GONE:
             return False
         if code == CX_NONE:
             return None
         if code < 0:
             raise OSError(-code, os.strerror(-code))
+        if code in (CX_EVENT, CX_EXPECTED, CX_FRESH):
+            return code, out.pid, out.nr, out.token
         found = ctypes.string_at(facts, out.facts_len) if out.facts_len else None
         if code == CX_HIT:
-            return out.id, out.pid, out.nr, None, found, out
+            return out.pid, found, out.token
         return out.id, out.pid, out.nr, list(out.args), found, bool(out.no_links)
 
-    def on_hit(self, held, tid, facts, out):
-        """An exec the compiled path's cache allows, seized by this thread: let it go, to be
-        verified at its exec event like any other."""
-        mine = self.here.mine
-        with self.lock:
-            self.traced[tid] = mine
-            mine.add(tid)
-            plain = tid not in self.refused and tid not in self.waiting
-            if plain:
-                argv = facts[out.argv_off : out.argv_off + out.argv_len]
-                env = facts[out.env_off : out.env_off + out.env_len]
-                self.pending[tid] = Judged((argv, env), (out.dev, out.ino))
-        if not plain:
-            # What this process was refused or is asked stays the Python path's to answer.
-            self.on_notification(held, tid, out.nr, list(out.args), facts, True)
-            return
-        if self.log is not None:
-            ex = exec_from_facts(tid, facts)
-            rules = self.rule_names
-            rule = rules[out.token] if 0 <= out.token < len(rules) else "rules"
-            self.record(ex, ALLOW, rule, "policy", cached=True)
-        self.respond(held, 0, NOTIF_FLAG_CONTINUE)
+    def told(self, tid, facts, token):
+        """A hit the compiled path let go, for the log."""
+        ex = exec_from_facts(tid, facts)
+        rules = self.rule_names
+        rule = rules[token] if 0 <= token < len(rules) else "rules"
+        self.record(ex, ALLOW, rule, "policy", cached=True)
 
     def on_notification(self, held, tid, nr, args, facts=None, hit=None):
-        """A held exec; `facts` read by the compiled path, `hit` its cache's (or, for a miss,
-        whether it found no argument leading through a link)."""
-        if isinstance(hit, CxOut):
-            self.on_hit(held, tid, facts, hit)
-            return
+        """A held exec; `facts` read by the compiled path, and `hit` whether it found no
+        argument leading through a link."""
         if nr not in (NR_EXECVE, NR_EXECVEAT):
             self.respond(held, errno.EPERM)
             return
@@ -1685,7 +1717,8 @@ class Supervisor:
             judged = self.pending.pop(former, None)
             if former != pid:
                 self.pending.pop(pid, None)
-        self.refused.pop(former, None)
+        if self.refused.pop(former, None) is not None:
+            self.claim(former)
         if judged is not None:
             self.remember(pid, judged)
         self.untrace(pid)
@@ -1701,7 +1734,8 @@ class Supervisor:
                     self.traced[pid] = self.here.mine
                 self.here.mine.add(pid)
             judged = self.pending.pop(former.value, None)
-            self.refused.pop(former.value, None)
+            if self.refused.pop(former.value, None) is not None:
+                self.claim(former.value)
             if former.value != pid:
                 self.pending.pop(pid, None)
             if judged is not None and loaded_as_judged(pid, judged, self.fast):
@@ -1727,6 +1761,32 @@ class Supervisor:
             loaded = read_exec_event(pid, True)
         # Not what was judged (rewritten in between): judged again, held at the exec event.
         self.judge(pid, loaded, None)
+
+    def on_event(self, code, pid, status, former):
+        """An event of this thread's tracees the compiled path handed over (cx_follow,
+        cx_receive): as it came, an exec that loaded as expected (detached there), or an exec
+        event of a process it let go whose image differs (this thread's tracee now, judged
+        afresh)."""
+        if code == CX_EXPECTED:
+            self.loaded_as_expected(pid, former)
+            return
+        if code == CX_FRESH:
+            with self.lock:
+                self.traced[pid] = self.here.mine
+                self.pending.pop(former, None)
+                self.pending.pop(pid, None)
+            self.here.mine.add(pid)
+            try:
+                self.on_exec(pid)
+            except OSError as exc:
+                if exc.errno != errno.ESRCH:
+                    raise
+            return
+        try:
+            self.step(pid, status)
+        except OSError as exc:
+            if exc.errno != errno.ESRCH:
+                raise
 
     def tree(self):
         """The processes of the supervised tree, from /proc (the supervisor is their subreaper,
@@ -1763,7 +1823,8 @@ class Supervisor:
         if os.WIFEXITED(status) or os.WIFSIGNALED(status):
             self.untrace(pid)
             self.pending.pop(pid, None)
-            self.refused.pop(pid, None)
+            if self.refused.pop(pid, None) is not None:
+                self.claim(pid)
             self.program.pop(pid, None)
             return
         if not os.WIFSTOPPED(status):
@@ -1785,13 +1846,14 @@ class Supervisor:
 
     def follow(self):
         """Wait for the events of this thread's tracees until none is left (each is let go at
-        its exec event). __WNOTHREAD: another worker's tracees are that worker's."""
+        its exec event), the compiled path's own included. __WNOTHREAD: another worker's
+        tracees are that worker's."""
         mine = self.here.mine
         if self.fast is not None:
             found = (ctypes.c_int * 3)()
             at = ctypes.addressof(found)
             where = (at, at + 4, at + 8)
-        while mine:
+        while mine or (self.fast is not None and self.fast.cx_owned()):
             try:
                 if self.fast is None:
                     pid, status = os.waitpid(-1, WALL | WNOTHREAD)
@@ -1800,8 +1862,8 @@ class Supervisor:
                     if code < 0:
                         raise OSError(-code, os.strerror(-code))
                     pid, status, former = found
-                    if code == 1:
-                        self.loaded_as_expected(pid, former)
+                    if code != CX_EVENT:
+                        self.on_event(code, pid, status, former)
                         continue
             except ChildProcessError:
                 for tid in list(mine):
@@ -1837,6 +1899,30 @@ class Supervisor:
             self.idle += 1
         threading.Thread(target=self.work, daemon=True).start()
 
+    def receive_all(self, out, facts):
+        """With the compiled path seeing hits through: keep the listener, and see to every
+        miss and every event of this thread's tracees it hands over, until this thread must
+        wait elsewhere (a person's answer: it hands the listener over first). False when the
+        tree is gone."""
+        while self.here.receiving:
+            got = self.receive_fast(out, facts)
+            if got is False:
+                return False
+            if got is None:
+                continue
+            if len(got) == 4:
+                self.on_event(*got)
+                continue
+            if len(got) == 3:
+                self.told(*got)
+                continue
+            # A miss judged here: the next worker takes the listener while this one waits for
+            # that exec's event (and its other tracees') in follow, so no exec event waits for
+            # the judging of another exec.
+            self.on_notification(*got)
+            return True
+        return True
+
     def work(self):
         """A worker: take a held exec from the listener and see it through, from the hold to
         its exec event (ptrace requests must come from the tracing thread). Workers share the
@@ -1853,17 +1939,22 @@ class Supervisor:
                 self.here.receiving = True
                 try:
                     if self.fast is not None:
-                        got = self.receive_fast(out, facts)
+                        with self.lock:
+                            self.idle -= 1
+                        if self.idle <= 0:
+                            self.spare()
+                        if not self.receive_all(out, facts):
+                            return  # the tree is gone (the next worker sees the same at once)
                     else:
                         got = self.receive(buf)
-                    with self.lock:
-                        self.idle -= 1
-                    if got is False:
-                        return  # the tree is gone (the next worker sees the same at once)
-                    if self.idle <= 0:
-                        self.spare()
-                    if got is not None:
-                        self.on_notification(*got)
+                        with self.lock:
+                            self.idle -= 1
+                        if got is False:
+                            return  # the tree is gone (the next worker sees the same at once)
+                        if self.idle <= 0:
+                            self.spare()
+                        if got is not None:
+                            self.on_notification(*got)
                 finally:
                     self.hand_over()
                 self.follow()
@@ -1885,6 +1976,10 @@ class Supervisor:
         self.poller = select.poll()
         self.poller.register(self.listener, select.POLLIN)
         self.workers = self.idle = WORKERS
+        if self.fast is not None:
+            # The receiving worker reads its tracees' SIGCHLD from a descriptor (exec-fast.c):
+            # blocked in every thread, so none takes it first.
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
         for _ in range(WORKERS):
             threading.Thread(target=self.work, daemon=True).start()
         status = None

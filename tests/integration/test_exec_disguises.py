@@ -713,7 +713,7 @@ def test_disguised_forms_are_judged_as_the_program_they_start(task, rule, approv
     with Cairn(data) as app:
         run, cards = _drive(app, task_id, steps, approve)
         output = app.runs.output(run.id)
-        assert run.state == "succeeded", output
+        assert run.state == "succeeded", (run.exit_code, run.note, output)
         (home,) = (data / "homes").iterdir()
         where = Where(ws, home)
 

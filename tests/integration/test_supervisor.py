@@ -284,6 +284,29 @@ def test_disguised_risky_actions_are_denied_and_named(box):
         assert doc["tool"] == "exec" and doc["exec_id"] == "exec1"
 
 
+# The same `sh -c` three times: the compiled path's cache lets the later ones go without the
+# Python side, so what a card says started the push is read from the process, not remembered.
+STARTED_BY = r"""
+sh -c 'true'
+sh -c 'true'
+sh -c 'sleep 0.2; git push --force origin main; true'
+sh -c 'sleep 0.2; git push --force origin main; true'
+sh -c 'sleep 0.2; git push --force origin main; true'
+"""
+
+
+def test_a_card_names_the_programs_that_started_it(box):
+    done, judge = box(supervised(STARTED_BY))
+    out = done.stdout + done.stderr
+    assert "SUPERVISOR_EXIT=0" in done.stdout and "REMOTE_SAME=yes" in done.stdout, out
+    pushes = [d for d in judge.asked("deny") if d["argv"][:2] == ["git", "push"]]
+    assert len(pushes) == 3, [d["argv"] for d in judge.asked("deny")]
+    for doc in pushes:
+        programs = [p["program"] for p in doc["parents"]]
+        assert programs[0] == "sh -c 'sleep 0.2; git push --force origin main; true'", programs
+        assert "bash /tmp/attack.sh" in programs, programs
+
+
 def test_the_same_actions_happen_when_approved(box):
     body = (
         "c=git; $c push --force origin main\n"
