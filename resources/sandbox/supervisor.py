@@ -1856,15 +1856,12 @@ class Supervisor:
         while mine or (self.fast is not None and self.fast.cx_owned()):
             try:
                 if self.fast is None:
-                    pid, status = os.waitpid(-1, WALL | WNOTHREAD)
+                    code, (pid, status), former = CX_EVENT, os.waitpid(-1, WALL | WNOTHREAD), 0
                 else:
                     code = self.fast.cx_follow(*where)
                     if code < 0:
                         raise OSError(-code, os.strerror(-code))
                     pid, status, former = found
-                    if code != CX_EVENT:
-                        self.on_event(code, pid, status, former)
-                        continue
             except ChildProcessError:
                 for tid in list(mine):
                     self.untrace(tid)
@@ -1875,11 +1872,7 @@ class Supervisor:
                 for tid in list(mine):
                     self.untrace(tid)
                 return
-            try:
-                self.step(pid, status)
-            except OSError as exc:
-                if exc.errno != errno.ESRCH:
-                    raise
+            self.on_event(code, pid, status, former)
 
     def hand_over(self):
         """Let the next worker take the listener. The one that received an exec keeps it until
