@@ -13,7 +13,9 @@ are printed, not asserted. `--supervisor PATH`, given more than once, measures s
 supervisors interleaved in the same container (say main's copy against this one); `--no-fast`
 after it (`--supervisor PATH --no-fast`) runs that one without the compiled hot path, and
 `--rules PATH` after it has that one read other program rules than this checkout's (say main's
-core/approvals_exec.py, to measure what the rules cost).
+core/approvals_exec.py, to measure what the rules cost), and `--fast-source FILE` after it has that
+one use a compiled hot path built here from FILE (say main's exec-fast.c: an older supervisor
+refuses a library of another version and would judge in python).
 
 The compiled hot path (resources/sandbox/exec-fast.c) is used as the image has it; an image
 without it gets one compiled here with the host's gcc (the same Debian as the image) and mounted
@@ -84,6 +86,8 @@ runs, cases, names = int(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.a
 def sup(name):
     extra = ["--no-fast"] if name.endswith("[python]") else []
     folder = "/bench/%s" % name.split(" ")[0]
+    if not extra and os.path.exists(folder + "/exec-fast.so"):
+        extra = ["--fast", folder + "/exec-fast.so"]
     return ["python3", folder + "/supervisor.py", "--judge", "--rules",
             folder + "/exec_rules.py"] + extra + ["--"]
 variants = [("plain", [])] + [(name, sup(name)) for name in names]
@@ -109,11 +113,14 @@ def measure(
     runs: int,
     supervisors: dict[str, Path] | None = None,
     rules: dict[str, Path] | None = None,
+    sources: dict[str, Path] | None = None,
 ) -> dict[str, dict[str, list[float]]]:
     """Times per workload: "plain", each supervisor's name, and the same with "_cpu". `rules`:
-    the program rules a supervisor reads, by its name, when not this checkout's."""
+    the program rules a supervisor reads, by its name, when not this checkout's; `sources`: the
+    exec-fast.c a supervisor's compiled hot path is built from, when not the image's."""
     supervisors = supervisors or {"supervised": SUPERVISOR}
     rules = rules or {}
+    sources = sources or {}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         for name, path in supervisors.items():
@@ -121,6 +128,8 @@ def measure(
             own.mkdir(exist_ok=True)
             (own / "supervisor.py").write_text(path.read_text())
             (own / "exec_rules.py").write_text(rules.get(name, RULES).read_text())
+            if name in sources:
+                compile_fast(sources[name], own / "exec-fast.so")
             own.chmod(0o755)
         mounts = []
         library = fast_library(image, folder)
@@ -168,9 +177,15 @@ def fast_library(image: str, folder: Path) -> Path | None:
         print(f"compiled exec path: none ({image} has none and there is no gcc here): python only")
         return None
     print(f"compiled exec path: {FAST_SOURCE.name} compiled here, mounted at {FAST_LIBRARY}")
-    built = folder / "exec-fast.so"
+    return compile_fast(FAST_SOURCE, folder / "exec-fast.so")
+
+
+def compile_fast(source: Path, built: Path) -> Path:
+    """The compiled hot path from `source`, built with the host's gcc (the image's Debian)."""
+    if shutil.which("gcc") is None:
+        raise SystemExit(f"cannot build {source}: there is no gcc here")
     subprocess.run(
-        ["gcc", "-O2", "-shared", "-fPIC", "-o", str(built), str(FAST_SOURCE), "-lpthread"],
+        ["gcc", "-O2", "-shared", "-fPIC", "-o", str(built), str(source), "-lpthread"],
         check=True,
     )
     built.chmod(0o755)
@@ -235,15 +250,25 @@ def main() -> int:
         dest="supervisor",
         help="the program rules the supervisor given last reads (default: core/approvals_exec.py)",
     )
+    parser.add_argument(
+        "--fast-source",
+        type=lambda text: ("fast", Path(text)),
+        action="append",
+        dest="supervisor",
+        help="the exec-fast.c the compiled hot path of the supervisor given last is built from "
+        "(default: the image's library)",
+    )
     args = parser.parse_args()
-    # --rules FILE after a supervisor belongs to it; the list keeps the order they were given in
+    # --rules and --fast-source after a supervisor belong to it; the list keeps the order they
+    # were given in
     given: list[Path | None] = []
     rules_of: dict[int, Path] = {}
+    sources_of: dict[int, Path] = {}
     for value in args.supervisor or []:
         if isinstance(value, tuple):
-            if not given:
-                parser.error("--rules belongs to the --supervisor given before it")
-            rules_of[len(given) - 1] = value[1]
+            if not given or given[-1] is None:
+                parser.error(f"--{value[0]} belongs to the --supervisor given before it")
+            (rules_of if value[0] == "rules" else sources_of)[len(given) - 1] = value[1]
         else:
             given.append(value)
     if not given or given[0] is None:
@@ -251,8 +276,9 @@ def main() -> int:
     if len(given) == 1:
         supervisors = {"supervised": given[0]}
         rules = {"supervised": rules_of[0]} if 0 in rules_of else {}
+        sources = {"supervised": sources_of[0]} if 0 in sources_of else {}
     else:
-        supervisors, rules = {}, {}
+        supervisors, rules, sources = {}, {}, {}
         for i, path in enumerate(given, 1):
             if path is None:  # --no-fast: the one before, in python only
                 name, path = f"#{i - 1} [python]", given[i - 2]
@@ -260,9 +286,15 @@ def main() -> int:
                 name = f"#{i}"
                 if i - 1 in rules_of:
                     rules[name] = rules_of[i - 1]
+                if i - 1 in sources_of:
+                    sources[name] = sources_of[i - 1]
             supervisors[name] = path
-            print(f"{name} = {path}" + (f" (rules {rules[name]})" if name in rules else ""))
-    report(measure(args.image, args.runs, supervisors, rules))  # type: ignore[arg-type]
+            print(
+                f"{name} = {path}"
+                + (f" (rules {rules[name]})" if name in rules else "")
+                + (f" (compiled from {sources[name]})" if name in sources else "")
+            )
+    report(measure(args.image, args.runs, supervisors, rules, sources))  # type: ignore[arg-type]
     return 0
 
 
