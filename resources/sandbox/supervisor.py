@@ -549,6 +549,15 @@ def reads_program_from_stdin(name, argv):
     return True
 
 
+def started(pid):
+    """When the process started (in clock ticks since boot, from /proc), or None when gone."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
 def shebang_of(path):
     """The interpreter line of a script (`#!/bin/sh -e` -> ['/bin/sh', '-e']), or None."""
     try:
@@ -1261,7 +1270,9 @@ class Supervisor:
         self.program = {}  # pid -> the argv it runs (what "started by" shows)
         self.verdicts = {}  # the facts the rules read -> their verdict (the rules are pure)
         self.pending = {}  # tid -> Exec judged allowed, until its exec event
-        self.refused = {}  # tid -> what it was last refused (execvp retries it along PATH)
+        # tid -> what it was last refused (execvp retries it along PATH), and when the process
+        # started (a later process with the same pid is another)
+        self.refused = {}
         self.waiting = {}  # tid -> [request id, deadline, Exec, held, rule]
         self.rule_names = []  # what allowed the compiled path's cache entries, by token
         self.status = None
@@ -1490,7 +1501,7 @@ class Supervisor:
             if self.let_go(tid, held, ex):
                 return
             reason = "cannot watch the exec happen"
-        self.refused[tid] = ex.key()
+        self.refused[tid] = (ex.key(), started(tid))
         self.claim(tid)
         self.respond(held, errno.EPERM)
         self.say("cairn: denied %s (%s)" % (shlex.join(ex.argv)[:300], reason))
@@ -1519,14 +1530,18 @@ class Supervisor:
     def let_go_fast(self, tid, held, ex):
         """Let the compiled path trace the process until its exec event and compare it there
         (this side hears of it again only when what loaded differs); False when it is this
-        side's to do: a script or an exec not read whole (compared here), a process a worker
-        traces already, or one whose refusal or question is kept here."""
+        side's to do: a script or an exec not read whole (compared here), or a process a worker
+        here traces already. What the process was refused before is forgotten: it runs
+        something else now."""
         if ex.raw is None or ex.ident is None or ex.interpreter:
             return False
         with self.lock:
-            if tid in self.traced or tid in self.refused or tid in self.waiting:
+            if tid in self.traced:
                 return False
             self.pending.pop(tid, None)
+            refused = self.refused.pop(tid, None)
+        if refused is not None:
+            self.claim(tid)
         argv, env = ex.raw
         dev, ino = ex.ident[0], ex.ident[1]
         code = self.fast.cx_let_go(
@@ -1694,7 +1709,7 @@ class Supervisor:
         refused = self.refused.get(tid)
         waiting = self.waiting.get(tid)
         key = ex.key() if refused is not None or waiting is not None else None
-        if refused is not None and refused == key:
+        if refused is not None and refused == (key, started(tid)):
             # The same program again (a shell trying the next PATH folder that leads to it):
             # one question, one answer.
             self.respond(held, errno.EPERM)
