@@ -232,6 +232,7 @@ class Tasks:
                 if new_source:
                     self.ctx.store.add_source(source)
                 self.ctx.store.add_workspace(ws)
+            owner = workspace_owner(policy.uid)
             workspaces.create_tree(
                 vault,
                 result.base_commit,
@@ -239,11 +240,13 @@ class Tasks:
                 branch=ws.branch,
                 head_commit=result.head_commit,
                 label=f"the base of {folder}",
-                owner=workspace_owner(policy.uid),
+                owner=owner,
             )
             vault.objects.update_ref(base_ref(ws_id), result.base_commit)
             vault.objects.update_ref(revisions_ref(ws_id), result.base_commit)
             self.revisions.seed_stat_cache(ws_id, root, result.base_commit, result.index)
+            if owner is not None:
+                workspaces.open_to(root, owner)
             task = Task(
                 task_id,
                 title,

@@ -116,6 +116,14 @@ def create_tree(
     return tree
 
 
+def open_to(root: Path, owner: tuple[int, int]) -> None:
+    """Hand the workspace folder itself to `owner` and open it as its parent folder is, once the
+    stat data of the files `create_tree` wrote as theirs has been recorded: until then it was
+    Cairn's alone (see `materialize`), so no edit fell between a write and that record."""
+    os.chmod(root, stat.S_IMODE(os.stat(root.parent).st_mode))
+    os.chown(root, *owner, follow_symlinks=False)
+
+
 def _init_git(vault: Vault, root: Path, *, branch: str, commit: str, written: str) -> None:
     git_dir = root / ".git"
     run_git(["init", "--quiet", "--initial-branch", branch, str(root)])

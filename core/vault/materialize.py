@@ -65,8 +65,10 @@ def materialize(
     The files appear at `dest` all at once (a temporary sibling renamed into place) and only after
     every object was verified. A missing or corrupt object raises CorruptSnapshot naming `label`
     and leaves nothing behind. With `owner` (uid, gid; Cairn runs as root) every folder, file
-    and link written belongs to that user from the start: each is chowned through what just made
-    it (a file's open descriptor), so nothing of it follows a link.
+    and link below `dest` belongs to that user from the start (a file chowned through its open
+    descriptor, a folder or link without following one), while `dest` itself stays Cairn's and
+    closed to everyone else (0700): nobody can change a file unseen until the caller has recorded
+    the files' stat data and opens it (`workspaces.open_to`).
     """
     dest = Path(dest)
     if os.path.lexists(dest):
@@ -79,13 +81,11 @@ def materialize(
 
     temp = dest.parent / f".{dest.name}.restoring-{os.getpid()}-{secrets.token_hex(4)}"
     try:
-        os.mkdir(temp)
+        os.mkdir(temp, 0o700 if owner is not None else 0o777)
     except OSError as exc:
         raise CairnError(f"cannot restore {label} into {dest}: {exc.strerror}") from None
     try:
         root = os.fsencode(temp)
-        if owner is not None:
-            os.chown(root, *owner, follow_symlinks=False)
         _make_dirs(root, plan.dirs, owner)
         written = _write_blobs(objects, plan, root, label, owner)
         missed = plan.unwritten(written)

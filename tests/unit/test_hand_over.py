@@ -327,6 +327,9 @@ def test_a_new_tasks_workspace_leaves_the_hand_over_nothing_to_chown(tmp_path, h
         for rel, owner in owners(root).items():
             if not rel.startswith(".git"):
                 assert owner == USER, rel
+        # Opened once the stat data was recorded, as its parent folder is.
+        assert os.lstat(root).st_uid == USER[0]
+        assert os.lstat(root).st_mode == os.lstat(root.parent).st_mode
         cache = app.revisions._stat_cache(made.workspace.id)
         before = cache.read_bytes()
         stats = {rel: os.lstat(root / rel) for rel in owners(root) if not rel.startswith(".git")}

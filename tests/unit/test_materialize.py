@@ -391,7 +391,7 @@ def test_packed_trees_are_read_a_depth_at_a_time(vault, source, tmp_path, monkey
 
 
 def owners_below(folder: Path) -> set[tuple[int, int]]:
-    found = {(os.lstat(folder).st_uid, os.lstat(folder).st_gid)}
+    found = set()
     for dirpath, dirnames, filenames in os.walk(folder):
         for name in dirnames + filenames:
             st = os.lstat(os.path.join(dirpath, name))
@@ -421,6 +421,8 @@ def test_an_owner_gets_every_folder_file_and_link_written(
     materialize(vault, result.base_commit, dest, label="s", owner=(4321, 4322))
     assert walk(dest) == walk(source)
     assert owners_below(dest) == {(4321, 4322)}
+    # The folder itself stays Cairn's and closed to others until the caller opens it.
+    assert (os.lstat(dest).st_uid, stat.S_IMODE(os.lstat(dest).st_mode)) == (0, 0o700)
     # A link is given over itself: what it points to keeps its owner.
     assert os.lstat(source / "README.md").st_uid == 0
 
@@ -429,3 +431,10 @@ def test_without_an_owner_the_files_are_cairns_own(vault, source, tmp_path):
     result = import_folder(vault, source)
     materialize(vault, result.base_commit, tmp_path / "restored", label="s")
     assert owners_below(tmp_path / "restored") == {(os.getuid(), os.getgid())}
+    assert stat.S_IMODE(os.lstat(tmp_path / "restored").st_mode) == 0o777 & ~umask()
+
+
+def umask() -> int:
+    old = os.umask(0)
+    os.umask(old)
+    return old
