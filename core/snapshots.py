@@ -59,6 +59,18 @@ class Snapshots:
         snap = self.make(task.id, rev)
         return self.rename(snap.id, name) if name else snap
 
+    def of_latest_revision(self, task_ref: str) -> Snapshot:
+        """A durable snapshot of the workspace's latest recorded revision, without a capture
+        first (a revision with a snapshot keeps it). For a new sandbox session, whose run's
+        checkpoint captures in full right after: the pass over the tree is that capture's."""
+        task = self.ctx.task(task_ref)
+        ws = self.ctx.workspace_of(task)
+        self.revisions.sync_rows(ws)
+        latest = self.ctx.store.latest_revision(ws.id)
+        if latest is None:
+            return self.take(task.id)
+        return self.make(task.id, latest)
+
     def get(self, snapshot_ref: str) -> Snapshot:
         """A snapshot by its id, an unambiguous prefix of it, or its name when one snapshot
         has that name."""

@@ -27,6 +27,7 @@ from core.models import Revision, Run, Source, Task, TaskSource, Workspace, Work
 from core.policy import Policy
 from core.revisions import Revisions
 from core.runs.service import Runs
+from core.sandbox.base import workspace_owner
 from core.settings import Settings, default_policy, engine_endpoint, refuse_unreachable
 from core.snapshots import Snapshots
 from core.vault import Vault, base_ref, revisions_ref
@@ -231,6 +232,7 @@ class Tasks:
                 if new_source:
                     self.ctx.store.add_source(source)
                 self.ctx.store.add_workspace(ws)
+            owner = workspace_owner(policy.uid)
             workspaces.create_tree(
                 vault,
                 result.base_commit,
@@ -238,10 +240,13 @@ class Tasks:
                 branch=ws.branch,
                 head_commit=result.head_commit,
                 label=f"the base of {folder}",
+                owner=owner,
             )
             vault.objects.update_ref(base_ref(ws_id), result.base_commit)
             vault.objects.update_ref(revisions_ref(ws_id), result.base_commit)
             self.revisions.seed_stat_cache(ws_id, root, result.base_commit, result.index)
+            if owner is not None:
+                workspaces.open_to(root, owner)
             task = Task(
                 task_id,
                 title,

@@ -90,22 +90,38 @@ def branch_name(title: str, task_id: str) -> str:
 
 
 def create_tree(
-    vault: Vault, revision: str, root: Path, *, branch: str, head_commit: str | None, label: str
+    vault: Vault,
+    revision: str,
+    root: Path,
+    *,
+    branch: str,
+    head_commit: str | None,
+    label: str,
+    owner: tuple[int, int] | None = None,
 ) -> str:
     """Materialize `revision` at `root` and give it a `.git` of its own on `branch`.
 
     The `.git` shares the vault's objects by hard links (a copy only across filesystems), sits on
     `branch` at the user's HEAD (or at the base for a folder without history) and has an index
     of that commit, so `git status` inside shows the same uncommitted work the user had.
+    With `owner`, the files are that user's from the start (see `materialize`).
     Returns the tree id. On failure nothing is left at `root`.
     """
-    tree = materialize(vault, revision, root, label=label)
+    tree = materialize(vault, revision, root, label=label, owner=owner)
     try:
         _init_git(vault, root, branch=branch, commit=head_commit or revision, written=tree)
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise
     return tree
+
+
+def open_to(root: Path, owner: tuple[int, int]) -> None:
+    """Hand the workspace folder itself to `owner` and open it as its parent folder is, once the
+    stat data of the files `create_tree` wrote as theirs has been recorded: until then it was
+    Cairn's alone (see `materialize`), so no edit fell between a write and that record."""
+    os.chmod(root, stat.S_IMODE(os.stat(root.parent).st_mode))
+    os.chown(root, *owner, follow_symlinks=False)
 
 
 def _init_git(vault: Vault, root: Path, *, branch: str, commit: str, written: str) -> None:

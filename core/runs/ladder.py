@@ -274,7 +274,9 @@ class Ladder:
         snapshot_id = None
         if self.store.session_for(ws.id) is None:
             latest = self.store.list_snapshots(ws.id)
-            snapshot_id = latest[-1].id if latest else self.snapshots.take(task.id).id
+            # The session carries a snapshot of what is recorded; the checkpoint before the
+            # launch captures in full, so a first Start walks the tree once for it, not twice.
+            snapshot_id = latest[-1].id if latest else self.snapshots.of_latest_revision(task.id).id
         outcome = self._sandboxes.get().ensure(
             ws,
             policy,

@@ -700,6 +700,15 @@ def _should_chown(uid: int) -> bool:
     return os.geteuid() == 0 and uid != 0
 
 
+def workspace_owner(uid: int | None = None) -> tuple[int, int] | None:
+    """Whom a new workspace's files should belong to: the sandbox user a first Start hands them
+    to (`uid`, a policy's, or the default), when Cairn runs as root; None otherwise. Written as
+    theirs from the start, the files leave that hand-over nothing to chown, and the stat data
+    the import leaves behind (the stat cache, the workspace's git index) stays true after it."""
+    user = (uid, uid) if uid is not None else default_sandbox_user()
+    return user if _should_chown(user[0]) else None
+
+
 def prepare_host_dirs(spec: SandboxSpec, *, hand_over: bool = True) -> None:
     """Make the host folders a sandbox mounts exist and writable for the sandbox user.
 

@@ -52,12 +52,23 @@ _RENAME_NOREPLACE = 1
 _FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def materialize(vault: Vault, commit_or_tree: str, dest: Path, *, label: str) -> str:
+def materialize(
+    vault: Vault,
+    commit_or_tree: str,
+    dest: Path,
+    *,
+    label: str,
+    owner: tuple[int, int] | None = None,
+) -> str:
     """Write the tree of `commit_or_tree` into the new folder `dest`; return the tree id.
 
     The files appear at `dest` all at once (a temporary sibling renamed into place) and only after
     every object was verified. A missing or corrupt object raises CorruptSnapshot naming `label`
-    and leaves nothing behind.
+    and leaves nothing behind. With `owner` (uid, gid; Cairn runs as root) every folder, file
+    and link below `dest` belongs to that user from the start (a file chowned through its open
+    descriptor, a folder or link without following one), while `dest` itself stays Cairn's and
+    closed to everyone else (0700): nobody can change a file unseen until the caller has recorded
+    the files' stat data and opens it (`workspaces.open_to`).
     """
     dest = Path(dest)
     if os.path.lexists(dest):
@@ -70,13 +81,13 @@ def materialize(vault: Vault, commit_or_tree: str, dest: Path, *, label: str) ->
 
     temp = dest.parent / f".{dest.name}.restoring-{os.getpid()}-{secrets.token_hex(4)}"
     try:
-        os.mkdir(temp)
+        os.mkdir(temp, 0o700 if owner is not None else 0o777)
     except OSError as exc:
         raise CairnError(f"cannot restore {label} into {dest}: {exc.strerror}") from None
     try:
         root = os.fsencode(temp)
-        _make_dirs(root, plan.dirs)
-        written = _write_blobs(objects, plan, root, label)
+        _make_dirs(root, plan.dirs, owner)
+        written = _write_blobs(objects, plan, root, label, owner)
         missed = plan.unwritten(written)
         if missed is not None:
             raise CorruptSnapshot(
@@ -308,7 +319,7 @@ class _CatFile:
 
 
 def _write_blobs(
-    objects: ObjectStore, plan: _Plan, root: bytes, label: str
+    objects: ObjectStore, plan: _Plan, root: bytes, label: str, owner: tuple[int, int] | None
 ) -> dict[bytes, tuple[str, str]]:
     """Write every file of the plan, each blob checked against its id first; returns what was
     written (path → mode, blob id).
@@ -319,9 +330,9 @@ def _write_blobs(
     `git cat-file --batch`.
     """
     written: dict[bytes, tuple[str, str]] = {}
-    rest = _write_loose(objects, plan, root, label, written)
+    rest = _write_loose(objects, plan, root, label, written, owner)
     if rest:
-        _write_streamed(objects, plan, rest, root, label, written)
+        _write_streamed(objects, plan, rest, root, label, written, owner)
     return written
 
 
@@ -331,6 +342,7 @@ def _write_loose(
     root: bytes,
     label: str,
     written: dict[bytes, tuple[str, str]],
+    owner: tuple[int, int] | None,
 ) -> list[str]:
     """Write the blobs stored as loose objects; returns the ids left for git (packed or large)."""
     loose = _loose_ids(objects.objects_dir, plan.blobs)
@@ -353,7 +365,7 @@ def _write_loose(
             if data is False:
                 raise _object_error(objects, label, sha, _shown(plan.blobs[sha][0][0]))
             for rel, mode in plan.blobs[sha]:
-                _write_file(root + b"/" + rel, mode, data)
+                _write_file(root + b"/" + rel, mode, data, owner)
                 written[rel] = (mode, sha)
         return left
 
@@ -424,9 +436,10 @@ def _write_streamed(
     root: bytes,
     label: str,
     written: dict[bytes, tuple[str, str]],
+    owner: tuple[int, int] | None,
 ) -> None:
     """Stream the given blobs from one `git cat-file --batch`, check each id, write the files."""
-    writers = _Writers(root, written)
+    writers = _Writers(root, written, owner)
     try:
         with _CatFile(objects, order) as cat:
             out = cat.out
@@ -445,7 +458,7 @@ def _write_streamed(
                 size = int(parts[2])
                 if size > _STREAM_ABOVE:
                     writers.drain()
-                    ok = _stream_large(out, size, sha, root, targets)
+                    ok = _stream_large(out, size, sha, root, targets, owner)
                     if ok:
                         for rel, mode in targets:
                             written[rel] = (mode, sha)
@@ -467,9 +480,12 @@ def _write_streamed(
 class _Writers:
     """A few threads writing verified blobs to their files, in batches, with bounded memory."""
 
-    def __init__(self, root: bytes, written: dict[bytes, tuple[str, str]]):
+    def __init__(
+        self, root: bytes, written: dict[bytes, tuple[str, str]], owner: tuple[int, int] | None
+    ):
         self.root = root
         self.written = written
+        self.owner = owner
         self.error: BaseException | None = None
         self.queue: queue.Queue = queue.Queue(maxsize=_WRITERS * 4)
         self.batch: list[tuple[str, bytes, list[tuple[bytes, str]]]] = []
@@ -518,7 +534,7 @@ class _Writers:
                     continue  # already failing: only empty the queue
                 for sha, data, targets in batch:
                     for rel, mode in targets:
-                        _write_file(self.root + b"/" + rel, mode, data)
+                        _write_file(self.root + b"/" + rel, mode, data, self.owner)
                         self.written[rel] = (mode, sha)
             except BaseException as exc:  # noqa: BLE001 - handed to the reader, which raises it
                 self.error = exc
@@ -526,8 +542,9 @@ class _Writers:
                 self.queue.task_done()
 
 
-def _make_dirs(root: bytes, dirs: list[bytes]) -> None:
-    """Create the folders, a depth at a time, on the writer threads."""
+def _make_dirs(root: bytes, dirs: list[bytes], owner: tuple[int, int] | None) -> None:
+    """Create the folders, a depth at a time, on the writer threads (each `owner`'s, if given:
+    it is chowned before anything is made inside it)."""
     by_depth: dict[int, list[bytes]] = {}
     for rel in dirs:
         by_depth.setdefault(rel.count(b"/"), []).append(root + b"/" + rel)
@@ -535,6 +552,8 @@ def _make_dirs(root: bytes, dirs: list[bytes]) -> None:
     def make(paths: list[bytes]) -> None:
         for path in paths:
             os.mkdir(path)
+            if owner is not None:
+                os.chown(path, *owner, follow_symlinks=False)
 
     if len(dirs) < _PARALLEL_DIRS:
         make([root + b"/" + rel for rel in dirs])
@@ -550,13 +569,17 @@ def _make_dirs(root: bytes, dirs: list[bytes]) -> None:
                 future.result()
 
 
-def _write_file(path: bytes, mode: str, data: bytes) -> None:
+def _write_file(path: bytes, mode: str, data: bytes, owner: tuple[int, int] | None) -> None:
     if mode == MODE_LINK:
         os.symlink(data, path)
+        if owner is not None:
+            os.chown(path, *owner, follow_symlinks=False)
         return
     # Created with 0666/0777 and the process umask applied, as git does on checkout.
     fd = os.open(path, _FILE_FLAGS, 0o777 if mode == MODE_EXEC else 0o666)
     try:
+        if owner is not None:
+            os.fchown(fd, *owner)
         if data:
             view = memoryview(data)
             while view:
@@ -566,7 +589,12 @@ def _write_file(path: bytes, mode: str, data: bytes) -> None:
 
 
 def _stream_large(
-    out: IO[bytes], size: int, sha: str, root: bytes, targets: list[tuple[bytes, str]]
+    out: IO[bytes],
+    size: int,
+    sha: str,
+    root: bytes,
+    targets: list[tuple[bytes, str]],
+    owner: tuple[int, int] | None,
 ) -> bool:
     """Copy a large blob to its files chunk by chunk, hashing as it goes; False if it is wrong."""
     fds = [
@@ -574,6 +602,9 @@ def _stream_large(
         for rel, mode in targets
     ]
     try:
+        if owner is not None:
+            for fd in fds:
+                os.fchown(fd, *owner)
         check = hashlib.sha1(b"blob %d\0" % size)
         left = size
         while left:

@@ -8,11 +8,13 @@ that cannot be used are never vouched for: the next capture reads them."""
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+import core.tasks as tasks_module
 from core.app import Cairn
 from core.ids import new_id
 from core.sandbox import base
@@ -25,6 +27,27 @@ from tests.unit.test_stat_pass import pass_of, project, tree_of
 
 USER = (1000, 1000)
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="only root hands a workspace over")
+real_workspace_owner = base.workspace_owner
+
+
+@pytest.fixture(autouse=True)
+def workspaces_written_as_cairns_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Most tests here hand over a workspace whose files are still Cairn's (root's), as one
+    written before its import made it the sandbox user's, or restored by root, is: every
+    entry is lchowned and the stat cache must keep up with the new ctimes."""
+    monkeypatch.setattr(tasks_module, "workspace_owner", lambda uid=None: None)
+
+
+def new_task(app: Cairn, folder: Path):
+    """`app.tasks.new(folder)`, its workspace's files Cairn's own (see above): an import in a
+    child process (the app's) made them the sandbox user's, so they are handed back to root and
+    the stat cache written again for them, as a restore by root leaves it."""
+    made = app.tasks.new(folder)
+    root = Path(made.workspace.root)
+    if os.geteuid() == 0 and os.lstat(root / "run.sh").st_uid != 0:
+        statpass.chown_tree(os.fsencode(root), 0, 0, skip_files_under=os.fsencode(root / ".git"))
+        app.revisions.seed_stat_cache(made.workspace.id, root, made.base_revision)
+    return made
 
 
 @pytest.fixture
@@ -70,7 +93,7 @@ def capture(app: Cairn, made):
 
 @as_root
 def test_a_handed_over_workspace_is_proved_unchanged_without_a_rehash(app, tmp_path, hashed):
-    made = app.tasks.new(project(tmp_path))
+    made = new_task(app, project(tmp_path))
     root = Path(made.workspace.root)
     ctimes = {rel: os.lstat(root / rel).st_ctime_ns for rel in ("run.sh", "pkg0/sub0/mod0.py")}
     time.sleep(0.01)  # the lchown's ctime is a later one
@@ -91,7 +114,7 @@ def test_a_handed_over_workspace_is_proved_unchanged_without_a_rehash(app, tmp_p
 
 @as_root
 def test_an_edit_made_before_the_hand_over_is_still_recorded(app, tmp_path, hashed):
-    made = app.tasks.new(project(tmp_path))
+    made = new_task(app, project(tmp_path))
     root = Path(made.workspace.root)
     target = root / "pkg1" / "sub1" / "mod1.py"
     target.write_text("value = 7\n")  # same size, right after the cache was written
@@ -114,7 +137,7 @@ def test_a_file_whose_cached_stat_was_racy_is_not_vouched_for_after_it(tmp_path,
     record look trustworthy."""
     app = Cairn(tmp_path / "data")
     try:
-        made = app.tasks.new(project(tmp_path))
+        made = new_task(app, project(tmp_path))
         ws = made.workspace
         target = Path(ws.root) / "pkg0" / "sub0" / "mod0.py"
         vault = app.ctx.vault_for(ws.source_id)
@@ -144,7 +167,7 @@ def test_a_file_whose_cached_stat_was_racy_is_not_vouched_for_after_it(tmp_path,
 def test_a_file_changed_between_its_lchown_and_the_look_after_it_is_reported(tmp_path, monkeypatch):
     app = Cairn(tmp_path / "data")
     try:
-        made = app.tasks.new(project(tmp_path))
+        made = new_task(app, project(tmp_path))
         ws = made.workspace
         target = Path(ws.root) / "pkg2" / "sub0" / "mod2.py"
         chown = os.chown
@@ -169,7 +192,7 @@ def test_a_file_changed_between_its_lchown_and_the_look_after_it_is_reported(tmp
 
 @as_root
 def test_new_files_folders_and_links_are_handed_over_without_following_links(app, tmp_path):
-    made = app.tasks.new(project(tmp_path))
+    made = new_task(app, project(tmp_path))
     root = Path(made.workspace.root)
     outside = tmp_path / "outside.txt"
     outside.write_text("not the workspace's\n")
@@ -193,7 +216,7 @@ def test_new_files_folders_and_links_are_handed_over_without_following_links(app
 
 @as_root
 def test_a_damaged_cache_hands_the_workspace_over_the_plain_way(app, tmp_path, hashed):
-    made = app.tasks.new(project(tmp_path))
+    made = new_task(app, project(tmp_path))
     cache = app.revisions._stat_cache(made.workspace.id)
     data = bytearray(cache.read_bytes())
     data[-3] ^= 0xFF
@@ -214,7 +237,7 @@ def test_a_damaged_cache_hands_the_workspace_over_the_plain_way(app, tmp_path, h
 
 @as_root
 def test_without_a_stat_cache_the_workspace_is_still_handed_over(app, tmp_path):
-    made = app.tasks.new(project(tmp_path))
+    made = new_task(app, project(tmp_path))
     prepare_host_dirs(spec_of(app, made, tmp_path, stat_cache=False))
     assert owners(Path(made.workspace.root))["pkg0/sub0/mod0.py"] == USER
 
@@ -225,7 +248,7 @@ def test_a_cache_written_meanwhile_is_not_replaced(tmp_path, monkeypatch):
     leaves it (its own, older, picture would only be refused later)."""
     app = Cairn(tmp_path / "data")
     try:
-        made = app.tasks.new(project(tmp_path))
+        made = new_task(app, project(tmp_path))
         cache = app.revisions._stat_cache(made.workspace.id)
         pass_ = base.hand_over_workspace.__globals__["_sharded_pass"]
 
@@ -248,7 +271,7 @@ def test_a_cache_written_meanwhile_is_not_replaced(tmp_path, monkeypatch):
 
 
 def test_as_another_user_nothing_is_handed_over_and_the_cache_stays(app, tmp_path, monkeypatch):
-    made = app.tasks.new(project(tmp_path))
+    made = new_task(app, project(tmp_path))
     cache = app.revisions._stat_cache(made.workspace.id)
     before = cache.read_bytes()
     monkeypatch.setattr(base.os, "geteuid", lambda: 1000)
@@ -262,7 +285,7 @@ def test_as_another_user_nothing_is_handed_over_and_the_cache_stays(app, tmp_pat
 def test_a_link_planted_where_a_cached_folder_was_is_not_followed(app, tmp_path):
     """A sandbox user of an earlier generation may replace a folder with a link to anywhere:
     the hand-over (as root) hands the link over and never what it points to."""
-    made = app.tasks.new(project(tmp_path))
+    made = new_task(app, project(tmp_path))
     root = Path(made.workspace.root)
     elsewhere = tmp_path / "elsewhere"
     (elsewhere / "sub0").mkdir(parents=True)
@@ -286,3 +309,55 @@ def test_a_link_planted_where_a_cached_folder_was_is_not_followed(app, tmp_path)
         assert os.lstat(path).st_uid == 0, path
     found = pass_of(app, made.workspace.id) or []
     assert ("pkg0", statpass.CHANGED, False) in found
+
+
+# -- a new task's workspace is the sandbox user's from the start ----------------------------------
+
+
+@as_root
+def test_a_new_tasks_workspace_leaves_the_hand_over_nothing_to_chown(tmp_path, hashed, monkeypatch):
+    """The import writes the workspace as the sandbox user's (Cairn runs as root): the first
+    Start's hand-over then changes no file of the tree, so the stat cache and the workspace's git
+    index the import left stay true as they are, and the checkpoint's capture is a stat pass."""
+    monkeypatch.setattr(tasks_module, "workspace_owner", real_workspace_owner)
+    app = Cairn(tmp_path / "data", captures_in_child=True)
+    try:
+        made = app.tasks.new(project(tmp_path))
+        root = Path(made.workspace.root)
+        for rel, owner in owners(root).items():
+            if not rel.startswith(".git"):
+                assert owner == USER, rel
+        # Opened once the stat data was recorded, as its parent folder is.
+        assert os.lstat(root).st_uid == USER[0]
+        assert os.lstat(root).st_mode == os.lstat(root.parent).st_mode
+        cache = app.revisions._stat_cache(made.workspace.id)
+        before = cache.read_bytes()
+        stats = {rel: os.lstat(root / rel) for rel in owners(root) if not rel.startswith(".git")}
+        prepare_host_dirs(spec_of(app, made, tmp_path))
+        for rel, owner in owners(root).items():
+            regular = (root / rel).is_file() and not (root / rel).is_symlink()
+            if not (rel.startswith(".git/objects/") and regular):
+                assert owner == USER, rel
+        assert {rel: os.lstat(root / rel) for rel in stats} == stats  # not a ctime changed
+        assert cache.read_bytes() == before
+        assert pass_of(app, made.workspace.id) == []
+        status = subprocess.run(
+            ["git", "-c", "safe.directory=*", "-C", str(root), "diff-files", "--quiet"],
+            check=False,
+            capture_output=True,
+        )
+        assert status.returncode == 0  # git's own index still vouches, owner included
+        hashed.clear()
+        rev, new = capture(app, made)
+        assert not new and rev.id == made.base_revision and hashed == []
+    finally:
+        app.close()
+
+
+def test_the_workspace_owner_is_the_sandbox_user_only_where_cairn_is_root(monkeypatch):
+    monkeypatch.setattr(base.os, "geteuid", lambda: 0)
+    assert base.workspace_owner() == (base.FALLBACK_UID, base.FALLBACK_GID)
+    assert base.workspace_owner(2000) == (2000, 2000)  # a policy's sandbox user
+    monkeypatch.setattr(base.os, "geteuid", lambda: 1000)
+    assert base.workspace_owner() is None
+    assert base.workspace_owner(2000) is None

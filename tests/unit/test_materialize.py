@@ -347,8 +347,8 @@ def test_a_file_left_unwritten_fails_the_restore(vault, source, tmp_path, monkey
     result = import_folder(vault, source)
     real = materialize_module._write_loose
 
-    def loses_one(objects, plan, root, label, written):
-        left = real(objects, plan, root, label, written)
+    def loses_one(objects, plan, root, label, written, owner):
+        left = real(objects, plan, root, label, written, owner)
         written.pop(b"src/app.py", None)
         return left
 
@@ -388,3 +388,53 @@ def test_packed_trees_are_read_a_depth_at_a_time(vault, source, tmp_path, monkey
     # Depths of folders: the root, src/bin/empty_dir, src/deep and src/nested_empty, src/deep/er
     # and its empty sibling (the empty tree is never read); then one for the packed blobs.
     assert len(cat_files) == 4 + 1
+
+
+def owners_below(folder: Path) -> set[tuple[int, int]]:
+    found = set()
+    for dirpath, dirnames, filenames in os.walk(folder):
+        for name in dirnames + filenames:
+            st = os.lstat(os.path.join(dirpath, name))
+            found.add((st.st_uid, st.st_gid))
+    return found
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give files to another user")
+@pytest.mark.parametrize("how", ["loose", "packed", "streamed"])
+def test_an_owner_gets_every_folder_file_and_link_written(
+    vault, source, tmp_path, monkeypatch, how
+):
+    result = import_folder(vault, source)
+    if how == "packed":
+        subprocess.run(
+            ["git", "--git-dir", str(vault.git_dir), "repack", "-a", "-d", "-q"],
+            check=True,
+            env=git_env(),
+        )
+        subprocess.run(
+            ["git", "--git-dir", str(vault.git_dir), "prune-packed"], check=True, env=git_env()
+        )
+    if how == "streamed":
+        monkeypatch.setattr(materialize_module, "_STREAM_ABOVE", 100)
+    monkeypatch.setattr(materialize_module, "_PARALLEL_DIRS", 2)  # the writer threads make them
+    dest = tmp_path / "restored"
+    materialize(vault, result.base_commit, dest, label="s", owner=(4321, 4322))
+    assert walk(dest) == walk(source)
+    assert owners_below(dest) == {(4321, 4322)}
+    # The folder itself stays Cairn's and closed to others until the caller opens it.
+    assert (os.lstat(dest).st_uid, stat.S_IMODE(os.lstat(dest).st_mode)) == (0, 0o700)
+    # A link is given over itself: what it points to keeps its owner.
+    assert os.lstat(source / "README.md").st_uid == 0
+
+
+def test_without_an_owner_the_files_are_cairns_own(vault, source, tmp_path):
+    result = import_folder(vault, source)
+    materialize(vault, result.base_commit, tmp_path / "restored", label="s")
+    assert owners_below(tmp_path / "restored") == {(os.getuid(), os.getgid())}
+    assert stat.S_IMODE(os.lstat(tmp_path / "restored").st_mode) == 0o777 & ~umask()
+
+
+def umask() -> int:
+    old = os.umask(0)
+    os.umask(old)
+    return old

@@ -331,3 +331,31 @@ def test_starts_checkpoint_of_a_workspace_edited_outside_cairn_records_the_edit(
     assert vault.objects.read_ref(snapshot_ref(ck.snapshot_id)) == rev
     blob = vault.objects.write_blob(b"value = 5\n")
     assert ("pkg1/sub0/mod4.py", blob) in tree_of(vault, rev)
+
+
+def test_a_new_sessions_snapshot_is_the_latest_revisions_without_a_pass(app, tmp_path, monkeypatch):
+    """What a first Start snapshots for its new sandbox session: the latest recorded revision,
+    with no pass over the tree (the checkpoint right after captures in full, and is what a
+    resume restores): an edit made before Start is not in it, but in the checkpoint's."""
+    made = app.tasks.new(project(tmp_path))
+    Path(made.workspace.root, "pkg1", "sub0", "mod4.py").write_text("value = 5\n")
+    passes = []
+    real = watch._sharded_pass
+
+    def counted(*args, **kwargs):
+        passes.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(watch, "_sharded_pass", counted)
+    snap = app.snapshots.of_latest_revision(made.task.id)
+    assert snap.revision_id == made.base_revision and passes == []
+    assert app.snapshots.of_latest_revision(made.task.id).id == snap.id  # kept, not a second
+
+    ck = app.runs.checkpoints.write(
+        a_run(app, made), pending_step="0", tool_contract=ToolContract(None), policy_version=1
+    )
+    rev = ck.workspace_ref.rpartition("@")[2]
+    assert rev != made.base_revision and ck.snapshot_id != snap.id and passes
+    vault = app.ctx.vault_for(made.workspace.source_id)
+    assert ("pkg1/sub0/mod4.py", vault.objects.write_blob(b"value = 5\n")) in tree_of(vault, rev)
+    assert app.snapshots.of_latest_revision(made.task.id).id == ck.snapshot_id
