@@ -60,8 +60,14 @@ def as_json(proc: subprocess.CompletedProcess) -> dict:
 
 
 def git(cwd: Path, *args: str) -> str:
+    """git in `cwd`, any folder's owner trusted (where Cairn runs as root, a new task's
+    workspace is the sandbox user's)."""
     return subprocess.run(
-        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+        ["git", "-c", "safe.directory=*", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
 
 

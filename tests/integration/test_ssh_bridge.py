@@ -59,7 +59,7 @@ def test_an_image_sent_over_ssh_runs_a_container_there_and_not_here(bridge, remo
     name = f"cairn-test-ssh-{uuid.uuid4().hex[:10]}"
     try:
         image = local.images.get("cairn-test-busybox:1")
-        client.images.load(b"".join(image.save()))  # docker save | docker load, over SSH
+        client.images.load(b"".join(image.save(named=True)))  # docker save | load, over SSH
         out = client.containers.run(
             "cairn-test-busybox:1",
             ["sh", "-c", "echo from-$(hostname)"],
