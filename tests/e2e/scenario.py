@@ -407,15 +407,24 @@ class Scenario:
         self.wait(lambda: not welcome.isVisible(), "the system check to close")
         self.shot("started-empty")
 
-        self.drop_folder(repo)
-        dialog = self.wait(
-            lambda: (
+        def new_task_dialog() -> Any:
+            return (
                 w.new_task_dialog is not None
                 and w.new_task_dialog.isVisible()
                 and w.new_task_dialog
-            ),
-            "the New Task dialog after the drop",
-        )
+            )
+
+        self.drop_folder(repo)
+        self.result["status_after_drop"] = w.statusBar().currentMessage()
+        try:
+            dialog = self.wait(new_task_dialog, "the New Task dialog after the drop", 20)
+        except Failed as exc:
+            # Kept in the result: in a whole-suite run, the first drop has been seen to end with
+            # no New Task dialog although the drag source was told it was taken (cause not found
+            # yet: the status bar after the drop, also kept, says whether the window saw it).
+            self.result["first_drop_lost"] = str(exc)
+            self.drop_folder(repo)
+            dialog = self.wait(new_task_dialog, "the New Task dialog after a second drop")
         if [e.text() for e in dialog.title_edits] != [repo.name]:
             raise Failed(
                 f"the dialog is not prefilled with the folder's name: "
