@@ -109,8 +109,8 @@ def test_modes_honour_the_umask(vault, source, tmp_path):
     assert stat.S_IMODE(os.stat(dest / "src").st_mode) == 0o750
 
 
-def test_packed_objects_materialize_too(vault, source, tmp_path):
-    result = import_folder(vault, source)
+def pack_vault(vault) -> None:
+    """Every object of the vault into one pack, no loose copy left."""
     subprocess.run(
         ["git", "--git-dir", str(vault.git_dir), "repack", "-a", "-d", "-q"],
         check=True,
@@ -119,6 +119,11 @@ def test_packed_objects_materialize_too(vault, source, tmp_path):
     subprocess.run(
         ["git", "--git-dir", str(vault.git_dir), "prune-packed"], check=True, env=git_env()
     )
+
+
+def test_packed_objects_materialize_too(vault, source, tmp_path):
+    result = import_folder(vault, source)
+    pack_vault(vault)
     materialize(vault, result.base_commit, tmp_path / "restored", label="s")
     assert walk(tmp_path / "restored") == walk(source)
 
@@ -406,14 +411,7 @@ def test_an_owner_gets_every_folder_file_and_link_written(
 ):
     result = import_folder(vault, source)
     if how == "packed":
-        subprocess.run(
-            ["git", "--git-dir", str(vault.git_dir), "repack", "-a", "-d", "-q"],
-            check=True,
-            env=git_env(),
-        )
-        subprocess.run(
-            ["git", "--git-dir", str(vault.git_dir), "prune-packed"], check=True, env=git_env()
-        )
+        pack_vault(vault)
     if how == "streamed":
         monkeypatch.setattr(materialize_module, "_STREAM_ABOVE", 100)
     monkeypatch.setattr(materialize_module, "_PARALLEL_DIRS", 2)  # the writer threads make them
