@@ -25,6 +25,9 @@ from pathlib import Path
 # Every probe command of one binary runs at once; each gets this long. A native CLI answers its
 # help in a tenth of a second once its file is in the page cache.
 PROBE_TIMEOUT_S = 1.5
+# A command that did not answer in time is asked once more, given this long: a first start from a
+# cold disk, or on a machine busy with builds, can take seconds, and is not a broken program.
+PROBE_PATIENCE_S = 15.0
 HELP = ("--help",)
 VERSION = ("--version",)
 # Variables that keep the CLIs from reaching out or updating themselves while they are probed.
@@ -164,9 +167,12 @@ def probe(
     *,
     version_args: Sequence[str] = VERSION,
     timeout: float = PROBE_TIMEOUT_S,
+    patience: float = PROBE_PATIENCE_S,
 ) -> Probe:
-    """Run `binary` for its version and every feature's help, and say what it lacks. Cached by
-    the file's path, size and modification time: a binary replaced in place is probed again."""
+    """Run `binary` for its version and every feature's help, and say what it lacks. A command
+    that takes longer than `timeout` is run once more with `patience`, so only a program that
+    hangs is judged unusable. Cached by the file's path, size and modification time: a binary
+    replaced in place is probed again."""
     binary = Path(binary)
     try:
         st = binary.stat()
@@ -179,6 +185,10 @@ def probe(
         return cached
     version_key = tuple(version_args)
     outputs = run_all(binary, [version_key, *(f.args for f in features)], timeout=timeout)
+    slow = [args for args, (code, _) in outputs.items() if code is None]
+    if slow:
+        timeout = max(timeout, patience)
+        outputs.update(run_all(binary, slow, timeout=timeout))
     code, text = outputs[version_key]
     if code is None:
         return Probe(binary, None, error=f"{binary} did not answer --version within {timeout:g} s")

@@ -107,11 +107,22 @@ def test_a_program_that_cannot_run_says_so(tmp_path):
 def test_a_program_that_hangs_is_cut_short_and_not_cached(tmp_path):
     slow = script(tmp_path / "cli", FULL.replace("--help)", "--help) sleep 5;"))
     started = time.monotonic()
-    result = probe(slow, FEATURES, timeout=0.3)
-    assert time.monotonic() - started < 2
-    assert result.error and "did not answer `--help`" in result.error
+    result = probe(slow, FEATURES, timeout=0.3, patience=0.6)
+    assert time.monotonic() - started < 3
+    assert result.error and "did not answer `--help` within 0.6 s" in result.error
     assert result.version == "2.1.197"
-    assert probe(slow, FEATURES, timeout=0.3) is not result  # probed again, not remembered
+    assert probe(slow, FEATURES, timeout=0.3, patience=0.6) is not result  # not remembered
+
+
+def test_a_slow_first_start_is_given_a_second_longer_chance(tmp_path):
+    """A cold disk or a busy machine can keep a CLI's first answers past the short timeout: the
+    commands that missed it run once more with patience, and the program is judged by those."""
+    mark = tmp_path / "warm"
+    body = f'[ -e {mark} ] || {{ sleep 1; touch {mark}; }}\n' + FULL
+    cli = script(tmp_path / "cli", body)
+    result = probe(cli, FEATURES, timeout=0.3, patience=5)
+    assert result.ok, result
+    assert result.version == "2.1.197"
 
 
 def test_all_commands_run_at_once(tmp_path):
