@@ -7,6 +7,7 @@ workspace deleted behind the panel's back."""
 from __future__ import annotations
 
 import shutil
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -220,6 +221,21 @@ class FakeCairnWithStats(FakeCairn):
         }
 
 
+class FakeCairnWithSlowStats(FakeCairnWithStats):
+    """Figures that take the engine's second or so each: every call waits for the others."""
+
+    def __init__(self, fail: str | None = None):
+        super().__init__()
+        self.fail = fail
+        self.together = threading.Barrier(2, timeout=5)
+
+    def session_stats(self, session_id):
+        self.together.wait()  # breaks (and the figures fail) when the calls come one by one
+        if session_id == self.fail:
+            raise RuntimeError("the engine did not answer")
+        return super().session_stats(session_id)
+
+
 @pytest.fixture
 def make_panel(qtbot, tmp_path):
     made = []
@@ -264,6 +280,25 @@ def test_cpu_and_memory_come_from_the_facade_when_it_has_stats(qtbot, make_panel
     assert _cell(panel, 0, S_CPU) == "12.5 %"
     assert _cell(panel, 0, S_MEMORY) == "244.1 MiB of 3.7 GiB"
     assert _cell(panel, 0, S_UPTIME) == "1 min"
+
+
+def test_the_figures_of_running_sandboxes_are_asked_for_at_once():
+    """Docker samples each sandbox's CPU twice, a second apart: asked in turn, a refresh of many
+    sandboxes would outlast the refresh period and the figures would lag ever further."""
+    loaded = sessions_data.load_sessions(FakeCairnWithSlowStats())
+    running = [row for row in loaded.sessions if row.state == "running"]
+    assert len(running) == 2
+    assert [row.cpu_percent for row in running] == [12.5, 12.5]
+    assert all(row.stats_note == "from the sandbox backend" for row in running)
+
+
+def test_one_sandbox_without_figures_leaves_the_others_theirs():
+    loaded = sessions_data.load_sessions(FakeCairnWithSlowStats(fail="sess-a"))
+    by_id = {row.session_id: row for row in loaded.sessions}
+    assert by_id["sess-a"].cpu_percent is None
+    assert by_id["sess-a"].stats_note == "figures unavailable: the engine did not answer"
+    assert by_id["sess-c"].cpu_percent == 12.5
+    assert by_id["sess-b"].stats_note == sessions_data.NOT_RUNNING_REASON
 
 
 def test_snapshots_list_revision_age_size_and_restorable(qtbot, make_panel):
