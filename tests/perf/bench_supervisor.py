@@ -3,11 +3,13 @@
     .venv/bin/python tests/perf/bench_supervisor.py [--runs 3] [--image cairn-sandbox:1]
     pytest tests/perf -s -k supervisor
 
-Three workloads, each timed with and without the supervisor in the same container: 2000
+Four workloads, each timed with and without the supervisor in the same container: 2000
 `/bin/true` from a shell loop (nothing but process starts: the worst case), a build-like script
 (the image has no make: two parallel shell jobs, 600 short tool runs each — sed, grep, sort, wc,
-cat in pipelines over generated files), and one closer to an agent's work: git in two
-repositories at once (add, commit, status, log). The supervisor runs as a run's does: every program start
+cat in pipelines over generated files), the same build-like work on the same two file names each
+round (every start after the first of its kind is one already judged: the line shows what is left
+when nothing is judged in python), and one closer to an agent's work: git in two repositories at
+once (add, commit, status, log). The supervisor runs as a run's does: every program start
 classified by Cairn's program rules (none of these is asked). Target: at most 1.3x. The ratios
 are printed, not asserted. `--supervisor PATH`, given more than once, measures several
 supervisors interleaved in the same container (say main's copy against this one); `--no-fast`
@@ -58,6 +60,12 @@ job() {
 rm -rf /tmp/b
 job a & job b & wait
 """
+
+# The same work on the same two file names each time round: every program start after the first
+# of each kind is one the compiled path has seen, so nothing is judged in python. Beside the
+# build-like line it shows what the judging of new argument lists costs, and what is left when
+# none is judged (the kernel's hold, the trace to the exec event and the compiled path).
+BUILD_REPEATED = BUILD.replace("src$i.c", "src.c").replace("obj$i.o", "obj.o")
 
 # A third, closer to what an agent runs: git in two repositories at once (each git command also
 # starts helpers), 40 commits each.
@@ -139,7 +147,12 @@ def measure(
         folder.chmod(0o755)
         name = f"cairn-bench-supervisor-{uuid.uuid4().hex[:10]}"
         cases = json.dumps(
-            {"2000 x /bin/true": TRUE_LOOP, "build-like (2 jobs)": BUILD, "git (2 jobs)": GIT}
+            {
+                "2000 x /bin/true": TRUE_LOOP,
+                "build-like (2 jobs)": BUILD,
+                "build-like, repeated": BUILD_REPEATED,
+                "git (2 jobs)": GIT,
+            }
         )
         try:
             done = subprocess.run(
