@@ -340,6 +340,8 @@ class Runs:
                 if alive is False:  # it may have ended since the last look at its files
                     self._sandboxes.get().sync_run_files(run, force=True)
                 if alive is False and files.exit_code is None:
+                    # Its last line, cut short, is shown here too, not only stored by `end`.
+                    tail.poll(final=True)
                     stop_recording()
                     return self.end(run.id, None, note=f"interrupted: {why}")
                 if news is not None:
