@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import pytest
 
 from core.app import Cairn
 from core.runs import output_of
+from tests.support import wait_for
 
 COMMANDS = ["echo before", "printf 'echo after > afte'; sleep 30"]
 
@@ -29,10 +29,11 @@ def test_a_line_cut_by_a_killed_process_reaches_the_follower(cairn, repo):
     cairn.tasks.set_policy(made.task.id, network="open")
     run = cairn.runs.start(made.task.id, commands=COMMANDS)
     files = cairn.runs.files(run)
-    deadline = time.monotonic() + 20
-    while b"afte" not in (files.stdout.read_bytes() if files.stdout.exists() else b""):
-        assert time.monotonic() < deadline, "the run never printed its cut line"
-        time.sleep(0.05)
+
+    def printed() -> bool:
+        return files.stdout.exists() and b"afte" in files.stdout.read_bytes()
+
+    wait_for(printed, timeout=20, what="the run's cut line", interval=0.05)
     assert files.pid is not None
     if os.getpgid(files.pid) == files.pid:  # the run's process and what it started
         os.killpg(files.pid, signal.SIGKILL)
