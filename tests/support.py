@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -125,6 +126,18 @@ def one_error_line(proc: subprocess.CompletedProcess) -> str:
     lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
     assert len(lines) == 1, proc.stderr
     return lines[0]
+
+
+def kill_run_process(pid: int) -> None:
+    """A host-backend run's process and what it started (its own process group when it has
+    one), killed as a crash would."""
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, signal.SIGKILL)
+        else:
+            os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def wait_for(predicate, timeout: float = 60.0, what: str = "condition", interval: float = 0.1):

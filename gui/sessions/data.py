@@ -107,9 +107,7 @@ def _add_figures(cairn: Cairn, rows: list[SessionRow]) -> None:
         row.uptime_s = stats.get("uptime_s")
         row.stats_note = stats.get("note") or "from the sandbox backend"
 
-    if len(rows) <= 1:
-        for row in rows:
-            figures(row)
+    if not rows:
         return
     with ThreadPoolExecutor(min(FIGURES_AT_ONCE, len(rows)), "session-figures") as pool:
         list(pool.map(figures, rows))

@@ -3,8 +3,6 @@ own and the next attempt under its header with why it was resumed (host backend,
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 
 import pytest
@@ -13,6 +11,7 @@ from gui.context import AppContext
 from gui.main_window import MainWindow
 from gui.task_view.actions import RESUME
 from tests.gui.test_task_view import output_text
+from tests.support import kill_run_process
 
 COMMANDS = ["echo before", "printf 'echo after > afte'; sleep 3", "echo done-line"]
 
@@ -37,17 +36,6 @@ def shown(qtbot, monkeypatch, data_dir, repo, settings):
     facade.close()
 
 
-def _kill(pid: int) -> None:
-    """The run's process and what it started (its own process group when it has one)."""
-    try:
-        if os.getpgid(pid) == pid:
-            os.killpg(pid, signal.SIGKILL)
-        else:
-            os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
 def test_a_resumed_attempt_starts_on_its_own_line_under_its_header(qtbot, shown):
     win, view, facade, task_id = shown
     run = facade.runs.start(task_id, commands=COMMANDS)
@@ -57,7 +45,7 @@ def test_a_resumed_attempt_starts_on_its_own_line_under_its_header(qtbot, shown)
         assert time.monotonic() < deadline, "the run never printed its cut line"
         time.sleep(0.05)
     assert files.pid is not None
-    _kill(files.pid)
+    kill_run_process(files.pid)
     qtbot.waitUntil(lambda: "interrupted" in view.state_label.text(), timeout=30_000)
     qtbot.waitUntil(lambda: view.buttons[RESUME].isEnabled(), timeout=10_000)
     view.buttons[RESUME].trigger()

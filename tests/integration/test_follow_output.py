@@ -4,14 +4,11 @@ only the store (host backend: no Docker needed)."""
 
 from __future__ import annotations
 
-import os
-import signal
-
 import pytest
 
 from core.app import Cairn
 from core.runs import output_of
-from tests.support import wait_for
+from tests.support import kill_run_process, wait_for
 
 COMMANDS = ["echo before", "printf 'echo after > afte'; sleep 30"]
 
@@ -35,10 +32,7 @@ def test_a_line_cut_by_a_killed_process_reaches_the_follower(cairn, repo):
 
     wait_for(printed, timeout=20, what="the run's cut line", interval=0.05)
     assert files.pid is not None
-    if os.getpgid(files.pid) == files.pid:  # the run's process and what it started
-        os.killpg(files.pid, signal.SIGKILL)
-    else:
-        os.kill(files.pid, signal.SIGKILL)
+    kill_run_process(files.pid)
     seen: list[str] = []
     ended = cairn.runs.follow(run.id, on_output=lambda stream, text: seen.append(text))
     assert ended.state == "interrupted"
