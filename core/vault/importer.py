@@ -47,7 +47,7 @@ _CE_SKIP_WORKTREE = 1 << 30  # sparse checkout: the stat data says nothing about
 _U32 = 0xFFFFFFFF  # the index keeps 32 bits of each stat field
 # Attributes under which the bytes on disk may differ from the blob (eol and text conversion,
 # clean/smudge filters, $Id$ expansion, re-encoding): such files are hashed from disk.
-_CONVERSION_ATTRS = ("text", "eol", "crlf", "filter", "ident", "working-tree-encoding")
+_CONVERSION_ATTRS = {b"text", b"eol", b"crlf", b"filter", b"ident", b"working-tree-encoding"}
 _HASHERS = min(4, os.cpu_count() or 2)  # threads hashing files from disk
 _PARALLEL_HASH = 64  # fewer files than this are hashed on the calling thread
 
@@ -461,19 +461,25 @@ class _UserRepo:
             "",
         )
         data = b"".join(os.fsencode(p) + b"\0" for p in paths)
+        # `--all` names only the attributes a path has (set, unset or a value), so a tree with
+        # few attributes answers in a few bytes instead of one line per path and attribute.
         proc = self.git(
-            ["check-attr", "-z", "--stdin", *(["--cached"] if cached else []), *_CONVERSION_ATTRS],
+            ["check-attr", "-z", "--stdin", *(["--cached"] if cached else []), "--all"],
             input=data,
         )
         fields = proc.stdout.split(b"\0")
         out: set[str] = set()
+        text_given: set[str] = set()
         for i in range(0, len(fields) - 2, 3):
             attr, value = fields[i + 1], fields[i + 2]
-            if value == b"unset" or (
-                value == b"unspecified" and not (attr == b"text" and crlf_by_setting)
-            ):
+            if attr not in _CONVERSION_ATTRS:
                 continue
-            out.add(os.fsdecode(fields[i]))
+            if attr == b"text":
+                text_given.add(os.fsdecode(fields[i]))
+            if value != b"unset":
+                out.add(os.fsdecode(fields[i]))
+        if crlf_by_setting:  # core.autocrlf converts every file whose `text` is unspecified
+            out.update(p for p in paths if p not in text_given)
         return out
 
     def config(self, key: str) -> str | None:

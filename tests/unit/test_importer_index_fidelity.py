@@ -351,3 +351,43 @@ def test_the_index_listing_is_read_whole_or_not_at_all(tmp_path):
     assert importer._parse_index_listing(data[:-1]) is None
     assert importer._parse_index_listing(data + b"H 100644") is None
     assert importer._parse_index_listing(b"junk\0" + data) is None
+
+
+@pytest.mark.parametrize("autocrlf", [None, "true", "input"])
+def test_converted_files_are_those_any_conversion_attribute_or_setting_reaches(tmp_path, autocrlf):
+    """The files git may convert on checkout, read from the attributes each path has: set, a
+    value or a macro's expansion converts; unset does not; core.autocrlf reaches every file
+    whose `text` attribute is unspecified (`!text` included), and `binary` leaves it alone."""
+    repo = tmp_path / "repo"
+    rules = {
+        "plain.py": "",
+        "text.txt": "text",
+        "auto.txt": "text=auto",
+        "notext.dat": "-text",
+        "unspecified.md": "!text",
+        "image.png": "binary",
+        "crlf.bat": "eol=crlf",
+        "filtered.x": "filter=upper",
+        "ident.c": "ident",
+        "latin.txt": "-text working-tree-encoding=ISO-8859-1",
+        "both.y": "-text filter=upper",
+        "dir/deep.z": "-text -filter -ident",
+        "tab\tname.txt": "text",
+    }
+    write(
+        repo / ".gitattributes",
+        "".join(f"{name.replace(chr(9), '?')} {attrs}\n" for name, attrs in rules.items() if attrs),
+    )
+    for name in rules:
+        write(repo / name, "x\n")
+    git(repo, "init", "-q")
+    if autocrlf:
+        git(repo, "config", "core.autocrlf", autocrlf)
+    paths = list(rules)
+
+    found = importer._UserRepo(repo).converted(paths)
+
+    by_attribute = {"text.txt", "auto.txt", "crlf.bat", "filtered.x", "ident.c", "latin.txt"}
+    by_attribute |= {"both.y", "tab\tname.txt"}
+    by_setting = {"plain.py", "unspecified.md", "crlf.bat", "filtered.x", "ident.c"}
+    assert found == (by_attribute | by_setting if autocrlf else by_attribute)
