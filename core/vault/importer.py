@@ -4,10 +4,11 @@ commit of the folder's files as they are on disk, tracked or not, ignored ones l
 Owns reading the user's folder without ever writing to it, and the base commit. It does not name
 the base (the caller records it under the workspace's base ref) nor create workspaces.
 
-A repository's tracked files that its own index vouches for (stat data unchanged, by the rules
-`git status` uses, racy entries excluded; no attribute or setting that makes the bytes on disk
-differ from the blob) take their blob ids from the index and the objects fetched with HEAD:
-only modified and untracked files are read and hashed. The index is read, never refreshed.
+A repository's tracked files that `git status` finds unchanged (index and HEAD agree, and the
+file on disk matches its index entry by stat data, or by content where the entry is racy) and
+that no attribute or setting converts on checkout take their blob ids from HEAD's objects,
+fetched into the vault: only modified and untracked files are read and hashed. The index is
+read, never refreshed.
 """
 
 from __future__ import annotations
@@ -32,19 +33,17 @@ from core.vault.tree_index import FileRecord, TreeIndex, mode_of
 IMPORTS_PREFIX = "refs/cairn/imports/"
 _NAMED_PROBLEMS = 3  # how many unreadable paths an error names before it only counts
 _GIT_WARNING = re.compile(rb"^warning: could not open directory '(.*)': (.*)$", re.M)
-# What `git ls-files --debug` prints after each entry: the stat data the index holds for it.
-_INDEX_STAT = re.compile(
-    rb"  ctime: (\d+):(\d+)\n  mtime: (\d+):(\d+)\n  dev: \d+\tino: (\d+)\n"
-    rb"  uid: (\d+)\tgid: (\d+)\n  size: (\d+)\tflags: ([0-9a-f]+)\n"
-)
-# One entry of that listing: its line (tag, mode, object id, stage, path), then its stat data.
-_INDEX_LISTING = re.compile(
-    rb"([^ \0]+) ([0-7]+) ([0-9a-f]+) ([0-3])\t([^\0]*)\0" + _INDEX_STAT.pattern, re.S
-)
-_CE_STAGE_MASK = 0x3000  # the index entry's flags (git's cache.h)
-_CE_INTENT_TO_ADD = 1 << 29  # `git add -N`: the blob is empty whatever the file holds
-_CE_SKIP_WORKTREE = 1 << 30  # sparse checkout: the stat data says nothing about the disk
-_U32 = 0xFFFFFFFF  # the index keeps 32 bits of each stat field
+# Settings that decide whether `git status` trusts a file's stat data: always git's strictest
+# (the person's own config may relax them; an edit must never be taken for the index's blob).
+_STRICT_STATUS = [
+    "-c", "core.fsmonitor=false",
+    "-c", "core.untrackedCache=false",
+    "-c", "core.trustctime=true",
+    "-c", "core.checkStat=default",
+    "-c", "core.filemode=true",
+    "-c", "core.symlinks=true",
+    "-c", "core.ignoreStat=false",
+]  # fmt: skip
 # Attributes under which the bytes on disk may differ from the blob (eol and text conversion,
 # clean/smudge filters, $Id$ expansion, re-encoding): such files are hashed from disk.
 _CONVERSION_ATTRS = {b"text", b"eol", b"crlf", b"filter", b"ident", b"working-tree-encoding"}
@@ -157,8 +156,8 @@ class _Listing:
 
     files: dict[str, tuple[str, os.stat_result | None, str | None]] = field(default_factory=dict)
     # rel → (mode, lstat for files read from disk, blob/commit id for index-only entries)
-    index_blobs: dict[str, str] = field(default_factory=dict)
-    # rel → blob id, for files on disk whose index entry's stat data still matches them
+    index_blobs: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # rel → (mode, blob id), for tracked files git status finds unchanged: HEAD's blob
     dirs: set[str] = field(default_factory=set)  # folders to keep even when empty
     nested: list[str] = field(default_factory=list)  # untracked repositories: scanned as files
     problems: list[str] = field(default_factory=list)
@@ -192,7 +191,8 @@ def _import_git(vault: Vault, folder: Path) -> ImportResult:
     index = TreeIndex()
     for rel in sorted(listing.dirs):
         index.ensure_dir(rel)
-    vouched = _vouched_blobs(repo, objects, listing)
+    for rel, (mode, blob) in listing.index_blobs.items():
+        index.set_file(rel, FileRecord(mode, blob))
     missing_blobs: list[tuple[str, str, str]] = []
     problems: list[str] = []
     to_hash: list[tuple[str, str, os.stat_result]] = []
@@ -203,8 +203,6 @@ def _import_git(vault: Vault, folder: Path) -> ImportResult:
                 index.set_file(rel, FileRecord(mode, sha))
             else:
                 missing_blobs.append((rel, mode, sha))
-        elif rel in vouched:
-            index.set_file(rel, FileRecord(mode, vouched[rel]))
         else:
             to_hash.append((rel, mode, st))
     for rel, mode, blob in _hash_files(objects, folder, to_hash, problems):
@@ -219,29 +217,6 @@ def _import_git(vault: Vault, folder: Path) -> ImportResult:
     files = index.file_count()
     commit = _write_base(vault, tree, head, kind="git", branch=branch, files=files)
     return ImportResult("git", head, branch, commit, tree, files, hashed, index)
-
-
-def _vouched_blobs(repo: _UserRepo, objects: ObjectStore, listing: _Listing) -> dict[str, str]:
-    """The files whose blob the index gives (rel → blob id): stat-clean in the index, under no
-    conversion, and with the blob in the vault at the size of the file on disk."""
-    candidates = listing.index_blobs
-    if not candidates:
-        return {}
-    # Links are never converted: their blob is the link's target, whatever the attributes say.
-    files = listing.files
-    regular = [rel for rel in candidates if files[rel][0] != MODE_LINK]
-    converted = repo.converted(regular)
-    if any(_is_attributes_file(rel) and rel not in candidates for rel in files):
-        # An attributes file changed since it was checked in: what was in force when the
-        # files were checked out counts too.
-        converted |= repo.converted(regular, cached=True)
-    known = objects.object_sizes(set(candidates.values()))
-    vouched = {}
-    for rel, blob in candidates.items():
-        st = files[rel][1]
-        if rel not in converted and st is not None and known.get(blob) == ("blob", st.st_size):
-            vouched[rel] = blob
-    return vouched
 
 
 def _is_attributes_file(rel: str) -> bool:
@@ -418,21 +393,45 @@ class _UserRepo:
     def read_blob(self, sha: str) -> bytes:
         return self.git(["cat-file", "blob", sha]).stdout
 
-    def index_entries(self) -> tuple[list[_IndexEntry], int | None]:
-        """Every index entry with the stat data git recorded for it, and the time (in whole
-        seconds) from which an entry is racy: git wrote the index in the second its stat data
-        was taken, so a later change in that second may not show. None: nothing is vouched for
-        (the index changed while it was read, or its stat data could not be parsed)."""
+    def work_tree(self) -> _WorkTree:
+        """The index's entries and what `git status` says of the work tree, read side by side
+        (three git processes at once: the index, the status, the untracked folders)."""
         before = self._index_files_stamp()
-        data = self.git(["ls-files", "-z", "--stage", "-t", "--debug"]).stdout
+        with ThreadPoolExecutor(3, thread_name_prefix="import-list") as pool:
+            index = pool.submit(self.git, ["ls-files", "-z", "--stage", "-v", "--debug"])
+            status = pool.submit(
+                self.git,
+                [
+                    *_STRICT_STATUS,
+                    "status",
+                    "--porcelain=v2",
+                    "-z",
+                    "--untracked-files=all",
+                    "--ignore-submodules=all",
+                    "--no-renames",
+                ],
+            )
+            collapsed = pool.submit(
+                self.ls_files, ["--others", "--exclude-standard", "--directory"]
+            )
+            racy_from = min(m for m, _ in before) // 1_000_000_000 if before else None
+            listed = _parse_index_listing(index.result().stdout, racy_from)
+            changed, untracked = _parse_status(status.result().stdout)
+            folders, folder_warnings = collapsed.result()
         after = self._index_files_stamp()
-        entries = _parse_index_listing(data)
-        if entries is None:
-            plain = self.git(["ls-files", "-z", "--stage", "-t"]).stdout
-            return [_IndexEntry.parse(line) for line in plain.split(b"\0") if line], None
-        if before is None or before != after:
-            return entries, None
-        return entries, min(mtime for mtime, _ in before) // 1_000_000_000
+        if listed is None:  # not read whole: the entries from a plain listing, vouching for none
+            plain = self.git(["ls-files", "-z", "--stage", "-v"]).stdout
+            listed = [_IndexEntry.parse(line) for line in plain.split(b"\0") if line], None
+        entries, ctime_racy = listed
+        trusted = ctime_racy is not None and before is not None and before == after
+        return _WorkTree(
+            entries,
+            changed | ctime_racy if trusted and ctime_racy is not None else None,
+            untracked,
+            folders,
+            [os.fsdecode(m.group(1)) for m in _GIT_WARNING.finditer(status.result().stderr)]
+            + [os.fsdecode(m.group(1)) for m in _GIT_WARNING.finditer(folder_warnings)],
+        )
 
     def _index_files_stamp(self) -> list[tuple[int, int]] | None:
         """(mtime, ctime) of the index and of any shared index it may split into."""
@@ -489,12 +488,11 @@ class _UserRepo:
 
 @dataclass(slots=True)
 class _IndexEntry:
-    tag: str
+    tag: str  # `git ls-files -v`: H cached, S skip-worktree; lower case: assume-unchanged
     mode: str
     sha: str
     stage: str
     rel: str
-    stat: tuple[int, ...] | None = None  # ctime s, ns, mtime s, ns, ino, uid, gid, size, flags
 
     @classmethod
     def parse(cls, line: bytes) -> _IndexEntry:
@@ -502,52 +500,82 @@ class _IndexEntry:
         tag, mode, sha, stage = meta.decode().split(" ")
         return cls(tag, mode, sha, stage, os.fsdecode(raw_path))
 
-    def vouches_for(self, st: os.stat_result, racy_from: int | None) -> bool:
-        """Whether git's index says the file behind `st` still holds this entry's blob."""
-        if self.stat is None or racy_from is None or self.stage != "0":
-            return False
-        c_s, c_ns, m_s, m_ns, ino, uid, gid, size, flags = self.stat
-        if flags & (_CE_INTENT_TO_ADD | _CE_SKIP_WORKTREE | _CE_STAGE_MASK) or m_s >= racy_from:
-            return False
-        if (self.mode == MODE_LINK) != statmod.S_ISLNK(st.st_mode):
-            return False
-        return (
-            divmod(st.st_mtime_ns, 1_000_000_000) == (m_s, m_ns)
-            and divmod(st.st_ctime_ns, 1_000_000_000) == (c_s, c_ns)
-            and st.st_ino & _U32 == ino
-            and st.st_uid & _U32 == uid
-            and st.st_gid & _U32 == gid
-            and st.st_size & _U32 == size
-        )
+
+@dataclass
+class _WorkTree:
+    """What git says of a repository's work tree, before anything is read from it."""
+
+    entries: list[_IndexEntry]
+    changed: set[str] | None  # tracked paths git status finds changed; None: trust no entry
+    untracked: list[str]  # not ignored; an untracked repository as "path/"
+    folders: list[bytes]  # `ls-files --others --directory`: the topmost of each untracked group
+    unreadable: list[str]  # folders git could not open
 
 
-def _parse_index_listing(data: bytes) -> list[_IndexEntry] | None:
-    """`git ls-files -z --stage -t --debug`: each entry's line, then its stat data; None unless
-    the whole listing is entries of that form, one after the other."""
-    entries = []
-    pos = 0
-    fsdecode = os.fsdecode
-    for match in _INDEX_LISTING.finditer(data):
-        if match.start() != pos:
-            return None
-        tag, mode, sha, stage, raw_path, *stat = match.groups()
-        entries.append(
-            _IndexEntry(
-                tag.decode(),
-                mode.decode(),
-                sha.decode(),
-                stage.decode(),
-                fsdecode(raw_path),
-                (*map(int, stat[:8]), int(stat[8], 16)),
-            )
-        )
-        pos = match.end()
-    return entries if pos == len(data) else None
+def _parse_index_listing(
+    data: bytes, racy_from: int | None
+) -> tuple[list[_IndexEntry], set[str] | None] | None:
+    """`git ls-files -z --stage -v --debug`: every entry, and those whose ctime git recorded in
+    or after the second `racy_from` the index was written in. git compares whole seconds of a
+    ctime (its racy check looks at the mtime alone), so an edit in that same second that kept
+    the mtime would pass its status; such entries are read from disk. None for the second
+    when `racy_from` is; None when the listing is not entries of that form, one after the
+    other."""
+    # Each entry is its line, a NUL, then five lines of stat data; a path holds no NUL, so
+    # each piece after the first is one entry's stat data followed by the next entry's line.
+    pieces = data.split(b"\0")
+    lines = [pieces[0]]
+    racy: set[str] = set()
+    limit = racy_from if racy_from is not None else 1 << 62
+    try:
+        for i in range(1, len(pieces)):
+            piece = pieces[i]
+            if not piece.startswith(b"  ctime: "):
+                raise ValueError
+            stat_end = -1
+            for _ in range(5):
+                stat_end = piece.index(b"\n", stat_end + 1)
+            lines.append(piece[stat_end + 1 :])
+            if int(piece[9 : piece.index(b":", 9)]) >= limit:
+                racy.add(os.fsdecode(lines[i - 1].partition(b"\t")[2]))
+        if lines.pop():
+            raise ValueError  # the listing must end with a whole entry's stat data
+        return [_IndexEntry.parse(line) for line in lines], racy if racy_from is not None else None
+    except ValueError:
+        return None
+
+
+def _parse_status(data: bytes) -> tuple[set[str], list[str]]:
+    """`git status --porcelain=v2 -z`: the tracked paths that differ from HEAD or from the
+    index in any way (staged, changed on disk, unmerged), and the untracked ones."""
+    changed: set[str] = set()
+    untracked: list[str] = []
+    fields = data.split(b"\0")
+    i = 0
+    while i < len(fields):
+        field_ = fields[i]
+        i += 1
+        kind = field_[:2]
+        if kind == b"1 ":
+            changed.add(os.fsdecode(field_.split(b" ", 8)[8]))
+        elif kind == b"u ":
+            changed.add(os.fsdecode(field_.split(b" ", 10)[10]))
+        elif kind == b"2 ":  # a rename or copy, should git report one: both paths count
+            changed.add(os.fsdecode(field_.split(b" ", 9)[9]))
+            changed.add(os.fsdecode(fields[i]))
+            i += 1
+        elif kind == b"? ":
+            untracked.append(os.fsdecode(field_[2:]))
+        elif field_ and kind not in (b"! ", b"# "):
+            raise InputError(f"git status printed a line Cairn cannot read: {field_[:80]!r}")
+    return changed, untracked
 
 
 def _list_work_tree(repo: _UserRepo) -> _Listing:
     """The work tree as `git status` sees it: index entries present on disk (with their disk
-    content), untracked files that are not ignored, and empty folders that are not ignored."""
+    content), untracked files that are not ignored, and empty folders that are not ignored.
+    A tracked file git status finds unchanged (and no conversion reaches) is vouched for by
+    its index entry, whose blob is HEAD's; every other file is looked at here."""
     folder = repo.folder
     top = str(folder) + os.sep
     listing = _Listing()
@@ -589,10 +617,12 @@ def _list_work_tree(repo: _UserRepo) -> _Listing:
         listing.files[rel] = (mode, st, None)
         return True
 
-    tracked, racy_from = repo.index_entries()
-    for entry in tracked:
+    state = repo.work_tree()
+    changed = state.changed
+    clean: dict[str, tuple[str, str]] = {}  # rel → (mode, blob id)
+    for entry in state.entries:
         tag, mode, sha, rel = entry.tag, entry.mode, entry.sha, entry.rel
-        if rel in listing.files:
+        if rel in listing.files or rel in clean:
             continue  # a conflicted path has several stages; the disk decides
         if mode == MODE_GITLINK:
             if (
@@ -602,29 +632,38 @@ def _list_work_tree(repo: _UserRepo) -> _Listing:
             ):
                 listing.files[rel] = (MODE_GITLINK, None, sha)
             continue
-        if add_from_disk(rel):
-            st = listing.files[rel][1]
-            if st is not None and entry.vouches_for(st, racy_from):
-                listing.index_blobs[rel] = sha
-        elif tag == "S" and not os.path.lexists(folder / rel):
+        if changed is not None and tag == "H" and entry.stage == "0" and rel not in changed:
+            clean[rel] = (mode, sha)
+        elif add_from_disk(rel):
+            pass
+        elif tag in ("S", "s") and not os.path.lexists(folder / rel):
             # Left out by a sparse checkout: git status takes the index's content as it is.
             listing.files[rel] = (mode, None, sha)
 
-    untracked, stderr = repo.ls_files(["--others", "--exclude-standard"])
-    for raw in untracked:
-        rel = os.fsdecode(raw)
+    for rel in state.untracked:
         if rel.endswith("/"):  # an untracked repository inside the folder
             listing.nested.append(rel.rstrip("/"))
         else:
             add_from_disk(rel)
-    listing.problems += [os.fsdecode(m.group(1)) for m in _GIT_WARNING.finditer(stderr)]
+    listing.problems += state.unreadable
+
+    # Links are never converted: their blob is the link's target, whatever the attributes say.
+    regular = [rel for rel, (mode, _sha) in clean.items() if mode != MODE_LINK]
+    converted = repo.converted(regular) if regular else set()
+    if regular and any(_is_attributes_file(rel) for rel in listing.files):
+        # An attributes file changed since it was checked in: what was in force when the
+        # files were checked out counts too.
+        converted |= repo.converted(regular, cached=True)
+    for rel, (mode, sha) in clean.items():
+        if rel in converted:
+            add_from_disk(rel)
+        else:
+            listing.index_blobs[rel] = (mode, sha)
 
     # Folders holding no listed file: git names the topmost untracked one of each group; the
     # folders below it are walked here, asking git which ones it ignores.
-    collapsed, stderr = repo.ls_files(["--others", "--exclude-standard", "--directory"])
-    listing.problems += [os.fsdecode(m.group(1)) for m in _GIT_WARNING.finditer(stderr)]
     nested = set(listing.nested)
-    level = [os.fsdecode(p).rstrip("/") for p in collapsed if p.endswith(b"/")]
+    level = [os.fsdecode(p).rstrip("/") for p in state.folders if p.endswith(b"/")]
     level = [rel for rel in level if rel not in nested and is_real_dir(rel)]
     while level:
         listing.dirs.update(level)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import InputError
 from core.vault import Vault, importer
 from core.vault.importer import import_folder
 from core.vault.materialize import materialize
@@ -27,13 +28,15 @@ HOUR = 3600
 
 
 def age(repo: Path) -> None:
-    """Backdate every work tree file an hour, then let git record their stat data: the index
-    then vouches for them without any entry being racy."""
+    """Backdate every work tree file an hour, then, in the next second, let git record their
+    stat data: the index then vouches for them without any entry being racy (neither its mtime
+    nor the ctime the backdating gave it falls in the second the index is written)."""
     past = time.time() - HOUR
     for folder, dirs, names in os.walk(repo):
         dirs[:] = [d for d in dirs if d != ".git"]
         for name in names:
             os.utime(os.path.join(folder, name), (past, past), follow_symlinks=False)
+    time.sleep(1.01 - time.time() % 1)
     subprocess.run(["git", "update-index", "-q", "--refresh"], cwd=repo, capture_output=True)
 
 
@@ -66,14 +69,15 @@ def tree_files(vault: Vault, tree: str) -> dict[str, tuple[str, str]]:
 
 def slow_import(vault: Vault, folder: Path, monkeypatch: pytest.MonkeyPatch):
     """The same import with the index vouching for nothing: every file hashed from disk."""
-    entries = importer._UserRepo.index_entries
+    work_tree = importer._UserRepo.work_tree
 
     def vouch_nothing(self):
-        found, _racy_from = entries(self)
-        return found, None
+        found = work_tree(self)
+        found.changed = None
+        return found
 
     with monkeypatch.context() as m:
-        m.setattr(importer._UserRepo, "index_entries", vouch_nothing)
+        m.setattr(importer._UserRepo, "work_tree", vouch_nothing)
         return import_folder(vault, folder)
 
 
@@ -320,37 +324,74 @@ def _set_index_stat(repo: Path, rel: str, st: os.stat_result) -> None:
     path.write_bytes(bytes(data))
 
 
-def test_the_index_listing_is_read_whole_or_not_at_all(tmp_path):
-    """Every entry of `git ls-files --debug` with its stat data, whatever its name holds
-    (spaces, tabs, new lines); a listing that does not parse to its end vouches for nothing."""
+def test_what_git_status_says_is_read_whatever_the_names_hold(tmp_path):
+    """Every changed, staged, unmerged and untracked path of `git status --porcelain=v2 -z`,
+    whatever its name holds (spaces, tabs, new lines); a line of a kind Cairn does not know
+    refuses the import instead of being taken for nothing changed."""
     repo = tmp_path / "repo"
     names = ["plain.txt", "with space.txt", "tab\there.txt", "new\nline.txt", "dir/deep é.txt"]
     for i, name in enumerate(names):
         write(repo / name, f"content {i}\n")
     git(repo, "init", "-q")
     git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "first")
     age(repo)
-    data = subprocess.run(
-        ["git", "ls-files", "-z", "--stage", "-t", "--debug"],
-        cwd=repo,
-        capture_output=True,
-        check=True,
-    ).stdout
+    write(repo / "with space.txt", "changed\n")
+    write(repo / "new\nline.txt", "staged\n")
+    git(repo, "add", "new\nline.txt")
+    write(repo / "untracked\tone.txt", "new\n")
 
-    entries = importer._parse_index_listing(data)
+    state = importer._UserRepo(repo.resolve()).work_tree()
 
-    assert entries is not None
-    assert sorted(e.rel for e in entries) == sorted(names)
-    for e in entries:
-        st = os.lstat(repo / e.rel)
-        assert (e.tag, e.mode, e.stage) == ("H", "100644", "0")
-        assert (
-            e.stat is not None and e.stat[7] == st.st_size and e.stat[4] == st.st_ino & 0xFFFFFFFF
-        )
-        assert e.vouches_for(st, int(time.time()))
-    assert importer._parse_index_listing(data[:-1]) is None
-    assert importer._parse_index_listing(data + b"H 100644") is None
-    assert importer._parse_index_listing(b"junk\0" + data) is None
+    assert sorted(e.rel for e in state.entries) == sorted(names)
+    assert {(e.tag, e.mode, e.stage) for e in state.entries} == {("H", "100644", "0")}
+    assert state.changed == {"with space.txt", "new\nline.txt"}
+    assert state.untracked == ["untracked\tone.txt"]
+    changed, _ = importer._parse_status(b"u UU N... 100644 100644 100644 100644 a b c two words\0")
+    assert changed == {"two words"}
+    with pytest.raises(InputError):
+        importer._parse_status(b"1 .M N... 100644 100644 100644 a b x\0Z what is this\0")
+
+
+def test_an_entry_marked_assume_unchanged_is_read_from_disk(vault, tmp_path, monkeypatch):
+    """git status does not look at a file marked assume-unchanged: its index entry vouches for
+    nothing, whatever the file holds now."""
+    repo = new_repo(tmp_path)
+    age(repo)
+    git(repo, "update-index", "--assume-unchanged", "pkg0/mod0.py")
+    write(repo / "pkg0" / "mod0.py", "value = 'edited while assumed unchanged'\n")
+    assert git(repo, "status", "--porcelain") == ""
+
+    result = check_import(vault, repo, tmp_path, monkeypatch)
+
+    files = tree_files(vault, result.base_tree)
+    assert vault.objects.read_blob(files["pkg0/mod0.py"][1]).startswith(b"value = 'edited")
+    assert result.files_hashed == 1
+
+
+@pytest.mark.parametrize(
+    "setting", ["core.trustctime=false", "core.checkStat=minimal", "core.filemode=false"]
+)
+def test_a_relaxed_stat_setting_of_the_person_does_not_hide_an_edit(
+    vault, tmp_path, monkeypatch, setting
+):
+    """The person's config may tell git to trust less of the stat data; the import does not."""
+    repo = new_repo(tmp_path)
+    age(repo)
+    key, value = setting.split("=")
+    git(repo, "config", key, value)
+    target = repo / "pkg2" / "mod2.py"
+    st = os.lstat(target)
+    write(target, "value = 8\n")  # same size as "value = 2\n"
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))  # and the same mtime: ctime tells
+    os.chmod(repo / "pkg1" / "mod1.py", 0o755)  # only the mode tells
+
+    result = check_import(vault, repo, tmp_path, monkeypatch)
+
+    files = tree_files(vault, result.base_tree)
+    assert vault.objects.read_blob(files["pkg2/mod2.py"][1]) == b"value = 8\n"
+    assert files["pkg1/mod1.py"][0] == "100755"
+    assert result.files_hashed == 2
 
 
 @pytest.mark.parametrize("autocrlf", [None, "true", "input"])
@@ -391,3 +432,29 @@ def test_converted_files_are_those_any_conversion_attribute_or_setting_reaches(t
     by_attribute |= {"both.y", "tab\tname.txt"}
     by_setting = {"plain.py", "unspecified.md", "crlf.bat", "filtered.x", "ident.c"}
     assert found == (by_attribute | by_setting if autocrlf else by_attribute)
+
+
+def test_an_edit_in_the_second_the_index_was_written_that_kept_the_mtime(
+    vault, tmp_path, monkeypatch
+):
+    """git compares whole seconds of a ctime and looks at the mtime alone for racy entries: a
+    file rewritten at its size in the second its stat data was recorded and the index written,
+    its mtime put back, passes `git status`. Its entry vouches for nothing."""
+    repo = new_repo(tmp_path)
+    past = time.time() - HOUR
+    time.sleep(1.01 - time.time() % 1)  # all of what follows in one second, on most machines
+    started = int(time.time())
+    for rel in ("pkg0/mod0.py", "pkg1/mod1.py"):
+        os.utime(repo / rel, (past, past))
+    git(repo, "update-index", "-q", "--refresh")
+    target = repo / "pkg0" / "mod0.py"
+    write(target, "value = 5\n")  # the size of "value = 0\n"
+    os.utime(target, (past, past))
+    if int(time.time()) != started:
+        pytest.skip("the machine took over a second for what had to fall in one")
+    assert git(repo, "status", "--porcelain") == ""  # git itself cannot tell
+
+    result = check_import(vault, repo, tmp_path, monkeypatch)
+
+    files = tree_files(vault, result.base_tree)
+    assert vault.objects.read_blob(files["pkg0/mod0.py"][1]) == b"value = 5\n"
