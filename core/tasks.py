@@ -30,7 +30,7 @@ from core.runs.service import Runs
 from core.sandbox.base import workspace_owner
 from core.settings import Settings, default_policy, engine_endpoint, refuse_unreachable
 from core.snapshots import Snapshots
-from core.vault import Vault, base_ref, revisions_ref
+from core.vault import Vault, base_ref, collector_paused, revisions_ref
 from core.vault.importer import check_importable, import_folder, inside_repository_note
 
 log = logging.getLogger(__name__)
@@ -136,12 +136,15 @@ class Tasks:
         refuse_unreachable(engine, policy, endpoint)
         host_name = self.settings.host(host).name
         folder = check_importable(Path(path), self.ctx.data)
-        with held(
-            self.ctx.data.locks_root,
-            "import",
-            str(folder),
-            f"{folder} is already being imported by another Cairn process",
-            wait=import_wait_s(),
+        with (
+            held(
+                self.ctx.data.locks_root,
+                "import",
+                str(folder),
+                f"{folder} is already being imported by another Cairn process",
+                wait=import_wait_s(),
+            ),
+            collector_paused(),
         ):
             return self._new_task_locked(
                 folder,

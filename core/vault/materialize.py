@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, Literal
 
 from core.errors import CairnError, Conflict, CorruptSnapshot, InputError, VaultError
-from core.vault import Vault
+from core.vault import Vault, collector_paused
 from core.vault.objects import (
     EMPTY_TREE,
     MODE_EXEC,
@@ -70,7 +70,13 @@ def materialize(
     closed to everyone else (0700): nobody can change a file unseen until the caller has recorded
     the files' stat data and opens it (`workspaces.open_to`).
     """
-    dest = Path(dest)
+    with collector_paused():
+        return _materialize(vault, commit_or_tree, Path(dest), label, owner)
+
+
+def _materialize(
+    vault: Vault, commit_or_tree: str, dest: Path, label: str, owner: tuple[int, int] | None
+) -> str:
     if os.path.lexists(dest):
         raise Conflict(f"cannot restore {label}: {dest} already exists")
     if not dest.parent.is_dir():

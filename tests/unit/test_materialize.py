@@ -436,3 +436,25 @@ def umask() -> int:
     old = os.umask(0)
     os.umask(old)
     return old
+
+
+def test_the_collector_is_paused_for_a_pass_and_left_as_it_was_after_it():
+    import gc
+
+    from core.vault import collector_paused
+
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), collector_paused():
+        assert not gc.isenabled()
+        with collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the inner pass leaves the outer one's pause alone
+        raise RuntimeError
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled()  # paused by someone else before: stays so
+    finally:
+        gc.enable()
