@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import shutil
 import stat as statmod
 import subprocess
 from collections.abc import Iterator
@@ -24,13 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.datadir import DataDir
-from core.errors import InputError, VaultError
+from core.errors import InputError
 from core.vault import Vault
 from core.vault.ignore import IgnoreRules
-from core.vault.objects import MODE_GITLINK, MODE_LINK, MODE_TREE, ObjectStore, git_env, run_git
+from core.vault.objects import MODE_GITLINK, MODE_LINK, MODE_TREE, ObjectStore, git_env
 from core.vault.tree_index import FileRecord, TreeIndex, mode_of
 
-IMPORTS_PREFIX = "refs/cairn/imports/"
+# Where a fetch of the user's HEAD puts its objects until the import goes ahead (git's own
+# prefix for quarantined objects, inside the vault's objects folder).
+INCOMING_PREFIX = "tmp_objdir-cairn-import-"
 _NAMED_PROBLEMS = 3  # how many unreadable paths an error names before it only counts
 _GIT_WARNING = re.compile(rb"^warning: could not open directory '(.*)': (.*)$", re.M)
 # Settings that decide whether `git status` trusts a file's stat data: always git's strictest
@@ -179,15 +182,21 @@ def _import_git(vault: Vault, folder: Path) -> ImportResult:
     repo.check_top()
     head = repo.head_commit()
     branch = repo.head_branch()
-    listing = _list_work_tree(repo)
-    for rel in listing.nested:
-        listing.problems += _unreadable_below(folder / rel, rel, IgnoreRules(folder / rel))
-    _raise_unreadable(folder, listing.problems)
+    fetch = _HeadFetch(vault, folder, head) if head is not None else None
+    try:
+        listing = _list_work_tree(repo)
+        for rel in listing.nested:
+            listing.problems += _unreadable_below(folder / rel, rel, IgnoreRules(folder / rel))
+        _raise_unreadable(folder, listing.problems)
+    except BaseException:
+        if fetch is not None:
+            fetch.discard()
+        raise
 
-    # Nothing has been written so far; from here on only the vault is.
+    # Nothing has been written to the vault so far; from here on it is.
     objects = vault.objects
-    if head is not None:
-        _fetch_head(vault, folder, head)
+    if fetch is not None:
+        fetch.admit()
     index = TreeIndex()
     for rel in sorted(listing.dirs):
         index.ensure_dir(rel)
@@ -290,43 +299,81 @@ def _write_base(
     return commit
 
 
-def _fetch_head(vault: Vault, folder: Path, head: str) -> None:
-    """Copy the objects of the user's HEAD into the vault, through a ref that is dropped again."""
-    temp_ref = f"{IMPORTS_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
-    try:
-        run_git(
-            [
-                "--git-dir",
-                str(vault.git_dir),
-                "-c",
-                "maintenance.auto=false",
-                "fetch",
-                "--no-tags",
-                "--no-write-fetch-head",
-                "--no-recurse-submodules",
-                "--quiet",
-                "--update-shallow",
-                str(folder),
-                f"+{head}:{temp_ref}",
-            ],
-            env=git_env(GIT_PROTOCOL="version=2"),
+class _HeadFetch:
+    """The objects of the user's HEAD, fetched into a folder of their own beside the vault's
+    objects while the work tree is listed (git's own quarantine for incoming objects), and
+    moved among the vault's objects only once the import goes ahead: an import refused for an
+    unreadable file leaves the vault as it was. No ref is written for them."""
+
+    def __init__(self, vault: Vault, folder: Path, head: str):
+        self.vault = vault
+        objects_dir = vault.objects.objects_dir
+        self.incoming = objects_dir / f"{INCOMING_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
+        shallow = vault.git_dir / "shallow"
+        self.shallow_before = shallow.read_bytes() if shallow.exists() else None
+        self.incoming.mkdir()
+        env = git_env(
+            GIT_PROTOCOL="version=2",
+            GIT_OBJECT_DIRECTORY=str(self.incoming),
+            GIT_ALTERNATE_OBJECT_DIRECTORIES=str(objects_dir),
         )
-    except VaultError as exc:
-        raise InputError(f"the history of {folder} cannot be read: {exc}") from None
-    finally:
-        if vault.objects.read_ref(temp_ref) is not None:
-            vault.objects.delete_ref(temp_ref)
-        _remove_empty_ref_dirs(vault, temp_ref)
+        argv = [
+            "git",
+            "--git-dir",
+            str(vault.git_dir),
+            "-c",
+            "maintenance.auto=false",
+            "fetch",
+            "--no-tags",
+            "--no-write-fetch-head",
+            "--no-recurse-submodules",
+            "--quiet",
+            "--update-shallow",
+            str(folder),
+            head,
+        ]
+        self.folder = folder
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
 
+    def admit(self) -> None:
+        """Wait for the fetch, then move what it brought among the vault's objects (each pack's
+        data before its index, so that git never finds an index without its pack)."""
+        _out, err = self.proc.communicate()
+        if self.proc.returncode != 0:
+            lines = err.decode(errors="replace").strip().splitlines()
+            reason = lines[-1] if lines else f"git fetch exited {self.proc.returncode}"
+            self.discard()
+            raise InputError(f"the history of {self.folder} cannot be read: {reason}")
+        objects_dir = self.vault.objects.objects_dir
+        found = sorted(
+            (p for p in self.incoming.rglob("*") if p.is_file()),
+            key=lambda p: (p.suffix == ".idx", str(p)),
+        )
+        for path in found:
+            if path.suffix == ".keep":
+                continue  # fetch's own, while it had no ref to protect the pack
+            target = objects_dir / path.relative_to(self.incoming)
+            target.parent.mkdir(exist_ok=True)
+            os.replace(path, target)
+        shutil.rmtree(self.incoming, ignore_errors=True)
 
-def _remove_empty_ref_dirs(vault: Vault, ref: str) -> None:
-    folder = (vault.git_dir / ref).parent
-    while folder != vault.git_dir / "refs" and folder.is_dir():
-        try:
-            folder.rmdir()
-        except OSError:
-            return
-        folder = folder.parent
+    def discard(self) -> None:
+        """Stop the fetch and leave the vault as it was before it."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.communicate()
+        shutil.rmtree(self.incoming, ignore_errors=True)
+        shallow = self.vault.git_dir / "shallow"
+        if self.shallow_before is None:
+            shallow.unlink(missing_ok=True)
+        else:
+            shallow.write_bytes(self.shallow_before)
 
 
 # -- reading the user's repository ---------------------------------------------------------------
