@@ -309,6 +309,10 @@ class _HeadFetch:
         self.vault = vault
         objects_dir = vault.objects.objects_dir
         self.incoming = objects_dir / f"{INCOMING_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
+        # Imports of one folder (one vault) hold its import lock one at a time: any quarantine
+        # found is what an import that died left behind.
+        for stale in objects_dir.glob(f"{INCOMING_PREFIX}*"):
+            shutil.rmtree(stale, ignore_errors=True)
         shallow = vault.git_dir / "shallow"
         self.shallow_before = shallow.read_bytes() if shallow.exists() else None
         self.incoming.mkdir()

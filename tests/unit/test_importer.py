@@ -17,7 +17,7 @@ import pytest
 
 from core.datadir import DataDir
 from core.errors import InputError
-from core.vault import Vault
+from core.vault import Vault, importer
 from core.vault.importer import check_importable, import_folder
 from core.vault.objects import EMPTY_TREE, MODE_EXEC, MODE_FILE, MODE_GITLINK, MODE_LINK
 from core.vault.tree_index import TreeIndex
@@ -366,7 +366,7 @@ import json, sys
 from pathlib import Path
 from core.datadir import DataDir
 from core.errors import InputError
-from core.vault import Vault
+from core.vault import Vault, importer
 from core.vault.importer import check_importable, import_folder
 vault = Vault.open_or_create(Path(sys.argv[2]))
 try:
@@ -544,3 +544,36 @@ def test_a_repositorys_git_folder_is_refused_naming_the_repository_to_drop(tmp_p
             check_importable(inside, data)
         assert_one_line(exc, "the git folder of the repository", str(repo), f"drop {repo}")
     assert check_importable(repo, data) == repo.resolve()
+
+
+def test_head_is_fetched_aside_and_moved_in_only_when_the_import_goes_ahead(
+    vault, busy_repo, tmp_path, monkeypatch
+):
+    """The fetch of HEAD runs while the work tree is listed, into a quarantine folder: a refused
+    import leaves neither objects nor a shallow list behind; one that goes ahead holds HEAD's
+    objects among the vault's own, and clears what an import that died had left."""
+    git(busy_repo, "commit", "-q", "-m", "second")
+    clone = tmp_path / "shallow"
+    git(tmp_path, "clone", "-q", "--depth", "1", f"file://{busy_repo}", str(clone))
+    objects = vault.objects.objects_dir
+    dead = objects / f"{importer.INCOMING_PREFIX}99999999-0123456789ab"
+    (dead / "pack").mkdir(parents=True)
+    (dead / "pack" / "pack-x.pack").write_bytes(b"half a pack")
+
+    def refuse(folder, problems):
+        raise InputError("refused")
+
+    with monkeypatch.context() as m:
+        m.setattr(importer, "_raise_unreadable", refuse)
+        with pytest.raises(InputError):
+            import_folder(vault, clone)
+    assert list(objects.glob(f"{importer.INCOMING_PREFIX}*")) == []
+    assert not (vault.git_dir / "shallow").exists()
+    assert [p for p in objects.rglob("*") if p.is_file()] == []
+
+    result = import_folder(vault, clone)
+
+    assert list(objects.glob(f"{importer.INCOMING_PREFIX}*")) == []
+    assert vault.objects.read_commit(result.head_commit).tree
+    assert (vault.git_dir / "shallow").read_text().strip() == result.head_commit
+    assert vault_refs(vault) == []
