@@ -31,7 +31,7 @@ from core.locks import FileLock, lock_path
 from core.models import Revision, RevisionTrigger, Run, Task, Workspace
 from core.runs.states import IN_FLIGHT, run_files
 from core.vault.ignore import IgnoreRules
-from core.vault.tree_index import TreeIndex
+from core.vault.tree_index import Looked, TreeIndex
 from core.watch import CapturedRevision, Recorder, seed_stat_cache, stat_pass
 
 log = logging.getLogger(__name__)
@@ -324,16 +324,24 @@ class Revisions:
         return self.ctx.data.cache_root / f"{workspace_id}.stat"
 
     def seed_stat_cache(
-        self, workspace_id: str, root: Path, revision: str, index: TreeIndex | None = None
+        self,
+        workspace_id: str,
+        root: Path,
+        revision: str,
+        index: TreeIndex | None = None,
+        looked: Looked | None = None,
     ) -> None:
         """Leave the stat cache of a workspace just written from `revision` behind, so that its
         first full capture only compares stat data (`index`: the revision's tree, when the
-        caller holds it). Best effort: without it that capture hashes every file once."""
+        caller holds it; `looked`: the files' stat data taken since they were written).
+        Best effort: without it that capture hashes every file once."""
         try:
             if index is None:
                 vault = self.ctx.vault_for(self.ctx.store.get_workspace(workspace_id).source_id)
                 index = TreeIndex.from_tree(vault.objects, vault.tree_of(revision))
-            seed_stat_cache(self._stat_cache(workspace_id), workspace_id, root, revision, index)
+            seed_stat_cache(
+                self._stat_cache(workspace_id), workspace_id, root, revision, index, looked
+            )
         except (OSError, CairnError) as exc:
             log.warning("workspace %s: no stat cache was left behind: %s", workspace_id, exc)
 

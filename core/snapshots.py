@@ -22,6 +22,7 @@ from core.revisions import Revisions
 from core.vault import Vault, base_ref, revisions_ref, snapshot_ref
 from core.vault.materialize import materialize
 from core.vault.objects import run_git
+from core.vault.tree_index import Looked
 
 MAX_NAME = 80
 
@@ -220,12 +221,19 @@ class Snapshots:
         )
         self.ctx.store.add_workspace(ws)
         try:
+            looked = Looked()
             workspaces.create_tree(
-                vault, commit, root, branch=branch, head_commit=old.head_commit, label=label
+                vault,
+                commit,
+                root,
+                branch=branch,
+                head_commit=old.head_commit,
+                label=label,
+                looked=looked,
             )
             vault.objects.update_ref(base_ref(ws_id), commit)
             vault.objects.update_ref(revisions_ref(ws_id), commit)
-            self.revisions.seed_stat_cache(ws_id, root, commit)
+            self.revisions.seed_stat_cache(ws_id, root, commit, looked=looked)
         except BaseException:
             workspaces.remove_tree(root)
             self.ctx.store.delete_workspace_rows(ws_id)

@@ -32,6 +32,7 @@ from core.settings import Settings, default_policy, engine_endpoint, refuse_unre
 from core.snapshots import Snapshots
 from core.vault import Vault, base_ref, collector_paused, revisions_ref
 from core.vault.importer import check_importable, import_folder, inside_repository_note
+from core.vault.tree_index import Looked
 
 log = logging.getLogger(__name__)
 
@@ -236,6 +237,7 @@ class Tasks:
                     self.ctx.store.add_source(source)
                 self.ctx.store.add_workspace(ws)
             owner = workspace_owner(policy.uid)
+            looked = Looked()
             workspaces.create_tree(
                 vault,
                 result.base_commit,
@@ -244,10 +246,13 @@ class Tasks:
                 head_commit=result.head_commit,
                 label=f"the base of {folder}",
                 owner=owner,
+                looked=looked,
             )
             vault.objects.update_ref(base_ref(ws_id), result.base_commit)
             vault.objects.update_ref(revisions_ref(ws_id), result.base_commit)
-            self.revisions.seed_stat_cache(ws_id, root, result.base_commit, result.index)
+            self.revisions.seed_stat_cache(
+                ws_id, root, result.base_commit, result.index, looked=looked
+            )
             if owner is not None:
                 workspaces.open_to(root, owner)
             task = Task(

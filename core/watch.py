@@ -51,6 +51,7 @@ from core.vault.objects import (
 from core.vault.tree_index import (
     RACY_SECONDS_FINE,
     FileRecord,
+    Looked,
     ScanProblem,
     TreeIndex,
     mode_of,
@@ -483,7 +484,12 @@ def _sharded_pass(
 
 
 def seed_stat_cache(
-    path: Path, workspace_id: str, root: Path, revision: str, index: TreeIndex
+    path: Path,
+    workspace_id: str,
+    root: Path,
+    revision: str,
+    index: TreeIndex,
+    looked: Looked | None = None,
 ) -> int:
     """Write the stat cache of a workspace whose files were just written from `revision` (whose
     tree `index` holds), so that the recorder's first full capture is a pass of `lstat`s instead
@@ -492,17 +498,28 @@ def seed_stat_cache(
 
     The files written last are still racy when they are first looked at; on a filesystem with
     fine timestamps they are looked at again once their window has passed (a tenth of a second
-    at most), so that the cache vouches for them too."""
+    at most), so that the cache vouches for them too. `looked`: the `lstat`s already taken of
+    these files since they were written (by `workspaces.create_tree`), used instead of new ones.
+    """
     top = os.fspath(root) + os.sep
     records: list[tuple[str, FileRecord]] = []
+    taken: list[tuple[str, FileRecord, os.stat_result]] = []
+    stats = looked.stats if looked is not None else {}
     for folder, children in index.dirs.items():
         prefix = top + folder + "/" if folder else top
         for name, rec in children.items():
             if rec is not None:
                 rec.stat, rec.seen_at = None, 0.0
-                if rec.mode != MODE_GITLINK:
+                if rec.mode == MODE_GITLINK:
+                    continue
+                st = stats.get(os.fsencode(folder + "/" + name if folder else name))
+                if st is None:
                     records.append((prefix + name, rec))
+                else:
+                    taken.append((prefix + name, rec, st))
     racy = _seed_stats(records)
+    if taken and looked is not None:
+        racy += _seed_taken(taken, looked.seen_at)
     if racy:
         newest = max(mtime for mtime, _ in racy)
         time.sleep(max(0.0, min(newest + RACY_SECONDS_FINE - time.time(), RACY_SECONDS_FINE)))
@@ -533,12 +550,21 @@ def _seed_stats(
     """Give each record the stat data of its file (when of the record's kind); returns those
     still racy on a filesystem with fine timestamps, with their mtimes."""
     seen_at = time.time()  # before any lstat: a change after it is never hidden by the cache
-    racy = []
+    looked = []
     for full, rec in records:
         try:
-            st = os.lstat(full)
+            looked.append((full, rec, os.lstat(full)))
         except OSError:
             continue
+    return _seed_taken(looked, seen_at)
+
+
+def _seed_taken(
+    looked: list[tuple[str, FileRecord, os.stat_result]], seen_at: float
+) -> list[tuple[float, tuple[str, FileRecord]]]:
+    """`_seed_stats` with the `lstat`s taken already, from `seen_at` on."""
+    racy = []
+    for full, rec, st in looked:
         if mode_of(st) == rec.mode:
             rec.stat, rec.seen_at = stat_key(st), seen_at
             window = racy_window(st)

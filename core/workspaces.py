@@ -28,6 +28,7 @@ from core.safe_fs import write_file
 from core.vault import Vault
 from core.vault.materialize import materialize
 from core.vault.objects import git_env, run_git
+from core.vault.tree_index import Looked
 
 # Allowed lifecycle moves. ACTIVE means a sandbox is up; FROZEN accepts no new runs (its files
 # are kept as they are); ARCHIVED has no tree on disk but stays restorable from its snapshots.
@@ -98,18 +99,22 @@ def create_tree(
     head_commit: str | None,
     label: str,
     owner: tuple[int, int] | None = None,
+    looked: Looked | None = None,
 ) -> str:
     """Materialize `revision` at `root` and give it a `.git` of its own on `branch`.
 
     The `.git` shares the vault's objects by hard links (a copy only across filesystems), sits on
     `branch` at the user's HEAD (or at the base for a folder without history) and has an index
     of that commit, so `git status` inside shows the same uncommitted work the user had.
-    With `owner`, the files are that user's from the start (see `materialize`).
+    With `owner`, the files are that user's from the start (see `materialize`). `looked`
+    receives the stat data the index was written with, for the caller's stat cache.
     Returns the tree id. On failure nothing is left at `root`.
     """
     tree = materialize(vault, revision, root, label=label, owner=owner)
     try:
-        _init_git(vault, root, branch=branch, commit=head_commit or revision, written=tree)
+        _init_git(
+            vault, root, branch=branch, commit=head_commit or revision, written=tree, looked=looked
+        )
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise
@@ -124,7 +129,9 @@ def open_to(root: Path, owner: tuple[int, int]) -> None:
     os.chown(root, *owner, follow_symlinks=False)
 
 
-def _init_git(vault: Vault, root: Path, *, branch: str, commit: str, written: str) -> None:
+def _init_git(
+    vault: Vault, root: Path, *, branch: str, commit: str, written: str, looked: Looked | None
+) -> None:
     git_dir = root / ".git"
     run_git(["init", "--quiet", "--initial-branch", branch, str(root)])
     for hook in (git_dir / "hooks").glob("*"):
@@ -134,13 +141,13 @@ def _init_git(vault: Vault, root: Path, *, branch: str, commit: str, written: st
     run_git(["update-ref", f"refs/heads/{branch}", commit], env=env)
     run_git(["config", "user.name", "Cairn"], env=env)
     run_git(["config", "user.email", "cairn@localhost"], env=env)
-    _write_git_index(vault, root, commit, written)
+    _write_git_index(vault, root, commit, written, looked or Looked())
     # Only files written in the index's own second are compared again (git's racy entries).
     run_git(["update-index", "-q", "--refresh"], env=env, check=False)
     protect_git(root)
 
 
-def _write_git_index(vault: Vault, root: Path, commit: str, written: str) -> None:
+def _write_git_index(vault: Vault, root: Path, commit: str, written: str, looked: Looked) -> None:
     """The workspace's git index: `commit`'s tree, with the stat data of each file that was
     just written with that very blob and mode (the tree `written`), so that git inside needs no
     pass reading every file to know they are unchanged. Files that differ from `commit` get no
@@ -171,11 +178,13 @@ def _write_git_index(vault: Vault, root: Path, commit: str, written: str) -> Non
     entries.sort(key=lambda e: e[0])
     top = os.fsencode(root) + b"/"
     out = bytearray(b"DIRC" + struct.pack(">II", 2, len(entries)))
+    looked.seen_at = time.time()
+    stats = looked.stats
     for path, mode, sha in entries:
         fields = (0,) * 10
         if mode != _GITLINK and path not in differ:
             try:
-                st = os.lstat(top + path)
+                st = stats[path] = os.lstat(top + path)
                 fields = (
                     st.st_ctime_ns // 1_000_000_000 & _U32,
                     st.st_ctime_ns % 1_000_000_000,

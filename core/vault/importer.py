@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from core.datadir import DataDir
 from core.errors import InputError
@@ -36,6 +37,9 @@ from core.vault.tree_index import FileRecord, TreeIndex, mode_of
 INCOMING_PREFIX = "tmp_objdir-cairn-import-"
 _NAMED_PROBLEMS = 3  # how many unreadable paths an error names before it only counts
 _GIT_WARNING = re.compile(rb"^warning: could not open directory '(.*)': (.*)$", re.M)
+# `git ls-files -z --debug`: the stat data after each entry's line, and the seconds of its ctime.
+_INDEX_STAT_DATA = re.compile(rb"\0  ctime: [^\n]*\n(?:[^\n]*\n){4}")
+_INDEX_CTIME = re.compile(rb"\0  ctime: (\d+):")
 # Settings that decide whether `git status` trusts a file's stat data: always git's strictest
 # (the person's own config may relax them; an edit must never be taken for the index's blob).
 _STRICT_STATUS = [
@@ -537,8 +541,7 @@ class _UserRepo:
         return proc.stdout.decode(errors="replace").strip() if proc.returncode == 0 else None
 
 
-@dataclass(slots=True)
-class _IndexEntry:
+class _IndexEntry(NamedTuple):
     tag: str  # `git ls-files -v`: H cached, S skip-worktree; lower case: assume-unchanged
     mode: str
     sha: str
@@ -547,8 +550,10 @@ class _IndexEntry:
 
     @classmethod
     def parse(cls, line: bytes) -> _IndexEntry:
-        meta, _, raw_path = line.partition(b"\t")
+        meta, tab, raw_path = line.partition(b"\t")
         tag, mode, sha, stage = meta.decode().split(" ")
+        if not tab:
+            raise ValueError("no path")
         return cls(tag, mode, sha, stage, os.fsdecode(raw_path))
 
 
@@ -572,28 +577,20 @@ def _parse_index_listing(
     the mtime would pass its status; such entries are read from disk. None for the second
     when `racy_from` is; None when the listing is not entries of that form, one after the
     other."""
-    # Each entry is its line, a NUL, then five lines of stat data; a path holds no NUL, so
-    # each piece after the first is one entry's stat data followed by the next entry's line.
-    pieces = data.split(b"\0")
-    lines = [pieces[0]]
-    racy: set[str] = set()
-    limit = racy_from if racy_from is not None else 1 << 62
+    # Each entry is its line, a NUL, then five lines of stat data. A path holds no NUL, so the
+    # stat data can only start right after one: splitting there leaves the entries' lines.
+    lines = _INDEX_STAT_DATA.split(data)
+    ctimes = _INDEX_CTIME.findall(data)
+    if lines.pop() or len(lines) != len(ctimes) or data.count(b"\0") != len(ctimes):
+        return None  # not a whole listing of entries and their stat data, one NUL each
     try:
-        for i in range(1, len(pieces)):
-            piece = pieces[i]
-            if not piece.startswith(b"  ctime: "):
-                raise ValueError
-            stat_end = -1
-            for _ in range(5):
-                stat_end = piece.index(b"\n", stat_end + 1)
-            lines.append(piece[stat_end + 1 :])
-            if int(piece[9 : piece.index(b":", 9)]) >= limit:
-                racy.add(os.fsdecode(lines[i - 1].partition(b"\t")[2]))
-        if lines.pop():
-            raise ValueError  # the listing must end with a whole entry's stat data
-        return [_IndexEntry.parse(line) for line in lines], racy if racy_from is not None else None
+        entries = [_IndexEntry.parse(line) for line in lines]
     except ValueError:
         return None
+    if racy_from is None:
+        return entries, None
+    racy = {entries[i].rel for i, sec in enumerate(ctimes) if int(sec) >= racy_from}
+    return entries, racy
 
 
 def _parse_status(data: bytes) -> tuple[set[str], list[str]]:

@@ -43,6 +43,15 @@ def racy_window(st: os.stat_result) -> float:
 StatKey = tuple[int, int, int, int]  # (mtime_ns, ctime_ns, size, inode)
 
 
+@dataclass
+class Looked:
+    """The `lstat` of files just written into a new tree, taken once and shared by whoever
+    records stat data for them (the workspace's git index, the recorder's stat cache)."""
+
+    seen_at: float = 0.0  # when the looking began: a change after it is never hidden
+    stats: dict[bytes, os.stat_result] = field(default_factory=dict)  # path below the top
+
+
 def stat_key(st: os.stat_result) -> StatKey:
     return (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
 
@@ -133,7 +142,8 @@ class TreeIndex:
     # -- editing -------------------------------------------------------------------------------
 
     def _touch(self, folder: str) -> None:
-        while True:
+        # A dirty folder's parents are dirty too and none has a tree id: nothing left to do.
+        while folder not in self.dirty:
             self.dirty.add(folder)
             self.tree_ids.pop(folder, None)
             if not folder:
@@ -382,6 +392,7 @@ __all__ = [
     "mode_of",
     "stat_key",
     "MODE_GITLINK",
+    "Looked",
     "RACY_SECONDS",
     "racy_window",
 ]
