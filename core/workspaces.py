@@ -110,7 +110,14 @@ def create_tree(
     receives the stat data the index was written with, for the caller's stat cache.
     Returns the tree id. On failure nothing is left at `root`.
     """
-    tree = materialize(vault, revision, root, label=label, owner=owner)
+    tree = materialize(
+        vault,
+        revision,
+        root,
+        label=label,
+        owner=owner,
+        stats=looked.stats if looked is not None else None,
+    )
     try:
         _init_git(
             vault, root, branch=branch, commit=head_commit or revision, written=tree, looked=looked
@@ -138,9 +145,13 @@ def _init_git(
         hook.unlink()
     _link_objects(vault.objects.objects_dir, git_dir / "objects")
     env = git_env(GIT_DIR=str(git_dir), GIT_WORK_TREE=str(root))
-    run_git(["update-ref", f"refs/heads/{branch}", commit], env=env)
-    run_git(["config", "user.name", "Cairn"], env=env)
-    run_git(["config", "user.email", "cairn@localhost"], env=env)
+    # A repository `git init` has just made: its branch and identity are written as git would
+    # write them, without a git process each.
+    ref = git_dir / "refs" / "heads" / branch
+    ref.parent.mkdir(parents=True, exist_ok=True)
+    ref.write_text(commit + "\n")
+    with open(git_dir / "config", "a") as config:
+        config.write("[user]\n\tname = Cairn\n\temail = cairn@localhost\n")
     _write_git_index(vault, root, commit, written, looked or Looked())
     # Only files written in the index's own second are compared again (git's racy entries).
     run_git(["update-index", "-q", "--refresh"], env=env, check=False)
@@ -178,13 +189,16 @@ def _write_git_index(vault: Vault, root: Path, commit: str, written: str, looked
     entries.sort(key=lambda e: e[0])
     top = os.fsencode(root) + b"/"
     out = bytearray(b"DIRC" + struct.pack(">II", 2, len(entries)))
+    # Files the caller's `materialize` just wrote come with their stat data: nothing but that
+    # call wrote in the folder since (see `materialize`), so it stands from here on.
     looked.seen_at = time.time()
     stats = looked.stats
     for path, mode, sha in entries:
         fields = (0,) * 10
         if mode != _GITLINK and path not in differ:
             try:
-                st = stats[path] = os.lstat(top + path)
+                st = stats.get(path) or os.lstat(top + path)
+                stats[path] = st
                 fields = (
                     st.st_ctime_ns // 1_000_000_000 & _U32,
                     st.st_ctime_ns % 1_000_000_000,
@@ -360,7 +374,9 @@ def set_git_config(root: Path, key: str, value: str) -> None:
 
 def _link_objects(src: Path, dst: Path) -> None:
     """Share the vault's objects with a workspace: hard links, or copies across filesystems."""
-    for dirpath, _, filenames in os.walk(src):
+    for dirpath, dirnames, filenames in os.walk(src):
+        # An import's quarantined objects (tmp_objdir-*) are not the vault's until moved in.
+        dirnames[:] = [d for d in dirnames if not d.startswith("tmp_")]
         rel = os.path.relpath(dirpath, src)
         if rel == "info" or rel.startswith("info" + os.sep):
             continue

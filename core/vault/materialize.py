@@ -59,6 +59,7 @@ def materialize(
     *,
     label: str,
     owner: tuple[int, int] | None = None,
+    stats: dict[bytes, os.stat_result] | None = None,
 ) -> str:
     """Write the tree of `commit_or_tree` into the new folder `dest`; return the tree id.
 
@@ -69,13 +70,22 @@ def materialize(
     descriptor, a folder or link without following one), while `dest` itself stays Cairn's and
     closed to everyone else (0700): nobody can change a file unseen until the caller has recorded
     the files' stat data and opens it (`workspaces.open_to`).
+
+    `stats` receives each file's and link's stat data (path below `dest` → `lstat`), taken once
+    it was written, so that whoever records stat data for the new tree need not look again:
+    nothing but this process writes in the folder before it appears at `dest`.
     """
     with collector_paused():
-        return _materialize(vault, commit_or_tree, Path(dest), label, owner)
+        return _materialize(vault, commit_or_tree, Path(dest), label, owner, stats)
 
 
 def _materialize(
-    vault: Vault, commit_or_tree: str, dest: Path, label: str, owner: tuple[int, int] | None
+    vault: Vault,
+    commit_or_tree: str,
+    dest: Path,
+    label: str,
+    owner: tuple[int, int] | None,
+    stats: dict[bytes, os.stat_result] | None,
 ) -> str:
     if os.path.lexists(dest):
         raise Conflict(f"cannot restore {label}: {dest} already exists")
@@ -93,7 +103,7 @@ def _materialize(
     try:
         root = os.fsencode(temp)
         _make_dirs(root, plan.dirs, owner)
-        written = _write_blobs(objects, plan, root, label, owner)
+        written = _write_blobs(objects, plan, root, label, owner, stats)
         missed = plan.unwritten(written)
         if missed is not None:
             raise CorruptSnapshot(
@@ -325,7 +335,12 @@ class _CatFile:
 
 
 def _write_blobs(
-    objects: ObjectStore, plan: _Plan, root: bytes, label: str, owner: tuple[int, int] | None
+    objects: ObjectStore,
+    plan: _Plan,
+    root: bytes,
+    label: str,
+    owner: tuple[int, int] | None,
+    stats: dict[bytes, os.stat_result] | None,
 ) -> dict[bytes, tuple[str, str]]:
     """Write every file of the plan, each blob checked against its id first; returns what was
     written (path → mode, blob id).
@@ -336,9 +351,10 @@ def _write_blobs(
     `git cat-file --batch`.
     """
     written: dict[bytes, tuple[str, str]] = {}
-    rest = _write_loose(objects, plan, root, label, written, owner)
+    looked: dict[bytes, os.stat_result] = {} if stats is None else stats
+    rest = _write_loose(objects, plan, root, label, written, owner, looked)
     if rest:
-        _write_streamed(objects, plan, rest, root, label, written, owner)
+        _write_streamed(objects, plan, rest, root, label, written, owner, looked)
     return written
 
 
@@ -349,6 +365,7 @@ def _write_loose(
     label: str,
     written: dict[bytes, tuple[str, str]],
     owner: tuple[int, int] | None,
+    stats: dict[bytes, os.stat_result],
 ) -> list[str]:
     """Write the blobs stored as loose objects; returns the ids left for git (packed or large)."""
     loose = _loose_ids(objects.objects_dir, plan.blobs)
@@ -371,7 +388,7 @@ def _write_loose(
             if data is False:
                 raise _object_error(objects, label, sha, _shown(plan.blobs[sha][0][0]))
             for rel, mode in plan.blobs[sha]:
-                _write_file(root + b"/" + rel, mode, data, owner)
+                stats[rel] = _write_file(root + b"/" + rel, mode, data, owner)
                 written[rel] = (mode, sha)
         return left
 
@@ -443,9 +460,10 @@ def _write_streamed(
     label: str,
     written: dict[bytes, tuple[str, str]],
     owner: tuple[int, int] | None,
+    stats: dict[bytes, os.stat_result],
 ) -> None:
     """Stream the given blobs from one `git cat-file --batch`, check each id, write the files."""
-    writers = _Writers(root, written, owner)
+    writers = _Writers(root, written, owner, stats)
     try:
         with _CatFile(objects, order) as cat:
             out = cat.out
@@ -464,7 +482,7 @@ def _write_streamed(
                 size = int(parts[2])
                 if size > _STREAM_ABOVE:
                     writers.drain()
-                    ok = _stream_large(out, size, sha, root, targets, owner)
+                    ok = _stream_large(out, size, sha, root, targets, owner, stats)
                     if ok:
                         for rel, mode in targets:
                             written[rel] = (mode, sha)
@@ -487,11 +505,16 @@ class _Writers:
     """A few threads writing verified blobs to their files, in batches, with bounded memory."""
 
     def __init__(
-        self, root: bytes, written: dict[bytes, tuple[str, str]], owner: tuple[int, int] | None
+        self,
+        root: bytes,
+        written: dict[bytes, tuple[str, str]],
+        owner: tuple[int, int] | None,
+        stats: dict[bytes, os.stat_result],
     ):
         self.root = root
         self.written = written
         self.owner = owner
+        self.stats = stats
         self.error: BaseException | None = None
         self.queue: queue.Queue = queue.Queue(maxsize=_WRITERS * 4)
         self.batch: list[tuple[str, bytes, list[tuple[bytes, str]]]] = []
@@ -540,7 +563,9 @@ class _Writers:
                     continue  # already failing: only empty the queue
                 for sha, data, targets in batch:
                     for rel, mode in targets:
-                        _write_file(self.root + b"/" + rel, mode, data, self.owner)
+                        self.stats[rel] = _write_file(
+                            self.root + b"/" + rel, mode, data, self.owner
+                        )
                         self.written[rel] = (mode, sha)
             except BaseException as exc:  # noqa: BLE001 - handed to the reader, which raises it
                 self.error = exc
@@ -575,12 +600,15 @@ def _make_dirs(root: bytes, dirs: list[bytes], owner: tuple[int, int] | None) ->
                 future.result()
 
 
-def _write_file(path: bytes, mode: str, data: bytes, owner: tuple[int, int] | None) -> None:
+def _write_file(
+    path: bytes, mode: str, data: bytes, owner: tuple[int, int] | None
+) -> os.stat_result:
+    """Write one file or link; returns its stat data as it stands once written."""
     if mode == MODE_LINK:
         os.symlink(data, path)
         if owner is not None:
             os.chown(path, *owner, follow_symlinks=False)
-        return
+        return os.lstat(path)
     # Created with 0666/0777 and the process umask applied, as git does on checkout.
     fd = os.open(path, _FILE_FLAGS, 0o777 if mode == MODE_EXEC else 0o666)
     try:
@@ -590,6 +618,7 @@ def _write_file(path: bytes, mode: str, data: bytes, owner: tuple[int, int] | No
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
+        return os.fstat(fd)
     finally:
         os.close(fd)
 
@@ -601,6 +630,7 @@ def _stream_large(
     root: bytes,
     targets: list[tuple[bytes, str]],
     owner: tuple[int, int] | None,
+    stats: dict[bytes, os.stat_result],
 ) -> bool:
     """Copy a large blob to its files chunk by chunk, hashing as it goes; False if it is wrong."""
     fds = [
@@ -624,6 +654,8 @@ def _stream_large(
                 while view:
                     view = view[os.write(fd, view) :]
         out.read(1)
+        for (rel, _mode), fd in zip(targets, fds, strict=True):
+            stats[rel] = os.fstat(fd)
         return check.hexdigest() == sha
     finally:
         for fd in fds:

@@ -352,8 +352,8 @@ def test_a_file_left_unwritten_fails_the_restore(vault, source, tmp_path, monkey
     result = import_folder(vault, source)
     real = materialize_module._write_loose
 
-    def loses_one(objects, plan, root, label, written, owner):
-        left = real(objects, plan, root, label, written, owner)
+    def loses_one(objects, plan, root, label, written, owner, stats):
+        left = real(objects, plan, root, label, written, owner, stats)
         written.pop(b"src/app.py", None)
         return left
 
@@ -458,3 +458,30 @@ def test_the_collector_is_paused_for_a_pass_and_left_as_it_was_after_it():
         assert not gc.isenabled()  # paused by someone else before: stays so
     finally:
         gc.enable()
+
+
+def test_the_stat_data_handed_back_is_what_the_files_show_once_written(vault, source, tmp_path):
+    """With `stats`, every file and link written comes back with the stat data it has on disk
+    afterwards (owner, ctime and all), so that no one needs to look at it again."""
+    result = import_folder(vault, source)
+    stats: dict[bytes, os.stat_result] = {}
+    dest = tmp_path / "restored"
+
+    materialize(vault, result.base_commit, dest, label="the base", stats=stats)
+
+    on_disk = {
+        os.fsencode(os.path.relpath(os.path.join(folder, name), dest)): os.lstat(
+            os.path.join(folder, name)
+        )
+        for folder, dirs, names in os.walk(dest)
+        for name in names + [d for d in dirs if os.path.islink(os.path.join(folder, d))]
+    }
+    assert stats.keys() == on_disk.keys() and stats
+    for rel, st in on_disk.items():
+        seen = stats[rel]
+        assert (seen.st_mode, seen.st_size, seen.st_ino) == (st.st_mode, st.st_size, st.st_ino)
+        assert (seen.st_mtime_ns, seen.st_ctime_ns, seen.st_uid) == (
+            st.st_mtime_ns,
+            st.st_ctime_ns,
+            st.st_uid,
+        )
