@@ -40,6 +40,11 @@ _GIT_WARNING = re.compile(rb"^warning: could not open directory '(.*)': (.*)$", 
 # `git ls-files -z --debug`: the stat data after each entry's line, and the seconds of its ctime.
 _INDEX_STAT_DATA = re.compile(rb"\0  ctime: [^\n]*\n(?:[^\n]*\n){4}")
 _INDEX_CTIME = re.compile(rb"\0  ctime: (\d+):")
+_INDEX_STAT = re.compile(
+    rb"\0  ctime: (\d+):(\d+)\n  mtime: (\d+):(\d+)\n  dev: \d+\tino: (\d+)\n"
+    rb"  uid: (\d+)\tgid: (\d+)\n  size: (\d+)\tflags: [0-9a-f]+\n"
+)
+_U32 = 0xFFFFFFFF  # the index keeps 32 bits of each stat field
 # Settings that decide whether `git status` trusts a file's stat data: always git's strictest
 # (the person's own config may relax them; an edit must never be taken for the index's blob).
 _STRICT_STATUS = [
@@ -479,9 +484,16 @@ class _UserRepo:
             listed = [_IndexEntry.parse(line) for line in plain.split(b"\0") if line], None
         entries, ctime_racy = listed
         trusted = ctime_racy is not None and before is not None and before == after
+        if trusted and ctime_racy:
+            top = os.fsencode(self.folder) + b"/"
+            changed |= {
+                rel
+                for rel, recorded in ctime_racy.items()
+                if not _stat_unchanged(top + os.fsencode(rel), recorded)
+            }
         return _WorkTree(
             entries,
-            changed | ctime_racy if trusted and ctime_racy is not None else None,
+            changed if trusted else None,
             untracked,
             folders,
             [os.fsdecode(m.group(1)) for m in _GIT_WARNING.finditer(status.result().stderr)]
@@ -570,13 +582,13 @@ class _WorkTree:
 
 def _parse_index_listing(
     data: bytes, racy_from: int | None
-) -> tuple[list[_IndexEntry], set[str] | None] | None:
-    """`git ls-files -z --stage -v --debug`: every entry, and those whose ctime git recorded in
-    or after the second `racy_from` the index was written in. git compares whole seconds of a
-    ctime (its racy check looks at the mtime alone), so an edit in that same second that kept
-    the mtime would pass its status; such entries are read from disk. None for the second
-    when `racy_from` is; None when the listing is not entries of that form, one after the
-    other."""
+) -> tuple[list[_IndexEntry], dict[str, tuple[int, ...]] | None] | None:
+    """`git ls-files -z --stage -v --debug`: every entry, and the stat data git recorded for
+    those whose ctime falls in or after the second `racy_from` the index was written in (None
+    when `racy_from` is); None when the listing is not entries of that form, one after the
+    other. git compares whole seconds of a ctime and its racy check looks at the mtime alone, so
+    an edit in that second that kept the mtime would pass its status: such an entry is trusted
+    only while the file's stat data is still what git recorded, to the nanosecond."""
     # Each entry is its line, a NUL, then five lines of stat data. A path holds no NUL, so the
     # stat data can only start right after one: splitting there leaves the entries' lines.
     lines = _INDEX_STAT_DATA.split(data)
@@ -589,8 +601,31 @@ def _parse_index_listing(
         return None
     if racy_from is None:
         return entries, None
-    racy = {entries[i].rel for i, sec in enumerate(ctimes) if int(sec) >= racy_from}
-    return entries, racy
+    racy = {i for i, sec in enumerate(ctimes) if int(sec) >= racy_from}
+    if not racy:
+        return entries, {}
+    stats = _INDEX_STAT.findall(data)
+    if len(stats) != len(entries):
+        return entries, None  # stat data of a form not read here: nothing is vouched for
+    return entries, {entries[i].rel: tuple(map(int, stats[i])) for i in racy}
+
+
+def _stat_unchanged(path: bytes, recorded: tuple[int, ...]) -> bool:
+    """Whether the file's stat data is still what the index recorded for it: ctime and mtime
+    to the nanosecond, inode, owner and size (what `git status` compares, in git's 32 bits)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    c_s, c_ns, m_s, m_ns, ino, uid, gid, size = recorded
+    return (
+        divmod(st.st_ctime_ns, 1_000_000_000) == (c_s, c_ns)
+        and divmod(st.st_mtime_ns, 1_000_000_000) == (m_s, m_ns)
+        and st.st_ino & _U32 == ino
+        and st.st_uid & _U32 == uid
+        and st.st_gid & _U32 == gid
+        and st.st_size & _U32 == size
+    )
 
 
 def _parse_status(data: bytes) -> tuple[set[str], list[str]]:

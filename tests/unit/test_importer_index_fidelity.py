@@ -27,16 +27,19 @@ from tests.support import write_file as write
 HOUR = 3600
 
 
-def age(repo: Path) -> None:
-    """Backdate every work tree file an hour, then, in the next second, let git record their
-    stat data: the index then vouches for them without any entry being racy (neither its mtime
-    nor the ctime the backdating gave it falls in the second the index is written)."""
+def age(repo: Path, *, settled: bool = False) -> None:
+    """Backdate every work tree file an hour, then let git record their stat data: the index
+    then vouches for them without any entry being racy by its mtime (their ctimes, set by the
+    backdating, fall in the second the index is written: such entries are vouched for while
+    their stat data is what git recorded, to the nanosecond). `settled`: the index is written
+    in the second after the backdating, so that no entry is racy by its ctime either."""
     past = time.time() - HOUR
     for folder, dirs, names in os.walk(repo):
         dirs[:] = [d for d in dirs if d != ".git"]
         for name in names:
             os.utime(os.path.join(folder, name), (past, past), follow_symlinks=False)
-    time.sleep(1.01 - time.time() % 1)
+    if settled:
+        time.sleep(1.01 - time.time() % 1)
     subprocess.run(["git", "update-index", "-q", "--refresh"], cwd=repo, capture_output=True)
 
 
@@ -377,7 +380,7 @@ def test_a_relaxed_stat_setting_of_the_person_does_not_hide_an_edit(
 ):
     """The person's config may tell git to trust less of the stat data; the import does not."""
     repo = new_repo(tmp_path)
-    age(repo)
+    age(repo, settled=True)  # no entry racy: what is vouched for is git status's word alone
     key, value = setting.split("=")
     git(repo, "config", key, value)
     target = repo / "pkg2" / "mod2.py"
