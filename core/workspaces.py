@@ -27,7 +27,7 @@ from core.models import WorkspaceState as S
 from core.safe_fs import write_file
 from core.vault import Vault
 from core.vault.materialize import materialize
-from core.vault.objects import git_env, run_git
+from core.vault.objects import run_git
 from core.vault.tree_index import Looked
 
 # Allowed lifecycle moves. ACTIVE means a sandbox is up; FROZEN accepts no new runs (its files
@@ -144,7 +144,6 @@ def _init_git(
     for hook in (git_dir / "hooks").glob("*"):
         hook.unlink()
     _link_objects(vault.objects.objects_dir, git_dir / "objects")
-    env = git_env(GIT_DIR=str(git_dir), GIT_WORK_TREE=str(root))
     # A repository `git init` has just made: its branch and identity are written as git would
     # write them, without a git process each.
     ref = git_dir / "refs" / "heads" / branch
@@ -152,9 +151,10 @@ def _init_git(
     ref.write_text(commit + "\n")
     with open(git_dir / "config", "a") as config:
         config.write("[user]\n\tname = Cairn\n\temail = cairn@localhost\n")
+    # No refresh after it: the files written in the index's own second are racy to git, and a
+    # refresh in that same second would read them all only to leave them racy; the first
+    # `git status` inside compares their content once, as git does for any racy entry.
     _write_git_index(vault, root, commit, written, looked or Looked())
-    # Only files written in the index's own second are compared again (git's racy entries).
-    run_git(["update-index", "-q", "--refresh"], env=env, check=False)
     protect_git(root)
 
 
