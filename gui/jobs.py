@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,6 +40,10 @@ EXPECTED_REFUSALS = (InputError, Conflict, NotFound)
 
 READ_THREADS = 4
 OBSERVE_THREADS = 32
+# Threads only for quick answers to what a person just did (a dropped folder looked at): the
+# read threads may all be waiting on a busy Docker engine for the panels' periodic loads, and
+# such an answer must not queue behind them.
+PROMPT_THREADS = 2
 
 # How long a thread may keep the interpreter before another gets a turn (Python's default is
 # 5 ms). The GUI thread gives the lock up at every Qt call it makes while painting, and with a
@@ -87,6 +92,7 @@ class Job:
         key: str | None,
         write: bool,
         observe: bool,
+        prompt: bool = False,
         what: str,
         parent: QObject,
     ):
@@ -95,6 +101,8 @@ class Job:
         self.key = key
         self.write = write
         self.observe = observe
+        self.prompt = prompt
+        self.submitted_at = 0.0
         self.what = what
         self.parent = parent
         self.token = 0
@@ -173,6 +181,8 @@ class JobRunner(QObject):
         self._write_pool.setMaxThreadCount(1)  # store and vault writes never overlap
         self._observe_pool = QThreadPool(self)
         self._observe_pool.setMaxThreadCount(OBSERVE_THREADS)
+        self._prompt_pool = QThreadPool(self)
+        self._prompt_pool.setMaxThreadCount(PROMPT_THREADS)
         self._pending: dict[int, Job] = {}
         self._outcomes: dict[int, Outcome] = {}
         self._generations: dict[str, int] = {}
@@ -190,6 +200,7 @@ class JobRunner(QObject):
         key: str | None = None,
         write: bool = False,
         observe: bool = False,
+        prompt: bool = False,
         what: str = "",
         parent: QObject,
     ) -> Job:
@@ -199,8 +210,18 @@ class JobRunner(QObject):
         the outcome is moot and dropped, so a callback never reaches a deleted widget.
         `key`: a newer job with the same key makes this one's outcome stale (dropped).
         `write`: run on the single write thread. `observe`: a long loop on its own thread.
+        `prompt`: a quick answer to what a person just did, on threads no periodic load uses.
         """
-        return Job(self, work, key=key, write=write, observe=observe, what=what, parent=parent)
+        return Job(
+            self,
+            work,
+            key=key,
+            write=write,
+            observe=observe,
+            prompt=prompt,
+            what=what,
+            parent=parent,
+        )
 
     def submit(self, job: Job) -> None:
         if self._closed:  # the window is closing: a timer's late request is moot
@@ -212,11 +233,14 @@ class JobRunner(QObject):
             job.token = self._generations.get(job.key, 0) + 1
             self._generations[job.key] = job.token
         self._pending[job.ident] = job
+        job.submitted_at = time.monotonic()
         pool = (
             self._write_pool
             if job.write
             else self._observe_pool
             if job.observe
+            else self._prompt_pool
+            if job.prompt
             else self._read_pool
         )
         if job.work is None:
@@ -295,12 +319,21 @@ class JobRunner(QObject):
     def idle(self) -> bool:
         return not self._pending
 
+    def in_flight(self) -> list[str]:
+        """What each job submitted and not yet delivered is doing, and for how long (oldest
+        first): for a log line or a test's report when something waits too long."""
+        now = time.monotonic()
+        return [
+            f"{job.what or 'a job'} ({now - job.submitted_at:.0f} s)"
+            for job in sorted(self._pending.values(), key=lambda j: j.submitted_at)
+        ]
+
     def shutdown(self, timeout_ms: int = 5000) -> bool:
         """Stop delivering outcomes and wait (bounded) for running work; True if all ended."""
         with self._lock:
             self._closed = True
         done = True
-        for pool in (self._read_pool, self._write_pool, self._observe_pool):
+        for pool in (self._read_pool, self._write_pool, self._observe_pool, self._prompt_pool):
             pool.clear()
             done = pool.waitForDone(timeout_ms) and done
         self._pending.clear()

@@ -835,7 +835,7 @@ class MainWindow(QMainWindow):
         if not paths:
             return
         self.context.jobs.job(
-            lambda: sort_paths(paths), what="look at the dropped items", parent=self
+            lambda: sort_paths(paths), prompt=True, what="look at the dropped items", parent=self
         ).success(self._paths_sorted).run()
 
     def _paths_sorted(self, sorted_paths: SortedPaths) -> None:

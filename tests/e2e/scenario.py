@@ -101,7 +101,8 @@ class Scenario:
             if time.monotonic() > deadline:
                 raise Failed(
                     f"timed out after {timeout:.0f} s waiting for {what}; status bar: "
-                    f"{self.w.statusBar().currentMessage()!r}"
+                    f"{self.w.statusBar().currentMessage()!r}; jobs in flight: "
+                    f"{self.w.context.jobs.in_flight()}"
                 )
             QTest.qWait(50)
 

@@ -244,3 +244,25 @@ def test_observers_do_not_count_as_work(qtbot, runner):
     assert counts[1] == 1 and counts[-1] == 0
     release.set()
     qtbot.waitUntil(runner.idle)
+
+
+def test_a_prompt_answer_does_not_queue_behind_read_jobs_that_wait(qtbot, runner):
+    """Every read thread waiting on something slow (a busy Docker engine, say) does not keep a
+    dropped folder from being looked at: such a job has threads of its own."""
+    from gui.jobs import READ_THREADS
+
+    release = threading.Event()
+    answers = []
+    for _ in range(READ_THREADS + 2):
+        runner.job(lambda: release.wait(30), what="check the sandboxes", parent=runner).run()
+    try:
+        runner.job(
+            lambda: "a folder", prompt=True, what="look at the dropped items", parent=runner
+        ).success(answers.append).run()
+        qtbot.waitUntil(lambda: answers == ["a folder"], timeout=5_000)
+        waiting = runner.in_flight()
+        assert len(waiting) == READ_THREADS + 2
+        assert all(w.startswith("check the sandboxes (") for w in waiting)
+    finally:
+        release.set()
+    qtbot.waitUntil(runner.idle, timeout=10_000)
