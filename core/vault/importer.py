@@ -318,10 +318,9 @@ class _HeadFetch:
         self.vault = vault
         objects_dir = vault.objects.objects_dir
         self.incoming = objects_dir / f"{INCOMING_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
-        # Imports of one folder (one vault) hold its import lock one at a time: any quarantine
-        # found is what an import that died left behind.
         for stale in objects_dir.glob(f"{INCOMING_PREFIX}*"):
-            shutil.rmtree(stale, ignore_errors=True)
+            if not _process_alive(stale.name[len(INCOMING_PREFIX) :].partition("-")[0]):
+                shutil.rmtree(stale, ignore_errors=True)  # what an import that died left
         shallow = vault.git_dir / "shallow"
         self.shallow_before = shallow.read_bytes() if shallow.exists() else None
         self.incoming.mkdir()
@@ -377,16 +376,64 @@ class _HeadFetch:
         shutil.rmtree(self.incoming, ignore_errors=True)
 
     def discard(self) -> None:
-        """Stop the fetch and leave the vault as it was before it."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.communicate()
+        """Leave the vault as it was before the fetch. The fetch is let finish, never killed: a
+        git fetch killed while it updates the list of shallow commits leaves git's lock of it
+        behind, and every later fetch of a shallow clone into the vault would fail on it."""
+        if self.proc.returncode is None:
+            self.proc.communicate()
         shutil.rmtree(self.incoming, ignore_errors=True)
+        self._forget_shallow()
+
+    def _forget_shallow(self) -> None:
+        """Take back the lines the fetch added to the vault's list of shallow commits, under
+        git's own lock of it; left as it is while git writes it or another import of the folder
+        (which may have added the same lines) is under way, where a stray line is harmless."""
+        objects_dir = self.vault.objects.objects_dir
+        if any(objects_dir.glob(f"{INCOMING_PREFIX}*")):
+            return
         shallow = self.vault.git_dir / "shallow"
-        if self.shallow_before is None:
-            shallow.unlink(missing_ok=True)
-        else:
-            shallow.write_bytes(self.shallow_before)
+        lock = self.vault.git_dir / "shallow.lock"
+        replaced = False
+        try:
+            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except OSError:
+            return
+        try:
+            try:
+                now = shallow.read_bytes()
+            except FileNotFoundError:
+                now = b""
+            before = set((self.shallow_before or b"").splitlines())
+            kept = [line for line in now.splitlines() if line in before]
+            if kept == now.splitlines():
+                return
+            if not kept:
+                shallow.unlink(missing_ok=True)
+                return
+            os.write(fd, b"".join(line + b"\n" for line in kept))
+            os.close(fd)
+            fd = -1
+            os.replace(lock, shallow)
+            replaced = True  # the lock is gone with it: a lock there now is someone else's
+        finally:
+            if fd >= 0:
+                os.close(fd)
+            if not replaced:
+                lock.unlink(missing_ok=True)
+
+
+def _process_alive(pid_text: str) -> bool:
+    """Whether the process a quarantine folder is named for still runs (True when unsure): the
+    folder of an import under way in another process is never taken away from it."""
+    try:
+        os.kill(int(pid_text), 0)
+    except (ValueError, OverflowError):
+        return False  # not a name an import gave
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
 
 
 # -- reading the user's repository ---------------------------------------------------------------

@@ -577,3 +577,35 @@ def test_head_is_fetched_aside_and_moved_in_only_when_the_import_goes_ahead(
     assert vault.objects.read_commit(result.head_commit).tree
     assert (vault.git_dir / "shallow").read_text().strip() == result.head_commit
     assert vault_refs(vault) == []
+
+
+def test_a_history_git_cannot_send_is_refused_in_one_line_and_leaves_nothing(
+    vault, busy_repo, tmp_path
+):
+    """A blob of HEAD missing from the user's repository: the fetch fails, the import says so
+    in a sentence, and neither the fetch's quarantine nor any object is left in the vault."""
+    blob = git(busy_repo, "rev-parse", "HEAD:README.md").strip()
+    (busy_repo / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
+
+    with pytest.raises(InputError) as exc:
+        import_folder(vault, busy_repo)
+
+    assert_one_line(exc, f"the history of {busy_repo} cannot be read")
+    objects = vault.objects.objects_dir
+    assert [p for p in objects.rglob("*") if p.is_file()] == []
+    assert vault_refs(vault) == []
+
+
+def test_the_quarantine_of_an_import_under_way_in_another_process_is_left_alone(vault, busy_repo):
+    """Imports below the folder lock (several processes into one vault) each keep their own
+    quarantine: only one whose process is gone is cleared."""
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        objects = vault.objects.objects_dir
+        other = objects / f"{importer.INCOMING_PREFIX}{sleeper.pid}-0123456789ab"
+        other.mkdir()
+        import_folder(vault, busy_repo)
+        assert other.is_dir()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
