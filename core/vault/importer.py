@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from core.datadir import DataDir
-from core.errors import InputError
+from core.errors import InputError, VaultError
 from core.vault import Vault
 from core.vault.ignore import IgnoreRules
 from core.vault.objects import MODE_GITLINK, MODE_LINK, MODE_TREE, ObjectStore, git_env
@@ -322,8 +322,13 @@ class _HeadFetch:
             if not _process_alive(stale.name[len(INCOMING_PREFIX) :].partition("-")[0]):
                 shutil.rmtree(stale, ignore_errors=True)  # what an import that died left
         shallow = vault.git_dir / "shallow"
-        self.shallow_before = shallow.read_bytes() if shallow.exists() else None
-        self.incoming.mkdir()
+        try:
+            self.shallow_before = shallow.read_bytes() if shallow.exists() else None
+            self.incoming.mkdir()
+        except OSError as exc:
+            raise VaultError(
+                f"cannot write to the vault {vault.git_dir}: {exc.strerror or exc}"
+            ) from None
         env = git_env(
             GIT_PROTOCOL="version=2",
             GIT_OBJECT_DIRECTORY=str(self.incoming),

@@ -351,10 +351,10 @@ def _write_blobs(
     `git cat-file --batch`.
     """
     written: dict[bytes, tuple[str, str]] = {}
-    looked: dict[bytes, os.stat_result] = {} if stats is None else stats
-    rest = _write_loose(objects, plan, root, label, written, owner, looked)
+    stats_out: dict[bytes, os.stat_result] = {} if stats is None else stats
+    rest = _write_loose(objects, plan, root, label, written, owner, stats_out)
     if rest:
-        _write_streamed(objects, plan, rest, root, label, written, owner, looked)
+        _write_streamed(objects, plan, rest, root, label, written, owner, stats_out)
     return written
 
 
