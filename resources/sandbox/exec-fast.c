@@ -422,13 +422,21 @@ static int leads_elsewhere(const unsigned char *argv, size_t argv_len, const cha
             continue;
         }
         if (wl > 4096) return 1; /* links_of counts characters, this bytes: let it decide */
-        if (w[wl - 1] == '/' || (wl >= 2 && !strcmp(w + wl - 2, "/.")) ||
-            (wl >= 3 && !strcmp(w + wl - 3, "/..")) || !strcmp(w, ".") || !strcmp(w, ".."))
-            return 1;
         char path[2 * PATH_MAX + 8];
         int pl = w[0] == '/' ? snprintf(path, sizeof path, "%s", w)
                              : snprintf(path, sizeof path, "%s/%s", cwd, w);
         if (pl < 0 || (size_t)pl >= sizeof path) return 1;
+        if (w[wl - 1] == '/' || (wl >= 2 && !strcmp(w + wl - 2, "/.")) ||
+            (wl >= 3 && !strcmp(w + wl - 3, "/..")) || !strcmp(w, ".") || !strcmp(w, "..")) {
+            /* A word that follows its last link (`link/`): links_of looks further only when
+               it is there (`sed s/a/b/` names nothing). */
+            struct stat st;
+            if (lstat(path, &st) && (errno == ENOENT || errno == ENOTDIR)) {
+                word = next;
+                continue;
+            }
+            return 1;
+        }
         int fd = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0) {
             if (errno == ENOENT || errno == ENOTDIR) {

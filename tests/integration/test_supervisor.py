@@ -500,6 +500,8 @@ CHANGED_FACTS = r"""
 cd /workspace
 echo hi > f
 cat f; cat f; cat f
+sed s/hi/ho/ f; sed s/hi/ho/ f; sed s/hi/ho/ f
+mkdir -p d; ln -s d e; ls e/; ls e/; ls e/
 rm f; ln -s /home/agent/.ssh/id_rsa f
 cat f
 ln -s /usr/bin/ls tool
@@ -549,6 +551,10 @@ def test_a_kept_verdict_never_allows_facts_that_changed(box):
         # The harmless repeats were allowed by the compiled path (so the test above tried it).
         kept = {tuple(e["argv"]) for e in cached}
         assert {("cat", "f"), ("sh",), ("/usr/bin/true",)} <= kept, kept
+        # A word ending in a slash that names nothing (a sed expression) is no reason to
+        # judge again; one that names a link (`e/`, the folder it points to) always is.
+        assert ("sed", "s/hi/ho/", "f") in kept, kept
+        assert ("ls", "e/") not in kept, kept
         assert ("./tool", "/home/agent/.ssh/id_rsa") in kept, kept
     else:
         assert not cached
