@@ -192,10 +192,7 @@ try:
             import struct
             import termios
 
-            inotify = self._inotify_fd
-            if inotify is None:  # not started, or stopped: nothing is held
-                return 0
-            buf = fcntl.ioctl(inotify._inotify_fd, termios.FIONREAD, b"\0\0\0\0")
+            buf = fcntl.ioctl(self._inotify_fd._inotify_fd, termios.FIONREAD, b"\0\0\0\0")
             return struct.unpack("i", buf)[0]
 
     _HAVE_INOTIFY = True
