@@ -13,8 +13,8 @@ once (add, commit, status, log). The supervisor runs as a run's does: every prog
 classified by Cairn's program rules (none of these is asked). Target: at most 1.3x. The ratios
 are printed, not asserted: first with the container on every CPU (the target), then on one CPU,
 where the held process and the supervisor hand over on the same CPU (what the supervisor's own
-work costs, without the wake-ups across CPUs). `--supervisor PATH`, given more than once, measures several
-supervisors interleaved in the same container (say main's copy against this one); `--no-fast`
+work costs, without the wake-ups across CPUs). `--supervisor PATH`, given more than once,
+measures several supervisors interleaved in the same container (say main's copy against this one); `--no-fast`
 after it (`--supervisor PATH --no-fast`) runs that one without the compiled hot path, and
 `--rules PATH` after it has that one read other program rules than this checkout's (say main's
 core/approvals_exec.py, to measure what the rules cost), and `--fast-source FILE` after it has that
@@ -124,6 +124,7 @@ def measure(
     supervisors: dict[str, Path] | None = None,
     rules: dict[str, Path] | None = None,
     sources: dict[str, Path] | None = None,
+    *,
     one_cpu: bool = False,
 ) -> dict[str, dict[str, list[float]]]:
     """Times per workload: "plain", each supervisor's name, and the same with "_cpu". `rules`:
@@ -239,23 +240,16 @@ def report(results: dict[str, dict[str, list[float]]]) -> dict[str, float]:
     return ratios
 
 
-def measure_both(
-    image: str,
-    runs: int,
-    supervisors: dict[str, Path] | None = None,
-    rules: dict[str, Path] | None = None,
-    sources: dict[str, Path] | None = None,
-) -> dict[str, float]:
+def measure_both(image: str, runs: int, *choices: dict[str, Path] | None) -> None:
     """The ratios on every CPU (the target), then the same on one CPU: there, every hand-over
     between a held process and the supervisor stays on that CPU, so the second table shows what
     the supervisor's own work costs, and the difference what waking the other CPU adds (on a
     virtual machine whose idle CPUs halt, a wake-up across CPUs costs tens of microseconds and
     each program start has four hand-overs)."""
     print("\non every CPU (the target):")
-    ratios = report(measure(image, runs, supervisors, rules, sources))
+    report(measure(image, runs, *choices))
     print("\non one CPU (the supervisor's own work, no wake-up across CPUs):")
-    report(measure(image, runs, supervisors, rules, sources, one_cpu=True))
-    return ratios
+    report(measure(image, runs, *choices, one_cpu=True))
 
 
 def test_supervisor_overhead(sandbox_image):
