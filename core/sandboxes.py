@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from core import mailbox
 from core.context import Context, Lazy
 from core.datadir import DataDir
-from core.errors import CairnError, InputError, NotFound
+from core.errors import CairnError, InputError
 from core.ids import new_id
 from core.launch import resource_path
 from core.locks import FileLock, lock_path
@@ -628,9 +628,7 @@ class SandboxManager:
         uptime_s (None where the backend cannot tell). A sandbox that is not there, or not as it
         was made, has none: `running` False and a `note` saying why. Takes about a second (the
         engine samples the CPU twice)."""
-        record = next((r for r in self.store.list_sessions() if r.id == session_id), None)
-        if record is None:
-            raise NotFound(f"no sandbox session {session_id}")
+        record = self.store.get_session(session_id)  # NotFound when there is none
         if record.status != "live":  # attaching would start it again: figures are not worth that
             return {"running": False, "note": f"the sandbox is {record.status}"}
         ws = self.store.get_workspace(record.workspace_id)

@@ -618,6 +618,10 @@ class Store:
                 data,
             )
 
+    def get_session(self, session_id: str) -> SessionRecord:
+        """One sandbox session by its id; NotFound when there is none."""
+        return self._get(SessionRecord, "session_states", session_id, "sandbox session")
+
     def session_for(self, workspace_id: str) -> SessionRecord | None:
         row = self.query_one(
             "SELECT * FROM session_states WHERE workspace_id = ? ORDER BY updated_at DESC LIMIT 1",

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from core.errors import CairnError, NotFound
-from core.models import Revision, Source, Task, Workspace
+from core.models import Revision, SessionRecord, Source, Task, Workspace
 from core.store import MIGRATIONS, SCHEMA_VERSION, Store
 
 
@@ -147,3 +147,14 @@ def test_writes_from_many_threads_are_serialised(tmp_path):
     assert not errors
     seqs = [r.seq for r in store.list_revisions("ws_1")]
     assert seqs == list(range(1, 81))
+
+
+def test_a_session_is_found_by_its_id_alone(tmp_path):
+    store = Store(tmp_path / "cairn.db")
+    _seed(store)
+    for n in (1, 2):
+        store.put_session(SessionRecord(f"ss_{n}", "ws_1", "docker", f"c{n}", f"cairn-{n}", None))
+    assert store.get_session("ss_2").container_id == "c2"
+    assert store.get_session("ss_1").container_name == "cairn-1"
+    with pytest.raises(NotFound, match="no sandbox session with id 'ss_'"):
+        store.get_session("ss_")  # an id, not a prefix
