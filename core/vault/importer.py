@@ -533,7 +533,7 @@ class _UserRepo:
         after = self._index_files_stamp()
         if listed is None:  # not read whole: the entries from a plain listing, vouching for none
             plain = self.git(["ls-files", "-z", "--stage", "-v"]).stdout
-            listed = [_IndexEntry.parse(line) for line in plain.split(b"\0") if line], None
+            listed = _parse_plain_listing(plain), None
         entries, ctime_racy = listed
         trusted = ctime_racy is not None and before is not None and before == after
         if trusted and ctime_racy:
@@ -660,6 +660,23 @@ def _parse_index_listing(
     if len(stats) != len(entries):
         return entries, None  # stat data of a form not read here: nothing is vouched for
     return entries, {entries[i].rel: tuple(map(int, stats[i])) for i in racy}
+
+
+def _parse_plain_listing(data: bytes) -> list[_IndexEntry]:
+    """`git ls-files -z --stage -v`: every entry. A line of another form refuses the import in
+    words naming it, instead of a bare error from deep inside the import."""
+    entries = []
+    for line in data.split(b"\0"):
+        if not line:
+            continue
+        try:
+            entries.append(_IndexEntry.parse(line))
+        except ValueError:
+            shown = line.decode(errors="replace")[:200]
+            raise InputError(
+                f"cannot read git's listing of the repository's index: a line reads {shown!r}"
+            ) from None
+    return entries
 
 
 def _stat_unchanged(path: bytes, recorded: tuple[int, ...]) -> bool:

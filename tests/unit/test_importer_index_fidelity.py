@@ -461,3 +461,28 @@ def test_an_edit_in_the_second_the_index_was_written_that_kept_the_mtime(
 
     files = tree_files(vault, result.base_tree)
     assert vault.objects.read_blob(files["pkg0/mod0.py"][1]) == b"value = 5\n"
+
+
+def test_an_index_listing_line_of_another_form_refuses_the_import(vault, tmp_path, monkeypatch):
+    """When the index's listing with stat data cannot be read, the plain listing is read
+    instead; a line of that one in another form refuses the import in words naming the line,
+    and the repository is left as it was."""
+    repo = new_repo(tmp_path)
+    age(repo)
+    before = fingerprint(repo)
+    real = importer._UserRepo.git
+
+    def odd(self, args, **kwargs):
+        proc = real(self, args, **kwargs)
+        if args[:1] == ["ls-files"] and "--stage" in args:
+            odd_out = b"a listing of some other form" if "--debug" in args else b"H 100644 x 0\0"
+            proc = subprocess.CompletedProcess(proc.args, 0, odd_out, b"")
+        return proc
+
+    monkeypatch.setattr(importer._UserRepo, "git", odd)
+    with pytest.raises(InputError, match=r"a line reads 'H 100644 x 0'"):
+        import_folder(vault, repo)
+    assert fingerprint(repo) == before
+    assert importer._parse_plain_listing(b"H 100644 " + b"a" * 40 + b" 0\tok.txt\0") == [
+        importer._IndexEntry("H", "100644", "a" * 40, "0", "ok.txt")
+    ]
