@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import os
 import random
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -139,6 +141,21 @@ def vm_hwm_mb() -> float:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024.0
     return float("nan")
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and of its children that have ended (user and system)."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def flush_writes() -> float:
+    """Flush every pending write (and the discards of deleted trees) to disk, outside any
+    measurement, so that a measured step starts from a quiet disk; returns the seconds taken."""
+    started = time.perf_counter()
+    os.sync()
+    return time.perf_counter() - started
 
 
 def median(values: list[float]) -> float:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -43,6 +42,8 @@ from _common import (
     CACHE,
     GIT_IDENTITY,
     _cached,
+    cpu_seconds,
+    flush_writes,
     full_run,
     git,
     git_copy,
@@ -59,12 +60,6 @@ CAPTURE_TARGET = 0.2
 MATERIALIZE_TARGET = 1.2
 SNAPSHOT_TARGET_S = 0.5
 DIRTY_EVERY = 100  # one tracked file in this many is changed, and as many new ones are added
-
-
-def cpu_seconds() -> float:
-    me = resource.getrusage(resource.RUSAGE_SELF)
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 class Timing:
@@ -94,7 +89,7 @@ def warm(repo: Path) -> None:
 def timed(work: Callable[[], object]) -> tuple[Timing, object]:
     # Writes (and the discards of deleted trees) of the step before are flushed first, outside
     # the measurement: each side starts from a quiet disk.
-    os.sync()
+    flush_writes()
     c0, t0 = cpu_seconds(), time.perf_counter()
     out = work()
     return Timing(time.perf_counter() - t0, cpu_seconds() - c0), out

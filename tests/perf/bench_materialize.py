@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -29,7 +28,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import full_run, median, print_table, small_file_tree, verdict
+from _common import (
+    cpu_seconds,
+    flush_writes,
+    full_run,
+    median,
+    print_table,
+    small_file_tree,
+    verdict,
+)
 
 import core.vault.materialize as materialize_module
 from core.vault import Vault
@@ -63,18 +70,12 @@ def cached_vault(tree: Path) -> tuple[Vault, str]:
     return vault, result.tree
 
 
-def _cpu() -> float:
-    me = resource.getrusage(resource.RUSAGE_SELF)
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
-
-
 def _timed(fn) -> tuple[float, float]:
     """(wall seconds, CPU seconds) of `fn`, started with no writeback pending."""
-    os.sync()
-    cpu, started = _cpu(), time.perf_counter()
+    flush_writes()
+    cpu, started = cpu_seconds(), time.perf_counter()
     fn()
-    return time.perf_counter() - started, _cpu() - cpu
+    return time.perf_counter() - started, cpu_seconds() - cpu
 
 
 def with_writers(count: int, work):
