@@ -68,6 +68,8 @@ job a & job b & wait
 # build-like line it shows what the judging of new argument lists costs, and what is left when
 # none is judged (the kernel's hold, the trace to the exec event and the compiled path).
 BUILD_REPEATED = BUILD.replace("src$i.c", "src.c").replace("obj$i.o", "obj.o")
+# A change of BUILD's file names would silently leave the two the same work.
+assert "$i.c" not in BUILD_REPEATED and "$i.o" not in BUILD_REPEATED, "BUILD_REPEATED is BUILD"
 
 # A third, closer to what an agent runs: git in two repositories at once (each git command also
 # starts helpers), 40 commits each.
