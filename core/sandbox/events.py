@@ -62,17 +62,20 @@ class SandboxEvent:
         return self.action in ENDING_ACTIONS
 
 
+def _root(data_dir: str | os.PathLike[str]) -> str:
+    return str(Path(data_dir).expanduser().resolve())
+
+
 def event_filters(data_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """The daemon-side filter: containers of this data folder's sandboxes only."""
-    root = str(Path(data_dir).expanduser().resolve())
-    return {
-        "type": ["container"],
-        "label": [f"{LABEL_MANAGED}=1", f"{LABEL_DATA_DIR}={root}"],
-    }
+    """The daemon-side filter: containers of this data folder's sandboxes only. One label:
+    Docker takes all of several labels, but Podman's event stream (4.3) takes any of them, and
+    `cairn.managed=1` alone would let every data folder's sandboxes through."""
+    return {"type": ["container"], "label": [f"{LABEL_DATA_DIR}={_root(data_dir)}"]}
 
 
-def parse_event(raw: dict[str, Any]) -> SandboxEvent | None:
-    """A daemon event as a SandboxEvent; None for events that change nothing Cairn shows."""
+def parse_event(raw: dict[str, Any], data_dir: str | None = None) -> SandboxEvent | None:
+    """A daemon event as a SandboxEvent; None for events that change nothing Cairn shows, and
+    (given the data folder's resolved path) for another data folder's sandboxes."""
     if raw.get("Type", "container") != "container":
         return None
     action = str(raw.get("Action") or raw.get("status") or "")
@@ -84,6 +87,8 @@ def parse_event(raw: dict[str, Any]) -> SandboxEvent | None:
     attrs = actor.get("Attributes") or {}
     if attrs.get(LABEL_MANAGED) not in (None, "1"):
         return None
+    if data_dir is not None and attrs.get(LABEL_DATA_DIR) not in (None, data_dir):
+        return None  # what the daemon's filter should have kept out, whatever the engine
     code = attrs.get("exitCode")
     when = raw.get("timeNano")
     return SandboxEvent(
@@ -119,6 +124,7 @@ class SandboxEventStream:
         reconnect_delay: float = RECONNECT_DELAY_S,
     ):
         self.filters = event_filters(data_dir)
+        self._root = _root(data_dir)
         self._on_event = on_event
         self._on_connection = on_connection or (lambda _problem: None)
         self._base_url = base_url
@@ -167,7 +173,7 @@ class SandboxEventStream:
                     if self._stopping.is_set():
                         break
                     if isinstance(raw, dict):
-                        event = parse_event(raw)
+                        event = parse_event(raw, self._root)
                         since = max(since or 0.0, _event_time(raw))
                         if event is not None:
                             self._deliver(event)

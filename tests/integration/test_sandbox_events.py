@@ -3,12 +3,19 @@ run is interrupted within seconds, in words, with no Docker client text, and can
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
 from core.app import Cairn
 from core.models import RunState
-from core.sandbox.events import SandboxEvent, SandboxEventStream
+from core.sandbox.events import (
+    LABEL_DATA_DIR,
+    LABEL_MANAGED,
+    LABEL_WORKSPACE,
+    SandboxEvent,
+    SandboxEventStream,
+)
 from gui.errors import describe_text
 from gui.sandbox_watch import settle_workspace
 from tests.support import as_json, cairnctl, wait_for
@@ -24,11 +31,13 @@ def test_a_container_removed_mid_run_interrupts_the_run_through_the_events(task,
     (session,) = as_json(cairnctl(data, "status", "--json"))["sessions"]
     cairn = Cairn(data)
     events: list[SandboxEvent] = []
+    destroyed: list[SandboxEvent] = []
     heard = threading.Event()
 
     def on_event(event: SandboxEvent) -> None:
         events.append(event)
         if event.action == "destroy":
+            destroyed.append(event)
             heard.set()
 
     stream = SandboxEventStream(data, on_event=on_event)
@@ -43,13 +52,15 @@ def test_a_container_removed_mid_run_interrupts_the_run_through_the_events(task,
         removed_at = time.monotonic()
         docker_client.containers.get(session["container"]).remove(force=True)
         assert heard.wait(5), "no destroy event within 5 s"
-        settled = settle_workspace(cairn, events[-1].workspace_id)
+        # Settled from the destroy event heard, not from whatever event came last.
+        settled = settle_workspace(cairn, destroyed[0].workspace_id)
         elapsed = time.monotonic() - removed_at
         assert elapsed < 5, f"settled after {elapsed:.1f} s"
-        assert settled.runs == {run["run_id"]: RunState.INTERRUPTED.value}, settled
         assert not settled.problems
         ended = cairn.runs.latest(task_id)
-        assert ended.state == RunState.INTERRUPTED.value
+        seen = f"{settled}; the run {ended.state} ({ended.note}); events {events}"
+        assert settled.runs == {run["run_id"]: RunState.INTERRUPTED.value}, seen
+        assert ended.state == RunState.INTERRUPTED.value, seen
         assert {e.workspace_id for e in events} == {session["workspace_id"]}
         for text in (ended.note or "", describe_text(ended.note or "")):
             assert not any(raw in text for raw in RAW_DOCKER), text
@@ -60,6 +71,42 @@ def test_a_container_removed_mid_run_interrupts_the_run_through_the_events(task,
     resumed = as_json(cairnctl(data, "resume", task_id, "--detach", "--json"))
     assert resumed["run_id"] == run["run_id"]
     assert resumed["state"] in (RunState.RUNNING.value, RunState.SUCCEEDED.value), resumed
+
+
+def test_the_stream_hears_its_own_data_folders_sandboxes_only(
+    tmp_path, docker_client, sandbox_image
+):
+    """Another data folder's sandboxes (another Cairn, another test) stay unheard, whatever the
+    engine makes of a filter of two labels."""
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    heard: list[SandboxEvent] = []
+    stream = SandboxEventStream(ours, on_event=heard.append)
+    stream.start()
+    made = []
+    try:
+        assert stream.connected.wait(10), "the event stream did not connect"
+        for folder, ws in ((theirs, "ws_theirs"), (ours, "ws_ours"), (theirs, "ws_theirs2")):
+            labels = {
+                LABEL_MANAGED: "1",
+                LABEL_DATA_DIR: str(folder.resolve()),
+                LABEL_WORKSPACE: ws,
+            }
+            made.append(
+                docker_client.containers.run(
+                    sandbox_image, ["true"], labels=labels, detach=True, network_mode="none"
+                )
+            )
+        for container in made:
+            container.wait(timeout=30)
+            container.remove(force=True)
+        wait_for(lambda: any(e.action == "destroy" for e in heard), timeout=10, what="our destroy")
+        time.sleep(1)  # time for the others' events, were they to come
+    finally:
+        stream.stop()
+        for container in made:
+            with contextlib.suppress(Exception):
+                container.remove(force=True)
+    assert {e.workspace_id for e in heard} == {"ws_ours"}, heard
 
 
 def test_the_stream_reconnects_and_says_when_it_is_down(tmp_path):

@@ -34,7 +34,7 @@ from core.sandbox.base import (
     UnsupportedNetwork,
 )
 from core.sandbox.docker import DockerBackend
-from core.sandbox.events import parse_event
+from core.sandbox.events import event_filters, parse_event
 from core.sandbox.hosts import (
     LOCAL,
     PODMAN,
@@ -214,6 +214,22 @@ def test_podmans_event_words_are_dockers():
     raw = {"Type": "container", "Action": "remove", "Actor": {"ID": "c1", "Attributes": {}}}
     event = parse_event(raw)
     assert event is not None and event.action == "destroy" and event.ends
+
+
+def test_another_data_folders_sandbox_events_are_not_ours(tmp_path):
+    """Podman's event stream takes any of several labels where Docker takes all: the filter
+    names the data folder alone, and an event of another data folder that gets through
+    anyway is dropped."""
+    ours = str(tmp_path.resolve())
+    assert event_filters(tmp_path)["label"] == [f"cairn.data_dir={ours}"]
+
+    def raw(folder: str) -> dict:
+        labels = {"cairn.managed": "1", "cairn.data_dir": folder, "cairn.workspace": "ws_1"}
+        return {"Type": "container", "Action": "die", "Actor": {"ID": "c1", "Attributes": labels}}
+
+    assert parse_event(raw("/elsewhere/data"), ours) is None
+    mine = parse_event(raw(ours), ours)
+    assert mine is not None and mine.workspace_id == "ws_1"
 
 
 # --- testing a host --------------------------------------------------------------------------------
