@@ -8,7 +8,6 @@ are core.runs'.
 
 from __future__ import annotations
 
-import functools
 import time
 from pathlib import Path
 
@@ -19,9 +18,8 @@ from core.errors import CorruptSnapshot, InputError, NotFound
 from core.ids import new_id
 from core.models import Revision, Snapshot, Task, Workspace, WorkspaceState
 from core.revisions import Revisions
-from core.vault import Vault, base_ref, revisions_ref, snapshot_ref
+from core.vault import Vault, base_ref, revisions_ref, sizes, snapshot_ref
 from core.vault.materialize import materialize
-from core.vault.objects import run_git
 from core.vault.tree_index import Looked
 
 MAX_NAME = 80
@@ -259,18 +257,8 @@ class Snapshots:
         return commit
 
 
-def tree_size(vault: Vault, tree: str) -> int:
-    return _tree_size_in(str(vault.git_dir), tree)
-
-
-@functools.lru_cache(maxsize=4096)
-def _tree_size_in(git_dir: str, tree: str) -> int:
-    """A tree's bytes, once per tree id (a tree never changes): `status()` asks for every
-    snapshot and sandbox each time, and a 100,000-file tree takes seconds to walk."""
-    out = run_git(["--git-dir", git_dir, "ls-tree", "-r", "-l", "-z", tree]).stdout
-    total = 0
-    for entry in out.split(b"\0"):
-        fields = entry.split(None, 4)
-        if len(fields) >= 4 and fields[3].isdigit():
-            total += int(fields[3])
-    return total
+def tree_size(vault: Vault, tree: str, *, near: str | None = None) -> int:
+    """A tree's bytes (`status()` asks for every snapshot and sandbox each time): from the
+    vault's memo, else counted from `near` (a tree whose size may be known, the workspace's
+    base) and what differs, else from every blob (see core.vault.sizes)."""
+    return sizes.tree_bytes(vault.git_dir, tree, near=near)

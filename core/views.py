@@ -20,7 +20,7 @@ from core import history, lineage, workspaces
 from core.context import Context
 from core.errors import CairnError
 from core.history import Activity, Described, Marker
-from core.models import Revision, Run, Snapshot, Task
+from core.models import Revision, Run, Snapshot, Task, Workspace
 from core.output_blocks import encode, read_records, records_from_events
 from core.restore import restore_note
 from core.revisions import Revisions
@@ -56,7 +56,15 @@ class Views:
             return None
         ws = self.ctx.store.get_workspace(workspace_id)
         try:
-            return tree_size(self.ctx.vault_for(ws.source_id), rev.tree)
+            return tree_size(self.ctx.vault_for(ws.source_id), rev.tree, near=self._base_tree(ws))
+        except CairnError:
+            return None
+
+    def _base_tree(self, ws: Workspace) -> str | None:
+        """The tree of the workspace's base: its size is known from the import's materialize,
+        so a later tree of the workspace is counted from what differs."""
+        try:
+            return self.ctx.store.get_revision(ws.id, ws.base_revision).tree
         except CairnError:
             return None
 
@@ -123,7 +131,9 @@ class Views:
                 {
                     **snapshot_json(snap),
                     "age_s": time.time() - snap.created_at,
-                    "size": tree_size(vault, snap.tree) if present else None,
+                    "size": (
+                        tree_size(vault, snap.tree, near=self._base_tree(ws)) if present else None
+                    ),
                     "restorable": present,
                 }
             )

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, Literal
 
 from core.errors import CairnError, Conflict, CorruptSnapshot, InputError, VaultError
-from core.vault import Vault, collector_paused
+from core.vault import Vault, collector_paused, sizes
 from core.vault.objects import (
     EMPTY_TREE,
     MODE_EXEC,
@@ -117,6 +117,7 @@ def _materialize(
         if isinstance(exc, OSError):
             raise CairnError(f"cannot restore {label} into {dest}: {exc.strerror or exc}") from None
         raise
+    plan.remember_size(objects, tree)
     return tree
 
 
@@ -166,6 +167,7 @@ class _Plan:
     dirs: list[bytes] = field(default_factory=list)  # parents before children
     blobs: dict[str, list[tuple[bytes, str]]] = field(default_factory=dict)  # id → (path, mode)
     trees: int = 0
+    sizes: dict[str, int] = field(default_factory=dict)  # id → bytes, once verified and written
 
     @classmethod
     def read(cls, objects: ObjectStore, tree: str, label: str) -> _Plan:
@@ -247,6 +249,12 @@ class _Plan:
             raise CorruptSnapshot(
                 f"{label} cannot be restored: object {sha[:12]} ({_shown(folder)}) is corrupt"
             )
+
+    def remember_size(self, objects: ObjectStore, tree: str) -> None:
+        """Put the tree's bytes in the vault's memo of sizes: every blob was just written."""
+        if all(sha in self.sizes for sha in self.blobs):
+            total = sum(self.sizes[sha] * len(targets) for sha, targets in self.blobs.items())
+            sizes.remember(objects.git_dir, tree, total)
 
     def unwritten(self, written: dict[bytes, tuple[str, str]]) -> bytes | None:
         """The first planned file not written with its planned blob and mode, or None when all
@@ -387,6 +395,7 @@ def _write_loose(
                 continue
             if data is False:
                 raise _object_error(objects, label, sha, _shown(plan.blobs[sha][0][0]))
+            plan.sizes[sha] = len(data)
             for rel, mode in plan.blobs[sha]:
                 stats[rel] = _write_file(root + b"/" + rel, mode, data, owner)
                 written[rel] = (mode, sha)
@@ -484,6 +493,7 @@ def _write_streamed(
                     writers.drain()
                     ok = _stream_large(out, size, sha, root, targets, owner, stats)
                     if ok:
+                        plan.sizes[sha] = size
                         for rel, mode in targets:
                             written[rel] = (mode, sha)
                 else:
@@ -493,6 +503,7 @@ def _write_streamed(
                     check.update(data)
                     ok = len(data) == size and check.hexdigest() == sha
                     if ok:
+                        plan.sizes[sha] = size
                         writers.add(sha, data, targets)
                 if not ok:
                     raise _object_error(objects, label, sha, _shown(targets[0][0]))
