@@ -1,14 +1,15 @@
 """Materializing a large tree (restoring a snapshot) against `cp -a` of the same tree.
 
     .venv/bin/python tests/perf/bench_materialize.py [--files 100000] [--runs 3] [--out-dir DIR]
-        [--writers 1,2,4]
+        [--writers 0,2,4]
     pytest tests/perf/bench_materialize.py -s   (10,000 files unless CAIRN_PERF_FULL is set)
 
 Target: materialize's median wall time at most 1.2x cp -a's. The two are run alternately (cp
 first on odd runs, materialize first on even ones), each after an untimed `sync` so neither pays
 for the other's writeback; the page cache cannot be dropped here, and both read warm sources.
-`--writers` also runs materialize with that many writer threads each (in the same rotation),
-to show whether more threads help or hurt on this disk.
+Materialize times writing inline and on its writer threads on a probe of files, and keeps the
+faster. `--writers` also runs it with every file written on that many writer threads each (0:
+inline), in the same rotation, to show what each way costs on this disk.
 CPU time (user + system, children included) is printed beside the wall time: on a busy machine it
 moves less than the wall time does. The tree is the shared generated workspace (_common.py); its
 vault is cached beside it and reused by later runs. `--out-dir` writes both copies elsewhere (a
@@ -79,15 +80,17 @@ def _timed(fn) -> tuple[float, float]:
 
 
 def with_writers(count: int, work):
-    """`work` with materialize using `count` writer threads."""
+    """`work` with materialize writing every file on `count` writer threads (0: on the thread
+    that reads the blobs), instead of timing both ways first and keeping the faster."""
 
     def run(out: Path) -> None:
-        default = materialize_module._WRITERS
-        materialize_module._WRITERS = count
+        default = materialize_module._WRITERS, materialize_module._PACE
+        materialize_module._WRITERS = max(1, count)
+        materialize_module._PACE = "threads" if count else "inline"
         try:
             work(out)
         finally:
-            materialize_module._WRITERS = default
+            materialize_module._WRITERS, materialize_module._PACE = default
 
     return run
 
@@ -145,7 +148,8 @@ def run(
     ]
     print_table(
         f"materialize: {files} files in {folders} folders into {outs}, median of {runs}, "
-        f"{materialize_module._WRITERS} writer threads unless said",
+        f"inline or {materialize_module._WRITERS} writer threads, the faster on a probe, "
+        "unless said",
         [
             ("cp -a (wall / cpu)", f"{cp_wall:.2f} s / {cp_cpu:.2f} s", "", ""),
             ("materialize (wall / cpu)", f"{mat_wall:.2f} s / {mat_cpu:.2f} s", "", ""),

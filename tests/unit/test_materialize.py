@@ -73,6 +73,44 @@ def source(tmp_path: Path) -> Path:
     return src
 
 
+@pytest.fixture(autouse=True, params=["inline", "threads", "measured"])
+def pace(request, monkeypatch):
+    """Every case three ways: files written by the reading thread, by the writer threads, and
+    by whichever was faster on a probe of two files each way."""
+    if request.param == "measured":
+        monkeypatch.setattr(materialize_module, "_PACE", None)
+        monkeypatch.setattr(materialize_module, "_PACE_PROBE", 2)
+        monkeypatch.setattr(materialize_module, "_WRITERS", 2)
+    else:
+        monkeypatch.setattr(materialize_module, "_PACE", request.param)
+    return request.param
+
+
+def test_the_faster_way_is_kept_after_timing_both(monkeypatch):
+    clock = iter([0.0, 10.0, 10.0, 14.0, 100.0, 101.0, 101.0, 109.0])
+    monkeypatch.setattr(materialize_module, "_PACE", None)
+    monkeypatch.setattr(materialize_module, "_PACE_PROBE", 4)
+    monkeypatch.setattr(materialize_module, "_WRITERS", 2)
+    monkeypatch.setattr(materialize_module.time, "perf_counter", lambda: next(clock))
+    drained = []
+    threads_faster = materialize_module._Pace(100)
+    for _ in range(2):  # 4 files inline in 10 s, then 4 by the threads in 4 s
+        threads_faster.before()
+        threads_faster.wrote(2, lambda: drained.append(True))
+    assert not threads_faster.inline and threads_faster.deciding
+    for _ in range(2):
+        threads_faster.before()
+        threads_faster.wrote(2, lambda: drained.append(True))
+    assert drained == [True]  # what was handed over is on disk before the clock is read
+    assert not threads_faster.deciding and not threads_faster.inline
+    inline_faster = materialize_module._Pace(100)
+    for _ in range(2):  # 1 s inline, then 8 s by the threads
+        inline_faster.before()
+        inline_faster.wrote(4)
+    assert not inline_faster.deciding and inline_faster.inline
+    assert materialize_module._Pace(7).inline and not materialize_module._Pace(7).deciding
+
+
 def siblings(folder: Path) -> set[str]:
     return {p.name for p in folder.iterdir()}
 
