@@ -118,13 +118,6 @@ def check_import(
     return fast
 
 
-@pytest.fixture
-def vault(tmp_path: Path):
-    v = Vault.open_or_create(tmp_path / "vault.git")
-    yield v
-    v.close()
-
-
 def new_repo(tmp_path: Path, name: str = "project") -> Path:
     repo = tmp_path / name
     repo.mkdir()

@@ -47,13 +47,6 @@ def walk(folder: Path) -> dict[str, tuple]:
 
 
 @pytest.fixture
-def vault(tmp_path: Path) -> Vault:
-    v = Vault.open_or_create(tmp_path / "vault.git")
-    yield v
-    v.close()
-
-
-@pytest.fixture
 def source(tmp_path: Path) -> Path:
     src = tmp_path / "source"
     write(src / "README.md", "hello\n")

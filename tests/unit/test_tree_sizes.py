@@ -30,13 +30,6 @@ def git_count(vault: Vault, tree: str) -> int:
 
 
 @pytest.fixture
-def vault(tmp_path: Path):
-    v = Vault.open_or_create(tmp_path / "vault.git")
-    yield v
-    v.close()
-
-
-@pytest.fixture
 def folder(tmp_path: Path) -> Path:
     src = tmp_path / "src"
     write(src / "README", b"hello\n")

@@ -15,13 +15,6 @@ from core.vault import objects as objects_module
 
 
 @pytest.fixture
-def vault(tmp_path: Path):
-    v = Vault.open_or_create(tmp_path / "vault.git")
-    yield v
-    v.close()
-
-
-@pytest.fixture
 def syncs(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     seen: list[Path] = []
     monkeypatch.setattr(objects_module, "_syncfs", seen.append)
