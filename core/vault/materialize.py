@@ -400,9 +400,7 @@ def _write_loose(
             if data is False:
                 raise _object_error(objects, label, sha, _shown(plan.blobs[sha][0][0]))
             plan.sizes[sha] = len(data)
-            for rel, mode in plan.blobs[sha]:
-                stats[rel] = _write_file(root + b"/" + rel, mode, data, owner)
-                written[rel] = (mode, sha)
+            _write_targets(root, sha, data, plan.blobs[sha], owner, stats, written)
         return left
 
     def in_threads(shas: list[str]) -> list[str]:
@@ -527,9 +525,7 @@ def _write_streamed(
                         plan.sizes[sha] = size
                         pace.before()
                         if pace.inline:
-                            for rel, mode in targets:
-                                stats[rel] = _write_file(root + b"/" + rel, mode, data, owner)
-                                written[rel] = (mode, sha)
+                            _write_targets(root, sha, data, targets, owner, stats, written)
                         else:
                             writers.add(sha, data, targets)
                         pace.wrote(len(targets), writers.drain)
@@ -650,11 +646,9 @@ class _Writers:
                 if self.error is not None:
                     continue  # already failing: only empty the queue
                 for sha, data, targets in batch:
-                    for rel, mode in targets:
-                        self.stats[rel] = _write_file(
-                            self.root + b"/" + rel, mode, data, self.owner
-                        )
-                        self.written[rel] = (mode, sha)
+                    _write_targets(
+                        self.root, sha, data, targets, self.owner, self.stats, self.written
+                    )
             except BaseException as exc:  # noqa: BLE001 - handed to the reader, which raises it
                 self.error = exc
             finally:
@@ -686,6 +680,22 @@ def _make_dirs(root: bytes, dirs: list[bytes], owner: tuple[int, int] | None) ->
                 pool.submit(make, paths[i : i + step]) for i in range(0, len(paths), step)
             ]:
                 future.result()
+
+
+def _write_targets(
+    root: bytes,
+    sha: str,
+    data: bytes,
+    targets: list[tuple[bytes, str]],
+    owner: tuple[int, int] | None,
+    stats: dict[bytes, os.stat_result],
+    written: dict[bytes, tuple[str, str]],
+) -> None:
+    """Write one verified blob to each of its files; record their stat data and what was
+    written there."""
+    for rel, mode in targets:
+        stats[rel] = _write_file(root + b"/" + rel, mode, data, owner)
+        written[rel] = (mode, sha)
 
 
 def _write_file(

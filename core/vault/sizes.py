@@ -104,11 +104,11 @@ def tree_bytes(git_dir: str | os.PathLike[str], tree: str, *, near: str | None =
         known = memo.get(tree)
         if known is not None:
             return known
+        size = None
         start = memo.get(near) if near is not None and near != tree else None
-        change = None
         if start is not None and near is not None:
             change = _difference(os.fspath(git_dir), near, tree)
-        size = start + change if start is not None and change is not None else None
+            size = start + change if change is not None else None
         if size is None:
             size = _count_all(os.fspath(git_dir), tree)
         memo.put(tree, size)
