@@ -50,7 +50,11 @@ def cairnctl(
         input=input,
     )
     if check and proc.returncode != 0:
-        raise AssertionError(f"cairnctl {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
+        # A command run with --json says why it failed on stdout (a run's state and output).
+        raise AssertionError(
+            f"cairnctl {' '.join(args)} failed ({proc.returncode}): {proc.stderr}"
+            f"\nstdout: {proc.stdout[-4000:]}"
+        )
     return proc
 
 

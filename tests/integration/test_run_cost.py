@@ -120,16 +120,8 @@ def test_a_claude_code_lineage_records_each_runs_tokens_and_cost_and_sums_them(d
             made = as_json(
                 cairnctl(data, "new", str(src), "--engine", "claude-code", "--json", env=user_env)
             )
-            one = as_json(
-                cairnctl(data, "continue", made["task_id"], "-m", "make a file", "--json",
-                         env=user_env, timeout=240)
-            )  # fmt: skip
-            assert one["state"] == "succeeded", one
-            two = as_json(
-                cairnctl(data, "continue", one["task_id"], "-m", "and again", "--json",
-                         env=user_env, timeout=240)
-            )  # fmt: skip
-            assert two["state"] == "succeeded", two
+            one = _continued(data, made["task_id"], "make a file", user_env)
+            two = _continued(data, one["task_id"], "and again", user_env)
         finally:
             logout(data, user_env)
     first = as_json(cairnctl(data, "cost", one["task_id"], "--json", env=user_env))
@@ -172,16 +164,8 @@ def test_a_codex_lineage_counts_each_runs_own_tokens_and_prices_them_from_the_ta
             made = as_json(
                 cairnctl(data, "new", str(src), "--engine", "codex", "--json", env=user_env)
             )
-            one = as_json(
-                cairnctl(data, "continue", made["task_id"], "-m", "make a file", "--json",
-                         env=user_env, timeout=240)
-            )  # fmt: skip
-            assert one["state"] == "succeeded", one
-            two = as_json(
-                cairnctl(data, "continue", one["task_id"], "-m", "and again", "--json",
-                         env=user_env, timeout=240)
-            )  # fmt: skip
-            assert two["state"] == "succeeded", two
+            one = _continued(data, made["task_id"], "make a file", user_env)
+            two = _continued(data, one["task_id"], "and again", user_env)
         finally:
             logout(data, user_env, "codex")
     shown = as_json(cairnctl(data, "cost", two["task_id"], "--json", env=user_env))
@@ -204,6 +188,27 @@ def test_a_codex_lineage_counts_each_runs_own_tokens_and_prices_them_from_the_ta
         == (first["output_tokens"] + second["output_tokens"])
     )
     assert lineage["cost_usd"] == pytest.approx(first["cost_usd"] + second["cost_usd"])
+
+
+def _continued(data: Path, task_id: str, message: str, env: dict[str, str]) -> dict:
+    """Continue the task with `message` and follow its run to a success; a run that failed
+    fails the test with what the command said and the end of the run's own output."""
+    proc = cairnctl(data, "continue", task_id, "-m", message, "--json", env=env, timeout=240,
+                    check=False)  # fmt: skip
+    said = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.stdout.strip() else {}
+    if proc.returncode == 0 and said.get("state") == "succeeded":
+        return said
+    output = ""
+    if said.get("run_id"):
+        store = Store(data / "cairn.db")
+        try:
+            output = output_of(store, said["run_id"], "stdout")[-3000:]
+        finally:
+            store.close()
+    raise AssertionError(
+        f"continue exited {proc.returncode}: {said or proc.stdout[-2000:]}\n"
+        f"stderr: {proc.stderr[-2000:]}\nthe run's output ends: {output}"
+    )
 
 
 def _codex_totals(data: Path, run_id: str) -> dict[str, int]:
