@@ -54,9 +54,13 @@ class Views:
         rev = self.ctx.store.latest_revision(workspace_id)
         if rev is None:
             return None
-        ws = self.ctx.store.get_workspace(workspace_id)
+        return self._tree_size(self.ctx.store.get_workspace(workspace_id), rev.tree)
+
+    def _tree_size(self, ws: Workspace, tree: str) -> int | None:
+        """Bytes of one of the workspace's trees; None when its vault cannot tell (objects
+        missing or damaged): one unreadable tree never fails the whole status."""
         try:
-            return tree_size(self.ctx.vault_for(ws.source_id), rev.tree, near=self._base_tree(ws))
+            return tree_size(self.ctx.vault_for(ws.source_id), tree, near=self._base_tree(ws))
         except CairnError:
             return None
 
@@ -125,15 +129,16 @@ class Views:
         snaps = []
         for snap in self.ctx.store.list_snapshots():
             ws = self.ctx.store.get_workspace(snap.workspace_id)
-            vault = self.ctx.vault_for(ws.source_id)
-            present = vault.objects.read_ref(snapshot_ref(snap.id)) == snap.revision_id
+            try:
+                vault = self.ctx.vault_for(ws.source_id)
+                present = vault.objects.read_ref(snapshot_ref(snap.id)) == snap.revision_id
+            except CairnError:  # the vault is gone or unreadable: nothing there to restore
+                present = False
             snaps.append(
                 {
                     **snapshot_json(snap),
                     "age_s": time.time() - snap.created_at,
-                    "size": (
-                        tree_size(vault, snap.tree, near=self._base_tree(ws)) if present else None
-                    ),
+                    "size": self._tree_size(ws, snap.tree) if present else None,
                     "restorable": present,
                 }
             )

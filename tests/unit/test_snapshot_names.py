@@ -10,6 +10,7 @@ import pytest
 from core import events as ev
 from core.app import Cairn
 from core.errors import InputError, NotFound
+from core.vault import sizes
 from tests.support import as_json, cairnctl
 
 
@@ -67,3 +68,44 @@ def test_cairnctl_names_a_snapshot_and_restores_it_by_name(cairn, task_id, tmp_p
     assert (Path(restored["root"]) / "main.txt").read_text() == "hello\n"
     cleared = as_json(cairnctl(data, "snapshot-name", made["snapshot_id"], "--json"))
     assert cleared["name"] is None
+
+
+def test_a_snapshot_whose_tree_cannot_be_read_is_listed_without_a_size(cairn, task_id, monkeypatch):
+    """One damaged snapshot does not fail the whole status: it is listed, its size unknown,
+    and the other snapshots keep theirs."""
+    good = cairn.snapshots.take(task_id, name="good")
+    ws = cairn.ctx.workspace_of(cairn.ctx.task(task_id))
+    (Path(ws.root) / "main.txt").write_text("changed\n")
+    cairn.revisions.capture(task_id, trigger="external")
+    bad = cairn.snapshots.take(task_id, name="bad")
+    assert bad.tree != good.tree
+    vault = cairn.ctx.vault_for(ws.source_id)
+    memo = Path(vault.git_dir) / "cairn-tree-sizes"
+    if memo.exists():  # the size must be counted again, from the damaged tree
+        kept = [line for line in memo.read_text().splitlines() if not line.startswith(bad.tree)]
+        memo.write_text("".join(f"{line}\n" for line in kept))
+    monkeypatch.setattr(sizes, "_memos", {})  # nor is it remembered by this process
+    loose = Path(vault.git_dir) / "objects" / bad.tree[:2] / bad.tree[2:]
+    loose.chmod(0o644)
+    loose.write_bytes(b"not a git object")
+
+    listed = {s["name"]: s for s in cairn.views.status()["snapshots"]}
+    assert listed["bad"]["size"] is None
+    assert listed["good"]["size"] == len("hello\n")
+
+
+def test_snapshots_of_a_vault_deleted_behind_our_back_are_listed_as_not_restorable(
+    cairn, task_id, tmp_path
+):
+    cairn.snapshots.take(task_id, name="kept")
+    ws = cairn.ctx.workspace_of(cairn.ctx.task(task_id))
+    vault = Path(cairn.ctx.store.get_source(ws.source_id).vault_path)
+    vault.rename(tmp_path / "moved-away")
+    cairn.close()
+    again = Cairn(tmp_path / "data")  # a new process: the vault is not open yet
+    try:
+        status = again.views.status()
+    finally:
+        again.close()
+    [listed] = status["snapshots"]
+    assert listed["name"] == "kept" and listed["restorable"] is False and listed["size"] is None
