@@ -21,12 +21,14 @@ class IgnoreRules:
         self.root = os.fspath(root)
         self._specs: dict[str, pathspec.GitIgnoreSpec | None] = {}
         self._dir_ignored: dict[str, bool] = {}
+        self._chains: dict[str, tuple[tuple[str, pathspec.GitIgnoreSpec], ...]] = {}
         self._extra = pathspec.GitIgnoreSpec.from_lines(extra_patterns) if extra_patterns else None
 
     def reset(self) -> None:
         """Forget what was read (a `.gitignore` changed)."""
         self._specs.clear()
         self._dir_ignored.clear()
+        self._chains.clear()
 
     def _spec(self, folder: str) -> pathspec.GitIgnoreSpec | None:
         if folder in self._specs:
@@ -46,21 +48,35 @@ class IgnoreRules:
         self._specs[folder] = spec
         return spec
 
+    def _applying(self, folder: str) -> tuple[tuple[str, pathspec.GitIgnoreSpec], ...]:
+        """The `.gitignore` files whose rules reach inside `folder`, deepest first (kept per
+        folder: a folder's files all ask the same)."""
+        chain = self._chains.get(folder)
+        if chain is not None:
+            return chain
+        parts = folder.split("/") if folder else []
+        chain = ()
+        for depth in range(len(parts) + 1):
+            here = "/".join(parts[:depth])
+            known = self._chains.get(here)
+            if known is None:
+                spec = self._spec(here)
+                known = self._chains[here] = ((here, spec), *chain) if spec else chain
+            chain = known
+        return chain
+
     def matches(self, rel: str, is_dir: bool) -> bool:
         """Whether the path itself is ignored, assuming its parent folder is not."""
-        name = rel.rsplit("/", 1)[-1]
+        folder, _, name = rel.rpartition("/")
         if name == ALWAYS_IGNORED:
             return True
+        chain = self._applying(folder)
+        if not chain and self._extra is None:
+            return False
         probe = rel + "/" if is_dir else rel
-        parts = rel.split("/")
         # From the deepest .gitignore up: the first file with an opinion decides.
-        for depth in range(len(parts) - 1, -1, -1):
-            folder = "/".join(parts[:depth])
-            spec = self._spec(folder)
-            if spec is None:
-                continue
-            sub = probe[len(folder) + 1 :] if folder else probe
-            result = spec.check_file(sub)
+        for here, spec in chain:
+            result = spec.check_file(probe[len(here) + 1 :] if here else probe)
             if result.include is not None:
                 return bool(result.include)
         if self._extra is not None:
