@@ -30,6 +30,7 @@ from core.errors import InputError, VaultError
 from core.vault import Vault
 from core.vault.ignore import IgnoreRules
 from core.vault.objects import MODE_GITLINK, MODE_LINK, MODE_TREE, ObjectStore, git_env
+from core.vault.packs import store_files
 from core.vault.tree_index import FileRecord, TreeIndex, mode_of
 
 # Where a fetch of the user's HEAD puts its objects until the import goes ahead (git's own
@@ -59,8 +60,6 @@ _STRICT_STATUS = [
 # Attributes under which the bytes on disk may differ from the blob (eol and text conversion,
 # clean/smudge filters, $Id$ expansion, re-encoding): such files are hashed from disk.
 _CONVERSION_ATTRS = {b"text", b"eol", b"crlf", b"filter", b"ident", b"working-tree-encoding"}
-_HASHERS = min(4, os.cpu_count() or 2)  # threads hashing files from disk
-_PARALLEL_HASH = 64  # fewer files than this are hashed on the calling thread
 
 
 @dataclass
@@ -176,14 +175,15 @@ class _Listing:
 
 
 def _import_plain(vault: Vault, folder: Path) -> ImportResult:
-    ignore = IgnoreRules(folder)
-    problems = _unreadable_below(folder, "", ignore)
-    _raise_unreadable(folder, problems)
+    listing = _walk_plain(folder, IgnoreRules(folder))
+    _raise_unreadable(folder, _shown_problems(listing.problems))
     index = TreeIndex()
-    result = index.scan(vault.objects, folder, ignore)
-    _raise_unreadable(folder, [p.path for p in result.problems])
-    commit = _write_base(vault, result.tree, None, kind="plain", branch=None, files=result.files)
-    return ImportResult("plain", None, None, commit, result.tree, result.files, result.files, index)
+    problems: list[str] = []
+    files = _record_plain(index, vault.objects, folder, "", listing, problems)
+    _raise_unreadable(folder, problems)
+    tree = index.flush(vault.objects)
+    commit = _write_base(vault, tree, None, kind="plain", branch=None, files=files)
+    return ImportResult("plain", None, None, commit, tree, files, files, index)
 
 
 def _import_git(vault: Vault, folder: Path) -> ImportResult:
@@ -194,8 +194,13 @@ def _import_git(vault: Vault, folder: Path) -> ImportResult:
     fetch = _HeadFetch(vault, folder, head) if head is not None else None
     try:
         listing = _list_work_tree(repo)
-        for rel in listing.nested:
-            listing.problems += _unreadable_below(folder / rel, rel, IgnoreRules(folder / rel))
+        # Untracked repositories inside: recorded as plain files, under their own ignore rules
+        # (the way the workspace's recorder will see them: their `.git` left out).
+        nested = {
+            rel: _walk_plain(folder / rel, IgnoreRules(folder / rel)) for rel in listing.nested
+        }
+        for rel, sub in nested.items():
+            listing.problems += _shown_problems(sub.problems, rel)
         _raise_unreadable(folder, listing.problems)
     except BaseException:
         if fetch is not None:
@@ -228,8 +233,8 @@ def _import_git(vault: Vault, folder: Path) -> ImportResult:
     for rel, mode, sha in missing_blobs:
         index.set_file(rel, FileRecord(mode, objects.write_blob(repo.read_blob(sha))))
     hashed = len(to_hash)
-    for rel in listing.nested:
-        hashed += _graft_scan(index, objects, folder, rel, problems)
+    for rel, sub in nested.items():
+        hashed += _record_plain(index, objects, folder / rel, rel, sub, problems)
     _raise_unreadable(folder, problems)
     tree = index.flush(objects)
     files = index.file_count()
@@ -247,48 +252,41 @@ def _hash_files(
     files: list[tuple[str, str, os.stat_result]],
     problems: list[str],
 ) -> Iterator[tuple[str, str, str]]:
-    """Store each file's bytes as a blob; yields (rel, mode, blob id), in parallel when there are
-    many (hashing, compressing and reading release the interpreter's lock)."""
-
-    def one(item: tuple[str, str, os.stat_result]) -> tuple[str, str, str | None, bool]:
-        rel, mode, st = item
-        try:
-            return rel, mode, objects.write_blob_from_path(os.path.join(folder, rel), st), False
-        except (FileNotFoundError, NotADirectoryError):
-            return rel, mode, None, False  # deleted since it was listed: as if before
-        except PermissionError:
-            return rel, mode, None, True
-
-    if len(files) < _PARALLEL_HASH:
-        results: Iterator[tuple[str, str, str | None, bool]] = map(one, files)
-        for rel, mode, blob, denied in results:
-            if denied:
-                problems.append(rel)
-            elif blob is not None:
-                yield rel, mode, blob
-        return
-    with ThreadPoolExecutor(_HASHERS, thread_name_prefix="import-hash") as pool:
-        for rel, mode, blob, denied in pool.map(one, files, chunksize=64):
-            if denied:
-                problems.append(rel)
-            elif blob is not None:
-                yield rel, mode, blob
+    """Store each file's bytes as a blob (many at once in one pack, read and hashed on several
+    threads); yields (rel, mode, blob id). A file deleted since it was listed is left out, as
+    if it had been deleted before; one closed to us since is added to `problems`."""
+    stored = store_files(objects, [(os.path.join(folder, rel), st) for rel, _mode, st in files])
+    for (rel, mode, _st), got in zip(files, stored, strict=True):
+        if isinstance(got, str):
+            yield rel, mode, got
+        elif isinstance(got, PermissionError):
+            problems.append(rel)
+        elif not isinstance(got, (FileNotFoundError, NotADirectoryError)):
+            raise got
 
 
-def _graft_scan(
-    index: TreeIndex, objects: ObjectStore, folder: Path, rel: str, problems: list[str]
+def _record_plain(
+    index: TreeIndex,
+    objects: ObjectStore,
+    root: Path,
+    at: str,
+    listing: _PlainListing,
+    problems: list[str],
 ) -> int:
-    """Record an untracked repository inside the folder as plain files, under its own ignore
-    rules (the way the workspace's recorder will see it: its `.git` left out); returns how many
-    files it holds."""
-    sub = TreeIndex()
-    result = sub.scan(objects, folder / rel, IgnoreRules(folder / rel))
-    problems += [f"{rel}/{p.path}" for p in result.problems]
-    for sub_dir in sub.dirs:
-        index.ensure_dir(f"{rel}/{sub_dir}" if sub_dir else rel)
-    for sub_rel, record in sub.files().items():
-        index.set_file(f"{rel}/{sub_rel}", FileRecord(record.mode, record.sha))
-    return result.files
+    """Put a plain folder's listed folders and files (stored as blobs) into `index` under the
+    folder `at` ("" for its top); returns how many files were recorded."""
+    prefix = f"{at}/" if at else ""
+    if at:
+        index.ensure_dir(at)
+    for rel in listing.dirs:
+        index.ensure_dir(prefix + rel)
+    found: list[str] = []
+    files = 0
+    for rel, mode, blob in _hash_files(objects, root, listing.files, found):
+        index.set_file(prefix + rel, FileRecord(mode, blob))
+        files += 1
+    problems += [prefix + rel for rel in found]
+    return files
 
 
 def _write_base(
@@ -860,40 +858,60 @@ class _Readability:
         return bool(st.st_mode & bit) or os.access(path, os.R_OK)
 
 
-def _unreadable_below(root: Path, prefix: str, ignore: IgnoreRules) -> list[str]:
-    """Paths a scan of `root` would need but cannot read (the scan's own walk and ignore rules),
-    found before anything is written."""
-    problems: list[str] = []
+@dataclass
+class _PlainListing:
+    """What a plain folder holds for its revision: the walk of the recorder's full scan (links
+    never followed, `.git` and ignored paths left out)."""
+
+    dirs: list[str] = field(default_factory=list)  # every folder below the top, kept if empty
+    files: list[tuple[str, str, os.stat_result]] = field(default_factory=list)  # rel, mode, lstat
+    problems: list[tuple[str, bool]] = field(default_factory=list)  # unreadable: rel, is a folder
+
+
+def _walk_plain(root: Path, ignore: IgnoreRules) -> _PlainListing:
+    """List a plain folder before anything of it is stored, with the paths it cannot read."""
+    out = _PlainListing()
+    readable = _Readability()
     stack = [""]
     while stack:
         rel = stack.pop()
-        shown = f"{prefix}/{rel}" if prefix and rel else (rel or prefix)
         try:
             with os.scandir(root / rel if rel else root) as it:
                 entries = list(it)
         except PermissionError:
-            problems.append((shown or ".") + "/")
+            out.problems.append((rel, True))
             continue
         except (FileNotFoundError, NotADirectoryError):
             continue
         for entry in entries:
             child = f"{rel}/{entry.name}" if rel else entry.name
-            child_shown = f"{prefix}/{child}" if prefix else child
             try:
                 st = entry.stat(follow_symlinks=False)
             except PermissionError:
-                problems.append(child_shown)
+                out.problems.append((child, False))
                 continue
             except FileNotFoundError:
                 continue
             mode = mode_of(st)
-            if mode is None or ignore.matches(child, mode == MODE_TREE):
+            if mode is None or entry.name == ".git" or ignore.matches(child, mode == MODE_TREE):
                 continue
             if mode == MODE_TREE:
+                out.dirs.append(child)
                 stack.append(child)
-            elif mode != MODE_LINK and not os.access(entry.path, os.R_OK):
-                problems.append(child_shown)
-    return sorted(problems)
+            elif mode == MODE_LINK or readable(entry.path, st):
+                out.files.append((child, mode, st))
+            else:
+                out.problems.append((child, False))
+    return out
+
+
+def _shown_problems(problems: list[tuple[str, bool]], prefix: str = "") -> list[str]:
+    """Unreadable paths as an error names them: below `prefix`, a folder with a slash."""
+    shown = []
+    for rel, is_dir in problems:
+        path = f"{prefix}/{rel}" if prefix and rel else (rel or prefix)
+        shown.append((path or ".") + "/" if is_dir else path)
+    return sorted(shown)
 
 
 def _raise_unreadable(folder: Path, problems: list[str]) -> None:

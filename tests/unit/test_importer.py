@@ -17,7 +17,7 @@ import pytest
 
 from core.datadir import DataDir
 from core.errors import InputError
-from core.vault import Vault, importer
+from core.vault import Vault, importer, packs
 from core.vault.importer import check_importable, import_folder
 from core.vault.objects import EMPTY_TREE, MODE_EXEC, MODE_FILE, MODE_GITLINK, MODE_LINK
 from core.vault.tree_index import TreeIndex
@@ -26,6 +26,15 @@ from tests.support import write_file as write
 
 ROOT = Path(__file__).resolve().parents[2]
 NOBODY = 65534
+
+
+@pytest.fixture(autouse=True, params=["loose", "packed"])
+def storing(request, monkeypatch) -> str:
+    """Every import stores the files it reads as loose objects (a few files) and, again, in one
+    pack (many files): the same base either way."""
+    if request.param == "packed":
+        monkeypatch.setattr(packs, "LOOSE_BELOW", 0)
+    return request.param
 
 
 @pytest.fixture
@@ -366,7 +375,7 @@ import json, sys
 from pathlib import Path
 from core.datadir import DataDir
 from core.errors import InputError
-from core.vault import Vault, importer
+from core.vault import Vault, importer, packs
 from core.vault.importer import check_importable, import_folder
 vault = Vault.open_or_create(Path(sys.argv[2]))
 try:

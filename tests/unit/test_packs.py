@@ -1,0 +1,211 @@
+"""Storing many files at once as one pack: the same blob ids git gives, every object readable
+and verified by git, nothing the vault holds written twice, and no pack half-written."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from core.vault import packs
+from core.vault.objects import PackIndex
+from core.vault.packs import TEMP_PREFIX, store_files
+
+
+def listed(paths: list[Path]) -> list[tuple[str, os.stat_result]]:
+    return [(str(p), os.lstat(p)) for p in paths]
+
+
+def git_ids(paths: list[Path]) -> list[str]:
+    out = subprocess.run(
+        ["git", "hash-object", "--no-filters", "--stdin-paths"],
+        input="".join(f"{p}\n" for p in paths),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return out.split()
+
+
+def pack_files(vault) -> list[str]:
+    folder = vault.objects.objects_dir / "pack"
+    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> list[Path]:
+    folder = tmp_path / "files"
+    folder.mkdir()
+    paths = []
+    for i in range(600):
+        path = folder / f"f{i:04d}.txt"
+        path.write_bytes(f"file {i % 500}\n".encode() * (1 + i % 500 % 7))  # 100 repeat others
+        paths.append(path)
+    empty = folder / "empty"
+    empty.write_bytes(b"")
+    big = folder / "big.bin"
+    big.write_bytes(os.urandom(300_000))
+    return [*paths, empty, big]
+
+
+def test_many_files_are_one_pack_that_git_reads_and_verifies(vault, tree):
+    stored = store_files(vault.objects, listed(tree))
+    assert stored == git_ids(tree)
+    names = pack_files(vault)
+    assert len(names) == 2 and names[0].endswith(".idx") and names[1].endswith(".pack")
+    assert not any(n.startswith(TEMP_PREFIX) for n in names)
+    loose = [p for p in vault.objects.objects_dir.glob("??/*")]
+    assert loose == []  # nothing written beside the pack
+    count = subprocess.run(
+        ["git", "--git-dir", str(vault.git_dir), "count-objects", "-v"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "in-pack: 502\n" in count  # 500 distinct texts, the empty file and the big one
+    subprocess.run(["git", "--git-dir", str(vault.git_dir), "fsck", "--strict"], check=True)
+    for path, sha in zip(tree[::97], stored[::97], strict=True):
+        assert vault.objects.read_blob(sha) == path.read_bytes()
+
+
+def test_what_the_vault_holds_is_not_written_again(vault, tree):
+    store_files(vault.objects, listed(tree))
+    before = pack_files(vault)
+    extra = tree[0].parent / "new.txt"
+    extra.write_text("only this one is new\n")
+    again = store_files(vault.objects, listed([*tree, extra]))
+    assert again == git_ids([*tree, extra])
+    after = pack_files(vault)
+    [new_pack] = [n for n in after if n.endswith(".pack") and n not in before]
+    assert set(before) < set(after)
+    out = subprocess.run(
+        ["git", "verify-pack", "-v", str(vault.objects.objects_dir / "pack" / new_pack)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert sum(1 for line in out.splitlines() if " blob " in line) == 1  # the new file alone
+    assert store_files(vault.objects, listed(tree)) == git_ids(tree)
+    assert pack_files(vault) == after  # nothing new: no empty pack either
+
+
+def test_links_are_their_target_and_a_file_gone_since_listed_says_so(vault, tree, tmp_path):
+    link = tmp_path / "files" / "link"
+    link.symlink_to("f0001.txt")
+    gone = tree[5]
+    items = listed([*tree, link])
+    gone.unlink()
+    stored = store_files(vault.objects, items)
+    assert isinstance(stored[5], FileNotFoundError)
+    assert vault.objects.read_blob(stored[-1]) == b"f0001.txt"
+    kept = [s for i, s in enumerate(stored) if i != 5]
+    assert kept == git_ids([p for p in tree if p != gone]) + [stored[-1]]
+
+
+@pytest.mark.parametrize("threaded_from", [1, 1000, 1 << 20])
+def test_larger_files_are_read_on_threads_into_the_same_pack(
+    vault, tree, monkeypatch, threaded_from
+):
+    monkeypatch.setattr(packs, "THREADED_FROM", threaded_from)
+    assert store_files(vault.objects, listed(tree)) == git_ids(tree)
+    assert len([n for n in pack_files(vault) if n.endswith(".pack")]) == 1
+    subprocess.run(["git", "--git-dir", str(vault.git_dir), "fsck", "--strict"], check=True)
+
+
+def test_files_too_large_to_hold_are_streamed_into_loose_objects(vault, tree, monkeypatch):
+    monkeypatch.setattr(packs, "LARGE_FILE", 100_000)
+    stored = store_files(vault.objects, listed(tree))
+    assert stored == git_ids(tree)
+    big = stored[-1]
+    assert (vault.objects.objects_dir / big[:2] / big[2:]).is_file()
+
+
+def test_a_few_files_are_written_loose(vault, tree):
+    stored = store_files(vault.objects, listed(tree[:10]))
+    assert stored == git_ids(tree[:10])
+    assert pack_files(vault) == []
+
+
+def test_a_write_that_fails_midway_leaves_no_pack_and_the_next_clears_a_dead_writers(
+    vault, tree, monkeypatch
+):
+    folder = vault.objects.objects_dir / "pack"
+    folder.mkdir(parents=True, exist_ok=True)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    abandoned = folder / f"{TEMP_PREFIX}{dead.pid}-0123456789ab-pack"
+    abandoned.write_bytes(b"PACK half written")
+    calls = 0
+    real = packs._read
+
+    def failing(path, st):
+        nonlocal calls
+        calls += 1
+        if calls == 300:
+            raise MemoryError
+        return real(path, st)
+
+    monkeypatch.setattr(packs, "_read", failing)
+    with pytest.raises(MemoryError):
+        store_files(vault.objects, listed(tree))
+    assert pack_files(vault) == []  # the dead writer's file went too
+    monkeypatch.setattr(packs, "_read", real)
+    assert store_files(vault.objects, listed(tree)) == git_ids(tree)
+
+
+def test_the_entry_header_is_gits_varint(vault):
+    assert packs._entry_header(3, 5) == bytes([0x35])
+    assert packs._entry_header(3, 16) == bytes([0xB0, 0x01])
+    assert packs._entry_header(3, 300) == bytes([0xBC, 0x12])
+
+
+def synthetic_index(tmp_path: Path, ids: list[bytes]) -> Path:
+    ids = sorted(ids)
+    fanout = [sum(1 for i in ids if i[0] <= b) for b in range(256)]
+    data = b"\xfftOc" + (2).to_bytes(4, "big") + b"".join(n.to_bytes(4, "big") for n in fanout)
+    path = tmp_path / "pack-synthetic.idx"
+    path.write_bytes(data + b"".join(ids) + b"\0" * 64)
+    return path
+
+
+def test_an_id_found_across_two_ids_of_a_pack_index_is_not_taken_for_one(tmp_path):
+    one, two = b"\x11" * 20, b"\x11" * 5 + b"\x22" * 15
+    straddling = (one + two)[7:27]  # the end of one and the start of the other
+    assert straddling not in (one, two)
+    index = PackIndex.open(synthetic_index(tmp_path, [one, two, b"\x30" * 20]))
+    try:
+        assert one in index and two in index and b"\x30" * 20 in index
+        assert straddling not in index
+        assert b"\x00" * 20 not in index and b"\xff" * 20 not in index
+    finally:
+        index.close()
+
+
+def test_held_tells_loose_packed_and_missing_ids_apart(vault, tree):
+    packed = store_files(vault.objects, listed(tree))
+    loose = vault.objects.write_blob(b"a loose one\n")
+    missing = {f"{n:040x}" for n in range(300)}  # enough to list the loose folders
+    asked = set(packed[:10]) | {loose} | missing
+    assert vault.objects.held(asked) == set(packed[:10]) | {loose}
+    assert vault.objects.held({packed[3]}) == {packed[3]}
+    assert vault.objects.has_object(packed[3]) and vault.objects.has_object(loose)
+    assert not vault.objects.has_object("0" * 40)
+
+
+def test_an_index_of_another_version_is_asked_of_git(vault, tree, monkeypatch):
+    stored = store_files(vault.objects, listed(tree))
+    [idx] = (vault.objects.objects_dir / "pack").glob("pack-*.idx")
+    vault.objects.close()
+    kept = idx.read_bytes()
+    idx.chmod(0o644)
+    idx.write_bytes(kept[:7] + b"\x09" + kept[8:])  # a version this reader does not know
+    asked: list[set[str]] = []
+    monkeypatch.setattr(vault.objects, "object_sizes", lambda shas: asked.append(set(shas)) or {})
+    assert vault.objects.held({stored[0]}) == set()
+    assert asked == [{stored[0]}]
+    idx.write_bytes(kept)
+    vault.objects.close()
+    monkeypatch.undo()
+    assert vault.objects.held({stored[0]}) == {stored[0]}
