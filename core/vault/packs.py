@@ -30,7 +30,8 @@ TEMP_PREFIX = "tmp_pack_cairn-"  # a pack (and its index) being written: pid, a 
 THREADED_FROM = 1 << 20  # files this large and larger are read and compressed on threads
 _LOOKUP = 4096  # new entries whose ids are looked up in the vault at once
 _THREADS = min(4, os.cpu_count() or 2)
-_BLOB = 3  # the pack's type number of a blob
+_KINDS = {"commit": 1, "tree": 2, "blob": 3}  # the pack's type numbers
+_BLOB = _KINDS["blob"]
 
 # What storing one file gave: its blob id, or the error reading it raised.
 Stored = str | OSError
@@ -72,6 +73,18 @@ def store_files(objects: ObjectStore, files: Sequence[tuple[str, os.stat_result]
     for i in streamed:
         out[i] = _loose(objects, *files[i])
     return out
+
+
+def store_objects(objects: ObjectStore, kind: str, items: list[tuple[str, bytes]]) -> None:
+    """Store objects of one kind given as (id, content), those the vault lacks: loose when
+    they are few, else in one pack (the ten thousand trees of a new plain folder's base)."""
+    if len(items) < LOOSE_BELOW:
+        objects.write_objects(kind, items)
+        return
+    code = _KINDS[kind]
+    with _PackWriter(objects) as pack:
+        for sha, data in items:
+            pack.take((sha, _entry_header(code, len(data)) + deflate(data)))
 
 
 def _loose(objects: ObjectStore, path: str, st: os.stat_result) -> Stored:
@@ -220,4 +233,4 @@ def _alive(pid: int) -> bool:
     return True
 
 
-__all__ = ["LOOSE_BELOW", "Stored", "TEMP_PREFIX", "store_files"]
+__all__ = ["LOOSE_BELOW", "Stored", "TEMP_PREFIX", "store_files", "store_objects"]

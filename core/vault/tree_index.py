@@ -26,6 +26,7 @@ from core.vault.objects import (
     encode_tree,
     object_id,
 )
+from core.vault.packs import store_objects
 
 # A file whose mtime is this close to when we looked at it may change again within the same
 # timestamp tick; its cached hash is not trusted (git's "racy" entries). A filesystem that keeps
@@ -207,7 +208,7 @@ class TreeIndex:
             sha = object_id("tree", data) if entries else EMPTY_TREE
             self.tree_ids[folder] = sha
             written.append((sha, data))
-        objects.write_objects("tree", written)
+        store_objects(objects, "tree", written)
         self.dirty.clear()
         return self.tree_ids[""]
 

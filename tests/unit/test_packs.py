@@ -209,3 +209,20 @@ def test_an_index_of_another_version_is_asked_of_git(vault, tree, monkeypatch):
     vault.objects.close()
     monkeypatch.undo()
     assert vault.objects.held({stored[0]}) == {stored[0]}
+
+
+def test_many_trees_go_into_one_pack_and_few_stay_loose(vault, tmp_path):
+    from core.vault.tree_index import FileRecord, TreeIndex
+
+    blob = vault.objects.write_blob(b"x\n")
+    index = TreeIndex()
+    for i in range(400):
+        index.set_file(f"d{i:03d}/f.txt", FileRecord("100644", blob))
+    tree = index.flush(vault.objects)
+    assert len([n for n in pack_files(vault) if n.endswith(".pack")]) == 1
+    assert TreeIndex.from_tree(vault.objects, tree).files() == index.files()
+    subprocess.run(["git", "--git-dir", str(vault.git_dir), "fsck", "--strict"], check=True)
+    index.set_file("d000/g.txt", FileRecord("100644", blob))
+    again = index.flush(vault.objects)  # two trees: loose, beside the pack
+    assert (vault.objects.objects_dir / again[:2] / again[2:]).is_file()
+    assert len([n for n in pack_files(vault) if n.endswith(".pack")]) == 1
