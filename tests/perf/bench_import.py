@@ -16,6 +16,7 @@ files changed or new beside them. Every ratio compares numbers measured in the s
   file, as Cairn would without the stat cache the import leaves); target 1/5.
 - materializing the base into a new folder against `cp -a` of the same files, twice each in
   opposite orders (the sums compared); target 1.2x.
+- a plain folder (no `.git`) imported, beside `cp -a` of it (no target, for context);
 - a snapshot of the recorded tree, of a workspace watched in this process (once the watch has
   loaded its index) and as the desktop app takes it (nothing watching in the process: a
   verifying stat pass in helper processes, then the durable snapshot); target under 0.5 s.
@@ -353,6 +354,24 @@ def measure(
     }
 
 
+def measure_plain(folder: Path, rows: list, scratches: list[Path]) -> None:
+    """A plain folder (no `.git`) dropped: every file read, hashed and stored, then the
+    workspace written; beside `cp -a` of the same files (no target: context for the reader)."""
+    scratch = Path(tempfile.mkdtemp(prefix="bench-import-plain-", dir=CACHE))
+    scratches.append(scratch)
+    files = sum(len(names) for _folder, _dirs, names in os.walk(folder))
+    warm(folder)
+    copied, _ = timed(
+        lambda: subprocess.run(["cp", "-a", str(folder), str(scratch / "copy")], check=True)
+    )
+    took, _ = cairn_import(folder, scratch / "data")
+    rows += [
+        (f"plain folder (no .git): {files} files", "", "", ""),
+        ("  cp -a of the folder", str(copied), "", ""),
+        ("  import, drop to workspace ready", str(took), f"{took.wall / copied.wall:.2f}x cp", ""),
+    ]
+
+
 def run(files: int, real: Path | None) -> dict:
     CACHE.mkdir(parents=True, exist_ok=True)
     trees = [(f"generated {files}", git_copy(small_file_tree(files)))]
@@ -366,6 +385,7 @@ def run(files: int, real: Path | None) -> dict:
             measure(f"{label}, clean", repo, [], rows, results, scratches)
             dirty_repo, dirty = dirty_copy(repo)
             measure(f"{label}, 1 % dirty", dirty_repo, dirty, rows, results, scratches)
+        measure_plain(small_file_tree(files), rows, scratches)
     finally:
         for scratch in scratches:
             shutil.rmtree(scratch, ignore_errors=True)
