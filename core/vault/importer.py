@@ -30,7 +30,7 @@ from core.errors import InputError, VaultError
 from core.vault import Vault
 from core.vault.ignore import IgnoreRules
 from core.vault.objects import MODE_GITLINK, MODE_LINK, MODE_TREE, ObjectStore, git_env
-from core.vault.packs import store_files
+from core.vault.packs import process_alive, store_files
 from core.vault.tree_index import FileRecord, TreeIndex, mode_of
 
 # Where a fetch of the user's HEAD puts its objects until the import goes ahead (git's own
@@ -317,7 +317,7 @@ class _HeadFetch:
         objects_dir = vault.objects.objects_dir
         self.incoming = objects_dir / f"{INCOMING_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
         for stale in objects_dir.glob(f"{INCOMING_PREFIX}*"):
-            if not _process_alive(stale.name[len(INCOMING_PREFIX) :].partition("-")[0]):
+            if not process_alive(stale.name[len(INCOMING_PREFIX) :].partition("-")[0]):
                 shutil.rmtree(stale, ignore_errors=True)  # what an import that died left
         shallow = vault.git_dir / "shallow"
         try:
@@ -423,20 +423,6 @@ class _HeadFetch:
                 os.close(fd)
             if not replaced:
                 lock.unlink(missing_ok=True)
-
-
-def _process_alive(pid_text: str) -> bool:
-    """Whether the process a quarantine folder is named for still runs (True when unsure): the
-    folder of an import under way in another process is never taken away from it."""
-    try:
-        os.kill(int(pid_text), 0)
-    except (ValueError, OverflowError):
-        return False  # not a name an import gave
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process
-    return True
 
 
 # -- reading the user's repository ---------------------------------------------------------------

@@ -219,18 +219,22 @@ def _remove_abandoned(folder: Path) -> None:
     """Remove the temporary packs of writers that died (their process is gone)."""
     for path in folder.glob(f"{TEMP_PREFIX}*"):
         pid = path.name[len(TEMP_PREFIX) :].partition("-")[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        if pid != str(os.getpid()) and not process_alive(pid):
             path.unlink(missing_ok=True)
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid_text: str) -> bool:
+    """Whether the process a temporary pack or an import's quarantine folder is named for still
+    runs (True when unsure): what another process is still writing is never taken from it."""
     try:
-        os.kill(pid, 0)
+        os.kill(int(pid_text), 0)
+    except (ValueError, OverflowError):
+        return False  # not a name Cairn gave
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        return True  # someone else's process
     return True
 
 
-__all__ = ["LOOSE_BELOW", "Stored", "TEMP_PREFIX", "store_files", "store_objects"]
+__all__ = ["LOOSE_BELOW", "Stored", "TEMP_PREFIX", "process_alive", "store_files", "store_objects"]
