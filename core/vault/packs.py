@@ -28,7 +28,8 @@ LARGE_FILE = 64 * 1024 * 1024  # larger files are streamed into a loose object o
 TEMP_PREFIX = "tmp_pack_cairn-"  # a pack (and its index) being written: pid, a random part
 # and a suffix that is not git's, so that nothing takes it for a pack before it is whole
 THREADED_FROM = 1 << 20  # files this large and larger are read and compressed on threads
-_LOOKUP = 4096  # new entries whose ids are looked up in the vault at once
+_LOOKUP = 4096  # new entries whose ids are looked up in the vault at once...
+_PENDING_BYTES = 32 << 20  # ...or as many as hold this many bytes
 _THREADS = min(4, os.cpu_count() or 2)
 _KINDS = {"commit": 1, "tree": 2, "blob": 3}  # the pack's type numbers
 _BLOB = _KINDS["blob"]
@@ -139,6 +140,7 @@ class _PackWriter:
         self.count = 0
         self.written: set[str] = set()
         self.pending: list[tuple[str, bytes]] = []
+        self.pending_bytes = 0
 
     def __enter__(self) -> _PackWriter:
         return self
@@ -158,9 +160,10 @@ class _PackWriter:
         if isinstance(read, OSError):
             return read
         self.pending.append(read)
-        if len(self.pending) >= _LOOKUP:
+        self.pending_bytes += len(read[1])
+        if len(self.pending) >= _LOOKUP or self.pending_bytes >= _PENDING_BYTES:
             self.add_missing(self.pending)
-            self.pending = []
+            self.pending, self.pending_bytes = [], 0
         return read[0]
 
     def add_missing(self, items: list[tuple[str, bytes]]) -> None:
@@ -206,7 +209,10 @@ class _PackWriter:
         if proc.returncode != 0 or name != digest.hexdigest():
             err = proc.stderr.decode(errors="replace").strip().splitlines()
             raise VaultError(f"git could not index the new pack: {err[-1] if err else name}")
-        # The pack before its index: git looks for packs through their indexes.
+        # Read-only, as git leaves its packs; the pack before its index: git looks for packs
+        # through their indexes.
+        os.chmod(self.path, 0o444)
+        os.chmod(idx, 0o444)
         os.replace(self.path, self.folder / f"pack-{name}.pack")
         os.replace(idx, self.folder / f"pack-{name}.idx")
 

@@ -226,3 +226,16 @@ def test_many_trees_go_into_one_pack_and_few_stay_loose(vault, tmp_path):
     again = index.flush(vault.objects)  # two trees: loose, beside the pack
     assert (vault.objects.objects_dir / again[:2] / again[2:]).is_file()
     assert len([n for n in pack_files(vault) if n.endswith(".pack")]) == 1
+
+
+def test_entries_wait_for_their_look_up_in_bounded_memory_and_packs_are_read_only(
+    vault, tree, monkeypatch
+):
+    looked: list[int] = []
+    real = vault.objects.held
+    monkeypatch.setattr(vault.objects, "held", lambda shas: looked.append(len(shas)) or real(shas))
+    monkeypatch.setattr(packs, "_PENDING_BYTES", 512)
+    assert store_files(vault.objects, listed(tree)) == git_ids(tree)
+    assert len(looked) > 10  # a look-up every half kilobyte of entries, not one for all
+    for name in pack_files(vault):
+        assert (vault.objects.objects_dir / "pack" / name).stat().st_mode & 0o777 == 0o444
