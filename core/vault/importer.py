@@ -252,8 +252,8 @@ def _hash_files(
     files: list[tuple[str, str, os.stat_result]],
     problems: list[str],
 ) -> Iterator[tuple[str, str, str]]:
-    """Store each file's bytes as a blob (many at once in one pack, read and hashed on several
-    threads); yields (rel, mode, blob id). A file deleted since it was listed is left out, as
+    """Store each file's bytes as a blob (many at once in one pack: see `packs.store_files`);
+    yields (rel, mode, blob id). A file deleted since it was listed is left out, as
     if it had been deleted before; one closed to us since is added to `problems`."""
     stored = store_files(objects, [(os.path.join(folder, rel), st) for rel, _mode, st in files])
     for (rel, mode, _st), got in zip(files, stored, strict=True):

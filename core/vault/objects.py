@@ -33,7 +33,7 @@ MODE_GITLINK = "160000"
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 _SHA_RE = re.compile(r"^[0-9a-f]{40}$")
-_LARGE_FILE = 64 * 1024 * 1024  # above this a blob is streamed instead of read whole
+LARGE_FILE = 64 * 1024 * 1024  # above this a blob is streamed instead of read whole
 _BULK_LOOKUP = 32  # more objects than this are looked up with one git process, not one each
 _LIST_LOOSE_ABOVE = 256  # more ids than this are looked for by listing their fan-out folders
 _REF_LOCK_WAIT_S = 2.0
@@ -471,7 +471,7 @@ class ObjectStore:
 
         if statmod.S_ISLNK(st.st_mode):
             return self.write_blob(os.fsencode(os.readlink(path)))
-        if st.st_size <= _LARGE_FILE:
+        if st.st_size <= LARGE_FILE:
             with open(path, "rb") as f:
                 return self.write_blob(f.read())
         return self._write_large_blob(path)

@@ -1,7 +1,7 @@
 """Storing many files of a folder as blobs at once: one pack instead of a loose object each.
 
-Owns reading, hashing and compressing the files (on several threads) and writing what the vault
-lacks into a new pack, which git indexes (verifying every object) before it joins the vault's
+Owns reading, hashing and compressing the files (large ones on threads) and writing what the
+vault lacks into a new pack, which git indexes (verifying every object) before it joins the vault's
 packs. It decides nothing about which files to store: the importer does.
 
 A loose object costs a file of its own (created, written, renamed into its fan-out folder); for
@@ -21,10 +21,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from core.errors import VaultError
-from core.vault.objects import ObjectStore, deflate, run_git
+from core.vault.objects import LARGE_FILE, ObjectStore, deflate, run_git
 
 LOOSE_BELOW = 256  # fewer files than this are written as loose objects
-LARGE_FILE = 64 * 1024 * 1024  # larger files are streamed into a loose object of their own
 TEMP_PREFIX = "tmp_pack_cairn-"  # a pack (and its index) being written: pid, a random part
 # and a suffix that is not git's, so that nothing takes it for a pack before it is whole
 THREADED_FROM = 1 << 20  # files this large and larger are read and compressed on threads
@@ -32,7 +31,6 @@ _LOOKUP = 4096  # new entries whose ids are looked up in the vault at once...
 _PENDING_BYTES = 32 << 20  # ...or as many as hold this many bytes
 _THREADS = min(4, os.cpu_count() or 2)
 _KINDS = {"commit": 1, "tree": 2, "blob": 3}  # the pack's type numbers
-_BLOB = _KINDS["blob"]
 
 # What storing one file gave: its blob id, or the error reading it raised.
 Stored = str | OSError
@@ -54,6 +52,7 @@ def store_files(objects: ObjectStore, files: Sequence[tuple[str, os.stat_result]
     streamed: list[int] = []
     with _PackWriter(objects) as pack:
         for i, (path, st) in enumerate(files):
+            # Larger than LARGE_FILE: streamed into a loose object, never held in memory whole.
             if st.st_size > LARGE_FILE and not statmod.S_ISLNK(st.st_mode):
                 streamed.append(i)
             elif st.st_size >= THREADED_FROM and not statmod.S_ISLNK(st.st_mode):
@@ -107,7 +106,7 @@ def _read(path: str, st: os.stat_result) -> tuple[str, bytes] | OSError:
         return exc
     h = hashlib.sha1(b"blob %d\0" % len(data))
     h.update(data)
-    return h.hexdigest(), _entry_header(_BLOB, len(data)) + deflate(data)
+    return h.hexdigest(), _entry_header(_KINDS["blob"], len(data)) + deflate(data)
 
 
 def _entry_header(kind: int, size: int) -> bytes:
