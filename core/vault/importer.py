@@ -262,7 +262,9 @@ def _hash_files(
         elif isinstance(got, PermissionError):
             problems.append(rel)
         elif not isinstance(got, (FileNotFoundError, NotADirectoryError)):
-            raise got
+            raise InputError(
+                f"cannot import {folder}: {rel} cannot be read: {got.strerror or got}"
+            ) from None
 
 
 def _record_plain(

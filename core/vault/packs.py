@@ -16,8 +16,9 @@ import os
 import secrets
 import stat as statmod
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 from core.errors import VaultError
@@ -50,7 +51,7 @@ def store_files(objects: ObjectStore, files: Sequence[tuple[str, os.stat_result]
     out: list[Stored] = [""] * len(files)
     threaded: list[int] = []
     streamed: list[int] = []
-    with _PackWriter(objects) as pack:
+    with _writing(objects) as pack:
         for i, (path, st) in enumerate(files):
             # Larger than LARGE_FILE: streamed into a loose object, never held in memory whole.
             if st.st_size > LARGE_FILE and not statmod.S_ISLNK(st.st_mode):
@@ -82,9 +83,22 @@ def store_objects(objects: ObjectStore, kind: str, items: list[tuple[str, bytes]
         objects.write_objects(kind, items)
         return
     code = _KINDS[kind]
-    with _PackWriter(objects) as pack:
+    with _writing(objects) as pack:
         for sha, data in items:
             pack.take((sha, _entry_header(code, len(data)) + deflate(data)))
+
+
+@contextmanager
+def _writing(objects: ObjectStore) -> Iterator[_PackWriter]:
+    """A new pack of the vault's; what stops it being written (a full disk, a folder closed to
+    us) is said in one line naming the vault."""
+    try:
+        with _PackWriter(objects) as pack:
+            yield pack
+    except OSError as exc:
+        raise VaultError(
+            f"cannot write to the vault {objects.git_dir}: {exc.strerror or exc}"
+        ) from None
 
 
 def _loose(objects: ObjectStore, path: str, st: os.stat_result) -> Stored:

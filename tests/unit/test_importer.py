@@ -618,3 +618,22 @@ def test_the_quarantine_of_an_import_under_way_in_another_process_is_left_alone(
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_a_file_that_fails_to_read_refuses_the_import_in_one_line_naming_it(
+    vault, tmp_path, monkeypatch, storing
+):
+    src = tmp_path / "src"
+    for i in range(200):  # loose by default; in a pack where the fixture says so
+        write(src / f"f{i:03d}.txt", f"file {i}\n")
+    real_read, real_loose = packs._read, packs._loose
+    failing = str(src / "f007.txt")
+    eio = OSError(5, "Input/output error")
+    # However the files are stored (loose, or read for a pack), reading this one fails.
+    monkeypatch.setattr(packs, "_read", lambda p, st: eio if p == failing else real_read(p, st))
+    monkeypatch.setattr(
+        packs, "_loose", lambda o, p, st: eio if p == failing else real_loose(o, p, st)
+    )
+    with pytest.raises(InputError) as caught:
+        import_folder(vault, src)
+    assert str(caught.value) == f"cannot import {src}: f007.txt cannot be read: Input/output error"

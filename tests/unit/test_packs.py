@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import VaultError
 from core.vault import packs
 from core.vault.objects import PackIndex
 from core.vault.packs import TEMP_PREFIX, store_files
@@ -239,3 +240,17 @@ def test_entries_wait_for_their_look_up_in_bounded_memory_and_packs_are_read_onl
     assert len(looked) > 10  # a look-up every half kilobyte of entries, not one for all
     for name in pack_files(vault):
         assert (vault.objects.objects_dir / "pack" / name).stat().st_mode & 0o777 == 0o444
+
+
+def test_a_pack_that_cannot_be_written_is_one_line_naming_the_vault(vault, tree, monkeypatch):
+    def full(*_args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(packs.os, "replace", full)
+    with pytest.raises(VaultError) as caught:
+        store_files(vault.objects, listed(tree))
+    assert str(caught.value) == (
+        f"cannot write to the vault {vault.git_dir}: No space left on device"
+    )
+    monkeypatch.undo()
+    assert not [n for n in pack_files(vault) if n.startswith(TEMP_PREFIX)]  # nothing left over
