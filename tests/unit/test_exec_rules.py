@@ -817,3 +817,29 @@ def test_a_kernel_that_cannot_hold_execs_is_named_with_what_is_needed(monkeypatc
     monkeypatch.setattr(supervisor, "libc", Refusing)
     with pytest.raises(OSError, match=r"Linux 5\.5 or newer is needed"):
         supervisor.install_filter()
+
+
+def test_the_supervisor_ends_without_the_interpreters_teardown(tmp_path: Path):
+    """A worker may be starting a spare one as the command ends, and a thread that starts
+    during the interpreter's teardown crashes it (SIGSEGV: a command that ended well reported
+    139). The supervisor's status is its command's: it leaves at once, its output flushed."""
+    import subprocess
+    import sys
+
+    marker = tmp_path / "torn-down"
+    (tmp_path / "sitecustomize.py").write_text(
+        f"import atexit\natexit.register(lambda: open({str(marker)!r}, 'w').close())\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "resources/sandbox/supervisor.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and done.stderr.startswith("usage: supervisor.py")
+    assert not marker.exists()
+    # The check itself: the hook does run in a process that ends the ordinary way.
+    subprocess.run([sys.executable, "-c", "pass"], env=env, check=True, timeout=60)
+    assert marker.exists()
