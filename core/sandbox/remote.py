@@ -6,11 +6,14 @@ the approval decisions, the in-sandbox tools and Cairn's git settings are volume
 (`cairn-<session>-<part>`), never bind mounts. A never-started *carrier* container per session
 holds every one of them writable (at /v/<part>), so Cairn fills them with tar streams
 (`put_archive`) whether the sandbox runs or not: the workspace and home from this machine's
-copies when a volume is new, the tools, git settings and decisions at every creation and the
-decisions again whenever a judge writes one. The run files come back the other way: `sync_run`
-mirrors one run folder into the local `runs/` folder, the output files appended from the size
-they have here (so each byte arrives exactly once and the local observation code reads them as
-it reads a local sandbox's), the small files (pid, exit_code, step, approval requests) whole.
+copies when a volume is new; the tools, git settings and decisions at every creation and
+attach, and the decisions again before each exec there, each time only the files that differ
+from what the session's record (`remote-pushed/`) says the volume holds, since the engine
+removes a file before it writes it again and the sandbox may be reading it. The run files
+come back the other way: `sync_run` mirrors one run folder into the local `runs/` folder, the
+output files appended from the size they have here (so each byte arrives exactly once and the
+local observation code reads them as it reads a local sandbox's), the small files (pid,
+exit_code, step, approval requests) whole.
 
 The egress proxy stays on this machine: the sandbox gets an empty tmpfs at /cairn/egress, where
 the relay that the egress tunnel keeps running there serves the proxy's socket
@@ -33,6 +36,7 @@ import errno
 import fcntl
 import hashlib
 import io
+import json
 import os
 import re
 import socket
@@ -41,7 +45,7 @@ import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path, PurePosixPath
@@ -121,6 +125,12 @@ WORKSPACE, HOME, RUNS, DECISIONS, TOOLS, GIT, HOOKS = (
     "hooks",
 )
 PARTS = (WORKSPACE, HOME, RUNS, DECISIONS, TOOLS, GIT, HOOKS)
+# Cairn's own parts: written only by Cairn, read by the running sandbox at any moment (a run's
+# supervisor loads the program rules as it starts). The engine rewrites a file it extracts
+# (removed, then written), so a file is sent only when it differs from what the session's
+# record says its volume holds: an unchanged one is never missing there, not even for a moment.
+OWN_PARTS = (TOOLS, GIT, DECISIONS)
+PUSHED_FOLDER = "remote-pushed"  # in the data folder: that record, one file per session
 # Folders of this machine the spec names that are volumes there; any other is refused.
 STANDARD_EXTRA_TARGETS = (TOOLS_IN_SANDBOX, DECISIONS_IN_SANDBOX)
 
@@ -616,7 +626,7 @@ class RemoteDockerBackend(DockerBackend):
             fills.append((HOME, spec.home_dir, user))
         if RUNS in made:
             fills.append((RUNS, None, user))
-        self._put_folders(carrier, [*fills, *self._current(spec)])
+        self._put_folders(carrier, fills, own=self._current(spec), made=made)
         self._ensure_engine_volumes(spec, image_id)
 
     def _current(self, spec: SandboxSpec) -> list[Fill]:
@@ -632,7 +642,7 @@ class RemoteDockerBackend(DockerBackend):
     def attach(self, state: SessionState, spec: SandboxSpec) -> AttachResult:
         found = super().attach(state, spec)
         if isinstance(found, Attached):  # made by another Cairn, or before an update of it
-            self._put_folders(carrier_name(spec.session_id), self._current(spec))
+            self._put_folders(carrier_name(spec.session_id), (), own=self._current(spec))
             assert isinstance(found.live, DockerLiveSession)
             self.connect_egress(spec, found.live.container_id)
         return found
@@ -709,33 +719,39 @@ class RemoteDockerBackend(DockerBackend):
     ) -> None:
         self._put_folders(carrier, [(part, folder, owner)])
 
-    def _put_folders(self, carrier: str, fills: Sequence[Fill]) -> None:
+    def _put_folders(
+        self,
+        carrier: str,
+        fills: Sequence[Fill],
+        *,
+        own: Sequence[Fill] = (),
+        made: Collection[str] = (),
+    ) -> None:
         """Write each `(part, folder, owner)`: the folder's tree (links as links) into the
         volume of `part` (or a folder in it: `runs/<run>`), owned by `owner`; without a
-        folder, only the top folder and its owner. One archive for them all: each is a round
-        trip to the other machine."""
+        folder, only the top folder and its owner. Of Cairn's own parts (`own`), only what
+        differs from the session's record (`_Pushed`) goes; the record starts afresh for a
+        volume just `made`. One archive for them all, none when nothing differs: each is a
+        round trip to the other machine."""
+        with contextlib.ExitStack() as stack:
+            record = None
+            if own:
+                record = stack.enter_context(_Pushed.held(self._pushed_path(carrier)))
+                record.forget(made)
+            with tempfile.SpooledTemporaryFile(max_size=64 * 1024**2) as spool:
+                with tarfile.open(fileobj=spool, mode="w", format=tarfile.PAX_FORMAT) as tar:
+                    for part, folder, owner in fills:
+                        _add_tree(tar, part, folder, owner)
+                    changed = record.add_changed(tar, own) if record is not None else False
+                spool.seek(0)
+                if (fills or changed) and not self.api.put_archive(carrier, CARRIER_ROOT, spool):
+                    parts = ", ".join(part for part, _, _ in [*fills, *own])
+                    raise SandboxError(f"host {self.host_name} refused the files of {parts}")
+            if record is not None:
+                record.save()
 
-        def owned(uid: int, gid: int) -> Callable[[tarfile.TarInfo], tarfile.TarInfo]:
-            def own(info: tarfile.TarInfo) -> tarfile.TarInfo:
-                info.uid, info.gid, info.uname, info.gname = uid, gid, "", ""
-                return info
-
-            return own
-
-        with tempfile.SpooledTemporaryFile(max_size=64 * 1024**2) as spool:
-            with tarfile.open(fileobj=spool, mode="w", format=tarfile.PAX_FORMAT) as tar:
-                for part, folder, (uid, gid) in fills:
-                    own = owned(uid, gid)
-                    if folder is not None and folder.is_dir():
-                        tar.add(str(folder), arcname=part, recursive=True, filter=own)
-                    else:
-                        top = tarfile.TarInfo(part)
-                        top.type, top.mode = tarfile.DIRTYPE, 0o755
-                        tar.addfile(own(top))
-            spool.seek(0)
-            if not self.api.put_archive(carrier, CARRIER_ROOT, spool):
-                parts = ", ".join(part for part, _, _ in fills)
-                raise SandboxError(f"host {self.host_name} refused the files of {parts}")
+    def _pushed_path(self, carrier: str) -> Path:
+        return Path(self.data_dir) / PUSHED_FOLDER / f"{carrier}.json"
 
     def list_sessions(self) -> list[SessionSummary]:
         """The sandboxes, without their carriers (which never run anything)."""
@@ -794,11 +810,14 @@ class RemoteDockerBackend(DockerBackend):
         for name in parts.volumes:
             with contextlib.suppress(docker.errors.NotFound):
                 self.api.remove_volume(name, force=True)
+        _Pushed.remove(self._pushed_path(carrier_name(session_id)))
         return parts
 
     @docker_call("write the approval decisions to the sandbox host")
     def push_decisions(self, spec: SandboxSpec) -> None:
-        self._put_folder(carrier_name(spec.session_id), DECISIONS, self._decisions_of(spec), (0, 0))
+        """The decisions written here since the last push (by any of Cairn's processes)."""
+        carrier = carrier_name(spec.session_id)
+        self._put_folders(carrier, (), own=[(DECISIONS, self._decisions_of(spec), (0, 0))])
 
 
 class RemoteLiveSession(DockerLiveSession):
@@ -817,7 +836,6 @@ class RemoteLiveSession(DockerLiveSession):
     ):
         super().__init__(backend, state, spec, container_id)
         self._synced: dict[str, float] = {}
-        self._decisions_seen: tuple | None = None
 
     def _prepare_run(self, run_id: str) -> None:
         inside = f"{CONTAINER_RUNS}/{run_id}"
@@ -948,13 +966,8 @@ class RemoteLiveSession(DockerLiveSession):
         return out or b""
 
     def push_decisions(self) -> None:
-        """Send the workspace's approval decisions when they changed since the last push."""
-        folder = self.backend._decisions_of(self.spec)
-        seen = _signature(folder)
-        if seen == self._decisions_seen:
-            return
+        """Send the workspace's approval decisions written since the last push."""
         self.backend.push_decisions(self.spec)
-        self._decisions_seen = seen
 
 
 class FilesUnder:
@@ -1125,22 +1138,133 @@ def _reset_local(run_dir: Path) -> None:
         (run_dir / name).unlink(missing_ok=True)
 
 
-def _signature(folder: Path) -> tuple:
-    """What the folder holds, by content: a rewrite with the same bytes (the program rules,
-    placed at each launch) sends nothing."""
-    if not folder.is_dir():
-        return ()
-    out = []
-    for path in sorted(folder.rglob("*")):
-        with contextlib.suppress(OSError):
-            rel = path.relative_to(folder).as_posix()
-            if path.is_symlink():
-                out.append((rel, "link", os.readlink(path)))
-            elif path.is_file():
-                out.append((rel, "file", hashlib.sha1(path.read_bytes()).hexdigest()))
-            else:
-                out.append((rel, "dir", ""))
-    return tuple(out)
+def _owned(uid: int, gid: int) -> Callable[[tarfile.TarInfo], tarfile.TarInfo]:
+    def own(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.uid, info.gid, info.uname, info.gname = uid, gid, "", ""
+        return info
+
+    return own
+
+
+def _add_tree(tar: tarfile.TarFile, part: str, folder: Path | None, owner: tuple[int, int]) -> None:
+    """The folder's tree at `part` (links as links); without a folder, its top alone."""
+    own = _owned(*owner)
+    if folder is not None and folder.is_dir():
+        tar.add(str(folder), arcname=part, recursive=True, filter=own)
+    else:
+        top = tarfile.TarInfo(part)
+        top.type, top.mode = tarfile.DIRTYPE, 0o755
+        tar.addfile(own(top))
+
+
+class _Pushed:
+    """What a session's volumes hold of Cairn's own parts, as this data folder last sent them:
+    per part, per path, its kind, mode and content digest (with the size and mtime it had here,
+    so an unchanged file is not read again). Held under a lock for a whole push, so Cairn's
+    processes (the window, a command, the judge) take turns and never send the same file
+    twice. A record that cannot be read is an empty one: everything is sent again."""
+
+    def __init__(self, path: Path, doc: dict[str, dict[str, list]]):
+        self.path = path
+        self.doc = doc
+        self.dirty = False
+
+    @classmethod
+    @contextlib.contextmanager
+    def held(cls, path: Path) -> Iterator[_Pushed]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            doc: dict[str, dict[str, list]] = {}
+            with contextlib.suppress(OSError, ValueError):
+                found = json.loads(path.read_bytes())
+                if isinstance(found, dict):
+                    doc = {k: v for k, v in found.items() if isinstance(v, dict)}
+            yield cls(path, doc)
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def remove(path: Path) -> None:
+        for stale in (path, path.with_suffix(".lock")):
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()
+
+    def forget(self, parts: Collection[str]) -> None:
+        """The volumes of `parts` were made now: they hold nothing yet."""
+        for part in parts:
+            if self.doc.pop(part, None) is not None:
+                self.dirty = True
+
+    def add_changed(self, tar: tarfile.TarFile, fills: Sequence[Fill]) -> bool:
+        """Add to `tar` what differs from the record; the record then says it is there (kept
+        only by `save`, after the archive was taken). Whether anything was added."""
+        added = False
+        for part, folder, owner in fills:
+            own = _owned(*owner)
+            known = self.doc.setdefault(part, {})
+            if folder is None or not folder.is_dir():
+                if "." not in known:
+                    _add_tree(tar, part, None, owner)
+                    known["."] = ["dir", 0o755, 0, 0, ""]
+                    added = self.dirty = True
+                continue
+            for rel, path in _walk_all(folder):
+                was = known.get(rel)
+                try:
+                    st = path.lstat()
+                    entry, data = self._entry(path, st, was)
+                except OSError:
+                    continue  # gone since it was listed: sent with the next push
+                if was == entry:
+                    continue
+                known[rel] = entry
+                self.dirty = True
+                if was is not None and was[:2] == entry[:2] and was[4] == entry[4]:
+                    continue  # only its size or time here changed, not what it holds
+                info = tar.gettarinfo(str(path), arcname=part if rel == "." else f"{part}/{rel}")
+                if data is not None:  # the bytes digested, whatever the file holds by now
+                    info.size = len(data)
+                    tar.addfile(own(info), io.BytesIO(data))
+                else:
+                    tar.addfile(own(info))
+                added = True
+        return added
+
+    @staticmethod
+    def _entry(path: Path, st: os.stat_result, was: list | None) -> tuple[list, bytes | None]:
+        """The record's entry for `path`, and its bytes when they were read to digest."""
+        mode = stat.S_IMODE(st.st_mode)
+        if stat.S_ISDIR(st.st_mode):
+            return ["dir", mode, 0, 0, ""], None
+        if stat.S_ISLNK(st.st_mode):
+            return ["link", mode, 0, 0, os.readlink(path)], None
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a file", str(path))
+        if was is not None and was[:4] == ["file", mode, st.st_size, st.st_mtime_ns]:
+            return was, None
+        data = path.read_bytes()
+        return ["file", mode, st.st_size, st.st_mtime_ns, hashlib.sha256(data).hexdigest()], data
+
+    def save(self) -> None:
+        if not self.dirty:
+            return
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(self.doc, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, self.path)
+        self.dirty = False
+
+
+def _walk_all(folder: Path) -> Iterator[tuple[str, Path]]:
+    """Every path under `folder`, itself first as ".", parents before what they hold."""
+    yield ".", folder
+    for top, dirs, files in os.walk(folder):
+        dirs.sort()
+        base = Path(top)
+        for name in [*sorted(dirs), *sorted(files)]:
+            path = base / name
+            yield path.relative_to(folder).as_posix(), path
 
 
 def _home_name(path: str) -> str:
