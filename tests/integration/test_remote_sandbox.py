@@ -199,9 +199,26 @@ def test_a_shell_run_on_the_remote_host_mounts_nothing_from_here(
 def test_a_run_on_the_remote_host_reattaches_to_its_sandbox(far_task, remote_engine):
     data, task_id, _ = far_task
     first = as_json(cairnctl(data, "run", task_id, "--json", "--step", "echo one > one.txt"))
+    sandbox = next(
+        c
+        for c in remote_engine.containers.list(
+            filters={"label": f"cairn.data_dir={data.resolve()}"}
+        )
+        if not c.name.endswith("-carrier")
+    )
+
+    def rules_file() -> bytes:
+        done = sandbox.exec_run(["stat", "-c", "%i %z", "/cairn/decisions/.rules/exec_rules.py"])
+        assert done.exit_code == 0, done.output
+        return done.output
+
+    placed = rules_file()
     second = as_json(cairnctl(data, "run", task_id, "--json", "--step", "cat one.txt && echo two"))
     assert first["state"] == second["state"] == "succeeded", (first, second)
     assert "sandbox: reattached" in second["resume_report"]["path"], second
+    # Placed again by the second launch, the same bytes: never written there again (the engine
+    # removes a file it extracts, and a run starting then would find no rules).
+    assert rules_file() == placed
     shown = as_json(cairnctl(data, "show", task_id, "--json"))
     runs = sorted(
         (data / "runs" / shown["workspace_id"]).iterdir(), key=lambda p: p.stat().st_mtime
