@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import stat
 import time
@@ -50,7 +51,7 @@ from core.sandbox.base import SessionSummary
 from core.sandbox.remote import HostUnreachable, RemoteDockerBackend, SessionParts
 from core.snapshots import Snapshots
 from core.vault import Vault, base_ref, revisions_ref, snapshot_ref
-from core.vault.objects import run_git
+from core.vault.objects import PackIndex, run_git
 
 # Vault objects nothing reaches are removed only once they are this old: a capture, an import
 # or a snapshot writes its objects before the ref that reaches them.
@@ -997,7 +998,7 @@ def _unreachable(
     vault: Vault, reachable: set[str], cutoff: float
 ) -> list[tuple[str, os.stat_result]]:
     """Loose objects (and unfinished object writes) no root reaches, untouched since `cutoff`:
-    (path under objects/, lstat). Packed objects are left alone."""
+    (path under objects/, lstat). Packs are `_unreachable_packs`."""
     out: list[tuple[str, os.stat_result]] = []
     objects = vault.git_dir / "objects"
     try:
@@ -1027,6 +1028,68 @@ def _unreachable(
             if stat.S_ISREG(st.st_mode) and st.st_mtime <= cutoff:
                 out.append((f"{fan}/{name}", st))
     return out
+
+
+# A pack's files, in the order they are set aside (its index first: git no longer looks in it)
+# and put back in the other order (its index last).
+PACK_FILES = (".idx", ".rev", ".pack")
+_PACK_NAME = re.compile(r"pack-[0-9a-f]{40}(?:[0-9a-f]{24})?")
+
+
+@dataclass(frozen=True)
+class _Pack:
+    rel: str  # "pack/pack-<id>.pack", under objects/
+    files: tuple[tuple[Path, os.stat_result], ...]
+    count: int  # the objects it holds
+
+
+def _pack_state(objects: Path, name: str, reachable: set[str], cutoff: float) -> _Pack | str | None:
+    """The pack `name` (pack-<id>) when none of its objects is reachable and none of its files
+    changed since `cutoff`; else why not ("reachable", "touched"), or None when it is not a
+    pack Cairn can read (kept: an index of another version, a `.keep` beside it)."""
+    folder = objects / "pack"
+    if not _PACK_NAME.fullmatch(name) or (folder / f"{name}.keep").exists():
+        return None
+    files = []
+    for suffix in PACK_FILES:
+        try:
+            files.append((folder / f"{name}{suffix}", os.lstat(folder / f"{name}{suffix}")))
+        except FileNotFoundError:
+            if suffix != ".rev":
+                return None
+    if any(not stat.S_ISREG(st.st_mode) for _, st in files):
+        return None
+    try:
+        index = PackIndex.open(folder / f"{name}.idx")
+    except (OSError, ValueError):
+        return None
+    try:
+        count = index.fanout[255]
+        if any(sha in reachable for sha in index.ids()):
+            return "reachable"
+    finally:
+        index.close()
+    if any(st.st_mtime > cutoff for _, st in files):
+        return "touched"
+    return _Pack(f"pack/{name}.pack", tuple(files), count)
+
+
+def _unreachable_packs(vault: Vault, reachable: set[str], cutoff: float) -> list[_Pack]:
+    """Packs none of whose objects a root reaches (a deleted task's import, say), untouched
+    since `cutoff`. A pack some of whose objects are reachable is kept whole."""
+    objects = vault.git_dir / "objects"
+    try:
+        names = sorted(
+            n[: -len(".idx")] for n in os.listdir(objects / "pack") if n.endswith(".idx")
+        )
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        pack = _pack_state(objects, name, reachable, cutoff)
+        if isinstance(pack, _Pack):
+            found.append(pack)
+    return found
 
 
 # -- planning ----------------------------------------------------------------------------------
@@ -1129,7 +1192,9 @@ def plan(
     for source in ctx.store.list_sources():
         try:
             vault = ctx.vault_for(source.id)
-            found = _unreachable(vault, _reachable(ctx, vault, source.id), now - grace_seconds)
+            reachable = _reachable(ctx, vault, source.id)
+            found = _unreachable(vault, reachable, now - grace_seconds)
+            packs = _unreachable_packs(vault, reachable, now - grace_seconds)
         except CairnError as exc:
             notes.append(f"the vault of {source.path} is left alone: {exc}")
             continue
@@ -1138,20 +1203,22 @@ def plan(
                 f"an interrupted cleanup set objects of {source.path} aside; the next "
                 "cleanup puts them back"
             )
-        if not found:
+        if not found and not packs:
             continue
         freed = sum(ledger.take(st) for _rel, st in found)
+        freed += sum(ledger.take(st) for pack in packs for _path, st in pack.files)
+        count = len(found) + sum(pack.count for pack in packs)
         items.append(
             PlanItem(
                 KIND_OBJECTS,
-                f"{len(found)} vault objects of {source.path} that no revision, "
-                "snapshot or checkpoint reaches (left by interrupted captures or "
-                "imports)",
+                f"{count} vault objects of {source.path} that no revision, "
+                "snapshot or checkpoint reaches (left by deleted tasks, interrupted captures "
+                "or imports)",
                 freed,
                 str(vault.git_dir),
-                len(found),
+                count,
                 source_id=source.id,
-                objects=tuple(rel for rel, _st in found),
+                objects=(*(rel for rel, _st in found), *(pack.rel for pack in packs)),
             )
         )
     return Plan(tuple(items), usage, tuple(notes), grace_seconds, now)
@@ -1475,6 +1542,19 @@ def _clean_objects(ctx: Context, item: PlanItem, result: Result, cutoff: float) 
         needed = touched = 0
         for rel in item.objects:
             fan, _, name = rel.partition("/")
+            if fan == "pack":
+                state = _pack_state(objects, name.removesuffix(".pack"), reachable, cutoff)
+                if state == "reachable":
+                    needed += 1
+                elif state == "touched":
+                    touched += 1
+                elif isinstance(state, _Pack):
+                    quarantine.mkdir(exist_ok=True)
+                    for path, _st in state.files:
+                        target = quarantine / path.name
+                        os.rename(path, target)
+                        moved.append((path, target))
+                continue
             if fan + name in reachable:
                 needed += 1
                 continue
@@ -1493,7 +1573,7 @@ def _clean_objects(ctx: Context, item: PlanItem, result: Result, cutoff: float) 
         try:
             _reachable(ctx, vault, source.id)
         except VaultError as exc:
-            for path, target in moved:
+            for path, target in reversed(moved):  # a pack's index last
                 if not path.exists():
                     os.rename(target, path)
             remove_measured(quarantine)
@@ -1553,9 +1633,16 @@ def _put_back_quarantines(ctx: Context, result: Result) -> None:
 def _restore_quarantines(vault: Vault) -> None:
     """Put back objects a crashed cleanup had set aside: they are judged again from scratch."""
     objects = vault.git_dir / "objects"
+
+    def index_last(entry: os.DirEntry) -> tuple[bool, str]:
+        return entry.name.endswith(".idx"), entry.name
+
     for folder in _quarantines(vault):
-        for obj in os.scandir(folder):
-            path = objects / obj.name[:2] / obj.name[2:]
+        for obj in sorted(os.scandir(folder), key=index_last):
+            if obj.name.startswith("pack-"):
+                path = objects / "pack" / obj.name
+            else:
+                path = objects / obj.name[:2] / obj.name[2:]
             if path.exists():
                 os.unlink(obj.path)
             else:

@@ -19,6 +19,7 @@ import subprocess
 import threading
 import time
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -157,6 +158,12 @@ class PackIndex:
         while at >= 0 and (at - start) % 20:  # a match across two ids: look further
             at = self.data.find(raw, at + 1, end)
         return at >= 0
+
+    def ids(self) -> Iterator[str]:
+        """Every id of the pack, in order, as hex."""
+        end = self._NAMES + 20 * self.fanout[255]
+        for at in range(self._NAMES, end, 20):
+            yield self.data[at : at + 20].hex()
 
     def close(self) -> None:
         self.data.close()

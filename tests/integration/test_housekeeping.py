@@ -318,3 +318,65 @@ def test_cairnctl_housekeeping_dry_run_then_yes(world):
     assert again["plan"]["items"] == []
     bad = cairnctl(data, "archive", "no-such-task", check=False)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_a_deleted_tasks_pack_is_freed_and_a_pack_still_reached_is_kept(tmp_path, data_dir):
+    """A big folder's import stores its files as one pack: once its task is deleted and nothing
+    else reaches any of them, the cleanup frees the pack whole; the next import's pack, which a
+    task still reaches, stays; a pack an interrupted cleanup set aside is put back."""
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    for i in range(300):  # a pack, not loose objects
+        (folder / f"f{i}.txt").write_text(f"first {i}\n" * 20)
+    app = Cairn(data_dir)
+    try:
+        first = app.tasks.new(folder, title="First").task
+        vault = app.ctx.vault_for(first.source_id)
+        packs = vault.git_dir / "objects" / "pack"
+        (old_pack,) = packs.glob("pack-*.pack")
+        for i in range(300):
+            (folder / f"f{i}.txt").write_text(f"second {i}\n" * 20)
+        second = app.tasks.new(folder, title="Second").task
+        assert second.source_id == first.source_id
+        (new_pack,) = set(packs.glob("pack-*.pack")) - {old_pack}
+        for path in packs.iterdir():
+            os.utime(path, (OLD, OLD))
+        app.housekeeping.delete(first.id)
+
+        plan = app.housekeeping.plan()
+        (item,) = [i for i in plan.items if i.kind == housekeeping.KIND_OBJECTS]
+        assert item.objects == (f"pack/{old_pack.name}",), item
+        assert item.count >= 300
+        files = [old_pack.with_suffix(s) for s in (".pack", ".idx")]
+        # The second workspace was made with links to every vault object: the vault's own
+        # links go now, the blocks with the last of them.
+        assert all(os.lstat(p).st_nlink == 2 for p in files)
+        assert item.bytes == 0
+        before = du(data_dir)
+        result = app.housekeeping.clean(plan)
+        assert not result.skipped, result.skipped
+        assert result.freed == item.bytes == before - du(data_dir)
+        assert not any(p.exists() for p in files) and new_pack.exists()
+        ws = Path(app.tasks.workspace_of(second).root)
+        assert hashes(ws) == hashes(folder)
+        assert (
+            subprocess.run(
+                ["git", "--git-dir", str(vault.git_dir), "fsck", "--connectivity-only", "--no-dangling"],
+                capture_output=True,
+            ).returncode
+            == 0
+        )
+        assert not [i for i in app.housekeeping.plan().items if i.kind == "vault_objects"]
+
+        # A crash after setting the live pack aside: the next cleanup puts it back, index last.
+        quarantine = vault.git_dir / f"{housekeeping.QUARANTINE_PREFIX}1-dead"
+        quarantine.mkdir()
+        for suffix in (".idx", ".pack"):
+            os.rename(new_pack.with_suffix(suffix), quarantine / new_pack.with_suffix(suffix).name)
+        assert any("cannot be walked" in n for n in app.housekeeping.plan().notes)
+        app.housekeeping.clean(app.housekeeping.plan())
+        assert new_pack.exists() and new_pack.with_suffix(".idx").exists()
+        assert not quarantine.exists()
+        assert app.revisions.diff(second.id) is not None
+    finally:
+        app.close()

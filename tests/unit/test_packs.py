@@ -254,3 +254,34 @@ def test_a_pack_that_cannot_be_written_is_one_line_naming_the_vault(vault, tree,
     )
     monkeypatch.undo()
     assert not [n for n in pack_files(vault) if n.startswith(TEMP_PREFIX)]  # nothing left over
+
+
+def test_a_packs_ids_and_when_a_cleanup_may_take_it(vault, tree):
+    """What the cleanup asks of a pack: every id it holds (git's own listing), and whether it
+    may go: none reached and old, else why not; a pack kept by git's `.keep`, or whose index
+    cannot be read, is not Cairn's to remove."""
+    from core.housekeeping import _Pack, _pack_state
+
+    stored = store_files(vault.objects, listed(tree))
+    folder = vault.objects.objects_dir / "pack"
+    (idx,) = folder.glob("pack-*.idx")
+    index = PackIndex.open(idx)
+    ids = list(index.ids())
+    index.close()
+    shown = subprocess.run(
+        ["git", "show-index"], stdin=idx.open("rb"), capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert ids == sorted(ids) == shown[1::3] and set(ids) == set(stored)
+    objects, name, later = vault.objects.objects_dir, idx.stem, 2e9
+    taken = _pack_state(objects, name, set(), later)
+    assert isinstance(taken, _Pack) and taken.count == len(ids)
+    assert [p.name for p, _st in taken.files] == [f"{name}.idx", f"{name}.pack"]
+    assert _pack_state(objects, name, {ids[7]}, later) == "reachable"
+    assert _pack_state(objects, name, set(), 0.0) == "touched"
+    (folder / f"{name}.keep").write_text("")
+    assert _pack_state(objects, name, set(), later) is None
+    (folder / f"{name}.keep").unlink()
+    idx.chmod(0o644)
+    idx.write_bytes(b"\xfftOc\x00\x00\x00\x03" + bytes(2000))  # another version
+    assert _pack_state(objects, name, set(), later) is None
+    assert _pack_state(objects, "pack-../../x", set(), later) is None
