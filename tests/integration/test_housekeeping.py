@@ -361,7 +361,14 @@ def test_a_deleted_tasks_pack_is_freed_and_a_pack_still_reached_is_kept(tmp_path
         assert hashes(ws) == hashes(folder)
         assert (
             subprocess.run(
-                ["git", "--git-dir", str(vault.git_dir), "fsck", "--connectivity-only", "--no-dangling"],
+                [
+                    "git",
+                    "--git-dir",
+                    str(vault.git_dir),
+                    "fsck",
+                    "--connectivity-only",
+                    "--no-dangling",
+                ],
                 capture_output=True,
             ).returncode
             == 0
