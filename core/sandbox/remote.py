@@ -1172,8 +1172,11 @@ class _Pushed:
     @classmethod
     @contextlib.contextmanager
     def held(cls, path: Path) -> Iterator[_Pushed]:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise _unwritable(path, exc) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             doc: dict[str, dict[str, list]] = {}
@@ -1251,9 +1254,23 @@ class _Pushed:
         if not self.dirty:
             return
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self.doc, sort_keys=True), encoding="utf-8")
-        os.replace(tmp, self.path)
+        try:
+            tmp.write_text(json.dumps(self.doc, sort_keys=True), encoding="utf-8")
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise _unwritable(self.path, exc) from None
         self.dirty = False
+
+
+def _unwritable(path: Path, exc: OSError) -> SandboxError:
+    """A record of this machine that cannot be written: said as that, not as a host that does
+    not answer (which is what a raw OSError inside a Docker call would be taken for)."""
+    return SandboxError(
+        f"cannot write {path.parent}, where Cairn records what it sent to the sandbox host: "
+        f"{exc.strerror or exc}",
+        hint="free disk space or fix the data folder's permissions, then try again",
+    )
 
 
 def _walk_all(folder: Path) -> Iterator[tuple[str, Path]]:

@@ -189,3 +189,14 @@ def test_removing_the_session_forgets_what_its_volumes_held(folders):
     assert not list((data / PUSHED_FOLDER).iterdir())
     push(data, api, tools, decisions)
     assert sent(api)[1] == sent(api)[0]
+
+
+def test_a_record_that_cannot_be_written_is_said_as_such_not_as_a_host_down(folders):
+    data, tools, decisions = folders
+    api = FakeApi()
+    data.mkdir(parents=True, exist_ok=True)
+    (data / PUSHED_FOLDER).write_text("a file where the folder goes")
+    with pytest.raises(SandboxError, match="where Cairn records what it sent") as caught:
+        push(data, api, tools, decisions)
+    assert "free disk space" in (caught.value.hint or "")
+    assert api.puts == []
