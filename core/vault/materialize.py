@@ -10,10 +10,12 @@ from __future__ import annotations
 import ctypes
 import errno
 import hashlib
+import logging
 import os
 import queue
 import secrets
 import shutil
+import stat as statmod
 import subprocess
 import threading
 import time
@@ -39,6 +41,9 @@ from core.vault.objects import (
     object_id,
 )
 
+_log = logging.getLogger(__name__)
+
+_BY_GIT: bool | None = None  # git writes the files (None: where it can), or never (False)
 _STREAM_ABOVE = 64 * 1024 * 1024  # blobs larger than this are streamed to disk in chunks
 _CHUNK = 1 << 20
 _FEED_BATCH = 1024  # blob ids sent to git per write
@@ -51,6 +56,25 @@ _PARALLEL_DIRS = 64  # fewer folders than this are made on the calling thread
 _WRITE_BATCH = 64  # files handed to a writer at once...
 _WRITE_BATCH_BYTES = 4 << 20  # ...or this many bytes
 _UNSAFE_NAMES = {b"", b".", b"..", b".git"}
+# Git's checkout writes blobs byte for byte, as Cairn recorded them: no attribute of the tree
+# (eol, text, filters, $Id$, re-encoding) converts them, and names git itself would refuse on
+# another system's filesystem are written here as they are.
+_CHECKOUT_ATTRIBUTES = b"* -text -eol -crlf -ident -filter -working-tree-encoding\n"
+_CHECKOUT_CONFIG = b"""[core]
+\trepositoryformatversion = 0
+\tbare = false
+\tfilemode = true
+\tsymlinks = true
+\tignorecase = false
+\tautocrlf = false
+\tsafecrlf = false
+\tprotectNTFS = false
+\tprotectHFS = false
+\tsparseCheckout = false
+\tfsmonitor = false
+[checkout]
+\tworkers = 1
+"""
 _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
 _FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -70,10 +94,13 @@ def materialize(
     The files appear at `dest` all at once (a temporary sibling renamed into place) and only after
     every object was verified. A missing or corrupt object raises CorruptSnapshot naming `label`
     and leaves nothing behind. With `owner` (uid, gid; Cairn runs as root) every folder, file
-    and link below `dest` belongs to that user from the start (a file chowned through its open
-    descriptor, a folder or link without following one), while `dest` itself stays Cairn's and
-    closed to everyone else (0700): nobody can change a file unseen until the caller has recorded
-    the files' stat data and opens it (`workspaces.open_to`).
+    and link below `dest` belongs to that user before `dest` appears, while `dest` itself stays
+    Cairn's and closed to everyone else (0700): nobody can change a file unseen until the caller
+    has recorded the files' stat data and opens it (`workspaces.open_to`).
+
+    Git's checkout writes the files (`_Checkout`) while this process reads and checks every
+    object; where git cannot (a name it refuses) or did not write the tree as planned, this
+    process writes them itself (`_write_blobs`), a file chowned through its open descriptor.
 
     `stats` receives each file's and link's stat data (path below `dest` → `lstat`), taken once
     it was written, so that whoever records stat data for the new tree need not look again:
@@ -97,17 +124,30 @@ def _materialize(
         raise InputError(f"cannot restore {label}: the folder {dest.parent} does not exist")
     objects = vault.objects
     tree = _tree_of(objects, commit_or_tree, label)
-    plan = _Plan.read(objects, tree, label)
-
     temp = dest.parent / f".{dest.name}.restoring-{os.getpid()}-{secrets.token_hex(4)}"
-    try:
-        os.mkdir(temp, 0o700 if owner is not None else 0o777)
-    except OSError as exc:
-        raise CairnError(f"cannot restore {label} into {dest}: {exc.strerror}") from None
+    _make_top(temp, label, dest, owner)
     try:
         root = os.fsencode(temp)
-        _make_dirs(root, plan.dirs, owner)
-        written = _write_blobs(objects, plan, root, label, owner, stats)
+        written = None
+        # Git writes the files while the trees and blobs are read and checked here (both cores
+        # at work); nothing appears at `dest` unless every object checked out.
+        checkout = None
+        if _BY_GIT is not False and tree != EMPTY_TREE:
+            checkout = _Checkout(objects, tree, temp)
+        try:
+            plan = _Plan.read(objects, tree, label)
+            if checkout is not None and plan.git_writes:
+                _verify_blobs(objects, plan, label)
+                written = checkout.finish(plan, root, owner, stats)
+        finally:
+            if checkout is not None:
+                checkout.close()
+        if written is None:
+            if checkout is not None:  # whatever git wrote goes: this process writes it all
+                shutil.rmtree(temp)
+                _make_top(temp, label, dest, owner)
+            _make_dirs(root, plan.dirs, owner)
+            written = _write_blobs(objects, plan, root, label, owner, stats)
         missed = plan.unwritten(written)
         if missed is not None:
             raise CorruptSnapshot(
@@ -123,6 +163,15 @@ def _materialize(
         raise
     plan.remember_size(objects, tree)
     return tree
+
+
+def _make_top(temp: Path, label: str, dest: Path, owner: tuple[int, int] | None) -> None:
+    """The folder the files are written in before it is renamed to `dest`: closed to everyone
+    but Cairn while another user is to own what is inside (see `materialize`)."""
+    try:
+        os.mkdir(temp, 0o700 if owner is not None else 0o777)
+    except OSError as exc:
+        raise CairnError(f"cannot restore {label} into {dest}: {exc.strerror}") from None
 
 
 def _tree_of(objects: ObjectStore, commit_or_tree: str, label: str) -> str:
@@ -172,6 +221,7 @@ class _Plan:
     blobs: dict[str, list[tuple[bytes, str]]] = field(default_factory=dict)  # id → (path, mode)
     trees: int = 0
     sizes: dict[str, int] = field(default_factory=dict)  # id → bytes, once verified and written
+    git_writes: bool = True  # no name git's checkout refuses (".GIT", a link ".gitmodules")
 
     @classmethod
     def read(cls, objects: ObjectStore, tree: str, label: str) -> _Plan:
@@ -230,6 +280,9 @@ class _Plan:
                     f"{label} cannot be restored: tree {sha[:12]} "
                     f"({_shown(folder)}) holds the unsafe name {name!r}"
                 )
+            lower = name.lower()
+            if lower == b".git" or (entry.mode == MODE_LINK and lower == b".gitmodules"):
+                self.git_writes = False
             key = name + b"/" if entry.mode == MODE_TREE else name
             if key <= last:
                 raise CorruptSnapshot(
@@ -344,6 +397,156 @@ class _CatFile:
         data = self.out.read(size)
         self.out.read(1)
         return header, data if len(data) == size else None
+
+
+class _Checkout:
+    """`git read-tree -u` writing a tree into the new folder, started at once and left to run
+    while the caller reads and checks the plan: git writes a file in a fraction of what it costs
+    here. It runs on a git folder of its own (beside the new folder, removed afterwards) that
+    reads the vault's objects and makes git write every blob byte for byte (see
+    _CHECKOUT_ATTRIBUTES). Git neither checks a blob against its id nor knows `owner`: the
+    caller checks every blob while git writes (`_verify_blobs`), and `finish` hands each file
+    to its owner and takes its stat data."""
+
+    def __init__(self, objects: ObjectStore, tree: str, root: Path):
+        self.tree = tree
+        self.git_dir = root.with_name(root.name + "-git")
+        self.proc: subprocess.Popen | None = None
+        self.git_dir.mkdir(0o700)
+        try:
+            (self.git_dir / "refs").mkdir()
+            (self.git_dir / "info").mkdir()
+            (self.git_dir / "HEAD").write_bytes(b"ref: refs/heads/restore\n")
+            (self.git_dir / "config").write_bytes(_CHECKOUT_CONFIG)
+            (self.git_dir / "info" / "attributes").write_bytes(_CHECKOUT_ATTRIBUTES)
+            env = git_env(
+                GIT_DIR=str(self.git_dir),
+                GIT_OBJECT_DIRECTORY=str(objects.objects_dir),
+                GIT_INDEX_FILE=str(self.git_dir / "index"),
+                GIT_WORK_TREE=str(root),
+            )
+            self.proc = subprocess.Popen(
+                ["git", "read-tree", "-u", "--reset", tree],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                env=env,
+            )
+        except BaseException:
+            self.close()
+            raise
+
+    def finish(
+        self,
+        plan: _Plan,
+        root: bytes,
+        owner: tuple[int, int] | None,
+        stats: dict[bytes, os.stat_result] | None,
+    ) -> dict[bytes, tuple[str, str]] | None:
+        """Once git is done: the folders it does not make (empty ones, a submodule's place),
+        everything given to `owner`, and each file's stat data taken. Returns what was written
+        (path → mode, blob id), or None when git did not write the tree as planned: the caller
+        then writes it itself."""
+        assert self.proc is not None
+        _, err = self.proc.communicate()
+        if self.proc.returncode != 0:
+            lines = err.decode(errors="replace").strip().splitlines()
+            self._fails(lines[-1] if lines else f"exit code {self.proc.returncode}")
+            return None
+        for rel in plan.dirs:
+            path = root + b"/" + rel
+            try:
+                os.mkdir(path)
+            except FileExistsError:
+                if not statmod.S_ISDIR(os.lstat(path).st_mode):
+                    self._fails(f"{_shown(rel)} is not a folder")
+                    return None
+            if owner is not None:
+                os.chown(path, *owner, follow_symlinks=False)
+        out: dict[bytes, os.stat_result] = {} if stats is None else stats
+        written: dict[bytes, tuple[str, str]] = {}
+        for sha, targets in plan.blobs.items():
+            size = plan.sizes[sha]
+            for rel, mode in targets:
+                path = root + b"/" + rel
+                try:
+                    if owner is not None:
+                        os.chown(path, *owner, follow_symlinks=False)
+                    st = os.lstat(path)
+                except (FileNotFoundError, NotADirectoryError):
+                    self._fails(f"{_shown(rel)} was not written")
+                    return None
+                kind = statmod.S_IFLNK if mode == MODE_LINK else statmod.S_IFREG
+                if statmod.S_IFMT(st.st_mode) != kind or st.st_size != size:
+                    self._fails(f"{_shown(rel)} is not blob {sha[:12]}")
+                    return None
+                out[rel] = st
+                written[rel] = (mode, sha)
+        return written
+
+    def _fails(self, why: str) -> None:
+        _log.warning(
+            "git could not write tree %s (%s); writing it file by file", self.tree[:12], why
+        )
+
+    def close(self) -> None:
+        """Stop git if it still runs (the plan or a blob was found wrong) and remove its folder."""
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.kill()
+            self.proc.communicate()
+        shutil.rmtree(self.git_dir, ignore_errors=True)
+
+
+def _verify_blobs(objects: ObjectStore, plan: _Plan, label: str) -> None:
+    """Check every blob of the plan against its id (and note its size), as `_write_blobs` does
+    before writing one: loose ones read here, the others from one `git cat-file --batch`."""
+    objects_dir = os.fsencode(objects.objects_dir) + b"/"
+    loose = _loose_ids(objects.objects_dir, plan.blobs)
+    rest = []
+    for sha in plan.blobs:
+        if sha in loose:
+            data = _read_loose(objects_dir + f"{sha[:2]}/{sha[2:]}".encode(), sha, b"blob")
+            if data is False:
+                raise _object_error(objects, label, sha, _shown(plan.blobs[sha][0][0]))
+            if data is not None:
+                plan.sizes[sha] = len(data)
+                continue
+        rest.append(sha)
+    if not rest:
+        return
+    with _CatFile(objects, rest) as cat:
+        out = cat.out
+        for sha in rest:
+            targets = plan.blobs[sha]
+            size = _blob_size(objects, label, sha, targets, out.readline())
+            if size > _STREAM_ABOVE:
+                ok = _stream_large(out, size, sha, b"", [], None, {})
+            else:
+                data = out.read(size)
+                out.read(1)
+                check = hashlib.sha1(b"blob %d\0" % size)
+                check.update(data)
+                ok = len(data) == size and check.hexdigest() == sha
+            if not ok:
+                raise _object_error(objects, label, sha, _shown(targets[0][0]))
+            plan.sizes[sha] = size
+
+
+def _blob_size(
+    objects: ObjectStore, label: str, sha: str, targets: list[tuple[bytes, str]], header: bytes
+) -> int:
+    """The size a `git cat-file --batch` header gives for the blob `sha`; raises CorruptSnapshot
+    when the header says it is missing or not a blob."""
+    parts = header.split()
+    if len(parts) != 3 or parts[0].decode() != sha or parts[1] != b"blob":
+        raise _object_error(
+            objects,
+            label,
+            sha,
+            _shown(targets[0][0]),
+            VaultError("missing" if header.endswith(b" missing\n") else "unreadable"),
+        )
+    return int(parts[2])
 
 
 def _write_blobs(
@@ -497,17 +700,7 @@ def _write_streamed(
             out = cat.out
             for sha in order:
                 targets = plan.blobs[sha]
-                header = out.readline()
-                parts = header.split()
-                if len(parts) != 3 or parts[0].decode() != sha or parts[1] != b"blob":
-                    raise _object_error(
-                        objects,
-                        label,
-                        sha,
-                        _shown(targets[0][0]),
-                        VaultError("missing" if header.endswith(b" missing\n") else "unreadable"),
-                    )
-                size = int(parts[2])
+                size = _blob_size(objects, label, sha, targets, out.readline())
                 if size > _STREAM_ABOVE:
                     writers.drain()
                     ok = _stream_large(out, size, sha, root, targets, owner, stats)

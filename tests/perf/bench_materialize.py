@@ -7,8 +7,8 @@
 Target: materialize's median wall time at most 1.2x cp -a's. The two are run alternately (cp
 first on odd runs, materialize first on even ones), each after an untimed `sync` so neither pays
 for the other's writeback; the page cache cannot be dropped here, and both read warm sources.
-Materialize times writing inline and on its writer threads on a probe of files, and keeps the
-faster. `--writers` also runs it with every file written on that many writer threads each (0:
+Materialize has git's checkout write the files while it checks every object. `--writers` also
+runs it with every file written by this process instead, on that many writer threads each (0:
 inline), in the same rotation, to show what each way costs on this disk.
 CPU time (user + system, children included) is printed beside the wall time: on a busy machine it
 moves less than the wall time does. The tree is the shared generated workspace (_common.py); its
@@ -80,17 +80,22 @@ def _timed(fn) -> tuple[float, float]:
 
 
 def with_writers(count: int, work):
-    """`work` with materialize writing every file on `count` writer threads (0: on the thread
-    that reads the blobs), instead of timing both ways first and keeping the faster."""
+    """`work` with materialize writing every file itself, on `count` writer threads (0: on the
+    thread that reads the blobs), instead of git's checkout."""
 
     def run(out: Path) -> None:
-        default = materialize_module._WRITERS, materialize_module._PACE
+        default = materialize_module._WRITERS, materialize_module._PACE, materialize_module._BY_GIT
         materialize_module._WRITERS = max(1, count)
         materialize_module._PACE = "threads" if count else "inline"
+        materialize_module._BY_GIT = False
         try:
             work(out)
         finally:
-            materialize_module._WRITERS, materialize_module._PACE = default
+            (
+                materialize_module._WRITERS,
+                materialize_module._PACE,
+                materialize_module._BY_GIT,
+            ) = default
 
     return run
 
@@ -148,8 +153,7 @@ def run(
     ]
     print_table(
         f"materialize: {files} files in {folders} folders into {outs}, median of {runs}, "
-        f"inline or {materialize_module._WRITERS} writer threads, the faster on a probe, "
-        "unless said",
+        "written by git's checkout while the objects are checked, unless said",
         [
             ("cp -a (wall / cpu)", f"{cp_wall:.2f} s / {cp_cpu:.2f} s", "", ""),
             ("materialize (wall / cpu)", f"{mat_wall:.2f} s / {mat_cpu:.2f} s", "", ""),
