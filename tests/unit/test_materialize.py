@@ -471,6 +471,15 @@ def test_git_writes_every_blob_as_recorded_whatever_the_trees_attributes(
     assert walk(tmp_path / "restored") == walk(src)
     assert "git could not write" not in caplog.text  # git wrote them, unconverted
 
+    elsewhere = tmp_path / "elsewhere"  # names only Windows or macOS would mind
+    for name in ["back\\slash", "GIT~1", ".git.", "con", "trailing.", "a:b", ".git\u200c"]:
+        write(elsewhere / name / "f.txt", name + "\n")
+    elsewhere_result = import_folder(vault, elsewhere)
+    with caplog.at_level("WARNING", logger=materialize_module.__name__):
+        materialize(vault, elsewhere_result.base_commit, tmp_path / "elsewhere_out", label="s")
+    assert walk(tmp_path / "elsewhere_out") == walk(elsewhere)
+    assert "git could not write" not in caplog.text
+
     odd = tmp_path / "odd"
     write(odd / ".GIT" / "config", "not git's\n")
     write(odd / "a.txt", "a\n")
