@@ -247,6 +247,9 @@ class Tasks:
                 label=f"the base of {folder}",
                 owner=owner,
                 looked=looked,
+                # A vault this import made holds only what it has just fetched or stored, each
+                # object checked against its id on the way in.
+                checked=vault_created,
             )
             vault.objects.update_ref(base_ref(ws_id), result.base_commit)
             vault.objects.update_ref(revisions_ref(ws_id), result.base_commit)

@@ -100,6 +100,7 @@ def create_tree(
     label: str,
     owner: tuple[int, int] | None = None,
     looked: Looked | None = None,
+    checked: bool = False,
 ) -> str:
     """Materialize `revision` at `root` and give it a `.git` of its own on `branch`.
 
@@ -107,8 +108,8 @@ def create_tree(
     `branch` at the user's HEAD (or at the base for a folder without history) and has an index
     of that commit, so `git status` inside shows the same uncommitted work the user had.
     With `owner`, the files are that user's from the start (see `materialize`). `looked`
-    receives the stat data the index was written with, for the caller's stat cache.
-    Returns the tree id. On failure nothing is left at `root`.
+    receives the stat data the index was written with, for the caller's stat cache. `checked`:
+    see `materialize`. Returns the tree id. On failure nothing is left at `root`.
     """
     tree = materialize(
         vault,
@@ -117,6 +118,7 @@ def create_tree(
         label=label,
         owner=owner,
         stats=looked.stats if looked is not None else None,
+        checked=checked,
     )
     try:
         _init_git(

@@ -611,3 +611,39 @@ def test_the_stat_data_handed_back_is_what_the_files_show_once_written(vault, so
             st.st_ctime_ns,
             st.st_uid,
         )
+
+
+def test_blobs_checked_as_they_were_stored_are_not_read_again(
+    vault, source, tmp_path, monkeypatch, pace
+):
+    """`checked` (an import into a vault it made): git writes the files and no blob is read
+    again, their sizes come from the files; the trees are still checked, and where this process
+    writes the files it checks each blob as ever."""
+    from core.vault import sizes
+
+    result = import_folder(vault, source)
+
+    def reads_blobs(*args):
+        raise AssertionError("a blob was read again")
+
+    monkeypatch.setattr(materialize_module, "_verify_blobs", reads_blobs)
+    dest = tmp_path / "restored"
+    if pace == "git":
+        materialize(vault, result.base_commit, dest, label="s", checked=True)
+        assert walk(dest) == walk(source)
+        # The tree's bytes are remembered from the files' sizes, as git counts them.
+        remembered = sizes._memo(vault.git_dir).get(result.base_tree)
+        assert remembered == sizes._count_all(str(vault.git_dir), result.base_tree)
+    sha = blob_of(vault, result.base_tree, "src/app.py")
+    overwrite(loose(vault, sha), zlib.compress(b"blob 13\0print('bad')\n"))
+    deep = TreeIndex.from_tree(vault.objects, result.base_tree).tree_ids["src/deep"]
+    if pace == "git":  # the trees are read and checked all the same
+        overwrite(loose(vault, deep), b"junk")
+        with pytest.raises(CorruptSnapshot) as exc:
+            materialize(vault, result.base_commit, tmp_path / "again", label="s", checked=True)
+        assert deep[:12] in str(exc.value)
+    else:  # this process writes the files: each blob is checked before it is written
+        with pytest.raises(CorruptSnapshot) as exc:
+            materialize(vault, result.base_commit, tmp_path / "again", label="s", checked=True)
+        assert sha[:12] in str(exc.value)
+    assert not os.path.lexists(tmp_path / "again")

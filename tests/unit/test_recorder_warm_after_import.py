@@ -109,3 +109,29 @@ def test_the_racy_window_is_short_only_where_times_have_fractions_of_a_second(tm
     assert racy_window(os.lstat(path)) == RACY_SECONDS
     os.utime(path, ns=(1_700_000_000_250_000_000, 1_700_000_000_250_000_000))
     assert racy_window(os.lstat(path)) == RACY_SECONDS_FINE
+
+
+@pytest.mark.parametrize("git", [True, False], ids=["git", "plain"])
+def test_only_an_import_into_a_new_vault_skips_reading_its_blobs_again(
+    cairn, tmp_path, monkeypatch, git
+):
+    """The first task of a folder writes its workspace from blobs the import has just checked
+    against their ids as it stored them: they are not read again. A later task of the same
+    folder finds older objects in the vault, and every blob it writes is checked."""
+    import core.vault.materialize as materialize_module
+
+    seen: list[bool] = []
+    real = materialize_module._materialize
+
+    def spy(vault, commit, dest, label, owner, stats, checked):
+        seen.append(checked)
+        return real(vault, commit, dest, label, owner, stats, checked)
+
+    monkeypatch.setattr(materialize_module, "_materialize", spy)
+    folder = project(tmp_path, git=git)
+    first = cairn.tasks.new(folder)
+    second = cairn.tasks.new(folder)
+    assert seen == [True, False]
+    for made in (first, second):
+        rel = Path("pkg1", "mod1.py")
+        assert (Path(made.workspace.root) / rel).read_bytes() == (folder / rel).read_bytes()
