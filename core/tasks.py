@@ -248,8 +248,8 @@ class Tasks:
                 owner=owner,
                 looked=looked,
                 # A vault this import made holds only what it has just fetched or stored, each
-                # object checked against its id on the way in.
-                checked=vault_created,
+                # object checked against its id on the way in (unless copied in unread).
+                checked=vault_created and result.objects_checked,
             )
             vault.objects.update_ref(base_ref(ws_id), result.base_commit)
             vault.objects.update_ref(revisions_ref(ws_id), result.base_commit)

@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import zlib
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,14 @@ from core.datadir import DataDir
 from core.errors import InputError
 from core.vault import Vault, importer, packs
 from core.vault.importer import check_importable, import_folder
-from core.vault.objects import EMPTY_TREE, MODE_EXEC, MODE_FILE, MODE_GITLINK, MODE_LINK
+from core.vault.objects import (
+    EMPTY_TREE,
+    MODE_EXEC,
+    MODE_FILE,
+    MODE_GITLINK,
+    MODE_LINK,
+    git_env,
+)
 from core.vault.tree_index import TreeIndex
 from tests.support import git_alone as git
 from tests.support import write_file as write
@@ -603,6 +611,91 @@ def test_a_history_git_cannot_send_is_refused_in_one_line_and_leaves_nothing(
     objects = vault.objects.objects_dir
     assert [p for p in objects.rglob("*") if p.is_file()] == []
     assert vault_refs(vault) == []
+
+
+def test_a_new_vault_takes_the_repositorys_object_files_instead_of_a_fetch(
+    vault, busy_repo, tmp_path, monkeypatch
+):
+    """Into a vault with no object yet, the repository's packs and loose objects are copied (git
+    then finds HEAD's history complete and transfers nothing), the repository untouched; a
+    vault that already holds objects fetches what it lacks, as does a shallow clone."""
+    git(busy_repo, "gc", "-q")  # a pack...
+    write(busy_repo / "later.txt", "after the pack\n")  # ...and loose objects beside it
+    git(busy_repo, "add", "later.txt")
+    git(busy_repo, "commit", "-q", "-m", "later")
+    before = fingerprint(busy_repo)
+    user_packs = {p.name for p in (busy_repo / ".git" / "objects" / "pack").glob("pack-*")}
+    fetched: list[list[str]] = []
+    real_popen = subprocess.Popen
+
+    def popen(argv, *args, **kwargs):
+        if "fetch" in argv:
+            fetched.append(list(argv))
+        return real_popen(argv, *args, **kwargs)
+
+    monkeypatch.setattr(importer.subprocess, "Popen", popen)
+    result = import_folder(vault, busy_repo)
+
+    assert not result.objects_checked
+    objects = vault.objects.objects_dir
+    assert user_packs <= {p.name for p in (objects / "pack").iterdir()}
+    later = git(busy_repo, "rev-parse", "HEAD:later.txt").strip()
+    assert (objects / later[:2] / later[2:]).is_file()  # a loose object, copied as it was
+    assert all(
+        not (p.stat().st_mode & 0o222) for p in objects.rglob("*") if p.is_file()
+    )  # read-only, as git keeps them
+    assert list(objects.glob(f"{importer.INCOMING_PREFIX}*")) == []
+    files, _ = base_entries(vault, result.base_tree)
+    assert files["later.txt"] == (MODE_FILE, b"after the pack\n")
+    assert vault.objects.read_commit(result.head_commit).tree
+    assert fingerprint(busy_repo) == before
+    assert len(fetched) == 1  # git's fetch still runs, and finds nothing to transfer
+    fsck = subprocess.run(
+        ["git", "--git-dir", str(vault.git_dir), "fsck", "--no-dangling", result.base_commit],
+        capture_output=True,
+        env=git_env(),
+    )
+    assert fsck.returncode == 0, fsck.stderr
+
+    # The vault now holds objects: the next import fetches, and copies nothing.
+    packs_now = sorted(p.name for p in (objects / "pack").iterdir())
+    again = import_folder(vault, busy_repo)
+    assert again.objects_checked
+    assert sorted(p.name for p in (objects / "pack").iterdir()) == packs_now
+
+    clone = tmp_path / "shallow"
+    git(tmp_path, "clone", "-q", "--depth", "1", f"file://{busy_repo}", str(clone))
+    fresh = Vault.open_or_create(tmp_path / "fresh.git")
+    assert import_folder(fresh, clone).objects_checked  # fetched: not a copy of a shallow clone
+
+
+def test_a_corrupt_object_copied_from_the_repository_fails_the_new_task_and_leaves_nothing(
+    tmp_path,
+):
+    """Copied object files are not read on the way in: a blob whose bytes are not its id is
+    caught when the workspace is written from it, and the new task is undone."""
+    from core.app import Cairn
+    from core.errors import CorruptSnapshot
+
+    repo = tmp_path / "project"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    write(repo / "a.txt", "the real bytes\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "one")
+    blob = git(repo, "rev-parse", "HEAD:a.txt").strip()
+    loose = repo / ".git" / "objects" / blob[:2] / blob[2:]
+    loose.chmod(0o644)
+    loose.write_bytes(zlib.compress(b"blob 15\0the fake bytes\n"))
+    app = Cairn(tmp_path / "data")
+    try:
+        with pytest.raises(CorruptSnapshot) as exc:
+            app.tasks.new(repo)
+        assert blob[:12] in str(exc.value) and "\n" not in str(exc.value)
+        assert app.ctx.store.list_tasks() == []
+        assert list((tmp_path / "data" / "workspaces").glob("*")) == []
+    finally:
+        app.close()
 
 
 def test_the_quarantine_of_an_import_under_way_in_another_process_is_left_alone(vault, busy_repo):
