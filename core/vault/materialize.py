@@ -532,14 +532,20 @@ def _verify_blobs(objects: ObjectStore, plan: _Plan, label: str) -> None:
             if size > _STREAM_ABOVE:
                 ok = _stream_large(out, size, sha, b"", [], None, {})
             else:
-                data = out.read(size)
-                out.read(1)
-                check = hashlib.sha1(b"blob %d\0" % size)
-                check.update(data)
-                ok = len(data) == size and check.hexdigest() == sha
+                ok = _next_blob(out, size, sha) is not None
             if not ok:
                 raise _object_error(objects, label, sha, _shown(targets[0][0]))
             plan.sizes[sha] = size
+
+
+def _next_blob(out: IO[bytes], size: int, sha: str) -> bytes | None:
+    """The next blob of a `git cat-file --batch` stream, its header read (its `size` bytes and
+    the newline after them); None when they are cut short or not blob `sha`."""
+    data = out.read(size)
+    out.read(1)
+    check = hashlib.sha1(b"blob %d\0" % size)
+    check.update(data)
+    return data if len(data) == size and check.hexdigest() == sha else None
 
 
 def _blob_size(
@@ -719,12 +725,9 @@ def _write_streamed(
                         for rel, mode in targets:
                             written[rel] = (mode, sha)
                 else:
-                    data = out.read(size)
-                    out.read(1)
-                    check = hashlib.sha1(b"blob %d\0" % size)
-                    check.update(data)
-                    ok = len(data) == size and check.hexdigest() == sha
-                    if ok:
+                    data = _next_blob(out, size, sha)
+                    ok = data is not None
+                    if data is not None:
                         plan.sizes[sha] = size
                         pace.before()
                         if pace.inline:
