@@ -470,9 +470,9 @@ def _vault_is_empty(objects_dir: Path) -> bool:
     try:
         names = os.listdir(objects_dir)
         packs = os.listdir(objects_dir / "pack") if "pack" in names else []
-    except OSError:
+        loose = [n for n in names if len(n) == 2 and os.listdir(objects_dir / n)]
+    except OSError:  # something unlike a vault of git's: no copying into it
         return False
-    loose = [n for n in names if len(n) == 2 and os.listdir(objects_dir / n)]
     return not loose and not any(n.endswith(".pack") for n in packs)
 
 

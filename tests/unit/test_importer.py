@@ -730,3 +730,13 @@ def test_a_file_that_fails_to_read_refuses_the_import_in_one_line_naming_it(
     with pytest.raises(InputError) as caught:
         import_folder(vault, src)
     assert str(caught.value) == f"cannot import {src}: f007.txt cannot be read: Input/output error"
+
+
+def test_an_odd_file_among_the_vaults_objects_leaves_the_import_to_git_s_fetch(vault, busy_repo):
+    """A two-letter file among the fan-out folders: the vault is not taken for empty, and
+    the import fetches as it always did."""
+    (vault.objects.objects_dir / "zz").write_bytes(b"not a folder")
+    result = import_folder(vault, busy_repo)
+    assert result.objects_checked
+    files, _ = base_entries(vault, result.base_tree)
+    assert files["README.md"][1] == (busy_repo / "README.md").read_bytes()
