@@ -195,7 +195,7 @@ def _import_git(vault: Vault, folder: Path) -> ImportResult:
     repo.check_top()
     head = repo.head_commit()
     branch = repo.head_branch()
-    fetch = _HeadFetch(vault, folder, head) if head is not None else None
+    fetch = _HeadFetch(vault, repo, head) if head is not None else None
     try:
         listing = _list_work_tree(repo)
         # Untracked repositories inside: recorded as plain files, under their own ignore rules
@@ -326,8 +326,9 @@ class _HeadFetch:
     where its transfer would inflate and hash every object again (4.5 s of a 700 MB tree's
     import). Copy and fetch run on a thread of their own, beside the listing."""
 
-    def __init__(self, vault: Vault, folder: Path, head: str):
+    def __init__(self, vault: Vault, repo: _UserRepo, head: str):
         self.vault = vault
+        folder = repo.folder
         objects_dir = vault.objects.objects_dir
         self.incoming = objects_dir / f"{INCOMING_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
         for stale in objects_dir.glob(f"{INCOMING_PREFIX}*"):
@@ -362,6 +363,7 @@ class _HeadFetch:
             head,
         ]
         self.folder = folder
+        self.repo = repo
         self.copied = False  # the repository's object files were copied in, not fetched
         self.proc: subprocess.Popen | None = None
         self.failed: BaseException | None = None
@@ -375,8 +377,8 @@ class _HeadFetch:
         try:
             if seed:
                 try:
-                    self.copied = _copy_user_objects(self.folder, self.incoming)
-                except OSError:  # a copy cut short: git fetches everything instead
+                    self.copied = _copy_user_objects(self.repo, self.incoming)
+                except (OSError, InputError):  # a copy cut short: git fetches everything instead
                     shutil.rmtree(self.incoming, ignore_errors=True)
                     self.incoming.mkdir()
                     self.copied = False
@@ -476,27 +478,14 @@ def _vault_is_empty(objects_dir: Path) -> bool:
     return not loose and not any(n.endswith(".pack") for n in packs)
 
 
-def _copy_user_objects(folder: Path, incoming: Path) -> bool:
+def _copy_user_objects(repo: _UserRepo, incoming: Path) -> bool:
     """Copy the repository's object files (each pack with its index, and the loose objects) into
     the fetch's quarantine `incoming`, read-only as git keeps them; True once copied. Only for a
     repository that holds every object itself: not one with alternates, a shallow or a partial
     clone (False, nothing copied). The copies are not read: whatever git or Cairn reads of them
     later is checked against its id (a restore checks each blob)."""
-    proc = subprocess.run(
-        ["git", "rev-parse", "--git-path", "objects", "--git-path", "shallow"],
-        cwd=folder,
-        env=_user_env(),
-        capture_output=True,
-        check=False,
-    )
-    lines = proc.stdout.split(b"\n")
-    if proc.returncode != 0 or len(lines) < 2:
-        return False
-    objects, shallow = (
-        Path(os.fsdecode(line)) if os.path.isabs(os.fsdecode(line)) else folder / os.fsdecode(line)
-        for line in lines[:2]
-    )
-    if shallow.exists() or (objects / "info" / "alternates").exists():
+    objects = repo.git_path("objects")
+    if repo.git_path("shallow").exists() or (objects / "info" / "alternates").exists():
         return False
     pack_dir = objects / "pack"
     packs = set(os.listdir(pack_dir)) if pack_dir.is_dir() else set()
@@ -633,10 +622,15 @@ class _UserRepo:
             + [os.fsdecode(m.group(1)) for m in _GIT_WARNING.finditer(folder_warnings)],
         )
 
+    def git_path(self, name: str) -> Path:
+        """Where the repository keeps `name` (its index, objects, shallow list), wherever its git
+        folder is (a worktree's, a submodule's)."""
+        out = os.fsdecode(self.git(["rev-parse", "--git-path", name]).stdout.strip())
+        return Path(out) if os.path.isabs(out) else self.folder / out
+
     def _index_files_stamp(self) -> list[tuple[int, int]] | None:
         """(mtime, ctime) of the index and of any shared index it may split into."""
-        out = self.git(["rev-parse", "--git-path", "index"]).stdout.decode().strip()
-        index = Path(out) if os.path.isabs(out) else self.folder / out
+        index = self.git_path("index")
         try:
             stamps = [(st.st_mtime_ns, st.st_ctime_ns) for st in [os.stat(index)]]
             for entry in os.scandir(index.parent):
