@@ -13,6 +13,7 @@ import hashlib
 import logging
 import os
 import re
+import secrets
 import shutil
 import stat
 import struct
@@ -26,8 +27,8 @@ from core.models import Workspace
 from core.models import WorkspaceState as S
 from core.safe_fs import write_file
 from core.vault import Vault
-from core.vault.materialize import materialize
-from core.vault.objects import run_git
+from core.vault.materialize import Begun, begin, materialize
+from core.vault.objects import git_env, run_git
 from core.vault.tree_index import Looked
 
 # Allowed lifecycle moves. ACTIVE means a sandbox is up; FROZEN accepts no new runs (its files
@@ -101,6 +102,7 @@ def create_tree(
     owner: tuple[int, int] | None = None,
     looked: Looked | None = None,
     checked: bool = False,
+    begun: Begun | None = None,
 ) -> str:
     """Materialize `revision` at `root` and give it a `.git` of its own on `branch`.
 
@@ -108,26 +110,47 @@ def create_tree(
     `branch` at the user's HEAD (or at the base for a folder without history) and has an index
     of that commit, so `git status` inside shows the same uncommitted work the user had.
     With `owner`, the files are that user's from the start (see `materialize`). `looked`
-    receives the stat data the index was written with, for the caller's stat cache. `checked`:
-    see `materialize`. Returns the tree id. On failure nothing is left at `root`.
+    receives the stat data the index was written with, for the caller's stat cache. `checked`
+    and `begun`: see `materialize`. Returns the tree id. On failure nothing is left at `root`.
     """
-    tree = materialize(
-        vault,
-        revision,
-        root,
-        label=label,
-        owner=owner,
-        stats=looked.stats if looked is not None else None,
-        checked=checked,
-    )
+    git_index = root.with_name(f".{root.name}.index-{secrets.token_hex(4)}")
     try:
-        _init_git(
-            vault, root, branch=branch, commit=head_commit or revision, written=tree, looked=looked
+        tree = materialize(
+            vault,
+            revision,
+            root,
+            label=label,
+            owner=owner,
+            stats=looked.stats if looked is not None else None,
+            checked=checked,
+            begun=begun,
+            git_index=git_index,
         )
-    except BaseException:
-        shutil.rmtree(root, ignore_errors=True)
-        raise
+        try:
+            _init_git(
+                vault,
+                root,
+                branch=branch,
+                commit=head_commit or revision,
+                written=tree,
+                looked=looked,
+                git_index=git_index if git_index.exists() else None,
+            )
+        except BaseException:
+            shutil.rmtree(root, ignore_errors=True)
+            raise
+    finally:
+        git_index.unlink(missing_ok=True)
     return tree
+
+
+def begin_tree(
+    vault: Vault, first: str, root: Path, *, owner: tuple[int, int] | None, objects: Path
+) -> Begun | None:
+    """Start writing the workspace at `root` from `first` (the user's HEAD, its objects read
+    from the repository's `objects` folder) while the import still reads the folder; the
+    `create_tree` given it takes git's checkout from there to the base. None when it cannot."""
+    return begin(vault, first, root, owner=owner, alternates=[objects])
 
 
 def open_to(root: Path, owner: tuple[int, int]) -> None:
@@ -139,7 +162,14 @@ def open_to(root: Path, owner: tuple[int, int]) -> None:
 
 
 def _init_git(
-    vault: Vault, root: Path, *, branch: str, commit: str, written: str, looked: Looked | None
+    vault: Vault,
+    root: Path,
+    *,
+    branch: str,
+    commit: str,
+    written: str,
+    looked: Looked | None,
+    git_index: Path | None = None,
 ) -> None:
     git_dir = root / ".git"
     run_git(["init", "--quiet", "--initial-branch", branch, str(root)])
@@ -156,8 +186,28 @@ def _init_git(
     # No refresh after it: the files written in the index's own second are racy to git, and a
     # refresh in that same second would read them all only to leave them racy; the first
     # `git status` inside compares their content once, as git does for any racy entry.
-    _write_git_index(vault, root, commit, written, looked or Looked())
+    if git_index is None or not _take_git_index(vault, root, commit, written, git_index):
+        _write_git_index(vault, root, commit, written, looked or Looked())
+    elif looked is not None:
+        looked.seen_at = time.time()
     protect_git(root)
+
+
+def _take_git_index(vault: Vault, root: Path, commit: str, written: str, index: Path) -> bool:
+    """Make `index`, git's own index of the tree `written` as its checkout wrote it (see
+    `materialize`), the workspace's index of `commit`: git's one-tree merge keeps the stat data
+    of every entry whose blob and mode `commit` shares, and leaves the others to be read (they
+    show as the changes they are). False when git cannot (the caller writes one itself)."""
+    if vault.tree_of(commit) != written:
+        proc = run_git(
+            ["--git-dir", str(vault.git_dir), "read-tree", "-i", "-m", commit],
+            env=git_env(GIT_INDEX_FILE=str(index)),
+            check=False,
+        )
+        if proc.returncode != 0:
+            return False
+    write_file(root / ".git", "index", index.read_bytes())
+    return True
 
 
 def _write_git_index(vault: Vault, root: Path, commit: str, written: str, looked: Looked) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import hashlib
 import logging
 import os
@@ -20,7 +21,7 @@ import subprocess
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,6 +76,7 @@ _CHECKOUT_CONFIG = b"""[core]
 [checkout]
 \tworkers = 1
 """
+_SETPRIV = shutil.which("setpriv")  # util-linux's: runs git as a workspace's owner
 _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
 _FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -89,6 +91,8 @@ def materialize(
     owner: tuple[int, int] | None = None,
     stats: dict[bytes, os.stat_result] | None = None,
     checked: bool = False,
+    begun: Begun | None = None,
+    git_index: Path | None = None,
 ) -> str:
     """Write the tree of `commit_or_tree` into the new folder `dest`; return the tree id.
 
@@ -111,9 +115,74 @@ def materialize(
     stored (an import into a vault it created: git's fetch hashes each object it receives, and
     the importer each file it stores): the blobs are then not read a second time, the trees
     still are.
+
+    `begun`: a checkout `begin` started into `dest` before this tree was known (from the same
+    `owner`); git takes it from the tree it was given to this one, rewriting only the files
+    that differ. Whatever it holds is checked as any checkout of git's is, and thrown away
+    (the tree then written here) if it does not match.
+
+    `git_index`: where git's own index of the tree is left, when git wrote every file and
+    nothing changed one since (it holds the stat data git took of each as it wrote it); left
+    absent otherwise. The caller removes it.
     """
     with collector_paused():
-        return _materialize(vault, commit_or_tree, Path(dest), label, owner, stats, checked)
+        return _materialize(
+            vault, commit_or_tree, Path(dest), label, owner, stats, checked, begun, git_index
+        )
+
+
+class Begun:
+    """A checkout into a new folder's temporary place, started before the tree to write there
+    is known: the importer starts one of the user's HEAD while it still reads the folder, so
+    that git writes the files beside that reading instead of after it. `materialize(begun=)`
+    takes it over; `close` throws it away if nothing did."""
+
+    def __init__(self, temp: Path, checkout: _Checkout, first: str):
+        self.temp = temp
+        self.checkout = checkout
+        self.first = first  # the commit or tree git was given
+        self.taken = False
+
+    def close(self) -> None:
+        if not self.taken:
+            self.taken = True
+            self.checkout.close()
+            shutil.rmtree(self.temp, ignore_errors=True)
+
+
+def begin(
+    vault: Vault,
+    first: str,
+    dest: Path,
+    *,
+    owner: tuple[int, int] | None = None,
+    alternates: Sequence[Path] = (),
+) -> Begun | None:
+    """Start git's checkout of `first` (a commit or tree) into the temporary place of the new
+    folder `dest`, its objects read from the vault and, read-only, from `alternates` (the
+    objects folder of the repository being imported, whose objects are not yet in the vault).
+    None when it cannot start (`dest` exists, a path git cannot be given): `materialize` then
+    writes the tree as it would have without."""
+    dest = Path(dest)
+    if _BY_GIT is False or os.path.lexists(dest) or not dest.parent.is_dir():
+        return None
+    if any(c in os.fsdecode(p) for p in alternates for c in ':"\\\n'):
+        return None  # git's list of alternates would need quoting
+    temp = _temp_of(dest)
+    try:
+        _make_top(temp, "a checkout", dest, owner)
+    except CairnError:
+        return None
+    try:
+        return Begun(temp, _Checkout(vault.objects, first, temp, alternates, owner), first)
+    except (OSError, CairnError) as exc:
+        _log.debug("no early checkout of %s: %s", first[:12], exc)
+        shutil.rmtree(temp, ignore_errors=True)
+        return None
+
+
+def _temp_of(dest: Path) -> Path:
+    return dest.parent / f".{dest.name}.restoring-{os.getpid()}-{secrets.token_hex(4)}"
 
 
 def _materialize(
@@ -124,34 +193,59 @@ def _materialize(
     owner: tuple[int, int] | None,
     stats: dict[bytes, os.stat_result] | None,
     checked: bool,
+    begun: Begun | None,
+    git_index: Path | None,
 ) -> str:
-    if os.path.lexists(dest):
-        raise Conflict(f"cannot restore {label}: {dest} already exists")
-    if not dest.parent.is_dir():
-        raise InputError(f"cannot restore {label}: the folder {dest.parent} does not exist")
-    objects = vault.objects
-    tree = _tree_of(objects, commit_or_tree, label)
-    temp = dest.parent / f".{dest.name}.restoring-{os.getpid()}-{secrets.token_hex(4)}"
-    _make_top(temp, label, dest, owner)
+    if begun is not None and begun.taken:
+        begun = None
+    try:
+        if os.path.lexists(dest):
+            raise Conflict(f"cannot restore {label}: {dest} already exists")
+        if not dest.parent.is_dir():
+            raise InputError(f"cannot restore {label}: the folder {dest.parent} does not exist")
+        objects = vault.objects
+        tree = _tree_of(objects, commit_or_tree, label)
+    except BaseException:
+        if begun is not None:
+            begun.close()
+        raise
+    checkout = None
+    if begun is not None:
+        begun.taken = True
+        temp, checkout = begun.temp, begun.checkout
+    else:
+        temp = _temp_of(dest)
+        _make_top(temp, label, dest, owner)
     try:
         root = os.fsencode(temp)
         written = None
         # Git writes the files while the trees and blobs are read and checked here (both cores
         # at work); nothing appears at `dest` unless every object checked out.
-        checkout = None
-        if _BY_GIT is not False and tree != EMPTY_TREE:
-            checkout = _Checkout(objects, tree, temp)
+        if begun is not None and tree != EMPTY_TREE:
+            assert checkout is not None
+            try:
+                if checkout.owner != owner:
+                    raise CairnError("begun for another owner")
+                checkout.then(_tree_of(objects, begun.first, label), tree)
+            except CairnError:  # not the tree it was started on: the tree is written here
+                checkout.close()
+                checkout = None
+        elif _BY_GIT is not False and tree != EMPTY_TREE:
+            checkout = _Checkout(objects, tree, temp, owner=owner)
+        git_wrote = begun is not None or checkout is not None
         try:
             plan = _Plan.read(objects, tree, label)
-            if checkout is not None and plan.git_writes:
+            if checkout is not None and plan.git_writes and tree != EMPTY_TREE:
                 if not checked:
                     _verify_blobs(objects, plan, label)
                 written = checkout.finish(plan, root, owner, stats)
+                if written is not None and git_index is not None and checkout.index_true:
+                    os.replace(checkout.git_dir / "index", git_index)
         finally:
             if checkout is not None:
                 checkout.close()
         if written is None:
-            if checkout is not None:  # whatever git wrote goes: this process writes it all
+            if git_wrote:  # whatever git wrote goes: this process writes it all
                 shutil.rmtree(temp)
                 _make_top(temp, label, dest, owner)
             _make_dirs(root, plan.dirs, owner)
@@ -416,10 +510,25 @@ class _Checkout:
     caller checks every blob while git writes (`_verify_blobs`), and `finish` hands each file
     to its owner and takes its stat data."""
 
-    def __init__(self, objects: ObjectStore, tree: str, root: Path):
+    def __init__(
+        self,
+        objects: ObjectStore,
+        tree: str,
+        root: Path,
+        alternates: Sequence[Path] = (),
+        owner: tuple[int, int] | None = None,
+    ):
         self.tree = tree
         self.git_dir = root.with_name(root.name + "-git")
         self.proc: subprocess.Popen | None = None
+        self.switcher: threading.Thread | None = None  # see `then`
+        self.first_failed: bytes | None = None  # what git said when the first tree failed
+        self.closed = False
+        # Git makes every file and folder as `owner` (see `_as_owner`): nothing to hand over.
+        self.as_owner = _as_owner(owner)
+        self.owner = owner
+        # Git's index holds the stat data of each file as it is (nothing was chowned since).
+        self.index_true = False
         self.git_dir.mkdir(0o700)
         try:
             (self.git_dir / "refs").mkdir()
@@ -427,22 +536,47 @@ class _Checkout:
             (self.git_dir / "HEAD").write_bytes(b"ref: refs/heads/restore\n")
             (self.git_dir / "config").write_bytes(_CHECKOUT_CONFIG)
             (self.git_dir / "info" / "attributes").write_bytes(_CHECKOUT_ATTRIBUTES)
-            env = git_env(
+            self.env = git_env(
                 GIT_DIR=str(self.git_dir),
                 GIT_OBJECT_DIRECTORY=str(objects.objects_dir),
                 GIT_INDEX_FILE=str(self.git_dir / "index"),
                 GIT_WORK_TREE=str(root),
             )
-            self.proc = subprocess.Popen(
-                ["git", "read-tree", "-u", "--reset", tree],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                env=env,
-            )
+            if alternates:
+                self.env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = ":".join(map(str, alternates))
+            self.proc = self._git(["read-tree", "-u", "--reset", tree])
         except BaseException:
             self.close()
             raise
+
+    def _git(self, args: list[str]) -> subprocess.Popen:
+        return subprocess.Popen(
+            [*self.as_owner, "git", *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=self.env,
+        )
+
+    def then(self, first: str, tree: str) -> None:
+        """As soon as git has written `first` (the tree it was started on), take the folder on
+        to `tree`: git's two-tree merge rewrites only the files that differ, and removes those
+        `tree` does not hold. A thread waits for the first to start the second."""
+        self.tree = tree
+        if first != tree:
+            self.switcher = threading.Thread(
+                target=self._switch, args=(first, tree), name="materialize-switch", daemon=True
+            )
+            self.switcher.start()
+
+    def _switch(self, first: str, tree: str) -> None:
+        proc = self.proc
+        assert proc is not None
+        _, err = proc.communicate()
+        if proc.returncode != 0:
+            self.first_failed = err or f"exit code {proc.returncode}".encode()
+        elif not self.closed:
+            self.proc = self._git(["read-tree", "-u", "-m", first, tree])
 
     def finish(
         self,
@@ -455,20 +589,29 @@ class _Checkout:
         everything given to `owner`, and each file's stat data taken. Returns what was written
         (path → mode, blob id), or None when git did not write the tree as planned: the caller
         then writes it itself."""
+        if self.switcher is not None:
+            self.switcher.join()
         assert self.proc is not None
         _, err = self.proc.communicate()
-        if self.proc.returncode != 0:
+        if self.first_failed is not None or self.proc.returncode != 0:
+            err = self.first_failed or err
             lines = err.decode(errors="replace").strip().splitlines()
             self._fails(lines[-1] if lines else f"exit code {self.proc.returncode}")
             return None
+        handed = owner is not None and bool(self.as_owner)  # git made them as `owner`
+        uid = owner[0] if handed and owner is not None else None
+        chown = None if handed else owner
         for rel in plan.dirs:
             path = root + b"/" + rel
             try:
                 os.mkdir(path)
             except FileExistsError:
-                if not statmod.S_ISDIR(os.lstat(path).st_mode):
+                st = os.lstat(path)
+                if not statmod.S_ISDIR(st.st_mode):
                     self._fails(f"{_shown(rel)} is not a folder")
                     return None
+                if handed:
+                    continue
             if owner is not None:
                 os.chown(path, *owner, follow_symlinks=False)
         out: dict[bytes, os.stat_result] = {} if stats is None else stats
@@ -478,8 +621,8 @@ class _Checkout:
             for rel, mode in targets:
                 path = root + b"/" + rel
                 try:
-                    if owner is not None:
-                        os.chown(path, *owner, follow_symlinks=False)
+                    if chown is not None:
+                        os.chown(path, *chown, follow_symlinks=False)
                     st = os.lstat(path)
                 except (FileNotFoundError, NotADirectoryError):
                     self._fails(f"{_shown(rel)} was not written")
@@ -490,8 +633,12 @@ class _Checkout:
                 if statmod.S_IFMT(st.st_mode) != kind or st.st_size != size:
                     self._fails(f"{_shown(rel)} is not blob {sha[:12]}")
                     return None
+                if uid is not None and st.st_uid != uid:
+                    self._fails(f"{_shown(rel)} does not belong to user {uid}")
+                    return None
                 out[rel] = st
                 written[rel] = (mode, sha)
+        self.index_true = chown is None
         return written
 
     def _fails(self, why: str) -> None:
@@ -501,10 +648,62 @@ class _Checkout:
 
     def close(self) -> None:
         """Stop git if it still runs (the plan or a blob was found wrong) and remove its folder."""
+        self.closed = True  # no second tree is started from here on
+        if self.switcher is not None:  # its thread reads the first process: stopped, not read
+            first = self.proc
+            if first is not None and first.poll() is None:
+                first.kill()
+            self.switcher.join()
         if self.proc is not None and self.proc.returncode is None:
             self.proc.kill()
             self.proc.communicate()
         shutil.rmtree(self.git_dir, ignore_errors=True)
+
+
+def _as_owner(owner: tuple[int, int] | None) -> list[str]:
+    """The command that runs git as `owner` where Cairn runs as root (nothing otherwise): its
+    files and folders are then that user's from the start, where a chown of each afterwards
+    costs a third of writing them. Git keeps its real user (root) and, of root's powers, only
+    those to read and write past permissions: the folder it writes in stays closed to
+    `owner` until the caller opens it (see `materialize`)."""
+    if owner is None or os.geteuid() != 0 or _SETPRIV is None:
+        return []
+    argv = _setpriv_argv(_SETPRIV, *owner)
+    return argv if _setpriv_works(_SETPRIV) else []
+
+
+def _setpriv_argv(setpriv: str, uid: int, gid: int) -> list[str]:
+    caps = "+dac_override,+dac_read_search"
+    return [
+        setpriv,
+        f"--euid={uid}",
+        f"--egid={gid}",
+        "--clear-groups",
+        f"--inh-caps={caps}",
+        f"--ambient-caps={caps}",
+        "--",
+    ]
+
+
+@functools.cache
+def _setpriv_works(setpriv: str) -> bool:
+    """Whether this system lets a process keep those powers as another user (ambient
+    capabilities: Linux 4.3 and later, where nothing forbids them), tried once: otherwise every
+    checkout would fail and be written here instead, with a warning each time."""
+    try:
+        probe = subprocess.run(
+            [*_setpriv_argv(setpriv, 65534, 65534), "true"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    if probe.returncode != 0:
+        _log.info(
+            "files are handed to their owner after git writes them: setpriv cannot run git as them"
+        )
+    return probe.returncode == 0
 
 
 def _verify_blobs(objects: ObjectStore, plan: _Plan, label: str) -> None:

@@ -4,6 +4,7 @@ failure with a clear CorruptSnapshot when an object is missing or corrupt."""
 from __future__ import annotations
 
 import os
+import re
 import stat
 import subprocess
 import zlib
@@ -647,3 +648,131 @@ def test_blobs_checked_as_they_were_stored_are_not_read_again(
             materialize(vault, result.base_commit, tmp_path / "again", label="s", checked=True)
         assert sha[:12] in str(exc.value)
     assert not os.path.lexists(tmp_path / "again")
+
+
+def change_source(src: Path) -> None:
+    """Edits of every kind between two recorded trees."""
+    write(src / "README.md", "hello again\n")  # changed
+    (src / "src" / "deep" / "er" / "mod.py").unlink()  # gone, its folders with it
+    write(src / "src" / "new.py", "new = True\n")  # new
+    (src / "bin" / "run.sh").chmod(0o644)  # no longer executable
+    (src / "empty.txt").unlink()
+    os.symlink("README.md", src / "empty.txt")  # a file become a link
+    (src / "another_empty").mkdir()
+
+
+def test_a_checkout_begun_on_another_tree_ends_as_the_tree_asked_for(
+    vault, source, tmp_path, pace, caplog
+):
+    """Git starts writing one tree (the user's HEAD while the import reads the folder), and
+    is taken on to the tree restored: git rewrites what differs, nothing else is written."""
+    if pace != "git":
+        pytest.skip("only git's checkout is begun early")
+    first = import_folder(vault, source)
+    change_source(source)
+    second = import_folder(vault, source)
+    dest = tmp_path / "restored"
+    begun = materialize_module.begin(vault, first.base_commit, dest)
+    assert begun is not None
+    with caplog.at_level("WARNING", logger=materialize_module.__name__):
+        tree = materialize(vault, second.base_commit, dest, label="s", begun=begun)
+    assert tree == second.base_tree
+    assert walk(dest) == walk(source)
+    assert "git could not write" not in caplog.text
+    begun.close()  # taken: closing it again leaves the folder alone
+    assert siblings(tmp_path) == {"source", "vault.git", "restored"}
+
+
+def test_a_begun_checkout_nobody_takes_leaves_nothing(vault, source, tmp_path, pace):
+    if pace != "git":
+        pytest.skip("only git's checkout is begun early")
+    result = import_folder(vault, source)
+    dest = tmp_path / "restored"
+    begun = materialize_module.begin(vault, result.base_commit, dest)
+    assert begun is not None
+    begun.close()
+    assert siblings(tmp_path) == {"source", "vault.git"}
+    dest.mkdir()
+    assert materialize_module.begin(vault, result.base_commit, dest) is None  # dest exists
+
+
+def test_a_checkout_begun_on_a_tree_git_cannot_read_is_replaced(
+    vault, source, tmp_path, pace, caplog
+):
+    """The tree a checkout was begun on missing (or anything git fails on): the restore writes
+    the tree itself, and nothing of git's attempt is left."""
+    if pace != "git":
+        pytest.skip("only git's checkout is begun early")
+    result = import_folder(vault, source)
+    dest = tmp_path / "restored"
+    begun = materialize_module.begin(vault, "1" * 40, dest)
+    assert begun is not None
+    with caplog.at_level("WARNING", logger=materialize_module.__name__):
+        materialize(vault, result.base_commit, dest, label="s", begun=begun)
+    assert walk(dest) == walk(source)
+    assert siblings(tmp_path) == {"source", "vault.git", "restored"}
+
+
+def index_stats(vault: Vault, index: Path) -> dict[str, tuple[int, int, int]]:
+    """(mtime, inode, uid) of each entry of a git index, as git recorded them."""
+    out = subprocess.run(
+        ["git", "--git-dir", str(vault.git_dir), "ls-files", "-z", "--debug"],
+        env=git_env(GIT_INDEX_FILE=str(index)),
+        capture_output=True,
+        check=True,
+    ).stdout
+    entry = re.compile(
+        rb"([^\n\0]+)\0  ctime: \d+:\d+\n  mtime: (\d+):(\d+)\n  dev: \d+\tino: (\d+)\n"
+        rb"  uid: (\d+)\t"
+    )
+    return {
+        os.fsdecode(m[1]): (int(m[2]) * 10**9 + int(m[3]), int(m[4]), int(m[5]))
+        for m in entry.finditer(out)
+    }
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give files to another user")
+def test_git_writes_an_owners_files_as_that_user_and_hands_back_its_index(
+    vault, source, tmp_path, monkeypatch, pace
+):
+    """Where Cairn runs as root, git makes every file and folder as the workspace's owner: none
+    is chowned afterwards, and git's own index of the tree, its stat data true, is handed back.
+    Without a way to run git so, each is chowned, and no index is handed back."""
+    real_setpriv = materialize_module._SETPRIV
+    if pace != "git":
+        pytest.skip("only git's checkout runs as the owner")
+    result = import_folder(vault, source)
+    chowned: list[bytes] = []
+    real_chown = os.chown
+
+    def spy(path, *args, **kwargs):
+        chowned.append(os.fsencode(path))
+        return real_chown(path, *args, **kwargs)
+
+    monkeypatch.setattr(materialize_module.os, "chown", spy)
+    # git run as the owner; no setpriv; one that cannot keep those powers (tried once).
+    for n, setpriv in enumerate([real_setpriv, None, "/bin/false"]):
+        monkeypatch.setattr(materialize_module, "_SETPRIV", setpriv)
+        chowned.clear()
+        dest, index = tmp_path / f"restored{n}", tmp_path / f"index{n}"
+        stats: dict[bytes, os.stat_result] = {}
+        materialize(
+            vault, result.base_commit, dest, label="s", owner=(4321, 4322), stats=stats,
+            git_index=index,
+        )  # fmt: skip
+        assert walk(dest) == walk(source)
+        assert owners_below(dest) == {(4321, 4322)}
+        if setpriv != real_setpriv:
+            assert len(chowned) > len(stats) and not index.exists()
+            continue
+        # Only the folders git does not make (empty ones) were handed over here.
+        assert {os.path.basename(p) for p in chowned} == {
+            b"empty_dir",
+            b"nested_empty",
+            b"inner_empty",
+        }
+        recorded = index_stats(vault, index)
+        assert set(recorded) == {os.fsdecode(rel) for rel in stats}
+        for rel, st in stats.items():
+            assert recorded[os.fsdecode(rel)] == (st.st_mtime_ns, st.st_ino, 4321)
+        index.unlink()

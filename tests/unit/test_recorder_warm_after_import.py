@@ -124,9 +124,9 @@ def test_only_an_import_into_a_new_vault_skips_reading_its_blobs_again(
     seen: list[bool] = []
     real = materialize_module._materialize
 
-    def spy(vault, commit, dest, label, owner, stats, checked):
+    def spy(vault, commit, dest, label, owner, stats, checked, *rest):
         seen.append(checked)
-        return real(vault, commit, dest, label, owner, stats, checked)
+        return real(vault, commit, dest, label, owner, stats, checked, *rest)
 
     monkeypatch.setattr(materialize_module, "_materialize", spy)
     folder = project(tmp_path, git=git)
