@@ -13,6 +13,7 @@ read, never refreshed.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import secrets
@@ -20,7 +21,8 @@ import shutil
 import stat as statmod
 import subprocess
 import threading
-from collections.abc import Iterator
+import zlib
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +39,15 @@ from core.vault.tree_index import FileRecord, TreeIndex, mode_of
 # Where a fetch of the user's HEAD puts its objects until the import goes ahead (git's own
 # prefix for quarantined objects, inside the vault's objects folder).
 INCOMING_PREFIX = "tmp_objdir-cairn-import-"
+# More loose objects than this in a repository: git's fetch packs them (and every other
+# object) instead of their being copied and hashed one by one.
+_LOOSE_COPIED_AT_MOST = 4096
+# Copied packs of at most this many bytes in all are read whole and checked as they are copied
+# (git takes a quarter of a second for 100,000 small objects); larger ones, a repository's
+# long history or large files, are copied unread: what a workspace is written from is checked
+# as it is read (see `materialize`), where reading every object of every commit would cost
+# seconds, minutes for a large project.
+_PACKS_CHECKED_UP_TO = 32 << 20
 _NAMED_PROBLEMS = 3  # how many unreadable paths an error names before it only counts
 _GIT_WARNING = re.compile(rb"^warning: could not open directory '(.*)': (.*)$", re.M)
 # `git ls-files -z --debug`: the stat data after each entry's line, and the seconds of its ctime.
@@ -73,8 +84,10 @@ class ImportResult:
     files: int
     files_hashed: int = 0  # files read and hashed from disk (the rest came from git's index)
     index: TreeIndex | None = field(default=None, repr=False, compare=False)  # the base's tree
-    # Every object the import stored was hashed on its way in (False: the repository's own
-    # object files were copied in, unread; see `_copy_user_objects`).
+    # The repository's own object files were copied into the vault: see `_copy_user_objects`.
+    objects_copied: bool = False
+    # Every object the import stored was checked against its id on its way in (False: large
+    # packs were copied unread; whatever is read of them later is checked as it is read).
     objects_checked: bool = True
 
 
@@ -152,16 +165,22 @@ def _resolve_folder(folder: Path) -> Path:
 # -- importing -------------------------------------------------------------------------------------
 
 
-def import_folder(vault: Vault, folder: Path) -> ImportResult:
+def import_folder(
+    vault: Vault, folder: Path, *, on_head: Callable[[str, Path], None] | None = None
+) -> ImportResult:
     """Record `folder` in `vault` and return its base commit; the folder is only ever read.
 
     Unreadable files or folders fail the import before anything is written to the vault. On
     return the base's objects are durable (synced), so the caller may point a ref at it; no ref
     is left behind by the import itself.
+
+    `on_head(commit, objects)` is told the repository's HEAD commit and its objects folder as
+    soon as they are known, before the folder is read (the base is often that commit's tree,
+    or close to it): the caller may start writing a workspace from it meanwhile.
     """
     path = _resolve_folder(Path(folder))
     if os.path.lexists(path / ".git"):
-        return _import_git(vault, path)
+        return _import_git(vault, path, on_head)
     return _import_plain(vault, path)
 
 
@@ -190,11 +209,15 @@ def _import_plain(vault: Vault, folder: Path) -> ImportResult:
     return ImportResult("plain", None, None, commit, tree, files, files, index)
 
 
-def _import_git(vault: Vault, folder: Path) -> ImportResult:
+def _import_git(
+    vault: Vault, folder: Path, on_head: Callable[[str, Path], None] | None
+) -> ImportResult:
     repo = _UserRepo(folder)
     repo.check_top()
     head = repo.head_commit()
     branch = repo.head_branch()
+    if head is not None and on_head is not None:
+        on_head(head, repo.git_path("objects"))
     fetch = _HeadFetch(vault, repo, head) if head is not None else None
     try:
         listing = _list_work_tree(repo)
@@ -243,9 +266,18 @@ def _import_git(vault: Vault, folder: Path) -> ImportResult:
     tree = index.flush(objects)
     files = index.file_count()
     commit = _write_base(vault, tree, head, kind="git", branch=branch, files=files)
-    checked = fetch is None or not fetch.copied
+    copied = fetch is not None and fetch.copied
     return ImportResult(
-        "git", head, branch, commit, tree, files, hashed, index, objects_checked=checked
+        "git",
+        head,
+        branch,
+        commit,
+        tree,
+        files,
+        hashed,
+        index,
+        objects_copied=copied,
+        objects_checked=fetch is None or not fetch.unchecked,
     )
 
 
@@ -322,9 +354,10 @@ class _HeadFetch:
     unreadable file leaves the vault as it was. No ref is written for them.
 
     Into a vault that holds no object yet, the repository's own object files are copied first
-    (`_copy_user_objects`): git then finds HEAD's history complete there and transfers nothing,
-    where its transfer would inflate and hash every object again (4.5 s of a 700 MB tree's
-    import). Copy and fetch run on a thread of their own, beside the listing."""
+    (`_copy_user_objects`) and, unless large, checked (`_check_copies`): git then finds HEAD's
+    history complete there and transfers nothing, where its transfer would pack, inflate and
+    hash every object again (4.5 s of a 700 MB tree's import). Copy, check and fetch run on a
+    thread of their own, beside the listing."""
 
     def __init__(self, vault: Vault, repo: _UserRepo, head: str):
         self.vault = vault
@@ -364,7 +397,9 @@ class _HeadFetch:
         ]
         self.folder = folder
         self.repo = repo
-        self.copied = False  # the repository's object files were copied in, not fetched
+        self.copied = False  # the repository's object files were copied in and checked
+        self.corrupt: str | None = None  # the object or pack found corrupt when copied
+        self.unchecked = False  # packs too large to read whole were copied unread
         self.proc: subprocess.Popen | None = None
         self.failed: BaseException | None = None
         seed = _vault_is_empty(objects_dir)
@@ -377,11 +412,20 @@ class _HeadFetch:
         try:
             if seed:
                 try:
-                    self.copied = _copy_user_objects(self.repo, self.incoming)
-                except (OSError, InputError):  # a copy cut short: git fetches everything instead
+                    packs = _copy_user_objects(self.repo, self.incoming)
+                    if packs is not None:
+                        if sum(p.stat().st_size for p in packs) > _PACKS_CHECKED_UP_TO:
+                            self.copied = self.unchecked = True
+                        else:
+                            self.corrupt = _check_copies(self.vault, packs)
+                            self.copied = self.corrupt is None
+                except _CorruptCopy as exc:
+                    self.corrupt = str(exc)
+                except (OSError, InputError):
+                    pass
+                if not self.copied:  # cut short or not as named: git fetches everything instead
                     shutil.rmtree(self.incoming, ignore_errors=True)
                     self.incoming.mkdir()
-                    self.copied = False
             self.proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
@@ -404,6 +448,8 @@ class _HeadFetch:
         if self.proc.returncode != 0:
             lines = err.decode(errors="replace").strip().splitlines()
             reason = lines[-1] if lines else f"git fetch exited {self.proc.returncode}"
+            if self.corrupt is not None:  # git's own words do not say which
+                reason = f"{self.corrupt} is corrupt"
             self.discard()
             raise InputError(f"the history of {self.folder} cannot be read: {reason}")
         objects_dir = self.vault.objects.objects_dir
@@ -478,20 +524,28 @@ def _vault_is_empty(objects_dir: Path) -> bool:
     return not loose and not any(n.endswith(".pack") for n in packs)
 
 
-def _copy_user_objects(repo: _UserRepo, incoming: Path) -> bool:
-    """Copy the repository's object files (each pack with its index, and the loose objects) into
-    the fetch's quarantine `incoming`, read-only as git keeps them; True once copied. Only for a
-    repository that holds every object itself: not one with alternates, a shallow or a partial
-    clone (False, nothing copied). The copies are not read: whatever git or Cairn reads of them
-    later is checked against its id (a restore checks each blob)."""
+def _copy_user_objects(repo: _UserRepo, incoming: Path) -> list[Path] | None:
+    """Copy the repository's object files (each pack with its index, and the loose objects,
+    each hashed as it is copied) into the fetch's quarantine `incoming`, read-only as git keeps
+    them; return the packs copied, for `_check_copies`. None (nothing copied) for a repository
+    that does not hold every object itself (alternates, a shallow or a partial clone), or holds
+    more loose objects than git's fetch takes longer to pack than this to hash. Raises
+    _CorruptCopy for a loose object whose bytes are not its id."""
     objects = repo.git_path("objects")
     if repo.git_path("shallow").exists() or (objects / "info" / "alternates").exists():
-        return False
+        return None
     pack_dir = objects / "pack"
     packs = set(os.listdir(pack_dir)) if pack_dir.is_dir() else set()
     if any(name.endswith(".promisor") for name in packs):
-        return False
+        return None
+    loose: list[tuple[str, str]] = []
+    for fan in sorted(os.listdir(objects)):
+        if len(fan) == 2 and all(c in "0123456789abcdef" for c in fan):
+            loose += [(fan, name) for name in os.listdir(objects / fan) if len(name) == 38]
+    if len(loose) > _LOOSE_COPIED_AT_MOST:
+        return None
     copies: list[tuple[Path, Path]] = []
+    copied: list[Path] = []
     for name in sorted(packs):
         index = name[: -len(".pack")] + ".idx"
         if name.startswith("pack-") and name.endswith(".pack") and index in packs:
@@ -499,16 +553,55 @@ def _copy_user_objects(repo: _UserRepo, incoming: Path) -> bool:
                 (pack_dir / name, incoming / "pack" / name),
                 (pack_dir / index, incoming / "pack" / index),
             ]
-    for fan in sorted(os.listdir(objects)):
-        if len(fan) == 2 and all(c in "0123456789abcdef" for c in fan):
-            for name in os.listdir(objects / fan):
-                if len(name) == 38:
-                    copies.append((objects / fan / name, incoming / fan / name))
+            copied.append(incoming / "pack" / name)
     for source, target in copies:
         target.parent.mkdir(exist_ok=True)
         shutil.copyfile(source, target)
         os.chmod(target, 0o444)
-    return True
+    for fan, name in loose:
+        data = (objects / fan / name).read_bytes()
+        if not _loose_object_is(data, fan + name):
+            raise _CorruptCopy(f"its object {fan}{name[:10]}")
+        (incoming / fan).mkdir(exist_ok=True)
+        target = incoming / fan / name
+        target.write_bytes(data)
+        os.chmod(target, 0o444)
+    return copied
+
+
+def _loose_object_is(data: bytes, sha: str) -> bool:
+    """Whether `data`, a loose object file, is whole and hashes to `sha`."""
+    try:
+        inflate = zlib.decompressobj()
+        raw = inflate.decompress(data)
+        nul = raw.index(b"\0", 0, 64)
+        size = int(raw[:nul].partition(b" ")[2])
+    except (zlib.error, ValueError):
+        return False
+    return inflate.eof and len(raw) == nul + 1 + size and hashlib.sha1(raw).hexdigest() == sha
+
+
+class _CorruptCopy(Exception):
+    """A copied object file is not what its name says (the message names it): git's fetch
+    brings HEAD's history instead, and fails where HEAD needs that object."""
+
+
+def _check_copies(vault: Vault, packs: list[Path]) -> str | None:
+    """The first of the copied `packs` holding an object that does not hash to the id its
+    index gives it (in words), or None: git reads each pack whole and compares the index it
+    would write with the one copied (`index-pack --verify`), all packs at once."""
+    checks = [
+        subprocess.Popen(
+            ["git", "--git-dir", str(vault.git_dir), "index-pack", "--verify", str(pack)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=git_env(),
+        )
+        for pack in packs
+    ]
+    failed = [pack for pack, check in zip(packs, checks, strict=True) if check.wait() != 0]
+    return f"its pack {failed[0].name}" if failed else None
 
 
 # -- reading the user's repository ---------------------------------------------------------------

@@ -636,7 +636,7 @@ def test_a_new_vault_takes_the_repositorys_object_files_instead_of_a_fetch(
     monkeypatch.setattr(importer.subprocess, "Popen", popen)
     result = import_folder(vault, busy_repo)
 
-    assert not result.objects_checked
+    assert result.objects_copied
     objects = vault.objects.objects_dir
     assert user_packs <= {p.name for p in (objects / "pack").iterdir()}
     later = git(busy_repo, "rev-parse", "HEAD:later.txt").strip()
@@ -660,22 +660,22 @@ def test_a_new_vault_takes_the_repositorys_object_files_instead_of_a_fetch(
     # The vault now holds objects: the next import fetches, and copies nothing.
     packs_now = sorted(p.name for p in (objects / "pack").iterdir())
     again = import_folder(vault, busy_repo)
-    assert again.objects_checked
+    assert not again.objects_copied
     assert sorted(p.name for p in (objects / "pack").iterdir()) == packs_now
 
     clone = tmp_path / "shallow"
     git(tmp_path, "clone", "-q", "--depth", "1", f"file://{busy_repo}", str(clone))
     fresh = Vault.open_or_create(tmp_path / "fresh.git")
-    assert import_folder(fresh, clone).objects_checked  # fetched: not a copy of a shallow clone
+    assert not import_folder(fresh, clone).objects_copied  # fetched: a shallow clone
 
 
-def test_a_corrupt_object_copied_from_the_repository_fails_the_new_task_and_leaves_nothing(
+def test_a_corrupt_object_in_the_repository_fails_the_new_task_naming_it_and_leaves_nothing(
     tmp_path,
 ):
-    """Copied object files are not read on the way in: a blob whose bytes are not its id is
-    caught when the workspace is written from it, and the new task is undone."""
+    """Each object file copied from the repository is checked on its way in: a blob whose
+    bytes are not its id is not copied, git's fetch cannot bring it either, and the new task
+    fails in one line naming it, undone."""
     from core.app import Cairn
-    from core.errors import CorruptSnapshot
 
     repo = tmp_path / "project"
     repo.mkdir()
@@ -689,13 +689,71 @@ def test_a_corrupt_object_copied_from_the_repository_fails_the_new_task_and_leav
     loose.write_bytes(zlib.compress(b"blob 15\0the fake bytes\n"))
     app = Cairn(tmp_path / "data")
     try:
-        with pytest.raises(CorruptSnapshot) as exc:
+        with pytest.raises(InputError) as exc:
             app.tasks.new(repo)
-        assert blob[:12] in str(exc.value) and "\n" not in str(exc.value)
+        assert_one_line(exc, f"the history of {repo} cannot be read: its object {blob[:12]}")
         assert app.ctx.store.list_tasks() == []
         assert list((tmp_path / "data" / "workspaces").glob("*")) == []
     finally:
         app.close()
+
+
+def test_a_pack_not_as_its_checksum_says_is_not_copied_and_git_fetches_instead(vault, busy_repo):
+    """A pack whose trailing checksum is not its bytes' (its index agreeing, so git reads its
+    objects as ever): the copy is refused, git's fetch brings HEAD's history, and nothing of
+    the copy is left."""
+    git(busy_repo, "gc", "-q")
+    (pack,) = (busy_repo / ".git" / "objects" / "pack").glob("pack-*.pack")
+    index = pack.with_suffix(".idx")
+    for path, at in ((pack, -1), (index, -21)):  # the pack's checksum, and the index's copy
+        path.chmod(0o644)
+        data = bytearray(path.read_bytes())
+        data[at] ^= 0xFF
+        path.write_bytes(bytes(data))
+    assert git(busy_repo, "show", "HEAD:README.md")  # the repository reads as before
+
+    result = import_folder(vault, busy_repo)
+
+    assert not result.objects_copied
+    objects = vault.objects.objects_dir
+    assert pack.name not in {p.name for p in (objects / "pack").iterdir()}
+    files, _ = base_entries(vault, result.base_tree)
+    assert files["README.md"][1] == (busy_repo / "README.md").read_bytes()
+
+
+def test_large_packs_are_copied_unread_and_said_to_be(vault, busy_repo, monkeypatch):
+    """Reading every object of a large pack (a long history, large files) costs seconds: such
+    packs are copied unread, and the import says so, so that whatever a workspace is written
+    from is checked as it is read."""
+    git(busy_repo, "gc", "-q")
+    monkeypatch.setattr(importer, "_PACKS_CHECKED_UP_TO", 0)
+    checks: list[list[str]] = []
+    real_popen = subprocess.Popen
+
+    def popen(argv, *args, **kwargs):
+        if "index-pack" in argv and "--verify" in argv:
+            checks.append(list(argv))
+        return real_popen(argv, *args, **kwargs)
+
+    monkeypatch.setattr(importer.subprocess, "Popen", popen)
+    result = import_folder(vault, busy_repo)
+    assert result.objects_copied and not result.objects_checked
+    assert checks == []
+    monkeypatch.setattr(importer, "_PACKS_CHECKED_UP_TO", 1 << 30)
+    fresh = Vault.open_or_create(vault.git_dir.parent / "fresh.git")
+    result = import_folder(fresh, busy_repo)
+    assert result.objects_copied and result.objects_checked
+    assert len(checks) == 1
+
+
+def test_a_repository_of_many_loose_objects_is_fetched_not_copied(vault, busy_repo, monkeypatch):
+    """Loose objects are hashed one by one as they are copied: past a number of them, git's
+    fetch packs them faster, and the import takes that way."""
+    monkeypatch.setattr(importer, "_LOOSE_COPIED_AT_MOST", 2)
+    result = import_folder(vault, busy_repo)
+    assert not result.objects_copied
+    files, _ = base_entries(vault, result.base_tree)
+    assert files["README.md"][1] == (busy_repo / "README.md").read_bytes()
 
 
 def test_the_quarantine_of_an_import_under_way_in_another_process_is_left_alone(vault, busy_repo):
@@ -737,6 +795,6 @@ def test_an_odd_file_among_the_vaults_objects_leaves_the_import_to_git_s_fetch(v
     the import fetches as it always did."""
     (vault.objects.objects_dir / "zz").write_bytes(b"not a folder")
     result = import_folder(vault, busy_repo)
-    assert result.objects_checked
+    assert not result.objects_copied
     files, _ = base_entries(vault, result.base_tree)
     assert files["README.md"][1] == (busy_repo / "README.md").read_bytes()

@@ -116,9 +116,9 @@ def test_only_an_import_into_a_new_vault_skips_reading_its_blobs_again(
     cairn, tmp_path, monkeypatch, git
 ):
     """The first task of a folder writes its workspace from blobs the import has just checked
-    against their ids as it stored them: they are not read again. A repository's own object
-    files copied into a new vault were not read, and a later task of the same folder finds older
-    objects in the vault: every blob either writes is checked."""
+    against their ids as it stored them (fetched, or copied from the repository's own object
+    files and checked as they were): they are not read again. A later task of the same folder
+    finds older objects in the vault: every blob it writes is checked."""
     import core.vault.materialize as materialize_module
 
     seen: list[bool] = []
@@ -132,7 +132,7 @@ def test_only_an_import_into_a_new_vault_skips_reading_its_blobs_again(
     folder = project(tmp_path, git=git)
     first = cairn.tasks.new(folder)
     second = cairn.tasks.new(folder)
-    assert seen == ([False, False] if git else [True, False])
+    assert seen == [True, False]
     for made in (first, second):
         rel = Path("pkg1", "mod1.py")
         assert (Path(made.workspace.root) / rel).read_bytes() == (folder / rel).read_bytes()
