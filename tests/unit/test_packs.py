@@ -285,3 +285,28 @@ def test_a_packs_ids_and_when_a_cleanup_may_take_it(vault, tree):
     idx.write_bytes(b"\xfftOc\x00\x00\x00\x03" + bytes(2000))  # another version
     assert _pack_state(objects, name, set(), later) is None
     assert _pack_state(objects, "pack-../../x", set(), later) is None
+
+
+def test_objects_the_vault_holds_are_not_compressed_again(vault, monkeypatch):
+    """Many objects stored at once (the trees of a base): those the vault holds already (a
+    repository's clean trees, copied with its packs) are neither compressed nor packed."""
+    from core.vault.objects import object_id
+
+    items = [
+        (object_id("blob", f"object {i}\n".encode()), f"object {i}\n".encode()) for i in range(400)
+    ]
+    packs.store_objects(vault.objects, "blob", items)
+    before = pack_files(vault)
+    compressed: list[bytes] = []
+    real_deflate = packs.deflate
+    monkeypatch.setattr(
+        packs, "deflate", lambda data: compressed.append(data) or real_deflate(data)
+    )
+    extra = (object_id("blob", b"one more\n"), b"one more\n")
+    packs.store_objects(vault.objects, "blob", [*items, extra])
+    assert compressed == [b"one more\n"]
+    assert len(pack_files(vault)) == len(before) + 2  # one new pack, its index beside it
+    assert vault.objects.read_object(extra[0]) == ("blob", b"one more\n")
+    compressed.clear()
+    packs.store_objects(vault.objects, "blob", [*items, extra])
+    assert compressed == [] and len(pack_files(vault)) == len(before) + 2
