@@ -262,6 +262,7 @@ class Tasks:
                 # unread: large packs).
                 checked=vault_created and result.objects_checked,
                 begun=begun[0] if begun else None,
+                index=result.index,
             )
             vault.objects.update_ref(base_ref(ws_id), result.base_commit)
             vault.objects.update_ref(revisions_ref(ws_id), result.base_commit)

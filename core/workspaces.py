@@ -29,7 +29,7 @@ from core.safe_fs import write_file
 from core.vault import Vault
 from core.vault.materialize import Begun, begin, materialize
 from core.vault.objects import git_env, run_git
-from core.vault.tree_index import Looked
+from core.vault.tree_index import Looked, TreeIndex
 
 # Allowed lifecycle moves. ACTIVE means a sandbox is up; FROZEN accepts no new runs (its files
 # are kept as they are); ARCHIVED has no tree on disk but stays restorable from its snapshots.
@@ -103,6 +103,7 @@ def create_tree(
     looked: Looked | None = None,
     checked: bool = False,
     begun: Begun | None = None,
+    index: TreeIndex | None = None,
 ) -> str:
     """Materialize `revision` at `root` and give it a `.git` of its own on `branch`.
 
@@ -110,8 +111,9 @@ def create_tree(
     `branch` at the user's HEAD (or at the base for a folder without history) and has an index
     of that commit, so `git status` inside shows the same uncommitted work the user had.
     With `owner`, the files are that user's from the start (see `materialize`). `looked`
-    receives the stat data the index was written with, for the caller's stat cache. `checked`
-    and `begun`: see `materialize`. Returns the tree id. On failure nothing is left at `root`.
+    receives the stat data the index was written with, for the caller's stat cache. `checked`,
+    `begun` and `index`: see `materialize`. Returns the tree id. On failure nothing is left at
+    `root`.
     """
     git_index = root.with_name(f".{root.name}.index-{secrets.token_hex(4)}")
     try:
@@ -125,6 +127,7 @@ def create_tree(
             checked=checked,
             begun=begun,
             git_index=git_index,
+            index=index,
         )
         try:
             _init_git(

@@ -7,6 +7,7 @@ with a folder someone edited, belongs to the workspace and resume logic.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import functools
@@ -41,6 +42,7 @@ from core.vault.objects import (
     git_env,
     object_id,
 )
+from core.vault.tree_index import TreeIndex
 
 _log = logging.getLogger(__name__)
 
@@ -76,6 +78,7 @@ _CHECKOUT_CONFIG = b"""[core]
 [checkout]
 \tworkers = 1
 """
+_CHECKOUT_NICE = -10  # git's checkout before the rest, where Cairn may (root)
 _SETPRIV = shutil.which("setpriv")  # util-linux's: runs git as a workspace's owner
 _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
@@ -93,6 +96,7 @@ def materialize(
     checked: bool = False,
     begun: Begun | None = None,
     git_index: Path | None = None,
+    index: TreeIndex | None = None,
 ) -> str:
     """Write the tree of `commit_or_tree` into the new folder `dest`; return the tree id.
 
@@ -124,10 +128,23 @@ def materialize(
     `git_index`: where git's own index of the tree is left, when git wrote every file and
     nothing changed one since (it holds the stat data git took of each as it wrote it); left
     absent otherwise. The caller removes it.
+
+    `index`: the tree as the caller holds it in memory, flushed (an import's base, its trees
+    computed from it and every object `checked`): what is to be written is taken from it
+    instead of reading every tree from the vault again.
     """
     with collector_paused():
         return _materialize(
-            vault, commit_or_tree, Path(dest), label, owner, stats, checked, begun, git_index
+            vault,
+            commit_or_tree,
+            Path(dest),
+            label,
+            owner,
+            stats,
+            checked,
+            begun,
+            git_index,
+            index,
         )
 
 
@@ -195,6 +212,7 @@ def _materialize(
     checked: bool,
     begun: Begun | None,
     git_index: Path | None,
+    index: TreeIndex | None,
 ) -> str:
     if begun is not None and begun.taken:
         begun = None
@@ -234,7 +252,10 @@ def _materialize(
             checkout = _Checkout(objects, tree, temp, owner=owner)
         git_wrote = begun is not None or checkout is not None
         try:
-            plan = _Plan.read(objects, tree, label)
+            if checked and index is not None and index.flushed_as(tree):
+                plan = _Plan.of_index(index)
+            else:
+                plan = _Plan.read(objects, tree, label)
             if checkout is not None and plan.git_writes and tree != EMPTY_TREE:
                 if not checked:
                     _verify_blobs(objects, plan, label)
@@ -354,6 +375,28 @@ class _Plan:
             for folder, sha in level:
                 plan._add(folder, sha, bodies.get(sha, b""), below, label)
             level = below
+        return plan
+
+    @classmethod
+    def of_index(cls, index: TreeIndex) -> _Plan:
+        """The plan of a tree held in memory whose trees were computed from it: its names were
+        read from disk (no unsafe one there) and its trees are git's encoding of it."""
+        plan = cls()
+        for folder in sorted(index.dirs, key=lambda f: f.count("/") + (1 if f else 0)):
+            plan.trees += 1
+            prefix = os.fsencode(folder) + b"/" if folder else b""
+            for name, rec in index.dirs[folder].items():
+                bname = os.fsencode(name)
+                rel = prefix + bname
+                lower = bname.lower()
+                if rec is None or rec.mode == MODE_GITLINK:
+                    plan.dirs.append(rel)  # a folder, or a submodule's place
+                else:
+                    plan.blobs.setdefault(rec.sha, []).append((rel, rec.mode))
+                if lower == b".git" or (
+                    rec is not None and rec.mode == MODE_LINK and lower == b".gitmodules"
+                ):
+                    plan.git_writes = False
         return plan
 
     def _add(
@@ -550,13 +593,18 @@ class _Checkout:
             raise
 
     def _git(self, args: list[str]) -> subprocess.Popen:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             [*self.as_owner, "git", *args],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             env=self.env,
         )
+        # Git's checkout is what the new folder waits for: reading the folder being imported
+        # or checking the blobs has time to spare. Raising its priority needs root's leave.
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, proc.pid, _CHECKOUT_NICE)
+        return proc
 
     def then(self, first: str, tree: str) -> None:
         """As soon as git has written `first` (the tree it was started on), take the folder on

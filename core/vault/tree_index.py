@@ -119,6 +119,10 @@ class TreeIndex:
         index.dirty.clear()
         return index
 
+    def flushed_as(self, tree: str) -> bool:
+        """Whether the index is `tree`, as its last flush wrote it and unchanged since."""
+        return not self.dirty and self.tree_ids.get("") == tree
+
     def get(self, rel: str) -> FileRecord | None:
         folder, name = _split(rel)
         return self.dirs.get(folder, {}).get(name)

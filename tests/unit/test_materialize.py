@@ -776,3 +776,49 @@ def test_git_writes_an_owners_files_as_that_user_and_hands_back_its_index(
         for rel, st in stats.items():
             assert recorded[os.fsdecode(rel)] == (st.st_mtime_ns, st.st_ino, 4321)
         index.unlink()
+
+
+def test_a_tree_held_in_memory_and_checked_is_not_read_again(vault, source, tmp_path, monkeypatch):
+    """An import's base, held in memory and its objects checked as they came in: what is to be
+    written is taken from it. Without `checked`, or once the index changed, the trees are read
+    from the vault as ever."""
+    result = import_folder(vault, source)
+    reads: list[str] = []
+    real_read = materialize_module._Plan.read.__func__
+
+    def spy(cls, objects, tree, label):
+        reads.append(tree)
+        return real_read(cls, objects, tree, label)
+
+    monkeypatch.setattr(materialize_module._Plan, "read", classmethod(spy))
+    for n, checked in enumerate([True, False]):
+        dest = tmp_path / f"restored{n}"
+        tree = materialize(
+            vault, result.base_commit, dest, label="s", checked=checked, index=result.index
+        )
+        assert tree == result.base_tree and walk(dest) == walk(source)
+    assert reads == [result.base_tree]  # only without `checked`
+    assert result.index is not None
+    result.index.set_file("extra.txt", result.index.get("README.md"))  # changed since its flush
+    materialize(vault, result.base_commit, tmp_path / "restored2", label="s", checked=True,
+                index=result.index)  # fmt: skip
+    assert reads == [result.base_tree] * 2
+    assert walk(tmp_path / "restored2") == walk(source)
+
+
+def test_gits_checkout_is_asked_to_go_first(vault, source, tmp_path, monkeypatch, pace):
+    """The checkout is what a new folder waits for: its priority is raised where that is
+    allowed (root), and nothing fails where it is not."""
+    if pace != "git":
+        pytest.skip("only git's checkout is raised")
+    result = import_folder(vault, source)
+    asked: list[int] = []
+
+    def setpriority(which, who, value):
+        asked.append(value)
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(materialize_module.os, "setpriority", setpriority)
+    materialize(vault, result.base_commit, tmp_path / "restored", label="s")
+    assert asked == [materialize_module._CHECKOUT_NICE] and asked[0] < 0
+    assert walk(tmp_path / "restored") == walk(source)
