@@ -48,6 +48,7 @@ _LOOSE_COPIED_AT_MOST = 4096
 # as it is read (see `materialize`), where reading every object of every commit would cost
 # seconds, minutes for a large project.
 _PACKS_CHECKED_UP_TO = 32 << 20
+_LOOSE_READ_UP_TO = 16 << 20  # a larger loose object is copied unread, as a large pack is
 _NAMED_PROBLEMS = 3  # how many unreadable paths an error names before it only counts
 _GIT_WARNING = re.compile(rb"^warning: could not open directory '(.*)': (.*)$", re.M)
 # `git ls-files -z --debug`: the stat data after each entry's line, and the seconds of its ctime.
@@ -87,7 +88,7 @@ class ImportResult:
     # The repository's own object files were copied into the vault: see `_copy_user_objects`.
     objects_copied: bool = False
     # Every object the import stored was checked against its id on its way in (False: large
-    # packs were copied unread; whatever is read of them later is checked as it is read).
+    # packs or objects were copied unread; whatever is read of them later is checked then).
     objects_checked: bool = True
 
 
@@ -399,7 +400,7 @@ class _HeadFetch:
         self.repo = repo
         self.copied = False  # the repository's object files were copied in and checked
         self.corrupt: str | None = None  # the object or pack found corrupt when copied
-        self.unchecked = False  # packs too large to read whole were copied unread
+        self.unchecked = False  # objects too large to read whole were copied unread
         self.proc: subprocess.Popen | None = None
         self.failed: BaseException | None = None
         seed = _vault_is_empty(objects_dir)
@@ -412,8 +413,9 @@ class _HeadFetch:
         try:
             if seed:
                 try:
-                    packs = _copy_user_objects(self.repo, self.incoming)
-                    if packs is not None:
+                    found = _copy_user_objects(self.repo, self.incoming)
+                    if found is not None:
+                        packs, self.unchecked = found
                         if sum(p.stat().st_size for p in packs) > _PACKS_CHECKED_UP_TO:
                             self.copied = self.unchecked = True
                         else:
@@ -424,6 +426,7 @@ class _HeadFetch:
                 except (OSError, InputError):
                     pass
                 if not self.copied:  # cut short or not as named: git fetches everything instead
+                    self.unchecked = False
                     shutil.rmtree(self.incoming, ignore_errors=True)
                     self.incoming.mkdir()
             self.proc = subprocess.Popen(
@@ -524,13 +527,14 @@ def _vault_is_empty(objects_dir: Path) -> bool:
     return not loose and not any(n.endswith(".pack") for n in packs)
 
 
-def _copy_user_objects(repo: _UserRepo, incoming: Path) -> list[Path] | None:
+def _copy_user_objects(repo: _UserRepo, incoming: Path) -> tuple[list[Path], bool] | None:
     """Copy the repository's object files (each pack with its index, and the loose objects,
     each hashed as it is copied) into the fetch's quarantine `incoming`, read-only as git keeps
-    them; return the packs copied, for `_check_copies`. None (nothing copied) for a repository
-    that does not hold every object itself (alternates, a shallow or a partial clone), or holds
-    more loose objects than git's fetch takes longer to pack than this to hash. Raises
-    _CorruptCopy for a loose object whose bytes are not its id."""
+    them; return the packs copied, for `_check_copies`, and whether a loose object too large
+    to hold in memory was copied unread. None (nothing copied) for a repository that does not
+    hold every object itself (alternates, a shallow or a partial clone), or holds more loose
+    objects than git's fetch takes longer to pack than this to hash. Raises _CorruptCopy for a
+    loose object whose bytes are not its id."""
     objects = repo.git_path("objects")
     if repo.git_path("shallow").exists() or (objects / "info" / "alternates").exists():
         return None
@@ -558,15 +562,20 @@ def _copy_user_objects(repo: _UserRepo, incoming: Path) -> list[Path] | None:
         target.parent.mkdir(exist_ok=True)
         shutil.copyfile(source, target)
         os.chmod(target, 0o444)
+    unread = False
     for fan, name in loose:
-        data = (objects / fan / name).read_bytes()
-        if not _loose_object_is(data, fan + name):
-            raise _CorruptCopy(f"its object {fan}{name[:10]}")
+        source, target = objects / fan / name, incoming / fan / name
         (incoming / fan).mkdir(exist_ok=True)
-        target = incoming / fan / name
-        target.write_bytes(data)
+        if source.stat().st_size > _LOOSE_READ_UP_TO:
+            shutil.copyfile(source, target)
+            unread = True
+        else:
+            data = source.read_bytes()
+            if not _loose_object_is(data, fan + name):
+                raise _CorruptCopy(f"its object {fan}{name[:10]}")
+            target.write_bytes(data)
         os.chmod(target, 0o444)
-    return copied
+    return copied, unread
 
 
 def _loose_object_is(data: bytes, sha: str) -> bool:

@@ -746,6 +746,16 @@ def test_large_packs_are_copied_unread_and_said_to_be(vault, busy_repo, monkeypa
     assert len(checks) == 1
 
 
+def test_a_loose_object_too_large_to_hold_is_copied_unread_and_said_to_be(
+    vault, busy_repo, monkeypatch
+):
+    monkeypatch.setattr(importer, "_LOOSE_READ_UP_TO", 0)
+    result = import_folder(vault, busy_repo)
+    assert result.objects_copied and not result.objects_checked
+    files, _ = base_entries(vault, result.base_tree)
+    assert files["README.md"][1] == (busy_repo / "README.md").read_bytes()
+
+
 def test_a_repository_of_many_loose_objects_is_fetched_not_copied(vault, busy_repo, monkeypatch):
     """Loose objects are hashed one by one as they are copied: past a number of them, git's
     fetch packs them faster, and the import takes that way."""
