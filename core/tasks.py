@@ -32,7 +32,7 @@ from core.settings import Settings, default_policy, engine_endpoint, refuse_unre
 from core.snapshots import Snapshots
 from core.vault import Vault, base_ref, collector_paused, revisions_ref
 from core.vault.importer import check_importable, import_folder, inside_repository_note
-from core.vault.materialize import Begun
+from core.vault.materialize import EarlyCheckout
 from core.vault.tree_index import Looked
 
 log = logging.getLogger(__name__)
@@ -215,14 +215,14 @@ class Tasks:
         task_id, ws_id = new_id("task"), new_id("workspace")
         root = self.ctx.data.workspace_path(ws_id)
         owner = workspace_owner(policy.uid)
-        begun: list[Begun] = []
+        early_checkouts: list[EarlyCheckout] = []
 
         def on_head(head: str, objects: Path) -> None:
             # Git writes the workspace from the user's HEAD while the folder is read: the base
             # is that tree or close to it, and `create_tree` takes the checkout on from there.
             early = workspaces.begin_tree(vault, head, root, owner=owner, objects=objects)
             if early is not None:
-                begun.append(early)
+                early_checkouts.append(early)
 
         try:
             result = import_folder(vault, folder, on_head=on_head)
@@ -261,7 +261,7 @@ class Tasks:
                 # stored, each object checked against its id on the way in (unless copied in
                 # unread: large packs).
                 checked=vault_created and result.objects_checked,
-                begun=begun[0] if begun else None,
+                early=early_checkouts[0] if early_checkouts else None,
                 index=result.index,
             )
             vault.objects.update_ref(base_ref(ws_id), result.base_commit)
@@ -301,7 +301,7 @@ class Tasks:
                 )
                 self.ctx.store.update_workspace(ws_id, state=WorkspaceState.PREPARED.value)
         except BaseException:
-            for early in begun:
+            for early in early_checkouts:
                 early.close()
             self._undo_new_task(
                 vault, ws_id, task_id, root, source if new_source else None, vault_created

@@ -27,7 +27,7 @@ from core.models import Workspace
 from core.models import WorkspaceState as S
 from core.safe_fs import write_file
 from core.vault import Vault
-from core.vault.materialize import Begun, begin, materialize
+from core.vault.materialize import EarlyCheckout, begin_checkout, materialize
 from core.vault.objects import git_env, run_git
 from core.vault.tree_index import Looked, TreeIndex
 
@@ -102,7 +102,7 @@ def create_tree(
     owner: tuple[int, int] | None = None,
     looked: Looked | None = None,
     checked: bool = False,
-    begun: Begun | None = None,
+    early: EarlyCheckout | None = None,
     index: TreeIndex | None = None,
 ) -> str:
     """Materialize `revision` at `root` and give it a `.git` of its own on `branch`.
@@ -112,7 +112,7 @@ def create_tree(
     of that commit, so `git status` inside shows the same uncommitted work the user had.
     With `owner`, the files are that user's from the start (see `materialize`). `looked`
     receives the stat data the index was written with, for the caller's stat cache. `checked`,
-    `begun` and `index`: see `materialize`. Returns the tree id. On failure nothing is left at
+    `early` and `index`: see `materialize`. Returns the tree id. On failure nothing is left at
     `root`.
     """
     git_index = root.with_name(f".{root.name}.index-{secrets.token_hex(4)}")
@@ -125,7 +125,7 @@ def create_tree(
             owner=owner,
             stats=looked.stats if looked is not None else None,
             checked=checked,
-            begun=begun,
+            early=early,
             git_index=git_index,
             index=index,
         )
@@ -149,11 +149,11 @@ def create_tree(
 
 def begin_tree(
     vault: Vault, first: str, root: Path, *, owner: tuple[int, int] | None, objects: Path
-) -> Begun | None:
+) -> EarlyCheckout | None:
     """Start writing the workspace at `root` from `first` (the user's HEAD, its objects read
     from the repository's `objects` folder) while the import still reads the folder; the
     `create_tree` given it takes git's checkout from there to the base. None when it cannot."""
-    return begin(vault, first, root, owner=owner, alternates=[objects])
+    return begin_checkout(vault, first, root, owner=owner, alternates=[objects])
 
 
 def open_to(root: Path, owner: tuple[int, int]) -> None:

@@ -94,7 +94,7 @@ def materialize(
     owner: tuple[int, int] | None = None,
     stats: dict[bytes, os.stat_result] | None = None,
     checked: bool = False,
-    begun: Begun | None = None,
+    early: EarlyCheckout | None = None,
     git_index: Path | None = None,
     index: TreeIndex | None = None,
 ) -> str:
@@ -120,10 +120,10 @@ def materialize(
     the importer each file it stores): the blobs are then not read a second time, the trees
     still are.
 
-    `begun`: a checkout `begin` started into `dest` before this tree was known (from the same
-    `owner`); git takes it from the tree it was given to this one, rewriting only the files
-    that differ. Whatever it holds is checked as any checkout of git's is, and thrown away
-    (the tree then written here) if it does not match.
+    `early`: a checkout `begin_checkout` started into `dest` before this tree was known (with
+    the same `owner`); git takes it from the tree it was given to this one, rewriting only the
+    files that differ. Whatever it holds is checked as any checkout of git's is, and thrown
+    away (the tree then written here) if it does not match.
 
     `git_index`: where git's own index of the tree is left, when git wrote every file and
     nothing changed one since (it holds the stat data git took of each as it wrote it); left
@@ -142,16 +142,16 @@ def materialize(
             owner,
             stats,
             checked,
-            begun,
+            early,
             git_index,
             index,
         )
 
 
-class Begun:
+class EarlyCheckout:
     """A checkout into a new folder's temporary place, started before the tree to write there
     is known: the importer starts one of the user's HEAD while it still reads the folder, so
-    that git writes the files beside that reading instead of after it. `materialize(begun=)`
+    that git writes the files beside that reading instead of after it. `materialize(early=)`
     takes it over; `close` throws it away if nothing did."""
 
     def __init__(self, temp: Path, checkout: _Checkout, first: str):
@@ -167,14 +167,14 @@ class Begun:
             shutil.rmtree(self.temp, ignore_errors=True)
 
 
-def begin(
+def begin_checkout(
     vault: Vault,
     first: str,
     dest: Path,
     *,
     owner: tuple[int, int] | None = None,
     alternates: Sequence[Path] = (),
-) -> Begun | None:
+) -> EarlyCheckout | None:
     """Start git's checkout of `first` (a commit or tree) into the temporary place of the new
     folder `dest`, its objects read from the vault and, read-only, from `alternates` (the
     objects folder of the repository being imported, whose objects are not yet in the vault).
@@ -191,7 +191,7 @@ def begin(
     except CairnError:
         return None
     try:
-        return Begun(temp, _Checkout(vault.objects, first, temp, alternates, owner), first)
+        return EarlyCheckout(temp, _Checkout(vault.objects, first, temp, alternates, owner), first)
     except (OSError, CairnError) as exc:
         _log.debug("no early checkout of %s: %s", first[:12], exc)
         shutil.rmtree(temp, ignore_errors=True)
@@ -210,12 +210,12 @@ def _materialize(
     owner: tuple[int, int] | None,
     stats: dict[bytes, os.stat_result] | None,
     checked: bool,
-    begun: Begun | None,
+    early: EarlyCheckout | None,
     git_index: Path | None,
     index: TreeIndex | None,
 ) -> str:
-    if begun is not None and begun.taken:
-        begun = None
+    if early is not None and early.taken:
+        early = None
     try:
         if os.path.lexists(dest):
             raise Conflict(f"cannot restore {label}: {dest} already exists")
@@ -224,13 +224,13 @@ def _materialize(
         objects = vault.objects
         tree = _tree_of(objects, commit_or_tree, label)
     except BaseException:
-        if begun is not None:
-            begun.close()
+        if early is not None:
+            early.close()
         raise
     checkout = None
-    if begun is not None:
-        begun.taken = True
-        temp, checkout = begun.temp, begun.checkout
+    if early is not None:
+        early.taken = True
+        temp, checkout = early.temp, early.checkout
     else:
         temp = _temp_of(dest)
         _make_top(temp, label, dest, owner)
@@ -239,18 +239,18 @@ def _materialize(
         written = None
         # Git writes the files while the trees and blobs are read and checked here (both cores
         # at work); nothing appears at `dest` unless every object checked out.
-        if begun is not None and tree != EMPTY_TREE:
+        if early is not None and tree != EMPTY_TREE:
             assert checkout is not None
             try:
                 if checkout.owner != owner:
                     raise CairnError("begun for another owner")
-                checkout.then(_tree_of(objects, begun.first, label), tree)
+                checkout.then(_tree_of(objects, early.first, label), tree)
             except CairnError:  # not the tree it was started on: the tree is written here
                 checkout.close()
                 checkout = None
         elif _BY_GIT is not False and tree != EMPTY_TREE:
             checkout = _Checkout(objects, tree, temp, owner=owner)
-        git_wrote = begun is not None or checkout is not None
+        git_wrote = early is not None or checkout is not None
         try:
             if checked and index is not None and index.flushed_as(tree):
                 plan = _Plan.of_index(index)

@@ -672,10 +672,10 @@ def test_a_checkout_begun_on_another_tree_ends_as_the_tree_asked_for(
     change_source(source)
     second = import_folder(vault, source)
     dest = tmp_path / "restored"
-    begun = materialize_module.begin(vault, first.base_commit, dest)
+    begun = materialize_module.begin_checkout(vault, first.base_commit, dest)
     assert begun is not None
     with caplog.at_level("WARNING", logger=materialize_module.__name__):
-        tree = materialize(vault, second.base_commit, dest, label="s", begun=begun)
+        tree = materialize(vault, second.base_commit, dest, label="s", early=begun)
     assert tree == second.base_tree
     assert walk(dest) == walk(source)
     assert "git could not write" not in caplog.text
@@ -688,12 +688,12 @@ def test_a_begun_checkout_nobody_takes_leaves_nothing(vault, source, tmp_path, p
         pytest.skip("only git's checkout is begun early")
     result = import_folder(vault, source)
     dest = tmp_path / "restored"
-    begun = materialize_module.begin(vault, result.base_commit, dest)
+    begun = materialize_module.begin_checkout(vault, result.base_commit, dest)
     assert begun is not None
     begun.close()
     assert siblings(tmp_path) == {"source", "vault.git"}
     dest.mkdir()
-    assert materialize_module.begin(vault, result.base_commit, dest) is None  # dest exists
+    assert materialize_module.begin_checkout(vault, result.base_commit, dest) is None  # dest exists
 
 
 def test_a_checkout_begun_on_a_tree_git_cannot_read_is_replaced(
@@ -705,10 +705,10 @@ def test_a_checkout_begun_on_a_tree_git_cannot_read_is_replaced(
         pytest.skip("only git's checkout is begun early")
     result = import_folder(vault, source)
     dest = tmp_path / "restored"
-    begun = materialize_module.begin(vault, "1" * 40, dest)
+    begun = materialize_module.begin_checkout(vault, "1" * 40, dest)
     assert begun is not None
     with caplog.at_level("WARNING", logger=materialize_module.__name__):
-        materialize(vault, result.base_commit, dest, label="s", begun=begun)
+        materialize(vault, result.base_commit, dest, label="s", early=begun)
     assert walk(dest) == walk(source)
     assert siblings(tmp_path) == {"source", "vault.git", "restored"}
 

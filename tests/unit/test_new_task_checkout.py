@@ -60,7 +60,7 @@ def test_the_workspace_is_gits_checkout_of_head_taken_to_the_folder_as_it_is(
     if dirty:
         make_dirty(repo)
     begun: list[object] = []
-    real_begin = materialize_module.begin
+    real_begin = materialize_module.begin_checkout
 
     def spy_begin(*args, **kwargs):
         made = real_begin(*args, **kwargs)
@@ -74,7 +74,7 @@ def test_the_workspace_is_gits_checkout_of_head_taken_to_the_folder_as_it_is(
         written_here.append(commit)
         return real_write(vault, root, commit, *rest)
 
-    monkeypatch.setattr(workspaces, "begin", spy_begin)
+    monkeypatch.setattr(workspaces, "begin_checkout", spy_begin)
     monkeypatch.setattr(workspaces, "_write_git_index", spy_write)
     with Cairn(tmp_path / "data") as cairn, caplog.at_level("WARNING"):
         made = cairn.tasks.new(repo)
